@@ -1,0 +1,91 @@
+"""Activated interdomain inducing variables u_m = ⟨f, g_m⟩_H (Dutordoir et al., 2021, eq. 10–12)."""
+
+from __future__ import annotations
+
+from typing import Callable, Optional, Union
+
+import gpflow
+import numpy as np
+import tensorflow as tf
+
+from .spectra import Activation, activation_coefficients, resolve_activation
+from .spherical import _check_truncation_level, polar_decomposition
+from .validation import check_finite, check_nonzero_rows
+
+__all__ = ["ActivationFeature"]
+
+
+class ActivationFeature(gpflow.inducing_variables.InducingVariables):
+    """Inducing variables whose inducing functions are activations (eq. 10):
+
+        g_m(x̃) = ‖x̃‖ ‖w_m‖ σ(w_m·x̃ / (‖w_m‖ ‖x̃‖)),   truncated to levels n < Ñ:
+        g̃_m(x̃) = ‖x̃‖ ‖w_m‖ Σ_(n<Ñ) σ_n N_n^d Ĉ_n(ŵ_m·x̂),
+
+    with σ_n the Funk–Hecke coefficients of σ (eq. 11) and x̃ the kernel's bias-extended,
+    length-scaled input. For the ReLU, g_m(x̃) = max(0, w_m·x̃) exactly: ‖w_m‖ plays the role of
+    the pre-activation weight's scale, which is why it is kept (the paper's eq. 13 and its code
+    sketch drop it, which would make every inducing function unit-slope).
+
+    :param W: [M, d] directions (and scales) w_m; a trainable ``gpflow.Parameter``.
+    :param activation: "relu" (closed form), "softplus" (log(1 + exp(3t))), "swish"
+        (3t·sigmoid(3t)), an :class:`~activated_dgp.spectra.Activation`, or any callable on [−1, 1]
+        (quadrature).
+    :param truncation_level: Ñ ≥ 1.
+    :param threshold: |σ_n| below it are set to zero (paper: 1e-9).
+    """
+
+    def __init__(
+        self,
+        W,
+        activation: Union[str, Activation, Callable] = "softplus",
+        truncation_level: int = 20,
+        *,
+        threshold: float = 1e-9,
+        quadrature_points: int = 1000,
+        name: Optional[str] = None,
+    ):
+        super().__init__(name=name)
+        W_value = np.asarray(W.numpy() if hasattr(W, "numpy") else W)
+        if W_value.ndim != 2 or W_value.shape[1] < 2:
+            raise ValueError(f"W must be a matrix [M, d] with d ≥ 2, got shape {W_value.shape}")
+        if not np.all(np.isfinite(W_value)):
+            raise ValueError("W contains NaN or inf")
+        if np.any(np.linalg.norm(W_value, axis=1) == 0.0):
+            rows = np.flatnonzero(np.linalg.norm(W_value, axis=1) == 0.0)
+            raise ValueError(f"W has rows of zero norm (rows {rows[:5].tolist()}); their direction is undefined")
+        self.activation = resolve_activation(activation)
+        self.truncation_level = _check_truncation_level(truncation_level)
+        self.dimension = int(W_value.shape[1])
+        self.W = W if isinstance(W, gpflow.Parameter) else gpflow.Parameter(W_value, dtype=gpflow.default_float())
+        eigenvalues = activation_coefficients(
+            self.activation,
+            self.dimension,
+            self.truncation_level,
+            threshold=threshold,
+            quadrature_points=quadrature_points,
+        )
+        eigenvalues.setflags(write=False)
+        self._eigenvalues = eigenvalues
+
+    @property
+    def eigenvalues(self) -> np.ndarray:
+        """σ_n, n = 0..Ñ−1, the Funk–Hecke coefficients of the activation (eq. 11), float64 [Ñ]."""
+        return self._eigenvalues
+
+    @property
+    def num_inducing(self) -> tf.Tensor:
+        return tf.shape(self.W)[0]
+
+    def __len__(self) -> int:
+        return int(self.W.shape[0])
+
+    @property
+    def shape(self):
+        return (int(self.W.shape[0]), self.dimension, 1)
+
+    def polar_directions(self) -> tuple[tf.Tensor, tf.Tensor]:
+        """(‖w_m‖ [M], w_m/‖w_m‖ [M, d]), failing clearly on zero-norm rows."""
+        W = check_finite(tf.convert_to_tensor(self.W), "W")
+        norms, directions = polar_decomposition(W)
+        norms = check_nonzero_rows(norms, "W")
+        return norms, directions

@@ -1,0 +1,176 @@
+"""Spectra of zonal functions: closed forms (ReLU, first-order arc-cosine) and the activation registry.
+
+Every coefficient vector in this package is a Funk–Hecke coefficient vector
+a_n = ω_d ∫ s(t) Ĉ_n(t) (1 − t²)^((d−3)/2) dt (see :mod:`activated_dgp.spherical`). This module
+holds the shape functions s, the closed forms where they exist, and the activations σ(t) that
+the inducing functions g_m(x) = ‖x‖ ‖w_m‖ σ(w_m·x / ‖w_m‖‖x‖) are built from (Dutordoir et al.,
+2021, eq. 10).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Union
+
+import numpy as np
+from scipy.special import expit, gammaln
+
+from .spherical import _check_dimension, _check_truncation_level, funk_hecke_coefficients
+
+__all__ = [
+    "arc_cosine_shape",
+    "zonal_matern52_shape",
+    "relu_coefficients",
+    "arc_cosine_coefficients",
+    "Activation",
+    "ACTIVATIONS",
+    "resolve_activation",
+    "activation_coefficients",
+]
+
+
+def arc_cosine_shape(cosine: np.ndarray) -> np.ndarray:
+    """s(t) = (√(1 − t²) + t (π − arccos t)) / π, the first-order arc-cosine kernel on the sphere (eq. 6)."""
+    t = np.clip(np.asarray(cosine, dtype=np.float64), -1.0, 1.0)
+    return (np.sqrt(1.0 - t * t) + t * (np.pi - np.arccos(t))) / np.pi
+
+
+def zonal_matern52_shape(cosine: np.ndarray, lengthscale: float = 1.0) -> np.ndarray:
+    """Matérn-5/2 of the chordal distance r = √(2 − 2t)/ℓ between points of the sphere:
+    s(t) = (1 + √5 r + 5r²/3) exp(−√5 r). The restriction of a positive-definite kernel on R^d, so
+    it is positive definite on S^(d−1) (all λ_n ≥ 0); this is the zonal Matérn of Fig. 5.
+    """
+    t = np.clip(np.asarray(cosine, dtype=np.float64), -1.0, 1.0)
+    r = np.sqrt(2.0 - 2.0 * t) / lengthscale
+    return (1.0 + math.sqrt(5.0) * r + 5.0 * r * r / 3.0) * np.exp(-math.sqrt(5.0) * r)
+
+
+def relu_coefficients(dimension: int, truncation_level: int, *, threshold: float = 1e-9) -> np.ndarray:
+    """Funk–Hecke coefficients σ_n of the ReLU σ(t) = max(0, t), closed form (eq. C.19, C.20):
+
+        σ_0 = Γ(d/2) / (2√π Γ((d+1)/2)),
+        σ_1 = Γ(d/2) Γ((d+1)/2) / (2(d−1) Γ((d−1)/2) Γ(d/2 + 1))    (= 1/(2d)),
+        σ_n = (−1)^(n/2−1) Γ(d/2) Γ(n−1) / (√π 2^n Γ(n/2) Γ(n/2 + (d+1)/2)),   n = 2, 4, 6, …,
+        σ_n = 0,   n = 3, 5, 7, …
+
+    valid for every d ≥ 2 (the derivation via Rodrigues' formula does not need d odd). Evaluated
+    in log-gamma form so that high levels do not overflow.
+    """
+    d = _check_dimension(dimension)
+    truncation_level = _check_truncation_level(truncation_level)
+    sigma = np.zeros(truncation_level)
+    sigma[0] = math.exp(math.lgamma(d / 2) - math.lgamma((d + 1) / 2)) / (2.0 * math.sqrt(math.pi))
+    if truncation_level > 1:
+        sigma[1] = math.exp(
+            math.lgamma(d / 2) + math.lgamma((d + 1) / 2) - math.lgamma((d - 1) / 2) - math.lgamma(d / 2 + 1)
+        ) / (2.0 * (d - 1))
+    n = np.arange(2, truncation_level, 2, dtype=np.float64)
+    log_magnitude = (
+        gammaln(d / 2)
+        + gammaln(n - 1)
+        - 0.5 * math.log(math.pi)
+        - n * math.log(2.0)
+        - gammaln(n / 2)
+        - gammaln(n / 2 + (d + 1) / 2)
+    )
+    sigma[2::2] = (-1.0) ** (n / 2 - 1) * np.exp(log_magnitude)
+    sigma[np.abs(sigma) < threshold] = 0.0
+    return sigma
+
+
+def arc_cosine_coefficients(dimension: int, truncation_level: int, *, threshold: float = 1e-9) -> np.ndarray:
+    """Eigenvalues λ_n of the first-order arc-cosine shape function (eq. 6), closed form for every d ≥ 2:
+
+        λ_n = 2d σ_n²,   σ_n the ReLU coefficients of :func:`relu_coefficients`.
+
+    Derivation: for w uniform on S^(d−1), E_w[relu(w·x) relu(w·x')] = Σ_n σ_n² N_n^d Ĉ_n(x·x')
+    (expand each ReLU by Funk–Hecke, then orthonormality of the harmonics and the addition
+    theorem). For w ~ N(0, I_d), ‖w‖ is independent of w/‖w‖ and E‖w‖² = d, and Cho & Saul's
+    E_w[relu(w·x) relu(w·x')] = ‖x‖‖x'‖ s(t)/2. Hence s(t) = 2d Σ_n σ_n² N_n^d Ĉ_n(t). This agrees
+    with the paper's odd-d expansion (Table C.1) and with quadrature in every d (tests).
+    """
+    sigma = relu_coefficients(dimension, truncation_level, threshold=0.0)
+    lam = 2.0 * dimension * sigma**2
+    lam[np.abs(lam) < threshold] = 0.0
+    return lam
+
+
+# ------------------------------------------------------------------------------------------------
+# Activations
+# ------------------------------------------------------------------------------------------------
+
+
+def _relu(t):
+    return np.maximum(0.0, t)
+
+
+def _softplus3(t):
+    return np.logaddexp(0.0, 3.0 * t)
+
+
+def _swish3(t):
+    return 3.0 * t * expit(3.0 * t)
+
+
+@dataclass(frozen=True)
+class Activation:
+    """An activation σ: [−1, 1] → R for activated inducing functions (eq. 10).
+
+    :param name: a label.
+    :param function: elementwise NumPy function on cosines.
+    :param breakpoints: points in (−1, 1) where σ is not smooth (quadrature splits there).
+    :param closed_form: optional ``(dimension, truncation_level, threshold) -> σ_n``.
+    """
+
+    name: str
+    function: Callable[[np.ndarray], np.ndarray]
+    breakpoints: tuple = ()
+    closed_form: Optional[Callable[..., np.ndarray]] = field(default=None, compare=False)
+
+
+ACTIVATIONS = {
+    "relu": Activation("relu", _relu, breakpoints=(0.0,), closed_form=relu_coefficients),
+    # the paper's Softplus, log(1 + exp(3t)): the factor 3 puts the bend well inside [−1, 1]
+    "softplus": Activation("softplus", _softplus3),
+    # Swish at the same input scale as the Softplus: 3t · sigmoid(3t)
+    "swish": Activation("swish", _swish3),
+}
+
+
+def resolve_activation(activation: Union[str, Activation, Callable]) -> Activation:
+    """Turn a name ("relu", "softplus", "swish"), an :class:`Activation` or a callable into an Activation."""
+    if isinstance(activation, Activation):
+        return activation
+    if isinstance(activation, str):
+        key = activation.lower()
+        if key not in ACTIVATIONS:
+            raise ValueError(
+                f"unknown activation {activation!r}; choose one of {sorted(ACTIVATIONS)} or pass a callable on [−1, 1]"
+            )
+        return ACTIVATIONS[key]
+    if callable(activation):
+        return Activation(getattr(activation, "__name__", "callable"), activation)
+    raise ValueError(f"activation must be a name, an Activation or a callable, got {type(activation).__name__}")
+
+
+def activation_coefficients(
+    activation: Union[str, Activation, Callable],
+    dimension: int,
+    truncation_level: int,
+    *,
+    threshold: float = 1e-9,
+    quadrature_points: int = 1000,
+) -> np.ndarray:
+    """σ_n, n < Ñ, of an activation on S^(d−1) (eq. 11): closed form where registered, else quadrature."""
+    act = resolve_activation(activation)
+    if act.closed_form is not None:
+        return act.closed_form(dimension, truncation_level, threshold=threshold)
+    return funk_hecke_coefficients(
+        act.function,
+        dimension,
+        truncation_level,
+        breakpoints=act.breakpoints,
+        quadrature_points=quadrature_points,
+        threshold=threshold,
+    )

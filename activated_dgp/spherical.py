@@ -1,0 +1,316 @@
+"""Spherical machinery: Gegenbauer polynomials, their Clenshaw sums, and Funk–Hecke coefficients.
+
+Everything zonal in this package is a series
+
+    S(t) = Σ_{n < Ñ} a_n Ĉ_n(t),        Ĉ_n(t) = C_n^(α)(t) / C_n^(α)(1),   α = (d − 2) / 2,
+
+in the cosine ``t`` between two points of the sphere S^(d−1) ⊂ R^d (Dutordoir et al., 2021,
+appendix B). We work with the *normalised* polynomials Ĉ_n because
+
+* they stay bounded (|Ĉ_n(t)| ≤ 1 on [−1, 1]) at any degree and dimension, and
+* they have a clean limit at α = 0 (d = 2): Ĉ_n → T_n, the Chebyshev polynomials, whereas
+  C_n^(0) ≡ 0 for n ≥ 1.
+
+The addition theorem (B.9) in this form reads Σ_j φ_{n,j}(x) φ_{n,j}(x') = N_n^d Ĉ_n(x·x'), with
+N_n^d the number of spherical harmonics of level n; (n + α)/α · C_n^(α) = N_n^d Ĉ_n is the same
+quantity, and the right-hand side is the one that survives at α = 0.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Sequence
+
+import numpy as np
+import tensorflow as tf
+from scipy.special import gammaln, roots_jacobi
+
+__all__ = [
+    "gegenbauer_alpha",
+    "sphere_surface_area",
+    "funk_hecke_constant",
+    "num_harmonics",
+    "gegenbauer_polynomials",
+    "normalised_gegenbauer_polynomials",
+    "gegenbauer_series",
+    "funk_hecke_coefficients",
+    "set_xla",
+    "polar_decomposition",
+]
+
+
+def _check_dimension(dimension: int) -> int:
+    if int(dimension) != dimension or dimension < 2:
+        raise ValueError(f"the sphere's ambient dimension d must be an integer ≥ 2, got {dimension!r}")
+    return int(dimension)
+
+
+def _check_truncation_level(truncation_level: int) -> int:
+    if isinstance(truncation_level, bool) or int(truncation_level) != truncation_level:
+        raise ValueError(f"truncation_level must be an integer ≥ 1, got {truncation_level!r}")
+    if truncation_level < 1:
+        raise ValueError(f"truncation_level must be ≥ 1, got {truncation_level}")
+    return int(truncation_level)
+
+
+def gegenbauer_alpha(dimension: int) -> float:
+    """α = (d − 2) / 2, the Gegenbauer parameter that belongs to the sphere S^(d−1) ⊂ R^d."""
+    return (_check_dimension(dimension) - 2) / 2.0
+
+
+def sphere_surface_area(dimension: int) -> float:
+    """Ω_(d−1) = 2 π^(d/2) / Γ(d/2), the surface area of S^(d−1) ⊂ R^d (eq. B.2)."""
+    d = _check_dimension(dimension)
+    return 2.0 * math.pi ** (d / 2.0) / math.gamma(d / 2.0)
+
+
+def funk_hecke_constant(dimension: int) -> float:
+    """ω_d = Ω_(d−2) / Ω_(d−1) = Γ(d/2) / (Γ((d−1)/2) √π) (Theorem 3, eq. B.11)."""
+    d = _check_dimension(dimension)
+    return math.exp(math.lgamma(d / 2.0) - math.lgamma((d - 1) / 2.0)) / math.sqrt(math.pi)
+
+
+def num_harmonics(level, dimension: int) -> np.ndarray:
+    """N_n^d, the number of linearly independent spherical harmonics of level n on S^(d−1).
+
+    It is the dimension of the space of harmonic homogeneous polynomials of degree n in d
+    variables: binom(n + d − 1, d − 1) − binom(n + d − 3, d − 1). (The paper's eq. B.3 has a typo
+    in the binomial; the equivalent (2n + d − 2)/n · binom(n + d − 3, n − 1) is the usual form.)
+    Returned as float64 so that it can be large (it grows like n^(d−2)).
+    """
+    d = _check_dimension(dimension)
+    n = np.asarray(level)
+    if np.any(n < 0) or np.any(n != np.floor(n)):
+        raise ValueError(f"levels must be non-negative integers, got {level!r}")
+
+    def log_binom(top, k):
+        return gammaln(top + 1.0) - gammaln(k + 1.0) - gammaln(top - k + 1.0)
+
+    n = n.astype(np.float64)
+    total = np.exp(log_binom(n + d - 1, d - 1.0))
+    # binom(n + d − 3, d − 1) is zero when n + d − 3 < d − 1, i.e. n < 2
+    lower = np.where(n >= 2, np.exp(log_binom(np.maximum(n + d - 3, d - 1), d - 1.0)), 0.0)
+    return np.rint(total - lower) if d < 30 else total - lower
+
+
+def gegenbauer_polynomials(t, truncation_level: int, alpha: float) -> np.ndarray:
+    """[C_0^(α)(t), …, C_(Ñ−1)^(α)(t)] by the three-term recurrence, shape [..., Ñ], α > 0.
+
+    n C_n = 2 (n + α − 1) t C_(n−1) − (n + 2α − 2) C_(n−2),   C_0 = 1, C_1 = 2α t.
+    For α = 0 these polynomials vanish identically for n ≥ 1; use
+    :func:`normalised_gegenbauer_polynomials`, whose limit is the Chebyshev T_n.
+    """
+    truncation_level = _check_truncation_level(truncation_level)
+    if not alpha > 0:
+        raise ValueError(f"unnormalised Gegenbauer polynomials need α > 0, got α = {alpha}")
+    t = np.asarray(t, dtype=np.float64)
+    values = [np.ones_like(t)]
+    if truncation_level > 1:
+        values.append(2.0 * alpha * t)
+    for n in range(2, truncation_level):
+        values.append(
+            (2.0 * (n + alpha - 1.0) * t * values[-1] - (n + 2.0 * alpha - 2.0) * values[-2]) / n
+        )
+    return np.stack(values, axis=-1)
+
+
+def _recurrence_coefficients(truncation_level: int, alpha: float) -> tuple[np.ndarray, np.ndarray]:
+    """(A_k, B_k) of Ĉ_(k+1)(t) = A_k t Ĉ_k(t) − B_k Ĉ_(k−1)(t), k = 0..Ñ−1.
+
+    From the classical recurrence divided by C_n^(α)(1) = (2α)_n / n!:
+    A_k = 2(k + α)/(k + 2α), B_k = k/(k + 2α) for k ≥ 1, and Ĉ_1(t) = t (A_0 = 1, B_0 = 0).
+    At α = 0 this is the Chebyshev recurrence T_(k+1) = 2t T_k − T_(k−1).
+    """
+    k = np.arange(truncation_level, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        a = np.where(k >= 1, 2.0 * (k + alpha) / (k + 2.0 * alpha), 1.0)
+        b = np.where(k >= 1, k / (k + 2.0 * alpha), 0.0)
+    return a, b
+
+
+def normalised_gegenbauer_polynomials(t, truncation_level: int, alpha: float) -> np.ndarray:
+    """[Ĉ_0(t), …, Ĉ_(Ñ−1)(t)] with Ĉ_n = C_n^(α)/C_n^(α)(1), shape [..., Ñ], any α ≥ 0.
+
+    Three-term recurrence of :func:`_recurrence_coefficients`; at α = 0, Ĉ_n = T_n.
+    Works on NumPy arrays (float64).
+    """
+    truncation_level = _check_truncation_level(truncation_level)
+    if alpha < 0:
+        raise ValueError(f"α must be ≥ 0, got {alpha}")
+    a, b = _recurrence_coefficients(truncation_level, alpha)
+    t = np.asarray(t, dtype=np.float64)
+    values = [np.ones_like(t)]
+    if truncation_level > 1:
+        values.append(t.copy())
+    for k in range(1, truncation_level - 1):
+        values.append(a[k] * t * values[k] - b[k] * values[k - 1])
+    return np.stack(values, axis=-1)
+
+
+# ------------------------------------------------------------------------------------------------
+# Clenshaw summation in TensorFlow
+# ------------------------------------------------------------------------------------------------
+
+_XLA = {"enabled": True}
+
+
+def set_xla(enabled: bool) -> None:
+    """Compile the Clenshaw loop with XLA (the default) or run it as plain TensorFlow ops.
+
+    XLA fuses the whole recurrence into one pass over the cosine matrix: no [M, N, Ñ] tensor and
+    no Ñ temporaries of size [M, N]. Turn it off on platforms without an XLA backend.
+    """
+    _XLA["enabled"] = bool(enabled)
+
+
+def _clenshaw(cosine: tf.Tensor, coefficients: tf.Tensor, a: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
+    """Σ_n c_n Ĉ_n(t) by Clenshaw's backward recurrence.
+
+    b_k = c_k + A_k t b_(k+1) − B_(k+1) b_(k+2), b_Ñ = b_(Ñ+1) = 0, and the sum is b_0.
+    The loop length is static (the length of ``coefficients``), so XLA unrolls it.
+    """
+    length = coefficients.shape[0]
+    next_b = tf.zeros_like(cosine)
+    next_next_b = tf.zeros_like(cosine)
+    for k in range(length - 1, -1, -1):
+        current = coefficients[k] + a[k] * cosine * next_b
+        if k + 1 < length:
+            current = current - b[k + 1] * next_next_b
+        next_next_b, next_b = next_b, current
+    return next_b
+
+
+_clenshaw_xla = tf.function(_clenshaw, jit_compile=True, autograph=False)
+
+
+def _derivative_coefficients(coefficients: np.ndarray, alpha: float) -> np.ndarray:
+    """Coefficients of S'(t) in the basis Ĉ^(α+1): d/dt Ĉ_n^(α) = n(n + 2α)/(2α + 1) Ĉ_(n−1)^(α+1).
+
+    This follows from d/dt C_n^(α) = 2α C_(n−1)^(α+1) and C_n^(α)(1) = (2α)_n / n!; at α = 0 it is
+    T_n' = n U_(n−1).
+    """
+    n = np.arange(1, len(coefficients), dtype=np.float64)
+    return coefficients[1:] * n * (n + 2.0 * alpha) / (2.0 * alpha + 1.0)
+
+
+def _series(cosine: tf.Tensor, coefficients: np.ndarray, alpha: float) -> tf.Tensor:
+    dtype = cosine.dtype
+    a, b = _recurrence_coefficients(len(coefficients), alpha)
+    args = [tf.constant(v, dtype=dtype) for v in (coefficients, a, b)]
+    fn = _clenshaw_xla if _XLA["enabled"] else _clenshaw
+    return fn(cosine, *args)
+
+
+def gegenbauer_series(cosine: tf.Tensor, coefficients, alpha: float) -> tf.Tensor:
+    """S(t) = Σ_(n<Ñ) a_n Ĉ_n(t) evaluated elementwise on a tensor of cosines.
+
+    :param cosine: any shape, float32 or float64; values in [−1, 1] (up to round-off).
+    :param coefficients: [Ñ] fixed coefficients a_n (NumPy; not trainable).
+    :param alpha: Gegenbauer parameter α = (d − 2)/2 ≥ 0.
+    :return: a tensor of the shape of ``cosine``.
+
+    Memory stays O(size of ``cosine``): Clenshaw's recurrence keeps two running terms, and the
+    gradient is a custom one that evaluates S'(t) as another Clenshaw sum (in the basis of
+    α + 1) instead of storing Ñ intermediate tensors for back-propagation.
+    """
+    coefficients = np.trim_zeros(np.asarray(coefficients, dtype=np.float64), "b")
+    cosine = tf.convert_to_tensor(cosine)
+    if coefficients.size == 0:
+        return tf.zeros_like(cosine)
+    derivative = _derivative_coefficients(coefficients, alpha)
+
+    @tf.custom_gradient
+    def series(t):
+        def grad(upstream):
+            if np.trim_zeros(derivative, "b").size == 0:
+                return tf.zeros_like(t)
+            return upstream * gegenbauer_series(t, derivative, alpha + 1.0)
+
+        return _series(t, coefficients, alpha), grad
+
+    return series(cosine)
+
+
+# ------------------------------------------------------------------------------------------------
+# Funk–Hecke coefficients by Gauss–Gegenbauer (Gauss–Jacobi) quadrature
+# ------------------------------------------------------------------------------------------------
+
+
+def _gauss_rule(lower: float, upper: float, exponent: float, points: int):
+    """Nodes and weights for ∫_lower^upper f(t) (1 − t²)^exponent dt on a piece of [−1, 1].
+
+    The (1 ∓ t)^exponent factor is put into a Gauss–Jacobi weight when the piece touches ±1 (where
+    it may be singular); on the rest of the piece it is smooth and multiplied into the weights.
+    """
+    half_width = 0.5 * (upper - lower)
+    touches_right, touches_left = upper == 1.0, lower == -1.0
+    u, w = roots_jacobi(
+        points, exponent if touches_right else 0.0, exponent if touches_left else 0.0
+    )
+    t = lower + half_width * (u + 1.0)
+    # (1 − t) = half_width (1 − u) on a piece ending at 1, (1 + t) = half_width (1 + u) likewise
+    scale = half_width
+    if touches_right:
+        scale *= half_width**exponent
+    else:
+        w = w * (1.0 - t) ** exponent
+    if touches_left:
+        scale *= half_width**exponent
+    else:
+        w = w * (1.0 + t) ** exponent
+    return t, w * scale
+
+
+def funk_hecke_coefficients(
+    function: Callable[[np.ndarray], np.ndarray],
+    dimension: int,
+    truncation_level: int,
+    *,
+    breakpoints: Sequence[float] = (),
+    quadrature_points: int = 1000,
+    threshold: float = 1e-9,
+) -> np.ndarray:
+    """Funk–Hecke coefficients of a zonal function on S^(d−1) (eq. 7, 11, C.1):
+
+        a_n = ω_d / C_n^(α)(1) ∫_(−1)^1 s(t) C_n^(α)(t) (1 − t²)^((d−3)/2) dt
+            = ω_d ∫_(−1)^1 s(t) Ĉ_n(t) (1 − t²)^((d−3)/2) dt,      n = 0..Ñ−1,
+
+    so that s(x·x') = Σ_n a_n N_n^d Ĉ_n(x·x').
+
+    Gauss–Gegenbauer quadrature: Gauss–Jacobi with exponents ((d−3)/2, (d−3)/2) on [−1, 1]; with
+    ``breakpoints`` (points where s is not smooth, e.g. 0 for the ReLU) each piece gets its own
+    Gauss–Jacobi rule, keeping the weight's endpoint singularity in the rule where it has one.
+    The rule is exact for polynomial s of degree < 2·quadrature_points − Ñ.
+
+    Magnitudes below ``threshold`` are set to zero, as in the paper (Tables C.1, C.2).
+    """
+    d = _check_dimension(dimension)
+    truncation_level = _check_truncation_level(truncation_level)
+    if quadrature_points < truncation_level:
+        raise ValueError(
+            f"quadrature_points ({quadrature_points}) must be at least truncation_level ({truncation_level})"
+        )
+    cuts = sorted({float(p) for p in breakpoints if -1.0 < float(p) < 1.0})
+    edges = [-1.0, *cuts, 1.0]
+    exponent = (d - 3) / 2.0
+    alpha = gegenbauer_alpha(d)
+    total = np.zeros(truncation_level)
+    for lower, upper in zip(edges[:-1], edges[1:]):
+        t, w = _gauss_rule(lower, upper, exponent, quadrature_points)
+        values = np.asarray(function(t), dtype=np.float64)
+        if values.shape != t.shape:
+            raise ValueError(
+                f"the function must map an array of cosines elementwise; got shape {values.shape} for input {t.shape}"
+            )
+        if not np.all(np.isfinite(values)):
+            raise ValueError("the function returned NaN or inf on [−1, 1]")
+        total += (w * values) @ normalised_gegenbauer_polynomials(t, truncation_level, alpha)
+    coefficients = funk_hecke_constant(d) * total
+    coefficients[np.abs(coefficients) < threshold] = 0.0
+    return coefficients
+
+
+def polar_decomposition(vectors: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """Split the rows of a matrix [N, d] into norms ‖v‖ [N] and directions v/‖v‖ [N, d]."""
+    norms = tf.norm(vectors, axis=-1)
+    return norms, vectors / norms[:, None]
