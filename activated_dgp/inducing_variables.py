@@ -41,7 +41,7 @@ class ActivationFeature(gpflow.inducing_variables.InducingVariables):
         truncation_level: int = 20,
         *,
         threshold: float = 1e-9,
-        quadrature_points: int = 1000,
+        quadrature_points: int = 200,
         name: Optional[str] = None,
     ):
         super().__init__(name=name)

@@ -63,7 +63,7 @@ class ZonalKernel(gpflow.kernels.Kernel):
         bias: bool = True,
         breakpoints: Sequence[float] = (),
         threshold: float = 1e-9,
-        quadrature_points: int = 1000,
+        quadrature_points: int = 200,
         active_dims=None,
         name: Optional[str] = None,
     ):

@@ -160,7 +160,7 @@ def activation_coefficients(
     truncation_level: int,
     *,
     threshold: float = 1e-9,
-    quadrature_points: int = 1000,
+    quadrature_points: int = 200,
 ) -> np.ndarray:
     """σ_n, n < Ñ, of an activation on S^(d−1) (eq. 11): closed form where registered, else quadrature."""
     act = resolve_activation(activation)

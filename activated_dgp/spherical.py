@@ -23,7 +23,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 import tensorflow as tf
-from scipy.special import gammaln, roots_jacobi
+from scipy.special import gammaln, roots_jacobi, roots_legendre
 
 __all__ = [
     "gegenbauer_alpha",
@@ -261,13 +261,32 @@ def _gauss_rule(lower: float, upper: float, exponent: float, points: int):
     return t, w * scale
 
 
+def _angular_rule(lower: float, upper: float, dimension: int, points: int):
+    """Nodes t and weights for ∫_lower^upper f(t) (1 − t²)^((d−3)/2) dt after t = cos θ.
+
+    The integral becomes ∫ f(cos θ) sin^(d−2) θ dθ over [arccos upper, arccos lower]; the weight
+    sin^(d−2) θ is smooth, and so is f(cos θ) for the shapes met here even where f has
+    √(1 − t²)-type endpoint behaviour (arc-cosine, Matérn of the chordal distance), so
+    Gauss–Legendre in θ converges exponentially.
+    """
+    theta_low, theta_high = math.acos(upper), math.acos(lower)
+    u, w = roots_legendre(points)
+    half_width = 0.5 * (theta_high - theta_low)
+    theta = theta_low + half_width * (u + 1.0)
+    return np.cos(theta), w * half_width * np.sin(theta) ** (dimension - 2)
+
+
+QUADRATURE_METHODS = ("angular", "gauss-gegenbauer")
+
+
 def funk_hecke_coefficients(
     function: Callable[[np.ndarray], np.ndarray],
     dimension: int,
     truncation_level: int,
     *,
     breakpoints: Sequence[float] = (),
-    quadrature_points: int = 1000,
+    quadrature_points: int = 200,
+    method: str = "angular",
     threshold: float = 1e-9,
 ) -> np.ndarray:
     """Funk–Hecke coefficients of a zonal function on S^(d−1) (eq. 7, 11, C.1):
@@ -277,26 +296,36 @@ def funk_hecke_coefficients(
 
     so that s(x·x') = Σ_n a_n N_n^d Ĉ_n(x·x').
 
-    Gauss–Gegenbauer quadrature: Gauss–Jacobi with exponents ((d−3)/2, (d−3)/2) on [−1, 1]; with
-    ``breakpoints`` (points where s is not smooth, e.g. 0 for the ReLU) each piece gets its own
-    Gauss–Jacobi rule, keeping the weight's endpoint singularity in the rule where it has one.
-    The rule is exact for polynomial s of degree < 2·quadrature_points − Ñ.
+    Two Gauss rules, each applied piecewise between ``breakpoints`` (cosines where s is not
+    smooth, e.g. 0 for the ReLU), ``quadrature_points`` nodes per piece:
+
+    * ``"angular"`` (default): Gauss–Legendre in θ = arccos t, weight sin^(d−2) θ. Measured
+      against the closed forms (tests), it reaches ~1e-15 for the arc-cosine kernel and the ReLU
+      in every d = 2..10 with 100 nodes.
+    * ``"gauss-gegenbauer"``: Gauss–Jacobi in t with the weight's exponents (d−3)/2 at the ends
+      of [−1, 1]; exact for polynomial s, but only algebraically convergent for shapes with
+      (1 − t)^(k/2) endpoint terms (the arc-cosine kernel), and scipy's high-order Jacobi nodes
+      lose accuracy for d = 2 (errors ~1e-12 at 1000 nodes, ~1e-10 at 4000).
 
     Magnitudes below ``threshold`` are set to zero, as in the paper (Tables C.1, C.2).
     """
     d = _check_dimension(dimension)
     truncation_level = _check_truncation_level(truncation_level)
+    if method not in QUADRATURE_METHODS:
+        raise ValueError(f"unknown quadrature method {method!r}; choose one of {QUADRATURE_METHODS}")
     if quadrature_points < truncation_level:
         raise ValueError(
             f"quadrature_points ({quadrature_points}) must be at least truncation_level ({truncation_level})"
         )
     cuts = sorted({float(p) for p in breakpoints if -1.0 < float(p) < 1.0})
     edges = [-1.0, *cuts, 1.0]
-    exponent = (d - 3) / 2.0
     alpha = gegenbauer_alpha(d)
     total = np.zeros(truncation_level)
     for lower, upper in zip(edges[:-1], edges[1:]):
-        t, w = _gauss_rule(lower, upper, exponent, quadrature_points)
+        if method == "angular":
+            t, w = _angular_rule(lower, upper, d, quadrature_points)
+        else:
+            t, w = _gauss_rule(lower, upper, (d - 3) / 2.0, quadrature_points)
         values = np.asarray(function(t), dtype=np.float64)
         if values.shape != t.shape:
             raise ValueError(
