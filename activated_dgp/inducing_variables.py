@@ -81,7 +81,10 @@ class ActivationFeature(gpflow.inducing_variables.InducingVariables):
 
     @property
     def shape(self):
-        return (int(self.W.shape[0]), self.dimension, 1)
+        """[M, D, 1] in GPflow's convention, D = the data's input width. W is [M, d] with d = D + 1
+        under a bias-extending kernel and d = D without, so D is not known here: reported as None,
+        which GPflow's shape checks accept; the kernel checks the widths instead."""
+        return (int(self.W.shape[0]), None, 1)
 
     def polar_directions(self) -> tuple[tf.Tensor, tf.Tensor]:
         """(‖w_m‖ [M], w_m/‖w_m‖ [M, d]), failing clearly on zero-norm rows."""
