@@ -31,7 +31,7 @@ class ActivationFeature(gpflow.inducing_variables.InducingVariables):
         (3t·sigmoid(3t)), an :class:`~activated_dgp.spectra.Activation`, or any callable on [−1, 1]
         (quadrature).
     :param truncation_level: Ñ ≥ 1.
-    :param threshold: |σ_n| below it are set to zero (paper: 1e-9).
+    :param threshold: levels with |σ_n| N_n^d below it are set to zero (see ``spherical.apply_threshold``).
     """
 
     def __init__(

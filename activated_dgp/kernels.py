@@ -49,7 +49,7 @@ class ZonalKernel(gpflow.kernels.Kernel):
     :param lengthscales: ℓ > 0, a scalar or d values (the last one scales the bias coordinate).
     :param bias: extend inputs with a constant coordinate (d = D + 1); ``False`` gives d = D.
     :param breakpoints: cosines where s is not smooth (for the quadrature).
-    :param threshold: |λ_n| below it are set to zero (the paper uses 1e-9).
+    :param threshold: levels with |λ_n| N_n^d below it are set to zero (see ``spherical.apply_threshold``).
     """
 
     def __init__(

@@ -16,7 +16,7 @@ from typing import Callable, Optional, Union
 import numpy as np
 from scipy.special import expit, gammaln
 
-from .spherical import _check_dimension, _check_truncation_level, funk_hecke_coefficients
+from .spherical import _check_dimension, _check_truncation_level, apply_threshold, funk_hecke_coefficients
 
 __all__ = [
     "arc_cosine_shape",
@@ -75,8 +75,7 @@ def relu_coefficients(dimension: int, truncation_level: int, *, threshold: float
         - gammaln(n / 2 + (d + 1) / 2)
     )
     sigma[2::2] = (-1.0) ** (n / 2 - 1) * np.exp(log_magnitude)
-    sigma[np.abs(sigma) < threshold] = 0.0
-    return sigma
+    return apply_threshold(sigma, d, threshold)
 
 
 def arc_cosine_coefficients(dimension: int, truncation_level: int, *, threshold: float = 1e-9) -> np.ndarray:
@@ -91,9 +90,7 @@ def arc_cosine_coefficients(dimension: int, truncation_level: int, *, threshold:
     with the paper's odd-d expansion (Table C.1) and with quadrature in every d (tests).
     """
     sigma = relu_coefficients(dimension, truncation_level, threshold=0.0)
-    lam = 2.0 * dimension * sigma**2
-    lam[np.abs(lam) < threshold] = 0.0
-    return lam
+    return apply_threshold(2.0 * dimension * sigma**2, dimension, threshold)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -307,7 +307,8 @@ def funk_hecke_coefficients(
       (1 − t)^(k/2) endpoint terms (the arc-cosine kernel), and scipy's high-order Jacobi nodes
       lose accuracy for d = 2 (errors ~1e-12 at 1000 nodes, ~1e-10 at 4000).
 
-    Magnitudes below ``threshold`` are set to zero, as in the paper (Tables C.1, C.2).
+    Levels whose term |a_n| N_n^d is below ``threshold`` are set to zero (see
+    :func:`apply_threshold`; the paper applies 1e-9 to |a_n| itself).
     """
     d = _check_dimension(dimension)
     truncation_level = _check_truncation_level(truncation_level)
@@ -334,8 +335,21 @@ def funk_hecke_coefficients(
         if not np.all(np.isfinite(values)):
             raise ValueError("the function returned NaN or inf on [−1, 1]")
         total += (w * values) @ normalised_gegenbauer_polynomials(t, truncation_level, alpha)
-    coefficients = funk_hecke_constant(d) * total
-    coefficients[np.abs(coefficients) < threshold] = 0.0
+    return apply_threshold(funk_hecke_constant(d) * total, d, threshold)
+
+
+def apply_threshold(coefficients: np.ndarray, dimension: int, threshold: float) -> np.ndarray:
+    """Zero the levels whose term in the series is negligible: |a_n| N_n^d < threshold.
+
+    The paper zeroes |a_n| < 1e-9 to remove quadrature noise at levels that are exactly zero
+    (Tables C.1, C.2). We compare the level's contribution to s(1) = Σ a_n N_n^d instead: it
+    removes the same noise (|a_n| ~ 1e-16 here), but does not delete real levels in high
+    dimension, where a_n is tiny yet N_n^d is huge (d = 9: arc-cosine λ_14 ≈ 6e-10 but
+    λ_14 N_14 ≈ 2e-4; the plain rule would silently turn Ñ = 20 into Ñ = 14).
+    """
+    coefficients = np.array(coefficients, dtype=np.float64)
+    contribution = np.abs(coefficients) * num_harmonics(np.arange(coefficients.shape[0]), dimension)
+    coefficients[contribution < threshold] = 0.0
     return coefficients
 
 

@@ -192,11 +192,15 @@ def test_arc_cosine_series_sums_to_shape_function():
         np.testing.assert_allclose(series, arc_cosine_shape(t), atol=2e-4)
 
 
-def test_threshold_zeroes_small_coefficients():
+def test_threshold_zeroes_negligible_levels_only():
     raw = relu_coefficients(9, 30, threshold=0.0)
-    cut = relu_coefficients(9, 30, threshold=1e-5)
-    assert np.all(cut[np.abs(raw) < 1e-5] == 0.0)
-    np.testing.assert_array_equal(cut[np.abs(raw) >= 1e-5], raw[np.abs(raw) >= 1e-5])
+    terms = np.abs(raw) * num_harmonics(np.arange(30), 9)
+    cut = relu_coefficients(9, 30, threshold=1e-3)
+    assert np.all(cut[terms < 1e-3] == 0.0) and np.any(terms < 1e-3)
+    np.testing.assert_array_equal(cut[terms >= 1e-3], raw[terms >= 1e-3])
+    # the default keeps every genuinely non-zero level of the arc-cosine kernel up to Ñ = 20 in d = 9
+    lam = arc_cosine_coefficients(9, 20)
+    assert np.all(lam[::2] > 0) and lam[1] > 0 and np.all(lam[3::2] == 0)
 
 
 def test_bad_arguments_raise_clear_errors():
