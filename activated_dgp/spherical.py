@@ -344,8 +344,8 @@ def apply_threshold(coefficients: np.ndarray, dimension: int, threshold: float) 
     The paper zeroes |a_n| < 1e-9 to remove quadrature noise at levels that are exactly zero
     (Tables C.1, C.2). We compare the level's contribution to s(1) = Σ a_n N_n^d instead: it
     removes the same noise (|a_n| ~ 1e-16 here), but does not delete real levels in high
-    dimension, where a_n is tiny yet N_n^d is huge (d = 9: arc-cosine λ_14 ≈ 6e-10 but
-    λ_14 N_14 ≈ 2e-4; the plain rule would silently turn Ñ = 20 into Ñ = 14).
+    dimension, where a_n is tiny yet N_n^d is huge (d = 9: arc-cosine λ_14 ≈ 8.0e-10 but
+    λ_14 N_14 ≈ 1.6e-4; the plain rule would silently turn Ñ = 20 into Ñ = 14).
     """
     coefficients = np.array(coefficients, dtype=np.float64)
     contribution = np.abs(coefficients) * num_harmonics(np.arange(coefficients.shape[0]), dimension)
