@@ -38,6 +38,14 @@ ZERO_RELATIVE = 1e-12
 SPECTRUM_LEVELS = 20  # n = 0..19
 
 
+
+def _save(fig, path: Path, title: str, fontsize: int) -> Path:
+    fig.suptitle(title, fontsize=fontsize)
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path
+
 def _activation_values(name: str, t: np.ndarray) -> np.ndarray:
     from activated_dgp.spectra import resolve_activation
 
@@ -73,15 +81,12 @@ def figure3(out: Path, truncation_levels=(3, 5, 10, 20)) -> Path:
             if col == 0:
                 ax.set_ylabel("σ(t) and σ̃(t)", fontsize=11)
             ax.legend(fontsize=9, loc="upper left")
-    fig.suptitle(
+    return _save(
+        fig,
+        out / "fig3_truncated_activations.png",
         "Fig. 3: activations and their truncated zonal series  σ̃(t) = Σ$_{n<Ñ}$ σ$_n$ N$_n^d$ Ĉ$_n$(t)",
         fontsize=13,
     )
-    fig.tight_layout()
-    path = out / "fig3_truncated_activations.png"
-    fig.savefig(path, dpi=DPI)
-    plt.close(fig)
-    return path
 
 
 def rkhs_norm(name: str, dimension: int, truncation_level: int, threshold: float) -> float:
@@ -115,16 +120,13 @@ def figure4(out: Path, truncation_levels=tuple(range(2, 41))) -> Path:
         ax.set_title(f"d = {d}", fontsize=12)
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=9, loc="upper left")
-    fig.suptitle(
+    return _save(
+        fig,
+        out / "fig4_rkhs_norm.png",
         "Fig. 4 (bottom): RKHS norm of a unit-norm truncated inducing function under ZonalArcCosine\n"
         "(library defaults: levels with |coefficient|·N$_n^d$ < 1e-9 dropped)",
         fontsize=12,
     )
-    fig.tight_layout()
-    path = out / "fig4_rkhs_norm.png"
-    fig.savefig(path, dpi=DPI)
-    plt.close(fig)
-    return path
 
 
 def spectra(dimension: int, truncation_level: int = SPECTRUM_LEVELS) -> dict[str, np.ndarray]:
@@ -170,16 +172,13 @@ def figureC2(out: Path) -> Path:
         ax.set_title(f"d = {d}", fontsize=12)
         ax.grid(alpha=0.3, which="major")
         ax.legend(fontsize=9, loc="lower left", bbox_to_anchor=(0.0, 0.1))
-    fig.suptitle(
+    return _save(
+        fig,
+        out / "figC2_spectra.png",
         "Fig. C.2: spectra of the kernels (blue) and activations (orange); computed with threshold 0,\n"
         f"levels below {ZERO_RELATIVE:g}× the largest coefficient (closed-form zeros, quadrature round-off) shown as ×",
         fontsize=12,
     )
-    fig.tight_layout()
-    path = out / "figC2_spectra.png"
-    fig.savefig(path, dpi=DPI)
-    plt.close(fig)
-    return path
 
 
 def main(argv=None) -> None:
