@@ -228,3 +228,26 @@ def test_bad_inducing_inputs_raise_value_errors(rng):
     feature.W.assign(np.zeros((5, 4)))
     with pytest.raises(ValueError, match="zero norm"):
         Kuu(feature, kernel)
+
+
+def test_gpflux_gp_layers_with_activated_features_train(rng):
+    """A two-layer gpflux DeepGP of activated GP layers builds, and one epoch of ELBO training runs."""
+    import gpflux
+    import tf_keras
+
+    X = rng.uniform(-2, 2, size=(64, 2))
+    Y = np.sin(X[:, :1]) * np.cos(X[:, 1:])
+    layers = []
+    for input_dim, output_dim in ((2, 2), (2, 1)):
+        kernel = gpflow.kernels.SharedIndependent(ZonalArcCosine(input_dim, 10), output_dim=output_dim)
+        feature = gpflow.inducing_variables.SharedIndependentInducingVariables(
+            ActivationFeature(rng.normal(size=(16, input_dim + 1)), "softplus", 10)
+        )
+        layers.append(gpflux.layers.GPLayer(kernel, feature, num_data=64, num_latent_gps=output_dim, mean_function=gpflow.mean_functions.Zero()))
+    model = gpflux.models.DeepGP(layers, gpflux.layers.LikelihoodLayer(gpflow.likelihoods.Gaussian(0.1)))
+    training = model.as_training_model()
+    training.compile(tf_keras.optimizers.Adam(0.01))
+    history = training.fit({"inputs": X, "targets": Y}, batch_size=32, epochs=3, verbose=0)
+    assert np.all(np.isfinite(history.history["loss"]))
+    mean, var = model.predict_f(X[:5])
+    assert mean.shape == (5, 1) and np.all(var.numpy() > 0)
