@@ -5,14 +5,22 @@ Public API:
 * :class:`ZonalArcCosine`, :class:`ZonalKernel` — truncated zonal kernels on bias-extended inputs.
 * :class:`ActivationFeature` — activated interdomain inducing variables (Kuu/Kuf registered with
   ``gpflow.covariances``).
+* :func:`build_activated_dgp`, :func:`build_activated_nn`, :func:`dgp_from_keras`,
+  :func:`train_two_stage` — activated DGPs in GPflux, their network twin, and the converter.
 * :mod:`activated_dgp.spherical`, :mod:`activated_dgp.spectra` — Gegenbauer machinery and
   Funk–Hecke coefficients.
 """
 
 from . import covariances as _covariances  # noqa: F401  (registers Kuu/Kuf)
+from .conversion import Conversion, dgp_from_keras
 from .covariances import basis_coefficients, inducing_coefficients
 from .inducing_variables import ActivationFeature
 from .kernels import ZonalArcCosine, ZonalKernel
+from .models import build_activated_dgp
+from .nn import ActivatedLayer, build_activated_nn
+from .persistence import load_dgp, load_network, save_dgp, save_network
+from .prediction import layer_moments, predict_class_probabilities, predict_y, predictive_log_density, propagate_means
+from .training import TrainingSchedule, TwoStageResult, train_dgp, train_network, train_two_stage
 from .spectra import (
     ACTIVATIONS,
     Activation,
@@ -28,6 +36,25 @@ __all__ = [
     "ZonalArcCosine",
     "ZonalKernel",
     "ActivationFeature",
+    "ActivatedLayer",
+    "build_activated_nn",
+    "build_activated_dgp",
+    "dgp_from_keras",
+    "Conversion",
+    "train_two_stage",
+    "train_network",
+    "train_dgp",
+    "TrainingSchedule",
+    "TwoStageResult",
+    "propagate_means",
+    "layer_moments",
+    "predictive_log_density",
+    "predict_y",
+    "predict_class_probabilities",
+    "save_dgp",
+    "load_dgp",
+    "save_network",
+    "load_network",
     "basis_coefficients",
     "inducing_coefficients",
     "Activation",

@@ -1,0 +1,157 @@
+"""Keras network → activated DGP (Dutordoir et al., 2021, Sec. 5.1).
+
+For a twin network [ActivatedLayer(W_ℓ), Dense(V_ℓ, no bias)] × L the map is exact: each GP
+layer gets the inducing directions W_ℓ and the variational mean that makes its posterior-mean
+weights B_ℓ = Kuu⁻¹ μ_u equal V_ℓ:
+
+    non-whitened:  μ_u = (Kuu + εI) V_ℓ,        whitened (u = L v):  μ_v = Lᵀ V_ℓ,  L Lᵀ = Kuu + εI,
+
+with ε = gpflow's default jitter, the same that GPflow's conditional adds, so that
+Kfu (Kuu + εI)⁻¹ μ_u = Φ(x) V_ℓ to round-off.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Union
+
+import gpflow
+import gpflux
+import numpy as np
+import tensorflow as tf
+import tf_keras
+
+from .models import activated_gp_layer, make_likelihood
+from .nn import ActivatedLayer
+from .prediction import propagate_means
+
+__all__ = ["Conversion", "dgp_from_keras", "set_posterior_mean_weights"]
+
+
+@dataclass
+class Conversion:
+    """The converted DeepGP; ``exact`` says whether the network was an activated twin; when data
+    were given, the mismatch between the network's forward pass and the DGP's mean propagation."""
+
+    dgp: gpflux.models.DeepGP
+    exact: bool
+    max_abs_mismatch: Optional[float] = None
+    rms_mismatch: Optional[float] = None
+
+
+def set_posterior_mean_weights(layer: gpflux.layers.GPLayer, V: np.ndarray) -> None:
+    """Set q_μ so that the layer's posterior mean is Φ(x) V (see the module docstring)."""
+    Kmm = gpflow.covariances.Kuu(layer.inducing_variable, layer.kernel, jitter=gpflow.config.default_jitter())
+    V = tf.convert_to_tensor(V, dtype=Kmm.dtype)
+    if layer.whiten:
+        layer.q_mu.assign(tf.linalg.matmul(tf.linalg.cholesky(Kmm), V, transpose_a=True))
+    else:
+        layer.q_mu.assign(tf.linalg.matmul(Kmm, V))
+
+
+def _pairs(network: tf_keras.Model):
+    layers = [layer for layer in network.layers if not isinstance(layer, tf_keras.layers.InputLayer)]
+
+    def fail(index, layer, why):
+        raise ValueError(
+            f"cannot convert layer {index} {layer.name!r} ({type(layer).__name__}): {why}. The converter maps "
+            "[ActivatedLayer or Dense(units, activation='softplus'), Dense(rank, use_bias=False)] repeated"
+        )
+
+    if not layers:
+        raise ValueError("the network has no layers to convert")
+    pairs = []
+    for index in range(0, len(layers), 2):
+        first = layers[index]
+        if index + 1 >= len(layers):
+            fail(index, first, "it has no linear layer after it")
+        second = layers[index + 1]
+        if isinstance(first, ActivatedLayer):
+            kind = "activated"
+        elif isinstance(first, tf_keras.layers.Dense) and first.activation is tf_keras.activations.softplus:
+            kind = "softplus"
+        else:
+            fail(index, first, "expected an ActivatedLayer or a Dense layer with softplus activation")
+        if not isinstance(second, tf_keras.layers.Dense):
+            fail(index + 1, second, "expected a Dense layer")
+        if second.use_bias:
+            fail(index + 1, second, "the linear layer has a bias, which a zero-mean GP layer cannot represent")
+        if second.activation is not tf_keras.activations.linear:
+            fail(index + 1, second, "the linear layer has an activation")
+        pairs.append((kind, first, second))
+    return pairs
+
+
+def dgp_from_keras(
+    network: tf_keras.Model,
+    num_data: int,
+    *,
+    X=None,
+    likelihood: Union[str, gpflow.likelihoods.Likelihood] = "gaussian",
+    whiten: bool = True,
+    kernel_variance: float = 1.0,
+    noise_variance: float = 0.01,
+    q_sqrt_scale: float = 1e-5,
+    truncation_level: int = 20,
+    ridge: float = 1e-8,
+) -> Conversion:
+    """An activated DeepGP whose mean propagation is the network's forward pass.
+
+    :param network: a twin from :func:`build_activated_nn` (exact conversion), or a plain
+        low-rank network [Dense(M, softplus), Dense(P, use_bias=False)] × L (approximate: each
+        W_m = [kernel column, bias], and the zonal Softplus log(1 + e^(3t)) replaces softplus; with
+        data ``X`` the V_ℓ are refitted layer by layer by ridge regression onto the network's own
+        layer outputs, and the remaining mismatch is reported).
+    :param X: inputs on which to report the forward-pass mismatch (and fit the approximate case).
+    :param likelihood: as in :func:`build_activated_dgp`; the last Dense layer's width must match it.
+    :param truncation_level: Ñ for converted plain networks (a twin keeps its own).
+    """
+    pairs = _pairs(network)
+    output_dim = pairs[-1][2].units
+    likelihood, latent = make_likelihood(likelihood, output_dim, noise_variance)
+    if latent != output_dim:
+        raise ValueError(f"the network has {output_dim} outputs but the likelihood needs {latent}")
+    exact = all(kind == "activated" for kind, _, _ in pairs)
+    layers = []
+    hidden_dgp = None if X is None else tf.convert_to_tensor(X, dtype=gpflow.default_float())
+    hidden_net = hidden_dgp
+    for index, (kind, first, second) in enumerate(pairs):
+        V = second.kernel.numpy().astype(np.float64)
+        if kind == "activated":
+            W = first.feature.W.numpy()
+            options = dict(
+                activation=first.activation,
+                truncation_level=first.truncation_level,
+                lengthscales=first.kernel.lengthscales.numpy(),
+            )
+        else:
+            kernel, bias = first.kernel.numpy(), first.bias.numpy() if first.use_bias else 0.0
+            W = np.concatenate([kernel.T, np.reshape(bias, (-1, 1)) * np.ones((kernel.shape[1], 1))], axis=1)
+            options = dict(activation="softplus", truncation_level=truncation_level)
+        layer = activated_gp_layer(
+            W,
+            V.shape[1],
+            num_data,
+            kernel_variance=kernel_variance,
+            whiten=whiten,
+            q_sqrt_scale=q_sqrt_scale,
+            name=f"activated_gp_{index}",
+            **options,
+        )
+        if kind == "softplus" and hidden_dgp is not None:
+            target = second(first(hidden_net)).numpy()
+            features = tf.transpose(gpflow.covariances.Kuf(layer.inducing_variable.inducing_variable, layer.kernel.kernel, hidden_dgp)).numpy()
+            gram = features.T @ features + ridge * np.trace(features.T @ features) / features.shape[1] * np.eye(features.shape[1])
+            V = np.linalg.solve(gram, features.T @ target)
+        set_posterior_mean_weights(layer, V)
+        if hidden_dgp is not None:
+            hidden_net = second(first(hidden_net))
+            hidden_dgp, _ = layer.predict(hidden_dgp, full_cov=False)
+        layers.append(layer)
+    dgp = gpflux.models.DeepGP(layers, gpflux.layers.LikelihoodLayer(likelihood), num_data=num_data)
+    result = Conversion(dgp, exact)
+    if X is not None:
+        difference = propagate_means(dgp, X)[-1].numpy() - network(np.asarray(X, dtype=np.float64)).numpy()
+        result.max_abs_mismatch = float(np.max(np.abs(difference)))
+        result.rms_mismatch = float(np.sqrt(np.mean(difference**2)))
+    return result

@@ -1,0 +1,143 @@
+"""The network twin of an activated DGP: a tf-keras layer computing Kuf's basis functions, and the
+low-rank network of Fig. 1b built from it (Dutordoir et al., 2021, Sec. 5.1).
+
+An activated GP layer's posterior mean is μ(x) = Kfu Kuu⁻¹ μ_u = Φ(x) B, with Φ(x) = Kuf(x)ᵀ the
+activated basis functions g̃_m(x̃) and B = Kuu⁻¹ μ_u. The twin is the same Φ followed by a linear
+map V without bias; setting B = V makes the DGP's mean propagation equal the network's forward pass.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional, Sequence, Union
+
+import gpflow
+import numpy as np
+import tensorflow as tf
+import tf_keras
+
+from .inducing_variables import ActivationFeature
+from .kernels import ZonalArcCosine
+from .spectra import Activation, resolve_activation
+
+__all__ = ["ActivatedLayer", "build_activated_nn", "initial_directions"]
+
+
+def initial_directions(num_units: int, input_dim: int, rng: np.random.Generator) -> np.ndarray:
+    """W [M, D+1] with rows ~ N(0, I/(D+1)) (Glorot-like scale; zero rows have probability 0)."""
+    return rng.normal(size=(num_units, input_dim + 1)) / np.sqrt(input_dim + 1.0)
+
+
+@tf_keras.utils.register_keras_serializable(package="activated_dgp")
+class ActivatedLayer(tf_keras.layers.Layer):
+    """Φ(x) = [g̃_1(x̃), …, g̃_M(x̃)], [N, D] → [N, M]: exactly ``Kuf(ActivationFeature, ZonalArcCosine, x)ᵀ``.
+
+    g̃_m(x̃) = ‖w_m‖ ‖x̃‖ Σ_(n<Ñ, λ_n≠0) σ_n N_n^d Ĉ_n(ŵ_m·x̂), x̃ = [x, 1]/ℓ (eq. 10, 11, 14). The
+    layer holds an :class:`ActivationFeature` (trainable W) and a ZonalArcCosine whose
+    hyper-parameters are frozen (Kuf does not depend on the variance; ℓ only rescales x̃, which
+    W can absorb), and calls the registered Kuf, so the twin cannot drift from the GP layer.
+    """
+
+    def __init__(
+        self,
+        units: int,
+        activation: Union[str, Activation, Callable] = "softplus",
+        truncation_level: int = 20,
+        lengthscales=1.0,
+        initial_W: Optional[np.ndarray] = None,
+        seed: Optional[int] = None,
+        **kwargs,
+    ):
+        kwargs.setdefault("dtype", gpflow.default_float())
+        super().__init__(**kwargs)
+        if int(units) != units or units < 1:
+            raise ValueError(f"units must be a positive integer, got {units!r}")
+        self.units = int(units)
+        self.activation = resolve_activation(activation)
+        self.truncation_level = int(truncation_level)
+        self.lengthscales = lengthscales
+        self.initial_W = None if initial_W is None else np.asarray(initial_W, dtype=np.float64)
+        self.seed = seed
+
+    def build(self, input_shape):
+        input_dim = int(input_shape[-1])
+        W = self.initial_W
+        if W is None:
+            W = initial_directions(self.units, input_dim, np.random.default_rng(self.seed))
+        if W.shape != (self.units, input_dim + 1):
+            raise ValueError(f"initial_W must be [{self.units}, {input_dim + 1}], got {W.shape}")
+        self.kernel = ZonalArcCosine(input_dim, self.truncation_level, lengthscales=self.lengthscales)
+        gpflow.set_trainable(self.kernel, False)
+        self.feature = ActivationFeature(W, self.activation, self.truncation_level)
+        super().build(input_shape)
+
+    def call(self, inputs):
+        return tf.transpose(gpflow.covariances.Kuf(self.feature, self.kernel, inputs))
+
+    def get_config(self):
+        if self.activation.name not in ("relu", "softplus", "swish"):
+            raise ValueError(f"cannot serialise the custom activation {self.activation.name!r}; use a registered name")
+        config = super().get_config()
+        config.update(
+            units=self.units,
+            activation=self.activation.name,
+            truncation_level=self.truncation_level,
+            lengthscales=np.asarray(self.lengthscales, dtype=np.float64).tolist(),
+        )
+        return config
+
+
+def build_activated_nn(
+    input_dim: int,
+    *,
+    num_layers: int = 3,
+    num_units: Union[int, Sequence[int]] = 128,
+    layer_widths: Optional[Sequence[int]] = None,
+    output_dim: int = 1,
+    activation: Union[str, Activation, Callable] = "softplus",
+    truncation_level: int = 20,
+    seed: Optional[int] = None,
+) -> tf_keras.Sequential:
+    """The low-rank network of Fig. 1b: [ActivatedLayer(M_ℓ), Dense(P_ℓ, no bias)] × L, float64.
+
+    :param num_units: M_ℓ, the activated units (= inducing variables) per layer.
+    :param layer_widths: P_ℓ, the narrow (bottleneck) widths of layers 1..L−1; default input_dim.
+    :param output_dim: width of the last linear map (regression targets, 1 logit, or class logits).
+    The output has no final non-linearity: train it on MSE or on cross-entropy from logits.
+    """
+    units, widths = _layer_sizes(input_dim, num_layers, num_units, layer_widths, output_dim)
+    rng = np.random.default_rng(seed)
+    layers = [tf_keras.Input(shape=(input_dim,), dtype=gpflow.default_float())]
+    for index, (num, width) in enumerate(zip(units, widths)):
+        layers.append(
+            ActivatedLayer(
+                num, activation, truncation_level, seed=int(rng.integers(2**31)), name=f"activated_{index}"
+            )
+        )
+        layers.append(
+            tf_keras.layers.Dense(
+                width,
+                use_bias=False,
+                dtype=gpflow.default_float(),
+                kernel_initializer=tf_keras.initializers.GlorotNormal(seed=int(rng.integers(2**31))),
+                name=f"linear_{index}",
+            )
+        )
+    return tf_keras.Sequential(layers, name="activated_nn")
+
+
+def _layer_sizes(input_dim, num_layers, num_units, layer_widths, output_dim):
+    """(M_ℓ, P_ℓ) for ℓ = 1..L, validated: shared by the network and the DGP builders."""
+    if int(num_layers) != num_layers or num_layers < 1:
+        raise ValueError(f"num_layers must be a positive integer, got {num_layers!r}")
+    units = [int(num_units)] * num_layers if np.ndim(num_units) == 0 else [int(m) for m in num_units]
+    if layer_widths is None:
+        layer_widths = [input_dim] * (num_layers - 1)
+    widths = [int(p) for p in layer_widths] + [int(output_dim)]
+    if len(units) != num_layers or len(widths) != num_layers:
+        raise ValueError(
+            f"{num_layers} layers need {num_layers} num_units and {num_layers - 1} layer_widths, "
+            f"got {len(units)} and {len(widths) - 1}"
+        )
+    if min(units) < 1 or min(widths) < 1:
+        raise ValueError(f"unit counts and widths must be ≥ 1, got {units} and {widths}")
+    return units, widths
