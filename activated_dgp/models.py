@@ -14,9 +14,26 @@ from .kernels import ZonalArcCosine
 from .nn import _layer_sizes, initial_directions
 from .spectra import Activation
 
-__all__ = ["build_activated_dgp", "activated_gp_layer", "make_likelihood", "LIKELIHOODS"]
+__all__ = ["build_activated_dgp", "activated_gp_layer", "make_likelihood", "LIKELIHOODS", "MonteCarloSoftmax"]
 
 LIKELIHOODS = ("gaussian", "bernoulli", "softmax", "robustmax")
+
+
+class MonteCarloSoftmax(gpflow.likelihoods.Softmax):
+    """GPflow's Softmax likelihood, usable with X = None.
+
+    gpflux's LikelihoodLayer calls the likelihood with X = None, and GPflow's Monte Carlo
+    quadrature tiles every keyword argument, failing on None. Softmax ignores X, so a placeholder
+    column of zeros stands in for it; the Monte Carlo estimates are GPflow's own. Labels arrive
+    as float64 (gpflux's targets) and are cast to integers.
+    """
+
+    def _log_prob(self, X, F, Y):
+        return super()._log_prob(X, F, tf.cast(Y, tf.int64))
+
+    def _mc_quadrature(self, funcs, Fmu, Fvar, logspace=False, epsilon=None, **Ys):
+        Ys = {name: tf.zeros_like(Fmu[..., :1]) if value is None else value for name, value in Ys.items()}
+        return super()._mc_quadrature(funcs, Fmu, Fvar, logspace=logspace, epsilon=epsilon, **Ys)
 
 
 def make_likelihood(likelihood: Union[str, gpflow.likelihoods.Likelihood], output_dim: int, noise_variance: float = 0.01):
@@ -37,7 +54,7 @@ def make_likelihood(likelihood: Union[str, gpflow.likelihoods.Likelihood], outpu
         if output_dim < 2:
             raise ValueError(f"a {name} likelihood needs output_dim = number of classes ≥ 2, got {output_dim}")
         if name == "softmax":
-            return gpflow.likelihoods.Softmax(int(output_dim)), int(output_dim)
+            return MonteCarloSoftmax(int(output_dim)), int(output_dim)
         return gpflow.likelihoods.MultiClass(int(output_dim)), int(output_dim)
     raise ValueError(f"unknown likelihood {likelihood!r}; choose one of {LIKELIHOODS} or pass a gpflow likelihood")
 

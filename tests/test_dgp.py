@@ -1,0 +1,180 @@
+"""Activated DGPs in GPflux, their network twin, the converter, two-stage training, prediction and saving."""
+
+import subprocess
+import sys
+import textwrap
+
+import gpflow
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras
+
+from activated_dgp import (
+    TrainingSchedule,
+    build_activated_dgp,
+    build_activated_nn,
+    dgp_from_keras,
+    layer_moments,
+    load_dgp,
+    load_network,
+    predict_class_probabilities,
+    predict_y,
+    predictive_log_density,
+    propagate_means,
+    save_dgp,
+    save_network,
+    train_dgp,
+    train_network,
+    train_two_stage,
+)
+
+
+@pytest.mark.parametrize("activation", ["relu", "softplus"])
+@pytest.mark.parametrize("whiten", [True, False])
+@pytest.mark.parametrize("num_layers", [1, 3])
+def test_twin_forward_pass_equals_dgp_mean_propagation(activation, whiten, num_layers, rng):
+    network = build_activated_nn(3, num_layers=num_layers, num_units=24, output_dim=2, activation=activation, seed=3)
+    # train a little so that W and V are not at their initial values
+    X = rng.normal(size=(128, 3))
+    train_network(network, X, np.sin(X[:, :2]), schedule=TrainingSchedule(epochs=2, batch_size=64))
+    conversion = dgp_from_keras(network, num_data=128, whiten=whiten)
+    X_new = rng.normal(size=(50, 3)) * 3.0  # "any input": also far from the training data
+    twin = network(X_new).numpy()
+    dgp = propagate_means(conversion.dgp, X_new)[-1].numpy()
+    assert conversion.exact
+    np.testing.assert_allclose(dgp, twin, rtol=0, atol=1e-8 * max(1.0, np.abs(twin).max()))
+
+
+def test_activated_layer_is_the_relu_network_for_large_truncation(rng):
+    """Independent truth: with ReLU features the twin's hidden layer tends to max(0, W x̃) (Sec. 4.1)."""
+    network = build_activated_nn(2, num_layers=1, num_units=8, activation="relu", truncation_level=80, seed=0)
+    X = rng.normal(size=(30, 2))
+    hidden = network.layers[0](X).numpy()
+    W = network.layers[0].feature.W.numpy()
+    reference = np.maximum(0.0, np.concatenate([X, np.ones((30, 1))], 1) @ W.T)
+    assert np.max(np.abs(hidden - reference)) < 0.03 * np.abs(reference).max()
+
+
+def test_converted_dgp_elbo_improves_and_variances_are_positive(rng):
+    X = rng.uniform(-2, 2, size=(256, 2))
+    Y = np.sin(2 * X[:, :1]) * np.cos(X[:, 1:]) + 0.05 * rng.normal(size=(256, 1))
+    result = train_two_stage(
+        X, Y, num_layers=2, num_units=32,
+        network_schedule=TrainingSchedule(epochs=30), dgp_schedule=TrainingSchedule(epochs=15), seed=0,
+    )
+    assert result.conversion_mismatch < 1e-8
+    losses = result.dgp_history["loss"]
+    assert losses[-1] < losses[0], losses  # loss = −ELBO per data point
+    X_test = rng.uniform(-6, 6, size=(200, 2))
+    mean, var = predict_y(result.dgp, X_test, num_samples=20, seed=1)
+    assert np.all(var > 0) and np.all(np.isfinite(mean))
+    for m, v in layer_moments(result.dgp, X_test, num_samples=20, seed=1):
+        assert np.all(v > 0)
+    nlpd = -predictive_log_density(result.dgp, X, Y, num_samples=20, seed=1).mean()
+    assert np.isfinite(nlpd)
+
+
+@pytest.mark.parametrize("likelihood,num_classes", [("bernoulli", 2), ("softmax", 3), ("robustmax", 3)])
+def test_classification_likelihoods(likelihood, num_classes, rng):
+    X = rng.normal(size=(120, 2))
+    labels = (np.arctan2(X[:, 1], X[:, 0]) + np.pi) * num_classes // (2 * np.pi + 1e-9)
+    Y = labels[:, None].astype(np.float64)
+    output_dim = 1 if likelihood == "bernoulli" else num_classes
+    dgp = build_activated_dgp(2, 120, num_layers=2, num_units=16, output_dim=output_dim, likelihood=likelihood, seed=0)
+    history = train_dgp(dgp, X, Y, TrainingSchedule(epochs=2, batch_size=60))
+    assert np.all(np.isfinite(history["loss"]))
+    probabilities = predict_class_probabilities(dgp, X[:10], num_samples=5, seed=0)
+    assert probabilities.shape == (10, output_dim)
+    assert np.all((probabilities >= 0) & (probabilities <= 1))
+    if output_dim > 1:
+        np.testing.assert_allclose(probabilities.sum(1), 1.0, atol=1e-4)  # robust-max: quadrature error ~1e-6
+
+
+def test_save_and_load_in_a_fresh_process(tmp_path, rng):
+    X = rng.normal(size=(64, 3))
+    Y = np.cos(X[:, :1])
+    network = build_activated_nn(3, num_layers=2, num_units=12, seed=0)
+    train_network(network, X, Y, schedule=TrainingSchedule(epochs=2, batch_size=32))
+    dgp = dgp_from_keras(network, 64, whiten=False).dgp
+    train_dgp(dgp, X, Y, TrainingSchedule(epochs=2, batch_size=32))
+    save_dgp(dgp, tmp_path / "dgp")
+    save_network(network, tmp_path / "net")
+    X_new = rng.normal(size=(7, 3))
+    np.save(tmp_path / "x.npy", X_new)
+
+    def layerwise(model, inputs):
+        out, hidden = [], inputs
+        for layer in model.f_layers:
+            mean, var = layer.predict(hidden, full_cov=False)
+            out += [mean.numpy(), var.numpy()]
+            hidden = mean
+        return np.concatenate([o.ravel() for o in out])
+
+    script = textwrap.dedent(
+        f"""
+        import numpy as np
+        from activated_dgp import load_dgp, load_network, predictive_log_density
+        X = np.load(r"{tmp_path / 'x.npy'}")
+        dgp, net = load_dgp(r"{tmp_path / 'dgp'}"), load_network(r"{tmp_path / 'net'}")
+        out, hidden = [], X
+        for layer in dgp.f_layers:
+            mean, var = layer.predict(hidden, full_cov=False)
+            out += [mean.numpy().ravel(), var.numpy().ravel()]
+            hidden = mean
+        np.save(r"{tmp_path / 'dgp_out.npy'}", np.concatenate(out))
+        np.save(r"{tmp_path / 'net_out.npy'}", net(X).numpy())
+        np.save(r"{tmp_path / 'lpd.npy'}", predictive_log_density(dgp, X, np.zeros((7, 1)), num_samples=4, seed=5))
+        """
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, env={"TF_CPP_MIN_LOG_LEVEL": "3", **__import__("os").environ})
+    np.testing.assert_array_equal(np.load(tmp_path / "dgp_out.npy"), layerwise(dgp, X_new))
+    np.testing.assert_array_equal(np.load(tmp_path / "net_out.npy"), network(X_new).numpy())
+    np.testing.assert_allclose(np.load(tmp_path / "lpd.npy"), predictive_log_density(dgp, X_new, np.zeros((7, 1)), num_samples=4, seed=5), rtol=1e-12)
+
+
+def test_load_rejects_missing_and_corrupt_files(tmp_path):
+    with pytest.raises(ValueError, match="missing"):
+        load_dgp(tmp_path)
+    (tmp_path / "config.json").write_text("{not json")
+    (tmp_path / "parameters.npz").write_bytes(b"garbage")
+    with pytest.raises(ValueError, match="corrupt"):
+        load_dgp(tmp_path)
+
+
+def test_plain_softplus_network_converts_approximately_and_reports_mismatch(rng):
+    X = rng.normal(size=(200, 2))
+    plain = tf_keras.Sequential([
+        tf_keras.Input((2,), dtype="float64"),
+        tf_keras.layers.Dense(32, "softplus", dtype="float64"),
+        tf_keras.layers.Dense(2, use_bias=False, dtype="float64"),
+        tf_keras.layers.Dense(32, "softplus", dtype="float64"),
+        tf_keras.layers.Dense(1, use_bias=False, dtype="float64"),
+    ])
+    conversion = dgp_from_keras(plain, 200, X=X)
+    scale = np.abs(plain(X).numpy()).max()
+    assert not conversion.exact
+    assert 0 < conversion.rms_mismatch < 0.2 * scale, (conversion.rms_mismatch, scale)
+    without_data = dgp_from_keras(plain, 200)
+    assert without_data.max_abs_mismatch is None
+
+
+def test_converter_names_the_layer_it_cannot_map():
+    network = tf_keras.Sequential([
+        tf_keras.Input((2,), dtype="float64"),
+        tf_keras.layers.Dense(16, "tanh", dtype="float64", name="hidden_tanh"),
+        tf_keras.layers.Dense(1, use_bias=False, dtype="float64"),
+    ])
+    with pytest.raises(ValueError, match="layer 0 'hidden_tanh'"):
+        dgp_from_keras(network, 10)
+    biased = tf_keras.Sequential([
+        tf_keras.Input((2,), dtype="float64"),
+        tf_keras.layers.Dense(16, "softplus", dtype="float64"),
+        tf_keras.layers.Dense(1, dtype="float64", name="with_bias"),
+    ])
+    with pytest.raises(ValueError, match="layer 1 'with_bias'.*bias"):
+        dgp_from_keras(biased, 10)
+    with pytest.raises(ValueError, match="unknown likelihood"):
+        build_activated_dgp(2, 10, likelihood="poisson-ish")
+    with pytest.raises(ValueError, match="NaN or inf in rows"):
+        train_dgp(build_activated_dgp(2, 10, num_layers=1, num_units=4), np.full((10, 2), np.nan), np.zeros((10, 1)))
