@@ -1,0 +1,44 @@
+"""The common interface of the eigenfunction approximations (Nyström, NeuralEF, IKA).
+
+Each fits the top-k eigenpairs (μ_j, ψ_j) of a kernel's integral operator under the data
+distribution q, (Kψ)(x) = E_(x'~q)[κ(x, x') ψ(x')] = μ ψ(x), with ψ_j orthonormal in L²(q), and
+exposes
+
+* ``eigenvalues``: μ_1 ≥ … ≥ μ_k, [k];
+* ``__call__(X)``: ψ(X), [N, k];
+* ``features(X)``: √μ ψ(X), [N, k], so that κ(x, x') ≈ features(x) · features(x') (Mercer).
+
+All state lives in ``tf.Variable``s, so ``tf.train.Checkpoint`` saves and restores any of them.
+"""
+
+from __future__ import annotations
+
+import abc
+
+import numpy as np
+import tensorflow as tf
+
+__all__ = ["EigenApproximation"]
+
+
+class EigenApproximation(tf.Module, abc.ABC):
+    def __init__(self, num_eigenpairs: int, name=None):
+        super().__init__(name=name)
+        if int(num_eigenpairs) != num_eigenpairs or num_eigenpairs < 1:
+            raise ValueError(f"num_eigenpairs must be a positive integer, got {num_eigenpairs!r}")
+        self.num_eigenpairs = int(num_eigenpairs)
+        self._eigenvalues = tf.Variable(np.zeros(self.num_eigenpairs), dtype=tf.float64, trainable=False, name="eigenvalues")
+
+    @property
+    def eigenvalues(self) -> tf.Tensor:
+        """μ_1 ≥ … ≥ μ_k, [k]."""
+        return tf.convert_to_tensor(self._eigenvalues)
+
+    @abc.abstractmethod
+    def __call__(self, X) -> tf.Tensor:
+        """ψ(X), [N, k], orthonormal in L²(q)."""
+
+    def features(self, X) -> tf.Tensor:
+        """√μ ψ(X), [N, k] (negative eigenvalue estimates are clipped at zero)."""
+        values = self(X)
+        return values * tf.sqrt(tf.maximum(tf.cast(self.eigenvalues, values.dtype), 0.0))[None, :]
