@@ -10,6 +10,9 @@ from .kernel_sources import (
     nngp_kernel,
     ntk_kernel,
 )
+from .feature_regression import FeatureRidge, KernelRidge, kernel_ridge_regression, ridge_regression
+from .ika import IKA, ActivationBasis, activation_basis, kmeans_filters, random_data_filters
+from .nystrom import Nystrom
 
 __all__ = [
     "EigenApproximation",
@@ -20,4 +23,14 @@ __all__ = [
     "nngp_kernel",
     "ntk_kernel",
     "as_kernel_source",
+    "Nystrom",
+    "IKA",
+    "ActivationBasis",
+    "activation_basis",
+    "random_data_filters",
+    "kmeans_filters",
+    "ridge_regression",
+    "FeatureRidge",
+    "KernelRidge",
+    "kernel_ridge_regression",
 ]

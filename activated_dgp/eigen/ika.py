@@ -1,0 +1,288 @@
+"""IKA, the Independent Kernel Approximator (Ronchetti, Algorithm 1).
+
+The top eigenfunctions of κ's integral operator under q are approximated inside a fixed
+"approximation space" F = span{b_1, …, b_n} of basis functions chosen independently of the kernel.
+Writing f = Σ_i f_i b_i, the Rayleigh quotient is R(f) = ⟨Kf, f⟩ / ⟨f, f⟩ = fᵀ M f / fᵀ P f with
+
+    P_ij = E_q[b_i(x) b_j(x)],          M_ij = E_(x,y ~ q)[κ(x, y) b_i(x) b_j(y)],
+
+so its stationary points are the generalised eigenproblem M f = λ P f (paper eq. 5). From S samples
+y_1..y_S of q, with B_si = b_i(y_s) [S, n] and G = κ(Y, Y) [S, S]:
+
+    P̃ = BᵀB / S,        M̃ = Bᵀ G B / S²,        M̃ f = λ P̃ f.
+
+``scipy.linalg.eigh(M̃, P̃)`` returns eigenvectors with fᵀ P̃ f = 1, i.e. (1/S) Σ_s ψ(y_s)² = 1, so
+ψ_j(x) = B(x) F_(:, j) is orthonormal in L²(samples) and μ_j = λ_j estimates the operator's
+eigenvalue. Algorithm 1 returns √λ_i ψ_i(x), which is ``features(x)`` here.
+
+Basis functions. The paper's basis functions are built from "filters" w_i: filters chosen at random
+among the sampled points (§4.3.1) or produced by (mini-batch) k-means and normalised to unit length
+(§4.3.2); it leaves the nonlinearity open (ReLU and sigmoid activations are named as future work,
+§6). Here the basis is b_i(x) = σ(w_i · x + c_i) (:func:`activation_basis`), with filters from
+:func:`random_data_filters` or :func:`kmeans_filters`; any callable X [N, D] → B [N, n] (NumPy or
+TensorFlow; e.g. zonal activation features) is accepted as well.
+
+State: F [n, k] is a ``tf.Variable`` of unspecified shape created in ``__init__``; an
+:class:`ActivationBasis` is a ``tf.Module`` whose filters and offsets are variables, so
+``tf.train.Checkpoint(model=ika)`` saves it too and restoring into
+``IKA(k, activation_basis(np.zeros((n, D)), same_activation))`` reproduces the predictions. A user
+callable basis is not saved: recreate the same callable (same parameters) and pass it to the new
+``IKA`` before restoring. If the callable is itself a ``tf.Module`` its variables are tracked.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Callable, Optional, Union
+
+import numpy as np
+import scipy.linalg
+import tensorflow as tf
+
+from .base import EigenApproximation
+from .kernel_sources import as_kernel_source
+
+__all__ = ["IKA", "ActivationBasis", "activation_basis", "random_data_filters", "kmeans_filters"]
+
+_CONDITION_LIMIT = 1e10
+
+_ACTIVATIONS = {
+    "relu": tf.nn.relu,
+    "sigmoid": tf.sigmoid,
+    "tanh": tf.tanh,
+    "exp": tf.exp,
+    "cos": tf.cos,
+    "erf": tf.math.erf,
+    "softplus": tf.nn.softplus,
+    "linear": tf.identity,
+}
+
+
+def _as_float64_matrix(X, what: str) -> np.ndarray:
+    X = X.numpy() if isinstance(X, (tf.Tensor, tf.Variable)) else np.asarray(X)
+    if X.dtype.kind not in "biuf":
+        raise ValueError(f"{what} must be numeric, got dtype {X.dtype}")
+    X = X.astype(np.float64)
+    if X.ndim != 2:
+        raise ValueError(f"{what} must be a matrix [N, D], got shape {X.shape}")
+    if not np.all(np.isfinite(X)):
+        raise ValueError(f"{what} contain NaN or inf")
+    return X
+
+
+def _normalise_rows(W: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(W, axis=1, keepdims=True)
+    if np.any(norms == 0):
+        raise ValueError("cannot normalise a zero filter to unit length")
+    return W / norms
+
+
+def random_data_filters(X, n: int, seed: int = 0, normalise: bool = False) -> np.ndarray:
+    """n filters chosen at random (without replacement) among the data points X [N, D] (IKA §4.3.1).
+
+    :param normalise: scale each filter to unit length (the paper's patches already are).
+    :returns: W [n, D], float64.
+    """
+    X = _as_float64_matrix(X, "the inputs")
+    n = int(n)
+    if n < 1 or n > X.shape[0]:
+        raise ValueError(f"cannot choose n = {n} filters among N = {X.shape[0]} points")
+    rows = np.random.default_rng(seed).choice(X.shape[0], size=n, replace=False)
+    W = X[rows].copy()
+    return _normalise_rows(W) if normalise else W
+
+
+def kmeans_filters(X, n: int, seed: int = 0, iterations: int = 25, normalise: bool = False) -> np.ndarray:
+    """n filters = k-means centroids of X [N, D] (Lloyd's algorithm, k-means++ seeding; IKA §4.3.2).
+
+    Empty clusters are re-seeded with the point farthest from its centroid. The paper normalises
+    the centroids to unit length (its data are unit-norm patches): ``normalise=True``.
+
+    :returns: W [n, D], float64.
+    """
+    X = _as_float64_matrix(X, "the inputs")
+    N = X.shape[0]
+    n = int(n)
+    if n < 1 or n > N:
+        raise ValueError(f"cannot make n = {n} k-means filters from N = {N} points")
+    if int(iterations) < 0:
+        raise ValueError(f"iterations must be ≥ 0, got {iterations}")
+    rng = np.random.default_rng(seed)
+    squared_norms = np.einsum("nd,nd->n", X, X)
+
+    def squared_distances(C):
+        return np.maximum(squared_norms[:, None] - 2.0 * X @ C.T + np.einsum("kd,kd->k", C, C)[None, :], 0.0)
+
+    # k-means++ seeding
+    centroids = np.empty((n, X.shape[1]))
+    centroids[0] = X[rng.integers(N)]
+    closest = squared_distances(centroids[:1])[:, 0]
+    for i in range(1, n):
+        total = closest.sum()
+        index = rng.choice(N, p=closest / total) if total > 0 else rng.integers(N)
+        centroids[i] = X[index]
+        closest = np.minimum(closest, squared_distances(centroids[i : i + 1])[:, 0])
+    for _ in range(int(iterations)):
+        distances = squared_distances(centroids)
+        assignment = np.argmin(distances, axis=1)
+        counts = np.bincount(assignment, minlength=n)
+        sums = np.zeros_like(centroids)
+        np.add.at(sums, assignment, X)
+        new = np.where(counts[:, None] > 0, sums / np.maximum(counts, 1)[:, None], centroids)
+        empty = np.flatnonzero(counts == 0)
+        if empty.size:
+            farthest = np.argsort(distances[np.arange(N), assignment])[::-1][: empty.size]
+            new[empty] = X[farthest]
+        if np.allclose(new, centroids, rtol=0.0, atol=1e-12):
+            centroids = new
+            break
+        centroids = new
+    return _normalise_rows(centroids) if normalise else centroids
+
+
+class ActivationBasis(tf.Module):
+    """b_i(x) = σ(w_i · x + c_i): [N, D] → [N, n], with W [n, D] and c [n] in ``tf.Variable``s.
+
+    :param activation: a name in ``relu, sigmoid, tanh, exp, cos, erf, softplus, linear`` (saved
+        with the object's construction, so a checkpoint restores into the same name) or a callable
+        on tensors (must be given again on restore).
+    """
+
+    def __init__(self, filters, activation: Union[str, Callable] = "relu", offsets=None, name: Optional[str] = None):
+        super().__init__(name=name)
+        W = _as_float64_matrix(filters, "the filters")
+        if isinstance(activation, str):
+            if activation not in _ACTIVATIONS:
+                raise ValueError(f"unknown activation {activation!r}; use one of {sorted(_ACTIVATIONS)} or a callable")
+            self._activation = _ACTIVATIONS[activation]
+        elif callable(activation):
+            self._activation = activation
+        else:
+            raise ValueError(f"activation must be a name or a callable, got {activation!r}")
+        self.activation = activation
+        c = np.zeros(W.shape[0]) if offsets is None else np.asarray(offsets, dtype=np.float64).reshape(-1)
+        if c.shape != (W.shape[0],):
+            raise ValueError(f"offsets must have one value per filter ({W.shape[0]}), got shape {c.shape}")
+        self.filters = tf.Variable(W, dtype=tf.float64, trainable=False, name="filters")
+        self.offsets = tf.Variable(c, dtype=tf.float64, trainable=False, name="offsets")
+
+    @property
+    def num_basis(self) -> int:
+        return int(self.filters.shape[0])
+
+    def __call__(self, X) -> tf.Tensor:
+        X = tf.convert_to_tensor(X, dtype=tf.float64)
+        return self._activation(tf.matmul(X, self.filters, transpose_b=True) + self.offsets[None, :])
+
+
+def activation_basis(W, activation: Union[str, Callable] = "relu", offsets=None) -> ActivationBasis:
+    """The basis b_i(x) = σ(w_i · x + c_i) for filters W [n, D] (see :class:`ActivationBasis`)."""
+    return ActivationBasis(W, activation, offsets)
+
+
+class IKA(EigenApproximation):
+    """Top-k eigenpairs of κ's integral operator in the span of n basis functions (Algorithm 1).
+
+    :param num_eigenpairs: k ≤ n.
+    :param basis: a callable X [N, D] → B [N, n] (NumPy or TensorFlow), e.g. :func:`activation_basis`.
+    """
+
+    def __init__(self, num_eigenpairs: int, basis: Callable, name: Optional[str] = None):
+        super().__init__(num_eigenpairs, name=name)
+        if not callable(basis):
+            raise ValueError(f"the basis must be callable X [N, D] → B [N, n], got {type(basis).__name__}")
+        self.basis = basis
+        self._weights = tf.Variable(
+            np.zeros((0, self.num_eigenpairs)), dtype=tf.float64, shape=tf.TensorShape(None), trainable=False, name="weights"
+        )
+
+    @property
+    def weights(self) -> tf.Tensor:
+        """F [n, k]: ψ(x) = B(x) F."""
+        return tf.convert_to_tensor(self._weights)
+
+    def _basis_values(self, X, num_rows: int, num_basis: Optional[int] = None) -> tf.Tensor:
+        B = self.basis(X)
+        B = tf.cast(tf.convert_to_tensor(B), tf.float64)
+        if B.shape.rank != 2 or B.shape[0] != num_rows or (num_basis is not None and B.shape[1] != num_basis):
+            expected = f"[{num_rows}, {num_basis if num_basis is not None else 'n'}]"
+            raise ValueError(f"the basis returned shape {tuple(B.shape)}, expected {expected}")
+        return B
+
+    def fit(self, X_samples, kernel) -> "IKA":
+        """Solve M̃ f = λ P̃ f on the samples Y [S, D] (float64) and keep the top k eigenpairs.
+
+        If P̃ is ill-conditioned (condition number > 1e10, or not positive definite) jitter
+        ε = 1e-10 · tr(P̃)/n (enlarged to lift a negative eigenvalue) is added to its diagonal, with a
+        warning: the basis functions are then (nearly) linearly dependent on the samples.
+        Raises ValueError for non-finite samples, a basis output that is not [S, n], n < k, or
+        S < n.
+        """
+        source = as_kernel_source(kernel)
+        X = X_samples.numpy() if isinstance(X_samples, (tf.Tensor, tf.Variable)) else np.asarray(X_samples)
+        if X.dtype.kind not in "biuf":
+            raise ValueError(f"the samples must be numeric, got dtype {X.dtype}")
+        if not np.all(np.isfinite(X.astype(np.float64))):
+            raise ValueError("the samples contain NaN or inf")
+        S = X.shape[0] if X.ndim >= 1 else 0
+        if S == 0:
+            raise ValueError("no samples")
+        B = self._basis_values(X, S).numpy()
+        n = B.shape[1]
+        k = self.num_eigenpairs
+        if k > n:
+            raise ValueError(f"num_eigenpairs k = {k} exceeds the number of basis functions n = {n}")
+        if n > S:
+            raise ValueError(f"n = {n} basis functions need at least as many samples, got S = {S}")
+        if not np.all(np.isfinite(B)):
+            raise ValueError("the basis functions are NaN or inf on the samples")
+        G = np.asarray(source.gram(X), dtype=np.float64)
+        if G.shape != (S, S) or not np.all(np.isfinite(G)):
+            raise ValueError(f"the kernel returned an invalid Gram matrix (shape {G.shape}, finite: {np.all(np.isfinite(G))})")
+        P = B.T @ B / S
+        M = B.T @ (G @ B) / S**2
+        P, M = 0.5 * (P + P.T), 0.5 * (M + M.T)
+        P = self._regularise(P)
+        values, vectors = scipy.linalg.eigh(M, P)  # ascending; vectorsᵀ P vectors = I
+        order = np.argsort(values)[::-1][:k]
+        F = vectors[:, order]
+        signs = np.sign(F[np.argmax(np.abs(F), axis=0), np.arange(k)])
+        F = F * np.where(signs == 0, 1.0, signs)[None, :]
+        self._weights.assign(F)
+        self._eigenvalues.assign(values[order])
+        return self
+
+    @staticmethod
+    def _regularise(P: np.ndarray) -> np.ndarray:
+        n = P.shape[0]
+        eigenvalues = np.linalg.eigvalsh(P)
+        largest = eigenvalues[-1]
+        if largest <= 0:
+            raise ValueError("the basis functions vanish on all samples (P̃ = 0)")
+        condition = largest / eigenvalues[0] if eigenvalues[0] > 0 else np.inf
+        try:
+            np.linalg.cholesky(P)
+            cholesky_ok = True
+        except np.linalg.LinAlgError:
+            cholesky_ok = False
+        if cholesky_ok and condition <= _CONDITION_LIMIT:
+            return P
+        jitter = 1e-10 * np.trace(P) / n
+        jitter = max(jitter, jitter - eigenvalues[0])
+        warnings.warn(
+            f"P̃ = BᵀB/S is ill-conditioned (condition number {condition:.2e}"
+            f"{'' if cholesky_ok else ', Cholesky failed'}): the basis functions are nearly linearly "
+            f"dependent on the samples; adding jitter {jitter:.2e} to its diagonal",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return P + jitter * np.eye(n)
+
+    def __call__(self, X) -> tf.Tensor:
+        """ψ(X) = B(X) F, [N, k]."""
+        if tf.executing_eagerly() and int(tf.size(self._weights)) == 0:
+            raise ValueError("the IKA approximation is not fitted (or restored) yet")
+        if not tf.executing_eagerly():
+            return tf.matmul(tf.cast(self.basis(X), tf.float64), self._weights)
+        B = self._basis_values(X, X.shape[0], int(tf.shape(self._weights)[0]))
+        return tf.matmul(B, self._weights)

@@ -1,0 +1,158 @@
+"""The Nyström method: eigenpairs of a kernel's integral operator from the Gram matrix of N points.
+
+Given landmarks x_1..x_N drawn from q and G = κ(X, X) = U diag(λ) Uᵀ (λ_1 ≥ λ_2 ≥ …), the
+empirical operator (K_N f)(x) = (1/N) Σ_n κ(x, x_n) f(x_n) has
+
+* eigenvalues μ_j = λ_j / N,
+* eigenfunctions at the landmarks ψ_j(x_n) = √N U_nj (so (1/N) Σ_n ψ_i(x_n) ψ_j(x_n) = δ_ij),
+* and, anywhere else, the out-of-sample extension (NeuralEF, eq. 8)
+
+      ψ_j(x) = (1 / (N μ_j)) Σ_n κ(x, x_n) ψ_j(x_n) = κ(x, X) C_(:, j),   C = √N U diag(1/λ),
+
+  which reproduces ψ_j(x_n) = √N U_nj at the landmarks (G C = √N U).
+
+State: the landmarks X [N, D] (for a :class:`PrecomputedGram`, the row indices, stored as float64)
+and the coefficient matrix C [N, k] are ``tf.Variable``s of unspecified shape, created in
+``__init__``; with a GPflow kernel (passed to the constructor or to ``fit``) its parameters are
+tracked too. So ``tf.train.Checkpoint(model=nystrom).write(path)`` followed by
+``tf.train.Checkpoint(model=Nystrom(k, kernel=same_kind_of_kernel)).read(path)`` reproduces the
+predictions; a :class:`PrecomputedGram` or other non-GPflow source is not saved and must be given
+again (``Nystrom(k, kernel=source)``) on restore.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Optional
+
+import gpflow
+import numpy as np
+import tensorflow as tf
+
+from .base import EigenApproximation
+from .kernel_sources import KernelSource, PrecomputedGram, as_kernel_source
+
+__all__ = ["Nystrom"]
+
+# relative size (to λ_max) below which an eigenvalue of G counts as round-off
+_ROUND_OFF = 1e-10
+
+
+def _check_inputs(X, source: KernelSource) -> np.ndarray:
+    """X as a float64 array [N, D] (or [N] indices for a PrecomputedGram), after checking it."""
+    if isinstance(X, tf.Variable):
+        X = X.numpy()
+    X = np.asarray(X.numpy() if isinstance(X, tf.Tensor) else X)
+    if X.dtype.kind not in "biuf":
+        raise ValueError(f"inputs must be numeric, got dtype {X.dtype}")
+    X = X.astype(np.float64)
+    if not np.all(np.isfinite(X)):
+        raise ValueError("the inputs contain NaN or inf")
+    if isinstance(source, PrecomputedGram):
+        X = X.reshape(-1)
+    elif X.ndim != 2:
+        raise ValueError(f"inputs must be a matrix [N, D], got shape {X.shape}")
+    if X.shape[0] == 0:
+        raise ValueError("no inputs")
+    return X
+
+
+class Nystrom(EigenApproximation):
+    """Top-k eigenpairs of κ's integral operator under the empirical distribution of the landmarks.
+
+    :param num_eigenpairs: k ≤ N (checked by ``fit``).
+    :param kernel: optional, anything :func:`as_kernel_source` accepts (a gpflow kernel, a square
+        Gram matrix, a :class:`KernelSource`); may instead be given to ``fit``. Needed here when
+        restoring a checkpoint into a fresh object.
+    """
+
+    def __init__(self, num_eigenpairs: int, kernel=None, name: Optional[str] = None):
+        super().__init__(num_eigenpairs, name=name)
+        self._source: Optional[KernelSource] = None
+        self.kernel = None  # the gpflow kernel, when there is one (tracked: its parameters are saved)
+        if kernel is not None:
+            self._set_kernel(kernel)
+        self._landmarks = tf.Variable(
+            np.zeros((0, 0)), dtype=tf.float64, shape=tf.TensorShape(None), trainable=False, name="landmarks"
+        )
+        self._coefficients = tf.Variable(
+            np.zeros((0, self.num_eigenpairs)), dtype=tf.float64, shape=tf.TensorShape(None), trainable=False, name="coefficients"
+        )
+
+    def _set_kernel(self, kernel):
+        self._source = as_kernel_source(kernel)
+        if isinstance(kernel, gpflow.kernels.Kernel):
+            self.kernel = kernel
+
+    @property
+    def landmarks(self) -> tf.Tensor:
+        """X [N, D] (row indices [N] for a PrecomputedGram)."""
+        return tf.convert_to_tensor(self._landmarks)
+
+    @property
+    def coefficients(self) -> tf.Tensor:
+        """C = √N U diag(1/λ) [N, k], so that ψ(x) = κ(x, X) C."""
+        return tf.convert_to_tensor(self._coefficients)
+
+    def fit(self, X, kernel=None) -> "Nystrom":
+        """Eigendecompose G = κ(X, X) (float64) and store the landmarks and C.
+
+        Raises ValueError for k > N, non-finite inputs or Gram matrix, or no kernel. Warns when G has
+        negative eigenvalues beyond round-off (then κ is not PSD on X) and when one of the top k
+        eigenvalues is numerically zero (its eigenfunction is then set to zero off the landmarks:
+        the extension divides by λ_j).
+        """
+        if kernel is not None:
+            self._set_kernel(kernel)
+        if self._source is None:
+            raise ValueError("no kernel: pass one to fit(X, kernel) or to the constructor")
+        X = _check_inputs(X, self._source)
+        N = X.shape[0]
+        k = self.num_eigenpairs
+        if k > N:
+            raise ValueError(f"num_eigenpairs k = {k} exceeds the number of landmarks N = {N}")
+        G = np.asarray(self._source.gram(X), dtype=np.float64)
+        if G.shape != (N, N):
+            raise ValueError(f"the kernel returned a Gram matrix of shape {G.shape}, expected {(N, N)}")
+        if not np.all(np.isfinite(G)):
+            raise ValueError("the Gram matrix contains NaN or inf")
+        G = 0.5 * (G + G.T)
+        eigenvalues, U = np.linalg.eigh(G)  # ascending
+        scale = max(np.abs(eigenvalues).max(), np.finfo(np.float64).tiny)
+        tolerance = _ROUND_OFF * scale * max(1.0, np.sqrt(N))
+        if eigenvalues[0] < -tolerance:
+            warnings.warn(
+                f"the Gram matrix is not positive semi-definite beyond round-off: smallest eigenvalue "
+                f"{eigenvalues[0]:.3e} (largest {eigenvalues[-1]:.3e}); is the kernel PSD?",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        top = np.argsort(eigenvalues)[::-1][:k]
+        lam, U = eigenvalues[top], U[:, top]
+        # fix the sign of each eigenvector (largest-magnitude entry positive) for reproducibility
+        signs = np.sign(U[np.argmax(np.abs(U), axis=0), np.arange(k)])
+        U = U * np.where(signs == 0, 1.0, signs)[None, :]
+        small = lam <= tolerance
+        if np.any(small):
+            warnings.warn(
+                f"{int(small.sum())} of the top {k} Gram eigenvalues are numerically zero "
+                f"(≤ {tolerance:.1e}); their eigenfunctions are set to zero outside the landmarks "
+                f"and their eigenvalues to 0. Use a smaller num_eigenpairs.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        inverse = np.where(small, 0.0, 1.0 / np.where(small, 1.0, lam))
+        self._landmarks.assign(X)
+        self._coefficients.assign(np.sqrt(N) * U * inverse[None, :])
+        self._eigenvalues.assign(np.where(small, 0.0, lam) / N)
+        return self
+
+    def __call__(self, X) -> tf.Tensor:
+        """ψ(X) = κ(X, landmarks) C, [M, k]."""
+        if self._source is None:
+            raise ValueError("no kernel: fit the model, or pass the kernel to the constructor before restoring")
+        if isinstance(self._source, PrecomputedGram):
+            K = self._source.gram(_check_inputs(X, self._source), self._landmarks.numpy())
+        else:
+            K = self._source.gram(tf.convert_to_tensor(X, dtype=tf.float64), self._landmarks)
+        return tf.matmul(tf.cast(K, tf.float64), self._coefficients)
