@@ -1,0 +1,75 @@
+"""Resumable result records for the experiment runners: one JSON line per finished cell.
+
+A *cell* is one unit of work identified by a key (e.g. dataset, method, split). A record is appended to a
+JSON-lines file only once the cell has finished, with a single ``write`` of one line followed by
+``flush``/``fsync``, so an interrupted run leaves either the whole record or nothing. A torn last line (the
+process killed mid-write) is ignored on reading and overwritten cleanly on the next append. Runners ask
+:meth:`ResultStore.done` before starting a cell, so a resumed run neither repeats nor duplicates finished cells.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Dict, Iterable, List, Sequence, Tuple
+
+
+class ResultStore:
+    def __init__(self, path, key_fields: Sequence[str]):
+        self.path = Path(path)
+        self.key_fields = tuple(key_fields)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    def key(self, record: Dict) -> Tuple:
+        missing = [field for field in self.key_fields if field not in record]
+        if missing:
+            raise ValueError(f"record lacks key fields {missing}: {record!r}")
+        return tuple(record[field] for field in self.key_fields)
+
+    def records(self) -> List[Dict]:
+        """All complete records, the first one per key (duplicates cannot arise through :meth:`append`)."""
+        if not self.path.exists():
+            return []
+        seen, records = set(), []
+        for line in self.path.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a torn line from an interrupted write
+            key = self.key(record)
+            if key not in seen:
+                seen.add(key)
+                records.append(record)
+        return records
+
+    def done(self, **key) -> bool:
+        wanted = tuple(key[field] for field in self.key_fields)
+        return any(self.key(record) == wanted for record in self.records())
+
+    def append(self, record: Dict) -> None:
+        """Append one finished cell's record atomically (one line, flushed and fsynced)."""
+        key = self.key(record)
+        if any(self.key(existing) == key for existing in self.records()):
+            raise ValueError(f"a record for {key} already exists in {self.path}")
+        line = json.dumps(record, sort_keys=True) + "\n"
+        self._drop_torn_tail()
+        with open(self.path, "a") as handle:
+            handle.write(line)
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def _drop_torn_tail(self) -> None:
+        if not self.path.exists():
+            return
+        data = self.path.read_bytes()
+        if data and not data.endswith(b"\n"):
+            cut = data.rfind(b"\n") + 1
+            with open(self.path, "r+b") as handle:
+                handle.truncate(cut)
+
+
+def pending(store: ResultStore, cells: Iterable[Dict]) -> List[Dict]:
+    """The cells (dicts holding the key fields) that have no record yet, in order."""
+    finished = {store.key(record) for record in store.records()}
+    return [cell for cell in cells if store.key(cell) not in finished]
