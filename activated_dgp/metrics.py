@@ -1,0 +1,92 @@
+"""Scores of predictive distributions, shared by the experiment runners.
+
+Classification (Sec. 5.3, Fig. 8; Ovadia et al., 2019 [53]) — every function takes the predictive class
+probabilities ``probabilities`` [N, C] (rows summing to 1) and integer ``labels`` [N]:
+
+* :func:`accuracy` — mean of 1[argmax_c p_ic = y_i].
+* :func:`classification_log_likelihood` — the test log-likelihood (TLL), (1/N) Σ_i log p_(i, y_i).
+* :func:`expected_calibration_error` — ECE = Σ_b (|B_b| / N) |acc(B_b) − conf(B_b)| over equal-width
+  confidence bins (Guo et al., 2017, eq. 3; 15 bins by default), confidence = max_c p_ic.
+* :func:`predictive_entropy` — H[p_i] = −Σ_c p_ic log p_ic (nats), per point.
+"""
+
+from __future__ import annotations
+
+from typing import Tuple
+
+import numpy as np
+
+__all__ = [
+    "accuracy",
+    "classification_log_likelihood",
+    "expected_calibration_error",
+    "predictive_entropy",
+    "classification_metrics",
+]
+
+# Probabilities are floored here before taking logs, so that a (numerically) zero probability of the
+# true class gives a large finite penalty, log(1e-300) ≈ −690.8, rather than −inf.
+_TINY = 1e-300
+
+
+def _check(probabilities, labels=None) -> Tuple[np.ndarray, np.ndarray]:
+    p = np.asarray(probabilities, dtype=np.float64)
+    if p.ndim != 2 or p.shape[1] < 2:
+        raise ValueError(f"probabilities must be [N, C] with C ≥ 2 classes, got shape {p.shape}")
+    if not np.all(np.isfinite(p)):
+        raise ValueError("probabilities contain NaN or inf")
+    if np.any(p < -1e-12) or np.any(np.abs(p.sum(1) - 1.0) > 1e-6):
+        raise ValueError("probabilities must be non-negative with rows summing to 1 (within 1e-6)")
+    if labels is None:
+        return p, None
+    y = np.asarray(labels)
+    if y.ndim == 2 and y.shape[1] == 1:
+        y = y[:, 0]
+    if y.shape != (p.shape[0],):
+        raise ValueError(f"labels must be [N] = [{p.shape[0]}], got shape {y.shape}")
+    if not np.all(y == np.round(y)) or y.min(initial=0) < 0 or y.max(initial=0) >= p.shape[1]:
+        raise ValueError(f"labels must be integers in 0..{p.shape[1] - 1}")
+    return p, y.astype(np.int64)
+
+
+def accuracy(probabilities, labels) -> float:
+    p, y = _check(probabilities, labels)
+    return float(np.mean(np.argmax(p, 1) == y))
+
+
+def classification_log_likelihood(probabilities, labels) -> float:
+    """(1/N) Σ_i log p(y_i | x_i), the test log-likelihood (higher is better; −TLL is the NLPD)."""
+    p, y = _check(probabilities, labels)
+    return float(np.mean(np.log(np.maximum(p[np.arange(len(y)), y], _TINY))))
+
+
+def expected_calibration_error(probabilities, labels, num_bins: int = 15) -> float:
+    """ECE with ``num_bins`` equal-width bins of the confidence max_c p_ic over [0, 1].
+
+    Bin b holds the confidences in ((b−1)/B, b/B] (the first bin also holds 0); empty bins add nothing.
+    """
+    if int(num_bins) != num_bins or num_bins < 1:
+        raise ValueError(f"num_bins must be a positive integer, got {num_bins!r}")
+    p, y = _check(probabilities, labels)
+    confidence = p.max(1)
+    correct = (np.argmax(p, 1) == y).astype(np.float64)
+    bins = np.clip(np.ceil(confidence * num_bins).astype(np.int64) - 1, 0, num_bins - 1)
+    gap = np.bincount(bins, weights=correct - confidence, minlength=num_bins)
+    return float(np.sum(np.abs(gap)) / len(y))  # Σ_b |B_b|/N · |mean(correct − conf) in B_b|
+
+
+def predictive_entropy(probabilities) -> np.ndarray:
+    """H[p_i] = −Σ_c p_ic log p_ic in nats, [N] (0 log 0 = 0)."""
+    p, _ = _check(probabilities)
+    safe = np.where(p > 0, p, 1.0)
+    return -np.sum(np.where(p > 0, p * np.log(safe), 0.0), axis=1)
+
+
+def classification_metrics(probabilities, labels, num_bins: int = 15) -> dict:
+    """accuracy, log_likelihood (TLL), ece and entropy (mean predictive entropy) in one dict."""
+    return {
+        "accuracy": accuracy(probabilities, labels),
+        "log_likelihood": classification_log_likelihood(probabilities, labels),
+        "ece": expected_calibration_error(probabilities, labels, num_bins),
+        "entropy": float(np.mean(predictive_entropy(probabilities))),
+    }
