@@ -31,4 +31,37 @@ def resolve_data_dir(data_dir: Optional[Union[str, os.PathLike]] = None, subdire
     return path
 
 
+from .uci import (  # noqa: E402  (uci imports resolve_data_dir from here)
+    EMBEDDED_DATASET,
+    UCI_DATASETS,
+    RegressionDataset,
+    Split,
+    Standardizer,
+    download_uci,
+    load_boston_embedded,
+    load_regression_dataset,
+    load_uci,
+    load_uci_folder,
+    random_splits,
+    uci_folder_name,
+)
+
 __all__ = ["DATA_DIR_VARIABLE", "resolve_data_dir"]
+__all__ += [
+    "EMBEDDED_DATASET",
+    "UCI_DATASETS",
+    "RegressionDataset",
+    "Split",
+    "Standardizer",
+    "download_uci",
+    "load_boston_embedded",
+    "load_regression_dataset",
+    "load_uci",
+    "load_uci_folder",
+    "random_splits",
+    "uci_folder_name",
+]
+
+from .mnist import ImageData, load_mnist, read_idx, rotate_images, rotated_test_sets  # noqa: E402
+
+__all__ += ["ImageData", "load_mnist", "read_idx", "rotate_images", "rotated_test_sets"]
