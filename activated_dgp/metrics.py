@@ -8,6 +8,14 @@ probabilities ``probabilities`` [N, C] (rows summing to 1) and integer ``labels`
 * :func:`expected_calibration_error` — ECE = Σ_b (|B_b| / N) |acc(B_b) − conf(B_b)| over equal-width
   confidence bins (Guo et al., 2017, eq. 3; 15 bins by default), confidence = max_c p_ic.
 * :func:`predictive_entropy` — H[p_i] = −Σ_c p_ic log p_ic (nats), per point.
+
+Regression (Sec. 5.2, Fig. 7, appendix E.1) — predictive distributions that are Gaussian or uniform mixtures of
+Gaussians, means and variances [S, N] (S components, e.g. MC-dropout passes, ensemble members or DGP samples):
+
+* :func:`gaussian_mixture_log_density` — log p(y_i) = log (1/S) Σ_s N(y_i; μ_si, σ²_si), per point.
+* :func:`regression_metrics` — RMSE = sqrt(mean (y − E[y])²) and NLPD = −mean log p(y_i), with the mixture mean
+  E[y] = (1/S) Σ_s μ_s; with ``scale`` s_y also both in original units (RMSE·s_y, NLPD + log s_y) when the
+  targets were standardised y = (y_orig − m_y) / s_y.
 """
 
 from __future__ import annotations
@@ -22,6 +30,8 @@ __all__ = [
     "expected_calibration_error",
     "predictive_entropy",
     "classification_metrics",
+    "gaussian_mixture_log_density",
+    "regression_metrics",
 ]
 
 # Probabilities are floored here before taking logs, so that a (numerically) zero probability of the
@@ -90,3 +100,42 @@ def classification_metrics(probabilities, labels, num_bins: int = 15) -> dict:
         "ece": expected_calibration_error(probabilities, labels, num_bins),
         "entropy": float(np.mean(predictive_entropy(probabilities))),
     }
+
+
+def _mixture_moments(y, means, variances):
+    y = np.asarray(y, dtype=np.float64).reshape(-1)
+    mu = np.asarray(means, dtype=np.float64)
+    var = np.broadcast_to(np.asarray(variances, dtype=np.float64), mu.shape if mu.ndim > 1 else (1,) + mu.shape)
+    mu = mu.reshape(1, -1) if mu.ndim == 1 else mu.reshape(mu.shape[0], -1)
+    var = np.reshape(var, mu.shape)
+    if mu.shape[1] != y.shape[0]:
+        raise ValueError(f"means must be [N] or [S, N] with N = {y.shape[0]}, got shape {np.shape(means)}")
+    if not (np.all(np.isfinite(mu)) and np.all(np.isfinite(var))):
+        raise ValueError("predictive means or variances contain NaN or inf")
+    if np.any(var <= 0):
+        raise ValueError("predictive variances must be positive")
+    return y, mu, var
+
+
+def gaussian_mixture_log_density(y, means, variances) -> np.ndarray:
+    """log p(y_i) = log (1/S) Σ_s N(y_i; μ_si, σ²_si), [N], by log-sum-exp over the S components.
+
+    :param y: [N] or [N, 1] targets. :param means: [N] (one Gaussian) or [S, N] (or [S, N, 1]).
+    :param variances: positive, broadcastable to ``means`` (e.g. a scalar noise variance).
+    """
+    y, mu, var = _mixture_moments(y, means, variances)
+    log_components = -0.5 * (np.log(2 * np.pi * var) + (y[None] - mu) ** 2 / var)
+    top = log_components.max(0)
+    return top + np.log(np.mean(np.exp(log_components - top[None]), axis=0))
+
+
+def regression_metrics(y, means, variances, scale: float = 1.0) -> dict:
+    """rmse and nlpd of a (mixture-)Gaussian prediction on the given scale, and rmse_original,
+    nlpd_original in original units for targets standardised by ``scale`` = s_y (a density picks
+    up the Jacobian 1/s_y: NLPD_orig = NLPD + log s_y)."""
+    if not np.isfinite(scale) or scale <= 0:
+        raise ValueError(f"scale must be positive, got {scale!r}")
+    y_flat, mu, _ = _mixture_moments(y, means, variances)
+    rmse = float(np.sqrt(np.mean((y_flat - mu.mean(0)) ** 2)))
+    nlpd = float(-np.mean(gaussian_mixture_log_density(y, means, variances)))
+    return {"rmse": rmse, "nlpd": nlpd, "rmse_original": rmse * scale, "nlpd_original": nlpd + float(np.log(scale))}
