@@ -39,17 +39,21 @@ def sample_layers(dgp: gpflux.models.DeepGP, X, num_samples: int, seed: Optional
         raise ValueError(f"num_samples must be ≥ 1, got {num_samples}")
     X = tf.convert_to_tensor(X)
     generator = tf.random.Generator.from_seed(seed) if seed is not None else tf.random.get_global_generator()
-    hidden = tf.tile(X[None], [num_samples, 1, 1])
-    samples = []
-    batch_shape = tf.shape(hidden)[:2]
+    batch_shape = tf.stack([num_samples, tf.shape(X)[0]])
+
+    def moments(layer, hidden):
+        if hidden is None:  # the first layer sees X in every sample: predict once, tile to [S·N, P]
+            mean, var = layer.predict(X, full_cov=False, full_output_cov=False)
+            return tf.tile(mean, [num_samples, 1]), tf.tile(var, [num_samples, 1])
+        return layer.predict(tf.reshape(hidden, [-1, hidden.shape[-1]]), full_cov=False, full_output_cov=False)
+
+    hidden, samples = None, []
     for layer in dgp.f_layers[:-1]:
-        flat = tf.reshape(hidden, [-1, hidden.shape[-1]])
-        mean, var = layer.predict(flat, full_cov=False, full_output_cov=False)
+        mean, var = moments(layer, hidden)
         draw = mean + tf.sqrt(var) * generator.normal(tf.shape(mean), dtype=mean.dtype)
         hidden = tf.reshape(draw, tf.concat([batch_shape, [draw.shape[-1]]], 0))
         samples.append(hidden)
-    flat = tf.reshape(hidden, [-1, hidden.shape[-1]])
-    mean, var = dgp.f_layers[-1].predict(flat, full_cov=False, full_output_cov=False)
+    mean, var = moments(dgp.f_layers[-1], hidden)
     shape = tf.concat([batch_shape, [mean.shape[-1]]], 0)
     return samples, tf.reshape(mean, shape), tf.reshape(var, shape)
 
