@@ -226,7 +226,9 @@ def gegenbauer_series(cosine: tf.Tensor, coefficients, alpha: float) -> tf.Tenso
                 return tf.zeros_like(t)
             return upstream * gegenbauer_series(t, derivative, alpha + 1.0)
 
-        return _series(t, coefficients, alpha), grad
+        # stop_gradient: the gradient is the custom one above, so no tape may record the compiled
+        # forward (in eager mode it would otherwise keep the Ñ Clenshaw intermediates for back-propagation)
+        return _series(tf.stop_gradient(t), coefficients, alpha), grad
 
     return series(cosine)
 
