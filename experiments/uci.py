@@ -1,0 +1,378 @@
+"""UCI regression benchmark (Dutordoir et al., 2021, Sec. 5.2, Fig. 7, appendix E.1).
+
+    python -m experiments.uci --dataset boston-embedded --method nn,adgp --budget small
+    python -m experiments.uci --dataset all --method all --data-dir /path/to/data --out docs/results/uci
+    python -m experiments.uci --report-only --out docs/results/uci --doc docs/results/uci.md
+
+Each (dataset, method, split) cell is one record appended atomically to ``<out>/records.jsonl``
+(experiments/records.py), so an interrupted run resumes where it stopped and never repeats a finished cell.
+Cells run split by split, datasets small to large, all methods per split: partial results cover every dataset.
+After the cells, ``<out>/table.md``, ``<out>/summary.csv`` and ``<out>/uci.png`` (Fig. 7: median and 25/75 %
+quantiles of RMSE and NLPD per method) are written from all records; ``--doc`` also refreshes the generated
+block of a Markdown page. Models and protocol: experiments/uci_methods.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import numpy as np  # noqa: E402
+
+from experiments.records import ResultStore, pending  # noqa: E402
+
+KEY_FIELDS = ("dataset", "method", "split")
+METRICS = ("rmse", "nlpd", "rmse_original", "nlpd_original")
+METHOD_ORDER = ("nn", "dropout", "ensemble", "nn_ts", "dgp", "adgp")
+# small to large (rows), as in the shared data README; the embedded Boston first
+DATASET_ORDER = (
+    "boston-embedded",
+    "yacht",
+    "bostonHousing",
+    "energy",
+    "concrete",
+    "wine-quality-red",
+    "kin8nm",
+    "power-plant",
+    "naval-propulsion-plant",
+    "protein-tertiary-structure",
+)
+BEGIN, END = "<!-- BEGIN GENERATED: python -m experiments.uci --report-only -->", "<!-- END GENERATED -->"
+
+
+def _split_list(values: Optional[Sequence[str]], everything: Sequence[str]) -> List[str]:
+    items = [item.strip() for value in (values or []) for item in value.split(",") if item.strip()]
+    if any(item.lower() == "all" for item in items):
+        return list(everything)
+    return items
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    from experiments.uci_methods import BUDGETS
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dataset", action="append", help="name(s), repeatable or comma list; 'all' = the nine UCI sets; default boston-embedded")
+    parser.add_argument("--method", action="append", help=f"method(s) from {', '.join(METHOD_ORDER)}, or 'all' (default)")
+    parser.add_argument("--splits", type=int, default=5, help="number of splits per dataset (default 5)")
+    parser.add_argument("--fixed-splits", action="store_true", help="use the published splits index_train_k/index_test_k instead of seeded random 90/10 splits")
+    parser.add_argument("--data-dir", default=None, help="directory holding uci/<folder> (default $ADGP_DATA_DIR)")
+    parser.add_argument("--out", default="results/uci", help="output folder: records.jsonl, table.md, summary.csv, uci.png")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random splits and of model initialisation")
+    parser.add_argument("--budget", choices=sorted(BUDGETS), default="small", help="iteration budget (experiments/uci_methods.py BUDGETS)")
+    parser.add_argument("--nn-steps", type=int, help="override the budget's gradient steps per network fit")
+    parser.add_argument("--dgp-steps", type=int, help="override the budget's ELBO steps")
+    parser.add_argument("--mc-samples", type=int, help="override the budget's MC samples at test time")
+    parser.add_argument("--max-splits", action="append", default=[], metavar="DATASET=K", help="fewer splits for one dataset, e.g. protein=3")
+    parser.add_argument("--report-only", action="store_true", help="only regenerate table, CSV and figure from the records")
+    parser.add_argument("--doc", default=None, help="Markdown page whose generated block is replaced by the table")
+    parser.add_argument("--quiet", action="store_true", help="no per-cell progress lines")
+    return parser.parse_args(argv)
+
+
+def _budget(args):
+    from dataclasses import replace
+
+    from experiments.uci_methods import BUDGETS
+
+    budget = BUDGETS[args.budget]
+    overrides = {name: getattr(args, name) for name in ("nn_steps", "dgp_steps", "mc_samples") if getattr(args, name) is not None}
+    if overrides:
+        budget = replace(budget, name=f"{budget.name}+custom", **overrides)
+    return budget
+
+
+def _max_splits(entries: Sequence[str]) -> Dict[str, int]:
+    from activated_dgp.data import EMBEDDED_DATASET, uci_folder_name
+
+    limits = {}
+    for entry in entries:
+        name, _, count = entry.partition("=")
+        if not count.isdigit():
+            raise ValueError(f"--max-splits wants DATASET=K, got {entry!r}")
+        key = EMBEDDED_DATASET if name.strip().lower() == EMBEDDED_DATASET else uci_folder_name(name)
+        limits[key] = int(count)
+    return limits
+
+
+def canonical_datasets(names: Sequence[str]) -> List[str]:
+    from activated_dgp.data import EMBEDDED_DATASET, UCI_DATASETS, uci_folder_name
+
+    canonical = []
+    for name in names or [EMBEDDED_DATASET]:
+        key = EMBEDDED_DATASET if name.strip().lower() == EMBEDDED_DATASET else uci_folder_name(name)
+        if key not in canonical:
+            canonical.append(key)
+    if list(names or []) == list(UCI_DATASETS):
+        pass
+    return sorted(canonical, key=lambda n: DATASET_ORDER.index(n) if n in DATASET_ORDER else len(DATASET_ORDER))
+
+
+def prepare_split(dataset, split_index: int, args):
+    """Standardised :class:`SplitData` for one split (statistics of the training part only)."""
+    from activated_dgp.data import Standardizer, random_splits
+    from experiments.uci_methods import SplitData
+
+    if args.fixed_splits:
+        if split_index >= len(dataset.splits):
+            raise ValueError(f"{dataset.name!r} has {len(dataset.splits)} published splits, split {split_index} asked for")
+        split = dataset.splits[split_index]
+    else:
+        split = random_splits(dataset.num_data, split_index + 1, 0.1, args.seed)[split_index]
+    sx, sy = Standardizer.fit(dataset.X[split.train]), Standardizer.fit(dataset.y[split.train])
+    return SplitData(
+        sx.transform(dataset.X[split.train]),
+        sy.transform(dataset.y[split.train]),
+        sx.transform(dataset.X[split.test]),
+        sy.transform(dataset.y[split.test]),
+        float(sy.std[0]),
+        seed=1000 * args.seed + split_index,
+    )
+
+
+def run(args) -> ResultStore:
+    from activated_dgp.data import load_regression_dataset
+    from experiments.uci_methods import METHODS, run_method
+
+    store = ResultStore(Path(args.out) / "records.jsonl", KEY_FIELDS)
+    datasets = canonical_datasets(_split_list(args.dataset, DATASET_ORDER[1:]))
+    methods = _split_list(args.method, METHOD_ORDER) or list(METHOD_ORDER)
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        raise ValueError(f"unknown method(s) {unknown}; choose from {list(METHOD_ORDER)}")
+    limits = _max_splits(args.max_splits)
+    budget = _budget(args)
+    loaded = {name: load_regression_dataset(name, args.data_dir) for name in datasets}  # fail early on bad data
+    cells = [
+        {"dataset": name, "method": method, "split": split}
+        for split in range(args.splits)
+        for name in datasets
+        if split < limits.get(name, args.splits)
+        for method in methods
+    ]
+    todo = pending(store, cells)
+    log = (lambda *a: None) if args.quiet else (lambda *a: print(*a, flush=True))
+    log(f"{len(cells)} cells, {len(cells) - len(todo)} already in {store.path}, {len(todo)} to run; budget {budget}")
+    start, prepared = time.perf_counter(), {}
+    for number, cell in enumerate(todo, 1):
+        dataset = loaded[cell["dataset"]]
+        key = (cell["dataset"], cell["split"])
+        if key not in prepared:
+            prepared = {key: prepare_split(dataset, cell["split"], args)}
+        data = prepared[key]
+        result = run_method(cell["method"], data, budget)
+        record = {
+            **cell,
+            **result,
+            "num_train": len(data.X_train),
+            "num_test": len(data.X_test),
+            "input_dim": dataset.input_dim,
+            "split_kind": "fixed" if args.fixed_splits else "random",
+            "seed": args.seed,
+        }
+        store.append(record)
+        elapsed = time.perf_counter() - start
+        log(
+            f"[{number}/{len(todo)}] {cell['dataset']} {cell['method']} split {cell['split']}: "
+            f"RMSE {result['rmse']:.3f} NLPD {result['nlpd']:.3f} ({result['seconds']:.0f} s; "
+            f"elapsed {elapsed / 60:.1f} min, ~{elapsed / number * (len(todo) - number) / 60:.0f} min left)"
+        )
+    return store
+
+
+# --------------------------------------------------------------------------------------------- report
+
+
+def summarise(records: Sequence[Dict]) -> List[Dict]:
+    """Per (dataset, method): splits, mean and standard error (std/√n, ddof 1) of every metric, and the
+    median and 25/75 % quantiles of rmse and nlpd (the error bars of Fig. 7)."""
+    groups: Dict[tuple, List[Dict]] = {}
+    for record in records:
+        groups.setdefault((record["dataset"], record["method"]), []).append(record)
+    rows = []
+    for (dataset, method), group in groups.items():
+        row = {"dataset": dataset, "method": method, "splits": len(group), "num_data": group[0]["num_train"] + group[0]["num_test"], "input_dim": group[0]["input_dim"]}
+        for metric in METRICS:
+            values = np.array([r[metric] for r in group], dtype=np.float64)
+            row[f"{metric}_mean"] = float(values.mean())
+            row[f"{metric}_se"] = float(values.std(ddof=1) / np.sqrt(len(values))) if len(values) > 1 else float("nan")
+        for metric in ("rmse", "nlpd"):
+            values = np.array([r[metric] for r in group])
+            row[f"{metric}_q25"], row[f"{metric}_median"], row[f"{metric}_q75"] = (float(q) for q in np.quantile(values, [0.25, 0.5, 0.75]))
+        row["seconds_mean"] = float(np.mean([r["seconds"] for r in group]))
+        row["budgets"] = sorted({r["budget"]["name"] for r in group})
+        rows.append(row)
+    order = lambda r: (DATASET_ORDER.index(r["dataset"]) if r["dataset"] in DATASET_ORDER else 99, METHOD_ORDER.index(r["method"]))  # noqa: E731
+    return sorted(rows, key=order)
+
+
+def _cell(row: Optional[Dict], metric: str, best: bool) -> str:
+    if row is None:
+        return "—"
+    se = row[f"{metric}_se"]
+    text = f"{row[f'{metric}_mean']:.3f} ± {se:.3f}" if np.isfinite(se) else f"{row[f'{metric}_mean']:.3f}"
+    return f"**{text}**" if best else text
+
+
+def claims(rows: Sequence[Dict]) -> List[str]:
+    """The paper's Sec. 5.2 claims, checked on split means (lower is better for both metrics)."""
+    table = {(r["dataset"], r["method"]): r for r in rows}
+    datasets = sorted({r["dataset"] for r in rows}, key=lambda n: DATASET_ORDER.index(n) if n in DATASET_ORDER else 99)
+    lines = []
+    for metric, other, text in (
+        ("rmse", "nn", "ADGP RMSE ≤ its NN initialisation (NN)"),
+        ("nlpd", "nn", "ADGP NLPD < NN"),
+        ("nlpd", "dgp", "ADGP NLPD < classic DGP"),
+    ):
+        pairs = [(d, table[(d, "adgp")][f"{metric}_mean"], table[(d, other)][f"{metric}_mean"]) for d in datasets if (d, "adgp") in table and (d, other) in table]
+        if not pairs:
+            continue
+        wins = [d for d, a, b in pairs if a <= b]
+        losses = [d for d, a, b in pairs if a > b]
+        lines.append(f"- {text}: {len(wins)} of {len(pairs)} datasets" + (f" (not on: {', '.join(losses)})" if losses else ""))
+    return lines
+
+
+def markdown(rows: Sequence[Dict], records: Sequence[Dict]) -> str:
+    from experiments.uci_methods import LABELS
+
+    methods = [m for m in METHOD_ORDER if any(r["method"] == m for r in rows)]
+    datasets = []
+    for r in rows:
+        if r["dataset"] not in datasets:
+            datasets.append(r["dataset"])
+    table = {(r["dataset"], r["method"]): r for r in rows}
+    out = []
+    for metric, title in (
+        ("rmse", "RMSE (standardised targets)"),
+        ("nlpd", "NLPD (standardised targets)"),
+        ("rmse_original", "RMSE (original units)"),
+        ("nlpd_original", "NLPD (original units)"),
+    ):
+        out += [f"**{title}** — mean ± standard error over splits; best mean in bold", ""]
+        out.append("| dataset (N, D) | splits | " + " | ".join(LABELS[m] for m in methods) + " |")
+        out.append("|---|---|" + "---|" * len(methods))
+        for d in datasets:
+            present = [table.get((d, m)) for m in methods]
+            means = [p[f"{metric}_mean"] for p in present if p is not None]
+            best = min(means) if means else None
+            first = next(p for p in present if p is not None)
+            splits = sorted({p["splits"] for p in present if p is not None})
+            cells = [_cell(p, metric, p is not None and p[f"{metric}_mean"] == best) for p in present]
+            out.append(f"| {d} ({first['num_data']}, {first['input_dim']}) | {'/'.join(map(str, splits))} | " + " | ".join(cells) + " |")
+        out.append("")
+    out += ["**Mean seconds per cell** (fit + prediction, one split)", ""]
+    out.append("| dataset | " + " | ".join(LABELS[m] for m in methods) + " |")
+    out.append("|---|" + "---|" * len(methods))
+    for d in datasets:
+        out.append(f"| {d} | " + " | ".join(f"{table[(d, m)]['seconds_mean']:.0f}" if (d, m) in table else "—" for m in methods) + " |")
+    out.append("")
+    lines = claims(rows)
+    if lines:
+        out += ["**The paper's claims on these records** (split means)", ""] + lines + [""]
+    budgets = sorted({(r["budget"]["name"], r["budget"]["nn_steps"], r["budget"]["dgp_steps"], r["budget"]["mc_samples"]) for r in records})
+    out.append(
+        f"{len(records)} records; budgets: "
+        + "; ".join(f"{n} (network steps {a}, ELBO steps {b}, MC samples {c})" for n, a, b, c in budgets)
+        + "."
+    )
+    return "\n".join(out) + "\n"
+
+
+def write_csv(rows: Sequence[Dict], path: Path) -> None:
+    fields = ["dataset", "method", "splits", "num_data", "input_dim"] + [f"{m}_{s}" for m in METRICS for s in ("mean", "se")]
+    fields += ["rmse_q25", "rmse_median", "rmse_q75", "nlpd_q25", "nlpd_median", "nlpd_q75", "seconds_mean"]
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=fields, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def figure(rows: Sequence[Dict], path: Path) -> None:
+    """Fig. 7: per dataset, RMSE (top) and NLPD (bottom) per method — median with 25/75 % quantile bars."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from experiments.uci_methods import LABELS
+
+    datasets = []
+    for r in rows:
+        if r["dataset"] not in datasets:
+            datasets.append(r["dataset"])
+    methods = [m for m in METHOD_ORDER if any(r["method"] == m for r in rows)]
+    table = {(r["dataset"], r["method"]): r for r in rows}
+    colours = dict(zip(METHOD_ORDER, ("C0", "C1", "C2", "C4", "C5", "C3")))
+    fig, axes = plt.subplots(2, len(datasets), figsize=(2.3 * len(datasets) + 1.5, 5.2), squeeze=False)
+    for column, d in enumerate(datasets):
+        for row_index, metric in enumerate(("rmse", "nlpd")):
+            ax = axes[row_index, column]
+            for position, m in enumerate(methods):
+                r = table.get((d, m))
+                if r is None:
+                    continue
+                median = r[f"{metric}_median"]
+                ax.errorbar(
+                    median, position,
+                    xerr=[[median - r[f"{metric}_q25"]], [r[f"{metric}_q75"] - median]],
+                    fmt="o", color=colours[m], capsize=3, markersize=4,
+                )
+            ax.set_yticks(range(len(methods)))
+            ax.set_yticklabels([LABELS[m] for m in methods] if column == 0 else [])
+            ax.set_ylim(-0.7, len(methods) - 0.3)
+            ax.invert_yaxis()
+            ax.tick_params(axis="x", labelsize=7)
+            ax.grid(axis="x", alpha=0.3)
+            if row_index == 0:
+                first = next(table[(d, m)] for m in methods if (d, m) in table)
+                ax.set_title(f"{d}\n({first['num_data']}, {first['input_dim']})", fontsize=8)
+            if column == 0:
+                ax.set_ylabel(metric.upper())
+    fig.suptitle("UCI regression: median and 25/75 % quantiles over splits (standardised targets; lower is better)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def report(out: Path, doc: Optional[str] = None) -> str:
+    store = ResultStore(Path(out) / "records.jsonl", KEY_FIELDS)
+    records = store.records()
+    if not records:
+        raise FileNotFoundError(f"no records in {store.path}; run the benchmark first")
+    rows = summarise(records)
+    text = markdown(rows, records)
+    (Path(out) / "table.md").write_text(text)
+    write_csv(rows, Path(out) / "summary.csv")
+    figure(rows, Path(out) / "uci.png")
+    if doc:
+        page = Path(doc)
+        content = page.read_text() if page.exists() else ""
+        if BEGIN in content and END in content:
+            head, rest = content.split(BEGIN, 1)
+            tail = rest.split(END, 1)[1]
+            content = f"{head}{BEGIN}\n{text}{END}{tail}"
+        else:
+            content = f"{content}\n{BEGIN}\n{text}{END}\n"
+        page.write_text(content)
+    return text
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if not args.report_only:
+        run(args)
+    text = report(Path(args.out), args.doc)
+    print(text)
+    print(f"wrote {Path(args.out) / 'table.md'}, summary.csv and uci.png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

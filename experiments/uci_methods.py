@@ -1,0 +1,286 @@
+"""The six models of the UCI regression benchmark (Dutordoir et al., 2021, Sec. 5.2, Fig. 7, appendix E.1).
+
+One configuration for every dataset: 3 layers, 128 hidden units (= inducing variables) per layer, narrow
+layers as wide as the input, Softplus, Adam with learning rate 0.01 reduced ×0.9 when the training loss
+plateaus (patience 5 epochs), minibatch 128. Every method sees standardised inputs and targets
+(:class:`SplitData`) and returns its predictive distribution on the test inputs as a uniform mixture of
+Gaussians, means and variances [S, N] (S = 1 for a single Gaussian), scored by
+:func:`activated_dgp.metrics.regression_metrics`.
+
+All network baselines use the *activated twin* :func:`activated_dgp.build_activated_nn` — the network
+the ADGP is initialised from, [ActivatedLayer(128, zonal Softplus), Dense(D, no bias)] × 2,
+[ActivatedLayer(128), Dense(1, no bias)] — so that "ADGP vs NN" compares the DGP with its own initialisation:
+
+* ``nn`` — the twin on MSE; predictive N(f(x), σ²) with σ² = training MSE. Seeded exactly like stage 1 of
+  :func:`activated_dgp.train_two_stage`, so it *is* the ADGP's initialisation (up to thread-level round-off).
+* ``dropout`` — the twin with Dropout(0.1) after every activated layer, active in training and at test time
+  (MC dropout, Gal & Ghahramani 2016): a mixture over ``mc_samples`` passes, each N(f_t(x), σ²) with σ² the
+  training MSE of the MC-mean prediction.
+* ``ensemble`` — 5 twins from different seeds (member 0 is ``nn``'s network); mixture of N(f_k(x), σ_k²),
+  σ_k² = member k's training MSE.
+* ``nn_ts`` — temperature scaling for regression (Guo et al. 2017 [51] adapted): the twin trained on 90 % of
+  the training part; predictive N(f(x), T σ²_train) with T fitted on the held-out 10 % by minimising the
+  validation NLL, whose minimiser is T = MSE_val / MSE_train (closed form).
+* ``dgp`` — a classic doubly-stochastic DGP (Salimbeni & Deisenroth 2017 [5]) in gpflux: GPLayers with
+  ``gpflow.kernels.ArcCosine(order=1)`` and ordinary inducing points (k-means of the training inputs), identity
+  mean functions in the hidden layers, hidden q_sqrt scaled by 1e-5, Gaussian noise 0.01 — gpflux's
+  ``build_constant_input_dim_deep_gp`` with the arc-cosine kernel in place of the squared exponential.
+* ``adgp`` — :func:`activated_dgp.train_two_stage`: the twin on MSE, converted, then the ELBO over all DGP
+  parameters; prediction by ``mc_samples`` samples propagated through the layers.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass
+from typing import Callable, Dict, Tuple
+
+import gpflow
+import gpflux
+import numpy as np
+import tensorflow as tf
+import tf_keras
+from scipy.cluster.vq import kmeans2
+
+from activated_dgp import TrainingSchedule, build_activated_nn, train_dgp, train_network, train_two_stage
+from activated_dgp.metrics import regression_metrics
+from activated_dgp.nn import ActivatedLayer
+from activated_dgp.prediction import sample_layers
+
+NUM_LAYERS = 3
+NUM_UNITS = 128
+BATCH_SIZE = 128
+DROPOUT_RATE = 0.1
+ENSEMBLE_SIZE = 5
+VALIDATION_FRACTION = 0.1
+PREDICT_BATCH = 256
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Optimisation budget in gradient steps (minibatches of 128), the same for every dataset; a fit runs
+    ceil(steps / ceil(N_train / 128)) epochs (at least 1), so small sets get many epochs and large ones few.
+
+    :param nn_steps: steps of each network fit (every NN baseline, ensemble member, and ADGP's stage 1).
+    :param dgp_steps: ELBO steps (ADGP's stage 2 and the classic DGP).
+    :param mc_samples: MC-dropout passes and DGP samples per test point.
+    """
+
+    name: str
+    nn_steps: int
+    dgp_steps: int
+    mc_samples: int = 32
+
+    def epochs(self, steps: int, num_train: int) -> int:
+        return max(1, math.ceil(steps / math.ceil(num_train / BATCH_SIZE)))
+
+    def schedule(self, steps: int, num_train: int) -> TrainingSchedule:
+        return TrainingSchedule(epochs=self.epochs(steps, num_train), batch_size=BATCH_SIZE, learning_rate=0.01, plateau_factor=0.9)
+
+
+BUDGETS = {
+    "tiny": Budget("tiny", nn_steps=20, dgp_steps=8, mc_samples=4),
+    "small": Budget("small", nn_steps=600, dgp_steps=150, mc_samples=16),
+    "medium": Budget("medium", nn_steps=2000, dgp_steps=500, mc_samples=32),
+    "large": Budget("large", nn_steps=10000, dgp_steps=5000, mc_samples=64),
+}
+
+
+@dataclass
+class SplitData:
+    """One split, standardised on its training part: X [N, D], y [N, 1]; ``y_scale`` = s_y of the targets."""
+
+    X_train: np.ndarray
+    y_train: np.ndarray
+    X_test: np.ndarray
+    y_test: np.ndarray
+    y_scale: float
+    seed: int
+
+
+Prediction = Tuple[np.ndarray, np.ndarray, Dict]  # means [S, N], variances [S, N], extra fields
+
+
+def _batched(function: Callable[[np.ndarray], np.ndarray], X: np.ndarray, batch: int = 2048) -> np.ndarray:
+    return np.concatenate([np.asarray(function(X[i : i + batch])) for i in range(0, len(X), batch)], axis=0)
+
+
+def _fit_twin(X, y, budget: Budget, seed: int) -> tf_keras.Model:
+    """The activated twin trained on MSE, seeded the way stage 1 of ``train_two_stage`` is."""
+    tf.random.set_seed(seed)
+    network = build_activated_nn(X.shape[1], num_layers=NUM_LAYERS, num_units=NUM_UNITS, seed=seed)
+    train_network(network, X, y, "gaussian", budget.schedule(budget.nn_steps, len(X)))
+    return network
+
+
+def _network_mean(network, X) -> np.ndarray:
+    return _batched(lambda batch: network(batch).numpy(), X)[:, 0]
+
+
+def _training_mse(network, X, y) -> float:
+    return float(max(np.mean((_network_mean(network, X) - y[:, 0]) ** 2), 1e-8))
+
+
+def predict_nn(data: SplitData, budget: Budget) -> Prediction:
+    network = _fit_twin(data.X_train, data.y_train, budget, data.seed)
+    noise = _training_mse(network, data.X_train, data.y_train)
+    return _network_mean(network, data.X_test)[None], np.full((1, len(data.X_test)), noise), {"train_mse": noise}
+
+
+def build_dropout_twin(input_dim: int, seed: int, rate: float = DROPOUT_RATE) -> tf_keras.Model:
+    """The activated twin with Dropout(rate) after every activated (wide) layer."""
+    twin = build_activated_nn(input_dim, num_layers=NUM_LAYERS, num_units=NUM_UNITS, seed=seed)
+    layers = [tf_keras.Input(shape=(input_dim,), dtype=gpflow.default_float())]
+    for index, layer in enumerate(twin.layers):
+        layers.append(layer)
+        if isinstance(layer, ActivatedLayer):
+            layers.append(tf_keras.layers.Dropout(rate, seed=seed + index, dtype=gpflow.default_float()))
+    return tf_keras.Sequential(layers, name="activated_nn_dropout")
+
+
+def predict_dropout(data: SplitData, budget: Budget) -> Prediction:
+    tf.random.set_seed(data.seed)
+    network = build_dropout_twin(data.X_train.shape[1], data.seed)
+    train_network(network, data.X_train, data.y_train, "gaussian", budget.schedule(budget.nn_steps, len(data.X_train)))
+
+    def mc_means(X):  # [T, N] passes with dropout on
+        return np.stack([_batched(lambda b: network(b, training=True).numpy(), X)[:, 0] for _ in range(budget.mc_samples)])
+
+    rows = np.random.default_rng(data.seed).permutation(len(data.X_train))[:2000]
+    noise = float(max(np.mean((mc_means(data.X_train[rows]).mean(0) - data.y_train[rows, 0]) ** 2), 1e-8))
+    means = mc_means(data.X_test)
+    return means, np.full_like(means, noise), {"train_mse": noise}
+
+
+def predict_ensemble(data: SplitData, budget: Budget) -> Prediction:
+    means, variances = [], []
+    for member in range(ENSEMBLE_SIZE):
+        network = _fit_twin(data.X_train, data.y_train, budget, data.seed + 1000 * member)
+        means.append(_network_mean(network, data.X_test))
+        variances.append(np.full(len(data.X_test), _training_mse(network, data.X_train, data.y_train)))
+    return np.stack(means), np.stack(variances), {"members": ENSEMBLE_SIZE}
+
+
+def predict_nn_ts(data: SplitData, budget: Budget) -> Prediction:
+    order = np.random.default_rng([data.seed, 7]).permutation(len(data.X_train))
+    num_val = max(2, int(round(VALIDATION_FRACTION * len(order))))
+    val, fit = order[:num_val], order[num_val:]
+    network = _fit_twin(data.X_train[fit], data.y_train[fit], budget, data.seed)
+    train_mse = _training_mse(network, data.X_train[fit], data.y_train[fit])
+    val_mse = float(max(np.mean((_network_mean(network, data.X_train[val]) - data.y_train[val, 0]) ** 2), 1e-8))
+    temperature = val_mse / train_mse  # argmin_T of the validation NLL of N(f(x), T·MSE_train)
+    noise = temperature * train_mse
+    means = _network_mean(network, data.X_test)[None]
+    return means, np.full_like(means, noise), {"temperature": temperature, "train_mse": train_mse, "validation_mse": val_mse}
+
+
+def dgp_mixture(dgp: gpflux.models.DeepGP, X, num_samples: int, seed: int) -> Tuple[np.ndarray, np.ndarray]:
+    """Predictive mixture of a Gaussian-likelihood DeepGP: per propagated sample s the last layer's
+    N(μ_s(x), σ²_s(x) + σ²_noise); means, variances [S, N]. Batched over test points for memory."""
+    noise = float(dgp.likelihood_layer.likelihood.variance.numpy())
+    means, variances = [], []
+    for start in range(0, len(X), PREDICT_BATCH):
+        _, mean, var = sample_layers(dgp, X[start : start + PREDICT_BATCH], num_samples, seed=seed + start)
+        means.append(mean.numpy()[..., 0])
+        variances.append(var.numpy()[..., 0] + noise)
+    return np.concatenate(means, 1), np.concatenate(variances, 1)
+
+
+def predict_adgp(data: SplitData, budget: Budget) -> Prediction:
+    result = train_two_stage(
+        data.X_train,
+        data.y_train,
+        likelihood="gaussian",
+        num_layers=NUM_LAYERS,
+        num_units=NUM_UNITS,
+        activation="softplus",
+        network_schedule=budget.schedule(budget.nn_steps, len(data.X_train)),
+        dgp_schedule=budget.schedule(budget.dgp_steps, len(data.X_train)),
+        seed=data.seed,
+    )
+    init_noise = _training_mse(result.network, data.X_train, data.y_train)
+    init = regression_metrics(data.y_test, _network_mean(result.network, data.X_test), init_noise, data.y_scale)
+    means, variances = dgp_mixture(result.dgp, data.X_test, budget.mc_samples, data.seed)
+    extra = {
+        "init_rmse": init["rmse"],
+        "init_nlpd": init["nlpd"],
+        "conversion_mismatch": result.conversion_mismatch,
+        "noise_variance": float(result.dgp.likelihood_layer.likelihood.variance.numpy()),
+        "final_loss": float(result.dgp_history["loss"][-1]) if result.dgp_history.get("loss") else None,
+    }
+    return means, variances, extra
+
+
+def build_classic_dgp(X: np.ndarray, seed: int, num_layers: int = NUM_LAYERS, num_inducing: int = NUM_UNITS) -> gpflux.models.DeepGP:
+    """Salimbeni & Deisenroth's DGP as gpflux builds it, with an ARD arc-cosine kernel (order 1) per layer."""
+    num_data, input_dim = X.shape
+    rng = np.random.default_rng(seed)
+    rows = rng.choice(num_data, size=min(num_data, 20000), replace=False)
+    np.random.seed(seed)  # kmeans2 "points" initialisation
+    if num_data >= num_inducing:
+        centroids, _ = kmeans2(X[rows], k=num_inducing, minit="points", seed=seed)
+    else:
+        centroids = X[rng.choice(num_data, size=num_inducing, replace=True)] + 1e-3 * rng.normal(size=(num_inducing, input_dim))
+    layers = []
+    for index in range(num_layers):
+        last = index == num_layers - 1
+        output_dim = 1 if last else input_dim
+        base = gpflow.kernels.ArcCosine(order=1, variance=1.0, weight_variances=np.ones(input_dim), bias_variance=1.0)
+        kernel = gpflux.helpers.construct_basic_kernel(base, output_dim=output_dim, share_hyperparams=True)
+        inducing = gpflux.helpers.construct_basic_inducing_variables(
+            num_inducing=num_inducing, input_dim=input_dim, share_variables=True, z_init=centroids.copy()
+        )
+        mean = gpflow.mean_functions.Zero() if last else gpflow.mean_functions.Identity()
+        layer = gpflux.layers.GPLayer(kernel, inducing, num_data, mean_function=mean, name=f"gp_{index}")
+        if not last:
+            layer.q_sqrt.assign(layer.q_sqrt * 1e-5)
+        layers.append(layer)
+    return gpflux.models.DeepGP(layers, gpflux.layers.LikelihoodLayer(gpflow.likelihoods.Gaussian(0.01)))
+
+
+def predict_dgp(data: SplitData, budget: Budget) -> Prediction:
+    tf.random.set_seed(data.seed)
+    dgp = build_classic_dgp(data.X_train, data.seed)
+    history = train_dgp(dgp, data.X_train, data.y_train, budget.schedule(budget.dgp_steps, len(data.X_train)))
+    means, variances = dgp_mixture(dgp, data.X_test, budget.mc_samples, data.seed)
+    extra = {
+        "noise_variance": float(dgp.likelihood_layer.likelihood.variance.numpy()),
+        "final_loss": float(history["loss"][-1]) if history.get("loss") else None,
+    }
+    return means, variances, extra
+
+
+METHODS: Dict[str, Callable[[SplitData, Budget], Prediction]] = {
+    "nn": predict_nn,
+    "dropout": predict_dropout,
+    "ensemble": predict_ensemble,
+    "nn_ts": predict_nn_ts,
+    "dgp": predict_dgp,
+    "adgp": predict_adgp,
+}
+LABELS = {"nn": "NN", "dropout": "NN+Dropout", "ensemble": "NN Ensemble", "nn_ts": "NN+TS", "dgp": "DGP", "adgp": "ADGP"}
+
+
+def run_method(method: str, data: SplitData, budget: Budget) -> Dict:
+    """Fit ``method`` on the split and score it: rmse, nlpd (standardised), rmse_original, nlpd_original,
+    seconds, the epochs used, and method-specific extras."""
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; choose from {sorted(METHODS)}")
+    gpflow.config.set_default_float(np.float64)
+    tf_keras.backend.clear_session()
+    start = time.perf_counter()
+    means, variances, extra = METHODS[method](data, budget)
+    scores = regression_metrics(data.y_test, means, variances, data.y_scale)
+    num_train = len(data.X_train)
+    return {
+        **scores,
+        "seconds": round(time.perf_counter() - start, 2),
+        "nn_epochs": budget.epochs(budget.nn_steps, num_train) if method != "dgp" else 0,
+        "dgp_epochs": budget.epochs(budget.dgp_steps, num_train) if method in ("dgp", "adgp") else 0,
+        "budget": asdict(budget),
+        "extra": extra,
+    }
+
+
+__all__ = ["Budget", "BUDGETS", "SplitData", "METHODS", "LABELS", "run_method", "build_classic_dgp", "build_dropout_twin", "dgp_mixture"]

@@ -1,0 +1,200 @@
+"""UCI regression benchmark: data layer and its errors, scores, the runner end to end, resume."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.stats import norm
+
+from activated_dgp.data import (
+    UCI_DATASETS,
+    Standardizer,
+    load_boston_embedded,
+    load_uci,
+    load_uci_folder,
+    random_splits,
+)
+from activated_dgp.metrics import gaussian_mixture_log_density, regression_metrics
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def write_folder(path: Path, rows, features="0 1", target="2", splits=None):
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "data.txt").write_text("\n".join(rows) + "\n")
+    if features is not None:
+        (path / "index_features.txt").write_text(features + "\n")
+    if target is not None:
+        (path / "index_target.txt").write_text(target + "\n")
+    for k, (train, test) in enumerate(splits or []):
+        (path / f"index_train_{k}.txt").write_text("\n".join(map(str, train)))
+        (path / f"index_test_{k}.txt").write_text("\n".join(map(str, test)))
+    if splits:
+        (path / "n_splits.txt").write_text(f"{len(splits)}\n")
+    return path
+
+
+def good_rows(n=30):
+    rng = np.random.default_rng(0)
+    table = rng.normal(size=(n, 3)).round(4)
+    return table, [" ".join(f"{v:g}" for v in row) for row in table]
+
+
+def test_folder_loads_columns_and_splits(tmp_path):
+    table, rows = good_rows()
+    folder = write_folder(tmp_path / "toy", rows, features="2 0", target="1", splits=[(range(0, 27), range(27, 30))])
+    data = load_uci_folder(folder)
+    np.testing.assert_allclose(data.X, table[:, [2, 0]], atol=1e-12)
+    np.testing.assert_allclose(data.y[:, 0], table[:, 1], atol=1e-12)
+    assert len(data.splits) == 1 and data.splits[0].test.tolist() == [27, 28, 29]
+
+
+@pytest.mark.parametrize(
+    "change, error, words",
+    [
+        (lambda rows: rows, None, None),
+        (lambda rows: rows[:2] + ["1.0 abc 3.0"] + rows[3:], ValueError, "row 3"),
+        (lambda rows: rows[:1] + ["1.0 nan 3.0"] + rows[2:], ValueError, "row 2"),
+        (lambda rows: rows[:4] + ["1.0 2.0"] + rows[5:], ValueError, "row 5"),
+        (lambda rows: rows[:12], ValueError, "at least 20"),
+    ],
+)
+def test_bad_rows_are_named(tmp_path, change, error, words):
+    _, rows = good_rows()
+    folder = write_folder(tmp_path / "toy", change(rows))
+    if error is None:
+        assert load_uci_folder(folder).X.shape == (30, 2)
+        return
+    with pytest.raises(error, match=words):
+        load_uci_folder(folder)
+
+
+def test_missing_files_and_bad_indices(tmp_path):
+    _, rows = good_rows()
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_uci_folder(tmp_path / "nowhere")
+    with pytest.raises(FileNotFoundError, match="index_features.txt"):
+        load_uci_folder(write_folder(tmp_path / "a", rows, features=None))
+    with pytest.raises(FileNotFoundError, match="index_target.txt"):
+        load_uci_folder(write_folder(tmp_path / "b", rows, target=None))
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "index_features.txt").write_text("0\n")
+    with pytest.raises(FileNotFoundError, match="data.txt"):
+        load_uci_folder(tmp_path / "c")
+    with pytest.raises(ValueError, match="out of range"):
+        load_uci_folder(write_folder(tmp_path / "d", rows, features="0 3"))
+    with pytest.raises(ValueError, match="also listed as a feature"):
+        load_uci_folder(write_folder(tmp_path / "e", rows, features="0 2"))
+    with pytest.raises(ValueError, match="non-negative integer"):
+        load_uci_folder(write_folder(tmp_path / "f", rows, features="0 1.5"))
+    with pytest.raises(ValueError, match="exceed"):
+        load_uci_folder(write_folder(tmp_path / "g", rows, splits=[(range(0, 25), [25, 40])]))
+    with pytest.raises(ValueError, match="overlap"):
+        load_uci_folder(write_folder(tmp_path / "h", rows, splits=[(range(0, 28), [27, 28, 29])]))
+    with pytest.raises(ValueError, match="unknown UCI dataset"):
+        load_uci("not-a-set", tmp_path)
+
+
+def test_random_splits_are_90_10_disjoint_and_seeded():
+    splits = random_splits(308, 5, 0.1, seed=3)
+    for split in splits:
+        assert len(split.test) == 31 and len(split.train) == 277
+        assert np.union1d(split.train, split.test).tolist() == list(range(308))
+    assert splits[0].test.tolist() != splits[1].test.tolist()
+    assert [s.test.tolist() for s in random_splits(308, 5, 0.1, seed=3)] == [s.test.tolist() for s in splits]
+    with pytest.raises(ValueError, match="too few"):
+        random_splits(8, 1)
+
+
+def test_standardizer_constant_column_and_inverse(rng):
+    values = np.c_[rng.normal(3.0, 2.0, size=50), np.full(50, 7.0)]
+    scaler = Standardizer.fit(values)
+    z = scaler.transform(values)
+    np.testing.assert_allclose(z[:, 0].mean(), 0.0, atol=1e-12)
+    np.testing.assert_allclose(z[:, 0].std(), 1.0, atol=1e-12)
+    np.testing.assert_allclose(z[:, 1], 0.0)
+    np.testing.assert_allclose(scaler.inverse(z), values, atol=1e-12)
+
+
+def test_mixture_scores_against_scipy(rng):
+    y = rng.normal(size=40)
+    means, variances = rng.normal(size=(3, 40)), rng.uniform(0.1, 2.0, size=(3, 40))
+    expected = np.log(np.mean(norm.pdf(y[None], means, np.sqrt(variances)), axis=0))
+    np.testing.assert_allclose(gaussian_mixture_log_density(y, means, variances), expected, rtol=1e-10)
+    scale = 4.0  # y_orig = 4 y + c: RMSE × 4, density ÷ 4
+    scores = regression_metrics(y, means, variances, scale)
+    np.testing.assert_allclose(scores["rmse_original"], np.sqrt(np.mean((scale * (y - means.mean(0))) ** 2)))
+    pdf_orig = np.mean(norm.pdf(scale * y[None], scale * means, scale * np.sqrt(variances)), axis=0)
+    np.testing.assert_allclose(scores["nlpd_original"], -np.mean(np.log(pdf_orig)), rtol=1e-10)
+    with pytest.raises(ValueError, match="positive"):
+        regression_metrics(y, means, -variances)
+
+
+def test_embedded_boston():
+    data = load_boston_embedded()
+    assert data.X.shape == (506, 13) and data.y.shape == (506, 1)
+    assert np.all(np.isfinite(data.X)) and 5.0 <= data.y.min() and data.y.max() <= 50.0  # MEDV in $1000s
+
+
+@pytest.mark.skipif(not (SHARED / "uci").is_dir(), reason=f"shared UCI data not found at {SHARED / 'uci'}")
+def test_shared_uci_sets_load():
+    expected = {"yacht": (308, 6, 20), "bostonHousing": (506, 13, 20), "protein-tertiary-structure": (45730, 9, 5)}
+    for name in UCI_DATASETS:
+        data = load_uci(name, SHARED)
+        assert np.all(np.isfinite(data.X)) and len(data.splits) >= 5
+        if name in expected:
+            assert (data.num_data, data.input_dim, len(data.splits)) == expected[name]
+    boston = load_uci("boston", SHARED)
+    np.testing.assert_allclose(np.sort(boston.y[:, 0]), np.sort(load_boston_embedded().y[:, 0]))
+
+
+def _run(out, *extra):
+    from experiments import uci
+
+    return uci.main(["--dataset", "boston-embedded", "--budget", "tiny", "--out", str(out), "--quiet", *extra])
+
+
+def test_every_method_end_to_end(tmp_path):
+    _run(tmp_path, "--method", "all", "--splits", "1")
+    records = [json.loads(line) for line in (tmp_path / "records.jsonl").read_text().splitlines()]
+    assert sorted(r["method"] for r in records) == sorted(["nn", "dropout", "ensemble", "nn_ts", "dgp", "adgp"])
+    for r in records:
+        assert np.isfinite(r["rmse"]) and np.isfinite(r["nlpd"]) and r["num_test"] == 51 and r["num_train"] == 455
+        # original units: RMSE scales by s_y and NLPD shifts by log s_y, the same s_y for every method
+        assert r["rmse_original"] / r["rmse"] == pytest.approx(records[0]["rmse_original"] / records[0]["rmse"])
+    by_method = {r["method"]: r for r in records}
+    # ADGP starts from exactly the NN baseline's network (same seed and schedule)
+    assert by_method["adgp"]["extra"]["init_rmse"] == pytest.approx(by_method["nn"]["rmse"], rel=1e-4)
+    assert by_method["adgp"]["extra"]["conversion_mismatch"] < 1e-6
+    for name in ("table.md", "summary.csv", "uci.png"):
+        assert (tmp_path / name).stat().st_size > 0
+    assert "ADGP" in (tmp_path / "table.md").read_text()
+
+
+def test_resume_after_interruption(tmp_path, monkeypatch):
+    import experiments.uci_methods as methods
+
+    real, calls = methods.run_method, []
+
+    def failing(method, data, budget):
+        calls.append(method)
+        if len(calls) == 2:
+            raise KeyboardInterrupt("simulated interruption")
+        return real(method, data, budget)
+
+    monkeypatch.setattr(methods, "run_method", failing)
+    with pytest.raises(KeyboardInterrupt):
+        _run(tmp_path, "--method", "nn", "--splits", "2")
+    first = (tmp_path / "records.jsonl").read_text().splitlines()
+    assert len(first) == 1
+    monkeypatch.setattr(methods, "run_method", real)
+    _run(tmp_path, "--method", "nn", "--splits", "2")
+    lines = (tmp_path / "records.jsonl").read_text().splitlines()
+    assert lines[0] == first[0] and len(lines) == 2
+    keys = [(r["dataset"], r["method"], r["split"]) for r in map(json.loads, lines)]
+    assert sorted(keys) == [("boston-embedded", "nn", 0), ("boston-embedded", "nn", 1)]
+    calls.clear()
+    monkeypatch.setattr(methods, "run_method", failing)
+    _run(tmp_path, "--method", "nn", "--splits", "2")  # nothing left to do: no cell runs
+    assert calls == [] and (tmp_path / "records.jsonl").read_text().splitlines() == lines
