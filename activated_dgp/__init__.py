@@ -31,6 +31,8 @@ from .spectra import (
     zonal_matern52_shape,
 )
 from .spherical import funk_hecke_coefficients, gegenbauer_series, num_harmonics, set_xla
+from . import eigen
+from .eigen import IKA, FeatureRidge, NeuralEF, Nystrom
 
 __all__ = [
     "ZonalArcCosine",
@@ -69,6 +71,11 @@ __all__ = [
     "gegenbauer_series",
     "num_harmonics",
     "set_xla",
+    "eigen",
+    "Nystrom",
+    "NeuralEF",
+    "IKA",
+    "FeatureRidge",
 ]
 
 __version__ = "0.1.0"
