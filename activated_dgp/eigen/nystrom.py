@@ -29,7 +29,7 @@ import gpflow
 import numpy as np
 import tensorflow as tf
 
-from .base import EigenApproximation
+from .base import EigenApproximation, as_float64_matrix
 from .kernel_sources import KernelSource, PrecomputedGram, as_kernel_source
 
 __all__ = ["Nystrom"]
@@ -39,22 +39,11 @@ _ROUND_OFF = 1e-10
 
 
 def _check_inputs(X, source: KernelSource) -> np.ndarray:
-    """X as a float64 array [N, D] (or [N] indices for a PrecomputedGram), after checking it."""
-    if isinstance(X, tf.Variable):
-        X = X.numpy()
-    X = np.asarray(X.numpy() if isinstance(X, tf.Tensor) else X)
-    if X.dtype.kind not in "biuf":
-        raise ValueError(f"inputs must be numeric, got dtype {X.dtype}")
-    X = X.astype(np.float64)
-    if not np.all(np.isfinite(X)):
-        raise ValueError("the inputs contain NaN or inf")
+    """X as a float64 matrix [N, D] (:func:`as_float64_matrix`), or as indices [N] for a PrecomputedGram."""
     if isinstance(source, PrecomputedGram):
-        X = X.reshape(-1)
-    elif X.ndim != 2:
-        raise ValueError(f"inputs must be a matrix [N, D], got shape {X.shape}")
-    if X.shape[0] == 0:
-        raise ValueError("no inputs")
-    return X
+        indices = X.numpy() if isinstance(X, (tf.Tensor, tf.Variable)) else np.asarray(X)
+        return as_float64_matrix(indices.reshape(-1, 1), "the row indices").reshape(-1)
+    return as_float64_matrix(X)
 
 
 class Nystrom(EigenApproximation):
