@@ -102,15 +102,13 @@ def _max_splits(entries: Sequence[str]) -> Dict[str, int]:
 
 
 def canonical_datasets(names: Sequence[str]) -> List[str]:
-    from activated_dgp.data import EMBEDDED_DATASET, UCI_DATASETS, uci_folder_name
+    from activated_dgp.data import EMBEDDED_DATASET, uci_folder_name
 
     canonical = []
     for name in names or [EMBEDDED_DATASET]:
         key = EMBEDDED_DATASET if name.strip().lower() == EMBEDDED_DATASET else uci_folder_name(name)
         if key not in canonical:
             canonical.append(key)
-    if list(names or []) == list(UCI_DATASETS):
-        pass
     return sorted(canonical, key=lambda n: DATASET_ORDER.index(n) if n in DATASET_ORDER else len(DATASET_ORDER))
 
 
