@@ -85,8 +85,24 @@ def predictive_log_density(dgp: gpflux.models.DeepGP, X, Y, num_samples: int = 1
     return (tf.reduce_logsumexp(log_densities, axis=0) - np.log(num_samples)).numpy()
 
 
-def predict_y(dgp: gpflux.models.DeepGP, X, num_samples: int = 100, seed: Optional[int] = None) -> Tuple[np.ndarray, np.ndarray]:
-    """Predictive mean and variance of y, [N, P], by the law of total variance over samples."""
+def predict_y(
+    dgp: gpflux.models.DeepGP, X, num_samples: int = 100, seed: Optional[int] = None, batch_size: Optional[int] = None
+) -> Tuple[np.ndarray, np.ndarray]:
+    """Predictive mean and variance of y, [N, P], by the law of total variance over samples.
+
+    With ``batch_size`` the rows of X are predicted in batches of that many (memory ∝ batch_size ·
+    num_samples); batch b starting at row r uses seed ``seed + r``, so the result does not depend on
+    ``batch_size`` beyond the Monte Carlo draws, and with one batch it equals the unbatched call.
+    """
+    if batch_size is not None:
+        if int(batch_size) != batch_size or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        X = np.asarray(X)
+        parts = [
+            predict_y(dgp, X[start : start + batch_size], num_samples, None if seed is None else seed + start)
+            for start in range(0, len(X), int(batch_size))
+        ]
+        return np.concatenate([m for m, _ in parts]), np.concatenate([v for _, v in parts])
     likelihood = dgp.likelihood_layer.likelihood
     _, mean, var = sample_layers(dgp, X, num_samples, seed)
     moments = [likelihood.predict_mean_and_var(None, mean[s], var[s]) for s in range(num_samples)]
@@ -95,6 +111,9 @@ def predict_y(dgp: gpflux.models.DeepGP, X, num_samples: int = 100, seed: Option
     return y_mean.mean(0), y_var.mean(0) + y_mean.var(0)
 
 
-def predict_class_probabilities(dgp: gpflux.models.DeepGP, X, num_samples: int = 100, seed: Optional[int] = None) -> np.ndarray:
-    """p(y = c | x), [N, C] (C = 1 for Bernoulli: p(y = 1 | x)), averaged over propagated samples."""
-    return predict_y(dgp, X, num_samples, seed)[0]
+def predict_class_probabilities(
+    dgp: gpflux.models.DeepGP, X, num_samples: int = 100, seed: Optional[int] = None, batch_size: Optional[int] = None
+) -> np.ndarray:
+    """p(y = c | x), [N, C] (C = 1 for Bernoulli: p(y = 1 | x)), averaged over propagated samples
+    (``batch_size`` as in :func:`predict_y`)."""
+    return predict_y(dgp, X, num_samples, seed, batch_size)[0]

@@ -154,7 +154,7 @@ def train_two_stage(
     dgp_schedule: Optional[TrainingSchedule] = None,
     noise_variance: Optional[float] = None,
     seed: Optional[int] = None,
-    elbo_samples: int = 4,
+    elbo_samples: int = 0,
 ) -> TwoStageResult:
     """Network twin → activated DGP → ELBO. Defaults follow appendix E.1 (Adam 0.01, ×0.9 on
     plateau, minibatch 128); every part is overridable.
@@ -165,7 +165,8 @@ def train_two_stage(
         the DGP's kernels by the converter.
     :param noise_variance: initial Gaussian noise; default the network's training MSE.
     :param elbo_samples: passes of :func:`evaluate_elbo` for ``TwoStageResult.initial_elbo`` (the
-        converted DGP's ELBO before stage 2); 0 skips it.
+        converted DGP's ELBO before stage 2); 0 (the default) skips it, leaving ``initial_elbo`` None —
+        it costs that many passes over the whole data.
     """
     X, Y = _check_data(X, Y)
     if likelihood in ("softmax", "robustmax"):

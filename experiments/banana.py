@@ -88,16 +88,6 @@ def network_probabilities(network: tf_keras.Model, X) -> np.ndarray:
     return tf.sigmoid(network(np.asarray(X, dtype=np.float64))).numpy()
 
 
-def dgp_probabilities(dgp, X, num_samples: int = 64, seed: int = 0, batch_size: int = 2000) -> np.ndarray:
-    """E_q[σ(f_L(x))] by ``predict_class_probabilities`` in batches (memory ∝ batch · samples), [N, 1]."""
-    X = np.asarray(X, dtype=np.float64)
-    parts = [
-        predict_class_probabilities(dgp, X[start : start + batch_size], num_samples=num_samples, seed=seed)
-        for start in range(0, len(X), batch_size)
-    ]
-    return np.concatenate(parts)
-
-
 class _Progress(tf_keras.callbacks.Callback):
     def __init__(self, label: str, every: int, epochs: int):
         super().__init__()
@@ -158,7 +148,7 @@ def run_configuration(
     )
     seconds = time.perf_counter() - start
     network = lambda Z: network_probabilities(result.network, Z)  # noqa: E731
-    dgp = lambda Z: dgp_probabilities(result.dgp, Z, num_samples=num_samples, seed=seed)  # noqa: E731
+    dgp = lambda Z: predict_class_probabilities(result.dgp, np.asarray(Z, dtype=np.float64), num_samples, seed, batch_size=2000)  # noqa: E731
     return dict(
         num_layers=num_layers,
         num_units=num_units,

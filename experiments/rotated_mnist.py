@@ -266,8 +266,7 @@ def adgp_probabilities(dgp, feats: np.ndarray, samples: int, seed: int, batch: i
     """p(y | x) averaged over ``samples`` propagated DGP samples (:func:`activated_dgp.predict_class_probabilities`)."""
     from activated_dgp import predict_class_probabilities
 
-    out = [predict_class_probabilities(dgp, feats[s : s + batch], samples, seed + s) for s in range(0, len(feats), batch)]
-    probabilities = np.concatenate(out)
+    probabilities = predict_class_probabilities(dgp, feats, samples, seed, batch_size=batch)
     return probabilities / probabilities.sum(1, keepdims=True)  # Monte Carlo round-off in the class sums
 
 

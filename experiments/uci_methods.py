@@ -75,7 +75,7 @@ class Budget:
     mc_samples: int = 32
 
     def epochs(self, steps: int, num_train: int) -> int:
-        return max(1, math.ceil(steps / math.ceil(num_train / BATCH_SIZE)))
+        return self.schedule(steps, num_train).epochs
 
     def schedule(self, steps: int, num_train: int) -> TrainingSchedule:
         """Adam 0.01 ×0.9 on a plateau of max(5 epochs, 200 steps), floor 1e-4 (1 % of the start)."""

@@ -15,13 +15,12 @@ import argparse
 import types
 
 import gpflow
-import tensorflow as tf
 
-from activated_dgp import build_activated_nn, dgp_from_keras, train_dgp, train_network
+from activated_dgp import dgp_from_keras, train_dgp
 from activated_dgp.data import load_regression_dataset
 from activated_dgp.metrics import regression_metrics
 from experiments.uci import prepare_split
-from experiments.uci_methods import BUDGETS, NUM_LAYERS, NUM_UNITS, _network_mean, _training_mse, dgp_mixture, twin_lengthscales
+from experiments.uci_methods import BUDGETS, _fit_twin, _network_mean, _training_mse, dgp_mixture
 
 
 def compare(dataset_name: str, num_splits: int, data_dir=None, budget_name: str = "medium") -> None:
@@ -29,12 +28,7 @@ def compare(dataset_name: str, num_splits: int, data_dir=None, budget_name: str 
     budget = BUDGETS[budget_name]
     for split in range(num_splits):
         data = prepare_split(dataset, split, types.SimpleNamespace(fixed_splits=False, seed=0))
-        tf.random.set_seed(data.seed)
-        input_dim = data.X_train.shape[1]
-        network = build_activated_nn(
-            input_dim, num_layers=NUM_LAYERS, num_units=NUM_UNITS, lengthscales=twin_lengthscales(input_dim), seed=data.seed
-        )
-        train_network(network, data.X_train, data.y_train, "gaussian", budget.schedule(budget.nn_steps, len(data.X_train)))
+        network = _fit_twin(data.X_train, data.y_train, budget, data.seed)  # stage 1, as the benchmark's NN and ADGP
         train_mse = _training_mse(network, data.X_train, data.y_train)
         nn = regression_metrics(data.y_test, _network_mean(network, data.X_test), train_mse, data.y_scale)
         line = [f"{dataset_name} split {split}: NN RMSE {nn['rmse']:.3f} NLPD {nn['nlpd']:.3f} (training MSE {train_mse:.4f})"]

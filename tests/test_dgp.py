@@ -75,6 +75,24 @@ def test_converted_dgp_elbo_improves_and_variances_are_positive(rng):
     assert np.isfinite(nlpd)
 
 
+def test_batched_prediction(rng):
+    """With one layer nothing is sampled, so the prediction of a row cannot depend on its batch:
+    batched and whole-set predictions must agree to round-off. With two layers, one batch that covers
+    every row must reproduce the unbatched call with the same seed exactly."""
+    X = rng.normal(size=(50, 2))
+    single = build_activated_dgp(2, 50, num_layers=1, num_units=8, seed=0)
+    whole = predict_y(single, X, num_samples=3, seed=4)
+    batched = predict_y(single, X, num_samples=3, seed=4, batch_size=7)
+    np.testing.assert_allclose(batched[0], whole[0], rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(batched[1], whole[1], rtol=1e-12, atol=1e-14)
+    deep = build_activated_dgp(2, 50, num_layers=2, num_units=8, seed=0)
+    np.testing.assert_array_equal(
+        predict_class_probabilities(deep, X, num_samples=3, seed=4, batch_size=50), predict_y(deep, X, num_samples=3, seed=4)[0]
+    )
+    with pytest.raises(ValueError, match="batch_size"):
+        predict_y(single, X, batch_size=0)
+
+
 @pytest.mark.parametrize("likelihood,num_classes", [("bernoulli", 2), ("softmax", 3), ("robustmax", 3)])
 def test_classification_likelihoods(likelihood, num_classes, rng):
     X = rng.normal(size=(120, 2))

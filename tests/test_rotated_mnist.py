@@ -113,7 +113,7 @@ def test_corrupt_gzip_and_mismatched_counts(tmp_path, digits):
         load_mnist(tmp_path)
 
 
-@pytest.mark.skipif(not SHARED_MNIST.is_dir(), reason="../shared/data/mnist not present")
+@pytest.mark.skipif(not SHARED_MNIST.is_dir(), reason="needs the official MNIST test images in ../shared/data/mnist, which are not part of the repository (the loader itself is tested on synthetic IDX files above)")
 def test_official_test_set_checksum():
     """Independent truth: the MD5 of the uncompressed official test images (data README)."""
     raw = gzip.decompress((SHARED_MNIST / "t10k-images-idx3-ubyte.gz").read_bytes())
