@@ -25,7 +25,15 @@ from .models import activated_gp_layer, make_likelihood
 from .nn import ActivatedLayer
 from .prediction import propagate_means
 
-__all__ = ["Conversion", "dgp_from_keras", "set_posterior_mean_weights"]
+__all__ = [
+    "Conversion",
+    "dgp_from_keras",
+    "set_posterior_mean_weights",
+    "posterior_mean_weights",
+    "rescale_kernel_variance",
+    "select_kernel_variances",
+    "VarianceSelection",
+]
 
 
 @dataclass
@@ -37,6 +45,7 @@ class Conversion:
     exact: bool
     max_abs_mismatch: Optional[float] = None
     rms_mismatch: Optional[float] = None
+    variance_selection: Optional["VarianceSelection"] = None
 
 
 def set_posterior_mean_weights(layer: gpflux.layers.GPLayer, V: np.ndarray) -> None:
@@ -47,6 +56,102 @@ def set_posterior_mean_weights(layer: gpflux.layers.GPLayer, V: np.ndarray) -> N
         layer.q_mu.assign(tf.linalg.matmul(tf.linalg.cholesky(Kmm), V, transpose_a=True))
     else:
         layer.q_mu.assign(tf.linalg.matmul(Kmm, V))
+
+
+def posterior_mean_weights(layer: gpflux.layers.GPLayer) -> np.ndarray:
+    """B = (Kuu + εI)⁻¹ μ_u (whitened: L⁻ᵀ μ_v), [M, P]: the layer's posterior mean is Φ(x) B."""
+    Kmm = gpflow.covariances.Kuu(layer.inducing_variable, layer.kernel, jitter=gpflow.config.default_jitter())
+    if layer.whiten:
+        return tf.linalg.triangular_solve(tf.linalg.cholesky(Kmm), layer.q_mu, lower=True, adjoint=True).numpy()
+    return tf.linalg.solve(Kmm, tf.convert_to_tensor(layer.q_mu)).numpy()
+
+
+def rescale_kernel_variance(layer: gpflux.layers.GPLayer, variance: float) -> None:
+    """Set the layer's kernel variance v and re-solve q_μ so that the posterior mean Φ(x) B is unchanged.
+
+    Kuf does not depend on v and Kuu ∝ 1/v, so at fixed B the KL of the mean, ½ Bᵀ Kuu B, falls like
+    1/v while the prior variance left outside the inducing span, k − Kfu Kuu⁻¹ Kuf ∝ v, grows with v.
+    In the whitened parametrisation q_sqrt = s·I keeps its meaning (a fraction s² of the prior)."""
+    if not variance > 0:
+        raise ValueError(f"the kernel variance must be positive, got {variance!r}")
+    weights = posterior_mean_weights(layer)
+    kernel = getattr(layer.kernel, "kernel", layer.kernel)
+    kernel.variance.assign(variance)
+    set_posterior_mean_weights(layer, weights)
+
+
+@dataclass
+class VarianceSelection:
+    """Result of :func:`select_kernel_variances`: the chosen v per layer, the ELBO there, and every
+    evaluated (layer, v, ELBO) for the record."""
+
+    variances: list
+    elbo: float
+    evaluations: list
+
+
+def select_kernel_variances(
+    dgp: gpflux.models.DeepGP,
+    X,
+    Y,
+    *,
+    objective: str = "elbo",
+    candidates=None,
+    sweeps: int = 1,
+    num_samples: int = 4,
+    seed: int = 0,
+    max_points: int = 1024,
+) -> VarianceSelection:
+    """Choose each layer's kernel variance v, keeping the mean propagation (the network's forward pass).
+
+    Coordinate ascent: for each layer in turn (``sweeps`` passes over the layers) the objective is
+    evaluated at every v in ``candidates`` (default 10^(−3, −2.5, …, 0.5)) with q_μ re-solved by
+    :func:`rescale_kernel_variance`, and the best v is kept. The draws are fixed by ``seed``, so all
+    candidates see the same noise (common random numbers).
+
+    * ``objective="elbo"``: the ELBO on (X, Y) (:func:`activated_dgp.diagnostics.elbo_terms`, at most
+      ``max_points`` seeded rows, scaled to the model's N). It resolves the trade-off the converted
+      means pose: they cost ½ Bᵀ Kuu B ∝ 1/v nats of KL, while the prior variance left outside the
+      inducing span, ∝ v, is noise in every sample passed through the layer.
+    * ``objective="validation"``: the predictive log density on held-out (X, Y) (−NLPD,
+      :func:`activated_dgp.predictive_log_density` with ``4·num_samples`` samples): the v that predicts best.
+    """
+    from .diagnostics import elbo_terms
+    from .prediction import predictive_log_density
+
+    if objective not in ("elbo", "validation"):
+        raise ValueError(f"objective must be 'elbo' or 'validation', got {objective!r}")
+    X = np.asarray(X, dtype=np.float64)
+    Y = np.asarray(Y, dtype=np.float64)
+    if len(X) != len(Y):
+        raise ValueError(f"X and Y have different numbers of rows: {len(X)} and {len(Y)}")
+    if len(X) > max_points and objective == "elbo":
+        rows = np.random.default_rng(seed).choice(len(X), max_points, replace=False)
+        X, Y = X[rows], Y[rows]
+    grid = np.asarray(candidates if candidates is not None else 10.0 ** np.arange(-3.0, 0.51, 0.5), dtype=np.float64)
+    if grid.ndim != 1 or grid.size == 0 or np.any(~(grid > 0)):
+        raise ValueError(f"candidates must be a non-empty list of positive variances, got {candidates!r}")
+
+    def score():
+        if objective == "elbo":
+            return elbo_terms(dgp, X, Y, num_samples=num_samples, seed=seed).elbo
+        return float(np.mean(predictive_log_density(dgp, X, Y, num_samples=4 * num_samples, seed=seed)))
+
+    evaluations = []
+    best = score()
+    for _ in range(int(sweeps)):
+        for index, layer in enumerate(dgp.f_layers):
+            kernel = getattr(layer.kernel, "kernel", layer.kernel)
+            chosen = float(kernel.variance.numpy())
+            for v in grid:
+                rescale_kernel_variance(layer, float(v))
+                value = score()
+                evaluations.append((index, float(v), value))
+                if value > best:
+                    best, chosen = value, float(v)
+            rescale_kernel_variance(layer, chosen)
+    variances = [float(getattr(layer.kernel, "kernel", layer.kernel).variance.numpy()) for layer in dgp.f_layers]
+    return VarianceSelection(variances, best, evaluations)
 
 
 def _pairs(network: tf_keras.Model):
@@ -87,9 +192,10 @@ def dgp_from_keras(
     num_data: int,
     *,
     X=None,
+    Y=None,
     likelihood: Union[str, gpflow.likelihoods.Likelihood] = "gaussian",
     whiten: bool = True,
-    kernel_variance: float = 1.0,
+    kernel_variance: Union[float, str] = 1.0,
     noise_variance: float = 0.01,
     q_sqrt_scale: float = 1e-5,
     truncation_level: int = 20,
@@ -105,7 +211,16 @@ def dgp_from_keras(
     :param X: inputs on which to report the forward-pass mismatch (and fit the approximate case).
     :param likelihood: as in :func:`build_activated_dgp`; the last Dense layer's width must match it.
     :param truncation_level: Ñ for converted plain networks (a twin keeps its own).
+    :param kernel_variance: every layer's v, or ``"elbo"``: each layer's v chosen by maximising the
+        ELBO on (``X``, ``Y``) with the mean propagation kept (:func:`select_kernel_variances`; the
+        record is in ``Conversion.variance_selection``).
     """
+    select = isinstance(kernel_variance, str)
+    if select:
+        if kernel_variance != "elbo":
+            raise ValueError(f"kernel_variance must be a positive number or 'elbo', got {kernel_variance!r}")
+        if X is None or Y is None:
+            raise ValueError("kernel_variance='elbo' needs the training data X and Y")
     pairs = _pairs(network)
     output_dim = pairs[-1][2].units
     likelihood, latent = make_likelihood(likelihood, output_dim, noise_variance)
@@ -132,7 +247,7 @@ def dgp_from_keras(
             W,
             V.shape[1],
             num_data,
-            kernel_variance=kernel_variance,
+            kernel_variance=1.0 if select else kernel_variance,
             whiten=whiten,
             q_sqrt_scale=q_sqrt_scale,
             name=f"activated_gp_{index}",
@@ -150,6 +265,8 @@ def dgp_from_keras(
         layers.append(layer)
     dgp = gpflux.models.DeepGP(layers, gpflux.layers.LikelihoodLayer(likelihood), num_data=num_data)
     result = Conversion(dgp, exact)
+    if select:
+        result.variance_selection = select_kernel_variances(dgp, X, Y)
     if X is not None:
         difference = propagate_means(dgp, X)[-1].numpy() - network(np.asarray(X, dtype=np.float64)).numpy()
         result.max_abs_mismatch = float(np.max(np.abs(difference)))

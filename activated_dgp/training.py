@@ -15,12 +15,21 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from .conversion import dgp_from_keras
+from .conversion import dgp_from_keras, rescale_kernel_variance, select_kernel_variances
 from .models import make_likelihood
 from .nn import build_activated_nn
 from .spectra import Activation
 
-__all__ = ["TwoStageResult", "TrainingSchedule", "train_network", "train_dgp", "train_two_stage", "evaluate_elbo"]
+__all__ = [
+    "TwoStageResult",
+    "TrainingSchedule",
+    "RestoreBest",
+    "split_validation",
+    "train_network",
+    "train_dgp",
+    "train_two_stage",
+    "evaluate_elbo",
+]
 
 
 @dataclass
@@ -29,7 +38,12 @@ class TrainingSchedule:
     has not improved for ``plateau_patience`` epochs, down to ``min_learning_rate``; minibatch
     ``batch_size`` (appendix E.1). On a small data set an epoch is a few noisy minibatches, so a
     5-epoch plateau comes often: scale the patience with the epoch length for long runs
-    (:meth:`for_steps`)."""
+    (:meth:`for_steps`).
+
+    Early stopping: given validation data and ``patience``, a fit stops once the validation score (the
+    loss for a network, the NLPD for a DGP) has not improved for ``patience`` checks, one check every
+    ``validation_every`` epochs, and the parameters of the best check are restored; ``epochs`` is
+    then the cap."""
 
     epochs: int = 100
     batch_size: int = 128
@@ -38,17 +52,37 @@ class TrainingSchedule:
     plateau_patience: int = 5
     min_learning_rate: float = 1e-5
     verbose: int = 0
+    patience: Optional[int] = None
+    validation_every: int = 1
 
     @classmethod
-    def for_steps(cls, steps: int, num_data: int, *, plateau_steps: int = 200, **options) -> "TrainingSchedule":
+    def for_steps(
+        cls,
+        steps: int,
+        num_data: int,
+        *,
+        plateau_steps: int = 200,
+        check_steps: Optional[int] = None,
+        patience_steps: Optional[int] = None,
+        **options,
+    ) -> "TrainingSchedule":
         """A schedule of about ``steps`` minibatch steps on ``num_data`` points: ceil(steps / steps per
-        epoch) epochs (≥ 1) and a plateau patience of max(5 epochs, ``plateau_steps`` steps)."""
+        epoch) epochs (≥ 1) and a plateau patience of max(5 epochs, ``plateau_steps`` steps). With
+        ``patience_steps``, early stopping: a validation check every ``check_steps`` steps (at least
+        every epoch) and a patience of ``patience_steps`` steps, in checks."""
         if steps < 1 or num_data < 1:
             raise ValueError(f"steps and num_data must be ≥ 1, got {steps} and {num_data}")
         batch_size = options.get("batch_size", cls.batch_size)
         per_epoch = math.ceil(num_data / batch_size)
         options.setdefault("plateau_patience", max(5, math.ceil(plateau_steps / per_epoch)))
+        if patience_steps is not None:
+            every = max(1, math.ceil((check_steps or per_epoch) / per_epoch))
+            options.setdefault("validation_every", every)
+            options.setdefault("patience", max(1, math.ceil(patience_steps / (every * per_epoch))))
         return cls(epochs=max(1, math.ceil(steps / per_epoch)), **options)
+
+    def steps_per_epoch(self, num_data: int) -> int:
+        return math.ceil(num_data / self.batch_size)
 
     def callbacks(self):
         return [
@@ -59,6 +93,57 @@ class TrainingSchedule:
         ]
 
 
+class RestoreBest(tf_keras.callbacks.Callback):
+    """Early stopping on any validation score (lower is better) with the best parameters restored.
+
+    ``score()`` is evaluated before training (so a fit that only makes things worse gives back its
+    starting point) and after every ``every`` epochs; after ``patience`` checks without improvement
+    training stops. At the end every variable of ``module`` (a tf.Module: the network or the DeepGP)
+    takes its value at the best check. ``checks`` records (epoch, score); ``best_epoch`` is the number
+    of epochs trained at the best check (0 = the start).
+    """
+
+    def __init__(self, score: Callable[[], float], module: tf.Module, every: int = 1, patience: Optional[int] = None):
+        super().__init__()
+        if every < 1 or (patience is not None and patience < 1):
+            raise ValueError(f"every and patience must be ≥ 1, got {every} and {patience}")
+        self.score, self.module, self.every, self.patience = score, module, int(every), patience
+        self.checks, self.best, self.best_epoch, self.epochs_run = [], np.inf, 0, 0
+        self._best_values, self._since = None, 0
+
+    def _check(self, epoch: int) -> None:
+        value = float(self.score())
+        self.checks.append((epoch, value))
+        if value < self.best:  # NaN never improves
+            self.best, self.best_epoch, self._since = value, epoch, 0
+            self._best_values = [v.numpy() for v in self.module.variables]
+        else:
+            self._since += 1
+            if self.patience is not None and self._since >= self.patience:
+                self.model.stop_training = True
+
+    def on_train_begin(self, logs=None):
+        self._check(0)
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.epochs_run = epoch + 1
+        if (epoch + 1) % self.every == 0:
+            self._check(epoch + 1)
+
+    def on_train_end(self, logs=None):
+        if self._best_values is not None:
+            for variable, value in zip(self.module.variables, self._best_values):
+                variable.assign(value)
+
+    def summary(self, steps_per_epoch: int) -> dict:
+        return {
+            "validation_checks": [(e * steps_per_epoch, v) for e, v in self.checks],
+            "best_step": self.best_epoch * steps_per_epoch,
+            "steps_run": self.epochs_run * steps_per_epoch,
+            "best_validation": self.best,
+        }
+
+
 @dataclass
 class TwoStageResult:
     network: tf_keras.Model
@@ -67,6 +152,8 @@ class TwoStageResult:
     dgp_history: dict = field(default_factory=dict)
     conversion_mismatch: Optional[float] = None
     initial_elbo: Optional[float] = None  # the converted DGP's ELBO before stage 2 (evaluate_elbo)
+    kernel_variances: Optional[list] = None  # per layer, after conversion (chosen when kernel_variance="elbo")
+    initial_noise_variance: Optional[float] = None
 
 
 def _network_loss(likelihood: str):
@@ -91,31 +178,106 @@ def _check_data(X, Y):
     return X, Y
 
 
-def train_network(network: tf_keras.Model, X, Y, likelihood="gaussian", schedule: Optional[TrainingSchedule] = None) -> dict:
-    """Stage 1: ordinary ``model.fit`` of the twin (or any network) on MSE / cross-entropy."""
-    schedule = schedule or TrainingSchedule()
-    X, Y = _check_data(X, Y)
-    network.compile(tf_keras.optimizers.Adam(schedule.learning_rate), loss=_network_loss(likelihood))
-    history = network.fit(
-        X, Y, batch_size=schedule.batch_size, epochs=schedule.epochs, callbacks=schedule.callbacks(), verbose=schedule.verbose
-    )
-    return history.history
+def _early_stopping(schedule: "TrainingSchedule", validation_data, score, module):
+    if validation_data is None:
+        if schedule.patience is not None:
+            raise ValueError("the schedule asks for early stopping (patience) but no validation_data was given")
+        return None
+    return RestoreBest(score, module, every=schedule.validation_every, patience=schedule.patience)
 
 
-def train_dgp(dgp: gpflux.models.DeepGP, X, Y, schedule: Optional[TrainingSchedule] = None) -> dict:
-    """Stage 2: maximise the ELBO over all DGP parameters (gpflux's keras training model)."""
+def train_network(
+    network: tf_keras.Model, X, Y, likelihood="gaussian", schedule: Optional[TrainingSchedule] = None, *, validation_data=None
+) -> dict:
+    """Stage 1: ordinary ``model.fit`` of the twin (or any network) on MSE / cross-entropy.
+
+    With ``validation_data`` = (X_val, Y_val) the training loss on it is checked every
+    ``schedule.validation_every`` epochs, the fit stops after ``schedule.patience`` checks without
+    improvement, and the best weights are restored (:class:`RestoreBest`); the history then also holds
+    ``validation_checks``, ``best_step`` and ``steps_run``."""
     schedule = schedule or TrainingSchedule()
     X, Y = _check_data(X, Y)
+    loss = _network_loss(likelihood)
+    network.compile(tf_keras.optimizers.Adam(schedule.learning_rate), loss=loss)
+    callbacks = schedule.callbacks()
+    if validation_data is not None:
+        X_val, Y_val = _check_data(*validation_data)
+        stopper = _early_stopping(schedule, validation_data, lambda: float(loss(Y_val, network(X_val, training=False))), network)
+        callbacks.append(stopper)
+    else:
+        stopper = _early_stopping(schedule, None, None, None)
+    history = network.fit(X, Y, batch_size=schedule.batch_size, epochs=schedule.epochs, callbacks=callbacks, verbose=schedule.verbose)
+    record = dict(history.history)
+    if stopper is not None:
+        record.update(stopper.summary(schedule.steps_per_epoch(len(X))))
+    return record
+
+
+def _validation_nlpd(dgp: gpflux.models.DeepGP, X_val, Y_val, num_samples: int, seed: int) -> Callable[[], float]:
+    from .prediction import predictive_log_density
+
+    def score() -> float:
+        return -float(np.mean(predictive_log_density(dgp, X_val, Y_val, num_samples=num_samples, seed=seed)))
+
+    return score
+
+
+def train_dgp(
+    dgp: gpflux.models.DeepGP,
+    X,
+    Y,
+    schedule: Optional[TrainingSchedule] = None,
+    *,
+    validation_data=None,
+    validation_samples: int = 16,
+    warmup_steps: int = 0,
+    callbacks: Sequence[tf_keras.callbacks.Callback] = (),
+) -> dict:
+    """Stage 2: maximise the ELBO over the DGP's parameters (gpflux's keras training model).
+
+    :param validation_data: (X_val, Y_val): early stopping on the validation NLPD, −mean log p(y|x)
+        by :func:`activated_dgp.predictive_log_density` with ``validation_samples`` samples and a fixed
+        seed (so that checks differ by the parameters only), checked before training and every
+        ``schedule.validation_every`` epochs; the best parameters are restored (:class:`RestoreBest`).
+    :param warmup_steps: first train only q(u), the kernel variances and the likelihood for about this
+        many steps, holding the inducing directions W and the lengthscales fixed; then everything.
+        Early stopping covers the second phase (its first check is the state after the warm-up).
+    :param callbacks: more tf-keras callbacks for the (second-phase) fit, e.g. progress or diagnostics.
+    """
+    schedule = schedule or TrainingSchedule()
+    X, Y = _check_data(X, Y)
+    record: dict = {}
+    if warmup_steps > 0:
+        frozen = [layer.inducing_variable for layer in dgp.f_layers]
+        frozen += [getattr(layer.kernel, "kernel", layer.kernel).lengthscales for layer in dgp.f_layers if hasattr(getattr(layer.kernel, "kernel", layer.kernel), "lengthscales")]
+        states = [[v.trainable for v in module.variables] for module in frozen]
+        for module in frozen:
+            gpflow.set_trainable(module, False)
+        warm = TrainingSchedule(**{**schedule.__dict__, "patience": None, "epochs": max(1, math.ceil(warmup_steps / schedule.steps_per_epoch(len(X))))})
+        record["warmup"] = _fit_elbo(dgp, X, Y, warm, None)
+        for module, state in zip(frozen, states):
+            for variable, flag in zip(module.variables, state):
+                variable._trainable = flag
+    stopper = None
+    if validation_data is not None:
+        X_val, Y_val = _check_data(*validation_data)
+        stopper = _early_stopping(schedule, validation_data, _validation_nlpd(dgp, X_val, Y_val, validation_samples, 0), dgp)
+    else:
+        _early_stopping(schedule, None, None, None)
+    record.update(_fit_elbo(dgp, X, Y, schedule, stopper, callbacks))
+    if stopper is not None:
+        record.update(stopper.summary(schedule.steps_per_epoch(len(X))))
+    return record
+
+
+def _fit_elbo(dgp, X, Y, schedule: TrainingSchedule, stopper: Optional[RestoreBest], extra=()) -> dict:
     model = dgp.as_training_model()
     model.compile(tf_keras.optimizers.Adam(schedule.learning_rate))
+    callbacks = schedule.callbacks() + list(extra) + ([stopper] if stopper is not None else [])
     history = model.fit(
-        {"inputs": X, "targets": Y},
-        batch_size=schedule.batch_size,
-        epochs=schedule.epochs,
-        callbacks=schedule.callbacks(),
-        verbose=schedule.verbose,
+        {"inputs": X, "targets": Y}, batch_size=schedule.batch_size, epochs=schedule.epochs, callbacks=callbacks, verbose=schedule.verbose
     )
-    return history.history
+    return dict(history.history)
 
 
 def evaluate_elbo(dgp: gpflux.models.DeepGP, X, Y, *, num_samples: int = 1, batch_size: int = 1024) -> float:
@@ -137,6 +299,19 @@ def evaluate_elbo(dgp: gpflux.models.DeepGP, X, Y, *, num_samples: int = 1, batc
     return total / num_samples
 
 
+def split_validation(X, Y, fraction: float, seed: Optional[int] = None):
+    """A seeded random split of (X, Y) into (X_fit, Y_fit), (X_val, Y_val) with round(fraction·N) ≥ 1
+    validation rows."""
+    if not 0.0 < fraction < 1.0:
+        raise ValueError(f"the validation fraction must be in (0, 1), got {fraction!r}")
+    order = np.random.default_rng(seed).permutation(len(X))
+    num_val = max(1, int(round(fraction * len(X))))
+    if num_val >= len(X):
+        raise ValueError(f"{len(X)} rows are too few to hold out {fraction:.0%} for validation")
+    val, fit = order[:num_val], order[num_val:]
+    return (X[fit], Y[fit]), (X[val], Y[val])
+
+
 def train_two_stage(
     X,
     Y,
@@ -152,18 +327,38 @@ def train_two_stage(
     whiten: bool = True,
     network_schedule: Optional[TrainingSchedule] = None,
     dgp_schedule: Optional[TrainingSchedule] = None,
-    noise_variance: Optional[float] = None,
+    noise_variance: Union[None, float, str] = None,
+    kernel_variance: Union[float, str] = 1.0,
+    warmup_steps: int = 0,
+    validation_data=None,
+    validation_fraction: float = 0.0,
     seed: Optional[int] = None,
     elbo_samples: int = 0,
+    network: Optional[tf_keras.Model] = None,
+    dgp_callbacks: Sequence[tf_keras.callbacks.Callback] = (),
 ) -> TwoStageResult:
     """Network twin → activated DGP → ELBO. Defaults follow appendix E.1 (Adam 0.01, ×0.9 on
-    plateau, minibatch 128); every part is overridable.
+    plateau, minibatch 128); every part is overridable. docs/results/stage2.md measures the options.
 
     :param Y: [N, P] targets; for "bernoulli" 0/1 labels [N, 1]; for "softmax"/"robustmax" class
         indices [N, 1] with ``num_classes`` (default: max label + 1).
     :param lengthscales: per-layer lengthscales of the twin (:func:`build_activated_nn`), copied into
         the DGP's kernels by the converter.
-    :param noise_variance: initial Gaussian noise; default the network's training MSE.
+    :param noise_variance: initial Gaussian noise: a number, "train" (the network's training MSE, the
+        default without validation data) or "validation" (its MSE on the validation part, the default
+        with it).
+    :param kernel_variance: each layer's kernel variance at conversion, or "elbo" / "validation" to
+        choose it by maximising the ELBO / the validation log density, with the mean propagation kept
+        (:func:`select_kernel_variances`).
+    :param warmup_steps: stage-2 steps with W and the lengthscales frozen before all parameters train
+        (:func:`train_dgp`).
+    :param validation_data: (X_val, Y_val) for early stopping of each stage whose schedule sets a
+        ``patience`` (best parameters restored), and for ``noise_variance="validation"``; or
+        ``validation_fraction`` of (X, Y) is held out (seeded by ``seed``).
+    :param dgp_callbacks: tf-keras callbacks for stage 2; one with a ``set_dgp(dgp)`` method is handed
+        the converted DeepGP before stage 2 starts.
+    :param network: a network to start from instead of building and training a twin (stage 1 is
+        then skipped).
     :param elbo_samples: passes of :func:`evaluate_elbo` for ``TwoStageResult.initial_elbo`` (the
         converted DGP's ELBO before stage 2); 0 (the default) skips it, leaving ``initial_elbo`` None —
         it costs that many passes over the whole data.
@@ -173,26 +368,65 @@ def train_two_stage(
         output_dim = int(num_classes or int(Y.max()) + 1)
     else:
         output_dim = Y.shape[1]
+    make_likelihood(likelihood, output_dim)  # validates the name before any training
+    if isinstance(noise_variance, str) and noise_variance not in ("train", "validation"):
+        raise ValueError(f"noise_variance must be a number, 'train' or 'validation', got {noise_variance!r}")
+    if validation_data is None and validation_fraction > 0:
+        (X, Y), validation_data = split_validation(X, Y, validation_fraction, seed)
+    if validation_data is not None:
+        validation_data = _check_data(*validation_data)
+    if isinstance(kernel_variance, str) and kernel_variance not in ("elbo", "validation"):
+        raise ValueError(f"kernel_variance must be a positive number, 'elbo' or 'validation', got {kernel_variance!r}")
+    for name, value in (("noise_variance", noise_variance), ("kernel_variance", kernel_variance)):
+        if value == "validation" and validation_data is None:
+            raise ValueError(f"{name}='validation' needs validation_data or a validation_fraction")
     if seed is not None:
         tf.random.set_seed(seed)
-    network = build_activated_nn(
-        X.shape[1],
-        num_layers=num_layers,
-        num_units=num_units,
-        layer_widths=layer_widths,
-        output_dim=1 if likelihood == "bernoulli" else output_dim,
-        activation=activation,
-        truncation_level=truncation_level,
-        lengthscales=lengthscales,
-        seed=seed,
-    )
-    network_history = train_network(network, X, Y, likelihood, network_schedule)
-    if noise_variance is None and likelihood == "gaussian":
-        noise_variance = float(max(np.mean((network(X).numpy() - Y) ** 2), 1e-4))
-    make_likelihood(likelihood, output_dim)  # validates the name before converting
+    network_history = {}
+    if network is None:
+        network = build_activated_nn(
+            X.shape[1],
+            num_layers=num_layers,
+            num_units=num_units,
+            layer_widths=layer_widths,
+            output_dim=1 if likelihood == "bernoulli" else output_dim,
+            activation=activation,
+            truncation_level=truncation_level,
+            lengthscales=lengthscales,
+            seed=seed,
+        )
+        stop_network = network_schedule is not None and network_schedule.patience is not None
+        network_history = train_network(network, X, Y, likelihood, network_schedule, validation_data=validation_data if stop_network else None)
+    if likelihood == "gaussian" and not isinstance(noise_variance, (int, float)):
+        source = validation_data if (noise_variance == "validation" or (noise_variance is None and validation_data is not None)) else (X, Y)
+        noise_variance = float(max(np.mean((network(source[0]).numpy() - source[1]) ** 2), 1e-4))
     conversion = dgp_from_keras(
         network, len(X), X=X[:2048], likelihood=likelihood, whiten=whiten, noise_variance=noise_variance or 0.01
     )
+    if kernel_variance == "elbo":
+        select_kernel_variances(conversion.dgp, X, Y, seed=seed or 0)
+    elif kernel_variance == "validation":
+        select_kernel_variances(conversion.dgp, *validation_data, objective="validation", seed=seed or 0)
+    elif kernel_variance != 1.0:
+        for layer in conversion.dgp.f_layers:
+            rescale_kernel_variance(layer, float(kernel_variance))
+    variances = [float(layer.kernel.kernel.variance.numpy()) for layer in conversion.dgp.f_layers]
     initial_elbo = evaluate_elbo(conversion.dgp, X, Y, num_samples=elbo_samples) if elbo_samples > 0 else None
-    dgp_history = train_dgp(conversion.dgp, X, Y, dgp_schedule)
-    return TwoStageResult(network, conversion.dgp, network_history, dgp_history, conversion.max_abs_mismatch, initial_elbo)
+    for callback in dgp_callbacks:  # e.g. diagnostics that want to see the converted model
+        if hasattr(callback, "set_dgp"):
+            callback.set_dgp(conversion.dgp)
+    stop_dgp = dgp_schedule is not None and dgp_schedule.patience is not None
+    dgp_history = train_dgp(
+        conversion.dgp, X, Y, dgp_schedule, validation_data=validation_data if stop_dgp else None,
+        warmup_steps=warmup_steps, callbacks=dgp_callbacks,
+    )
+    return TwoStageResult(
+        network,
+        conversion.dgp,
+        network_history,
+        dgp_history,
+        conversion.max_abs_mismatch,
+        initial_elbo,
+        variances,
+        noise_variance if likelihood == "gaussian" else None,
+    )

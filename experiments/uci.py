@@ -28,9 +28,9 @@ import numpy as np  # noqa: E402
 
 from experiments.records import ResultStore, pending  # noqa: E402
 
-KEY_FIELDS = ("dataset", "method", "split")
+KEY_FIELDS = ("dataset", "method", "split", "protocol")
 METRICS = ("rmse", "nlpd", "rmse_original", "nlpd_original")
-METHOD_ORDER = ("nn", "dropout", "ensemble", "nn_ts", "dgp", "adgp")
+METHOD_ORDER = ("nn", "dropout", "ensemble", "nn_ts", "dgp", "adgp", "plain", "plain_adgp")
 # small to large (rows), as in the shared data README; the embedded Boston first
 DATASET_ORDER = (
     "boston-embedded",
@@ -61,11 +61,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--dataset", action="append", help="name(s), repeatable or comma list; 'all' = the nine UCI sets; default boston-embedded")
     parser.add_argument("--method", action="append", help=f"method(s) from {', '.join(METHOD_ORDER)}, or 'all' (default)")
     parser.add_argument("--splits", type=int, default=5, help="number of splits per dataset (default 5)")
-    parser.add_argument("--fixed-splits", action="store_true", help="use the published splits index_train_k/index_test_k instead of seeded random 90/10 splits")
+    parser.add_argument("--fixed-splits", action="store_true", help="(the default where the data has them) use the published splits index_train_k/index_test_k")
+    parser.add_argument("--random-splits", action="store_true", help="seeded random 90/10 splits even where published splits exist")
     parser.add_argument("--data-dir", default=None, help="directory holding uci/<folder> (default $ADGP_DATA_DIR)")
     parser.add_argument("--out", default="runs/uci", help="output folder: records.jsonl, table.md, summary.csv, uci.png")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random splits and of model initialisation")
-    parser.add_argument("--budget", choices=sorted(BUDGETS), default="small", help="iteration budget (experiments/uci_methods.py BUDGETS)")
+    parser.add_argument("--budget", choices=sorted(BUDGETS), default="small", help="iteration budget (experiments/uci_methods.py BUDGETS); 'converged' stops every fit on a validation part")
     parser.add_argument("--nn-steps", type=int, help="override the budget's gradient steps per network fit")
     parser.add_argument("--dgp-steps", type=int, help="override the budget's ELBO steps")
     parser.add_argument("--mc-samples", type=int, help="override the budget's MC samples at test time")
@@ -112,12 +113,19 @@ def canonical_datasets(names: Sequence[str]) -> List[str]:
     return sorted(canonical, key=lambda n: DATASET_ORDER.index(n) if n in DATASET_ORDER else len(DATASET_ORDER))
 
 
+def _use_fixed(dataset, args) -> bool:
+    """Published splits where the data has them (the embedded Boston set has none), unless --random-splits."""
+    if getattr(args, "random_splits", False):
+        return False
+    return bool(args.fixed_splits) or bool(dataset.splits)
+
+
 def prepare_split(dataset, split_index: int, args):
     """Standardised :class:`SplitData` for one split (statistics of the training part only)."""
     from activated_dgp.data import Standardizer, random_splits
     from experiments.uci_methods import SplitData
 
-    if args.fixed_splits:
+    if _use_fixed(dataset, args):
         if split_index >= len(dataset.splits):
             raise ValueError(f"{dataset.name!r} has {len(dataset.splits)} published splits, split {split_index} asked for")
         split = dataset.splits[split_index]
@@ -148,7 +156,7 @@ def run(args) -> ResultStore:
     budget = _budget(args)
     loaded = {name: load_regression_dataset(name, args.data_dir) for name in datasets}  # fail early on bad data
     cells = [
-        {"dataset": name, "method": method, "split": split}
+        {"dataset": name, "method": method, "split": split, "protocol": budget.key()}
         for split in range(args.splits)
         for name in datasets
         if split < limits.get(name, args.splits)
@@ -171,7 +179,7 @@ def run(args) -> ResultStore:
             "num_train": len(data.X_train),
             "num_test": len(data.X_test),
             "input_dim": dataset.input_dim,
-            "split_kind": "fixed" if args.fixed_splits else "random",
+            "split_kind": "fixed" if _use_fixed(dataset, args) else "random",
             "seed": args.seed,
         }
         store.append(record)
@@ -274,13 +282,44 @@ def markdown(rows: Sequence[Dict], records: Sequence[Dict]) -> str:
     lines = claims(rows)
     if lines:
         out += ["**The paper's claims on these records** (split means)", ""] + lines + [""]
-    budgets = sorted({(r["budget"]["name"], r["budget"]["nn_steps"], r["budget"]["dgp_steps"], r["budget"]["mc_samples"]) for r in records})
-    out.append(
-        f"{len(records)} records; budgets: "
-        + "; ".join(f"{n} (network steps {a}, ELBO steps {b}, MC samples {c})" for n, a, b, c in budgets)
-        + "."
-    )
+    steps = _steps_used(records)
+    if steps:
+        out += ["**Steps used** (mean over splits of the steps run, and of the best step restored; network / ELBO)", ""]
+        out.append("| dataset | " + " | ".join(LABELS[m] for m in methods) + " |")
+        out.append("|---|" + "---|" * len(methods))
+        for d in datasets:
+            out.append(f"| {d} | " + " | ".join(steps.get((d, m), "—") for m in methods) + " |")
+        out.append("")
+    protocols = sorted({r.get("protocol", r["budget"]["name"]) for r in records})
+    out.append(f"{len(records)} records; protocol: " + "; ".join(protocols) + ".")
     return "\n".join(out) + "\n"
+
+
+def _steps_used(records: Sequence[Dict]) -> Dict[tuple, str]:
+    """'run (best)' network and ELBO steps per (dataset, method), averaged over splits."""
+    cells: Dict[tuple, Dict[str, List[float]]] = {}
+    for r in records:
+        extra = r.get("extra", {})
+        parts = cells.setdefault((r["dataset"], r["method"]), {})
+        histories = extra.get("networks") or ([extra["network"]] if extra.get("network") else [])
+        for h in histories:
+            if h.get("steps_run") is not None:
+                parts.setdefault("nn_run", []).append(h["steps_run"])
+                parts.setdefault("nn_best", []).append(h.get("best_step") or 0)
+        dgp = extra.get("dgp") or {}
+        if dgp.get("steps_run") is not None:
+            parts.setdefault("dgp_run", []).append(dgp["steps_run"])
+            parts.setdefault("dgp_best", []).append(dgp.get("best_step") or 0)
+    out = {}
+    for key, parts in cells.items():
+        text = []
+        if "nn_run" in parts:
+            text.append(f"{np.mean(parts['nn_run']):.0f} ({np.mean(parts['nn_best']):.0f})")
+        if "dgp_run" in parts:
+            text.append(f"{np.mean(parts['dgp_run']):.0f} ({np.mean(parts['dgp_best']):.0f})")
+        if text:
+            out[key] = " / ".join(text) if len(text) == 2 or "nn_run" in parts else "— / " + text[0]
+    return out
 
 
 def write_csv(rows: Sequence[Dict], path: Path) -> None:
@@ -307,7 +346,7 @@ def figure(rows: Sequence[Dict], path: Path) -> None:
             datasets.append(r["dataset"])
     methods = [m for m in METHOD_ORDER if any(r["method"] == m for r in rows)]
     table = {(r["dataset"], r["method"]): r for r in rows}
-    colours = dict(zip(METHOD_ORDER, ("C0", "C1", "C2", "C4", "C5", "C3")))
+    colours = dict(zip(METHOD_ORDER, ("C0", "C1", "C2", "C4", "C5", "C3", "C7", "C6")))
     fig, axes = plt.subplots(2, len(datasets), figsize=(2.3 * len(datasets) + 1.5, 5.2), squeeze=False)
     for column, d in enumerate(datasets):
         for row_index, metric in enumerate(("rmse", "nlpd")):
@@ -339,11 +378,20 @@ def figure(rows: Sequence[Dict], path: Path) -> None:
     plt.close(fig)
 
 
-def report(out: Path, doc: Optional[str] = None) -> str:
+def report(out: Path, doc: Optional[str] = None, protocol: Optional[str] = None) -> str:
+    """Table, CSV and figure from the records of one ``protocol`` (budget key; default: the one with
+    the most records), so that records of other settings never mix into a table."""
     store = ResultStore(Path(out) / "records.jsonl", KEY_FIELDS)
-    records = store.records()
-    if not records:
+    everything = store.records()
+    if not everything:
         raise FileNotFoundError(f"no records in {store.path}; run the benchmark first")
+    counts: Dict[str, int] = {}
+    for r in everything:
+        counts[r["protocol"]] = counts.get(r["protocol"], 0) + 1
+    protocol = protocol or max(counts, key=counts.get)
+    records = [r for r in everything if r["protocol"] == protocol]
+    if not records:
+        raise ValueError(f"no records of protocol {protocol!r} in {store.path}; it has {sorted(counts)}")
     rows = summarise(records)
     text = markdown(rows, records)
     (Path(out) / "table.md").write_text(text)
@@ -366,7 +414,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if not args.report_only:
         run(args)
-    text = report(Path(args.out), args.doc)
+    text = report(Path(args.out), args.doc, None if args.report_only else _budget(args).key())
     print(text)
     print(f"wrote {Path(args.out) / 'table.md'}, summary.csv and uci.png")
     return 0

@@ -59,6 +59,21 @@ PLATEAU_STEPS = 200  # the plateau patience in minibatch steps (at least 5 epoch
 MIN_LEARNING_RATE = 1e-4
 
 
+CHECK_STEPS = 50  # a validation check every this many steps (at least once per epoch)
+PATIENCE_STEPS = 1000  # early stopping after this many steps without a better validation score
+
+
+def protocol_schedule(cap_steps: int, num_train: int, *, learning_rate: float = 0.01, early_stopping: bool = True) -> TrainingSchedule:
+    """The converged protocol's schedule: Adam ``learning_rate`` ×0.9 on a plateau of max(5 epochs, 200
+    steps), floor 1e-4; at most ``cap_steps`` steps; with ``early_stopping`` a validation check every
+    max(1 epoch, 50 steps) and a patience of 1,000 steps, best parameters restored."""
+    return TrainingSchedule.for_steps(
+        cap_steps, num_train, plateau_steps=PLATEAU_STEPS, batch_size=BATCH_SIZE, learning_rate=learning_rate,
+        plateau_factor=0.9, min_learning_rate=MIN_LEARNING_RATE,
+        **(dict(check_steps=CHECK_STEPS, patience_steps=PATIENCE_STEPS) if early_stopping else {}),
+    )
+
+
 @dataclass(frozen=True)
 class Budget:
     """Optimisation budget in gradient steps (minibatches of 128), the same for every dataset; a fit runs
@@ -73,19 +88,31 @@ class Budget:
     nn_steps: int
     dgp_steps: int
     mc_samples: int = 32
+    converged: bool = False
 
     def epochs(self, steps: int, num_train: int) -> int:
         return self.schedule(steps, num_train).epochs
 
     def schedule(self, steps: int, num_train: int) -> TrainingSchedule:
-        """Adam 0.01 ×0.9 on a plateau of max(5 epochs, 200 steps), floor 1e-4 (1 % of the start)."""
-        return TrainingSchedule.for_steps(
-            steps, num_train, plateau_steps=PLATEAU_STEPS, batch_size=BATCH_SIZE, learning_rate=0.01,
-            plateau_factor=0.9, min_learning_rate=MIN_LEARNING_RATE,
+        """Adam 0.01 ×0.9 on a plateau of max(5 epochs, 200 steps), floor 1e-4 (1 % of the start); for a
+        ``converged`` budget ``steps`` is a cap and the fit stops early on the validation part."""
+        return protocol_schedule(steps, num_train, early_stopping=self.converged)
+
+    def key(self) -> str:
+        """The configuration that results depend on, for the records' key (never mix settings)."""
+        return (
+            f"{self.name}:nn{self.nn_steps}:dgp{self.dgp_steps}:mc{self.mc_samples}:"
+            + (f"early-stopping(val {VALIDATION_FRACTION}, check {CHECK_STEPS}, patience {PATIENCE_STEPS})" if self.converged else "fixed-steps")
+            + f":{PROTOCOL_VERSION}"
         )
 
 
+PROTOCOL_VERSION = "v2"  # bump when a method's definition changes
+
 BUDGETS = {
+    "converged": Budget("converged", nn_steps=20000, dgp_steps=10000, mc_samples=32, converged=True),
+    "converged-quick": Budget("converged-quick", nn_steps=300, dgp_steps=150, mc_samples=8, converged=True),
+    "converged-tiny": Budget("converged-tiny", nn_steps=40, dgp_steps=16, mc_samples=4, converged=True),  # tests
     "tiny": Budget("tiny", nn_steps=20, dgp_steps=8, mc_samples=4),
     "small": Budget("small", nn_steps=600, dgp_steps=150, mc_samples=16),
     "medium": Budget("medium", nn_steps=2000, dgp_steps=1000, mc_samples=32),
@@ -104,6 +131,13 @@ class SplitData:
     y_scale: float
     seed: int
 
+    def validation_split(self):
+        """(X_fit, y_fit), (X_val, y_val): the seeded 10 % validation part of the training split that
+        every method of the converged protocol stops on (the same rows for every method)."""
+        from activated_dgp.training import split_validation
+
+        return split_validation(self.X_train, self.y_train, VALIDATION_FRACTION, self.seed)
+
 
 Prediction = Tuple[np.ndarray, np.ndarray, Dict]  # means [S, N], variances [S, N], extra fields
 
@@ -121,12 +155,63 @@ def twin_lengthscales(input_dim: int) -> list:
     return [math.sqrt(input_dim + 1.0)] * NUM_LAYERS
 
 
-def _fit_twin(X, y, budget: Budget, seed: int) -> tf_keras.Model:
-    """The activated twin trained on MSE, seeded the way stage 1 of ``train_two_stage`` is."""
+def _fit_parts(data: SplitData, budget: Budget):
+    """(X_fit, y_fit) and the validation part (None for a fixed-step budget, which trains on all)."""
+    if budget.converged:
+        return data.validation_split()
+    return (data.X_train, data.y_train), None
+
+
+def build_plain_network(input_dim: int, seed: int) -> tf_keras.Sequential:
+    """An ordinary network of the twin's shape: [Dense(128, softplus), Dense(D, no bias)] × 2,
+    [Dense(128, softplus), Dense(1, no bias)], Glorot-normal initialisation (seeded), float64."""
+    rng = np.random.default_rng(seed)
+    layers = [tf_keras.Input(shape=(input_dim,), dtype=gpflow.default_float())]
+    for index in range(NUM_LAYERS):
+        width = 1 if index == NUM_LAYERS - 1 else input_dim
+        init = lambda: tf_keras.initializers.GlorotNormal(seed=int(rng.integers(2**31)))  # noqa: E731
+        layers.append(tf_keras.layers.Dense(NUM_UNITS, activation="softplus", kernel_initializer=init(), dtype=gpflow.default_float()))
+        layers.append(tf_keras.layers.Dense(width, use_bias=False, kernel_initializer=init(), dtype=gpflow.default_float()))
+    return tf_keras.Sequential(layers, name="plain_nn")
+
+
+_NETWORK_CACHE: Dict[tuple, tuple] = {}
+
+
+def _fit_network(kind: str, data: SplitData, budget: Budget, seed: int) -> Tuple[tf_keras.Model, Dict]:
+    """The ``kind`` ("twin", "plain" or "dropout") network trained on MSE on the fit part, with early
+    stopping on the validation part for a converged budget; seeded like stage 1 of ``train_two_stage``.
+
+    The fits of the current split are cached (weights and history), so NN, ensemble member 0, NN+TS and
+    ADGP of one split share one network instead of training the same seeded network again."""
+    (X, y), validation = _fit_parts(data, budget)
+    key = (kind, seed, budget.key(), X.shape, float(np.sum(X)), float(np.sum(y)))
     tf.random.set_seed(seed)
-    network = build_activated_nn(
-        X.shape[1], num_layers=NUM_LAYERS, num_units=NUM_UNITS, lengthscales=twin_lengthscales(X.shape[1]), seed=seed
-    )
+    input_dim = X.shape[1]
+    if kind == "plain":
+        network = build_plain_network(input_dim, seed)
+    else:
+        network = build_activated_nn(input_dim, num_layers=NUM_LAYERS, num_units=NUM_UNITS, lengthscales=twin_lengthscales(input_dim), seed=seed)
+        if kind == "dropout":
+            network = with_dropout(network, DROPOUT_RATE, seed=seed)
+    network(X[:1])
+    if key in _NETWORK_CACHE:
+        weights, history = _NETWORK_CACHE[key]
+        network.set_weights(weights)
+        return network, history
+    history = train_network(network, X, y, "gaussian", budget.schedule(budget.nn_steps, len(X)), validation_data=validation)
+    history = {"steps_run": history.get("steps_run", budget.epochs(budget.nn_steps, len(X)) * math.ceil(len(X) / BATCH_SIZE)),
+               "best_step": history.get("best_step")}
+    for stale in [k for k in _NETWORK_CACHE if k[2:] != key[2:]]:  # another split or budget
+        del _NETWORK_CACHE[stale]
+    _NETWORK_CACHE[key] = (network.get_weights(), history)
+    return network, history
+
+
+def _fit_twin(X, y, budget: Budget, seed: int) -> tf_keras.Model:
+    """The activated twin trained on MSE on all of (X, y) with ``budget``'s fixed schedule."""
+    tf.random.set_seed(seed)
+    network = build_activated_nn(X.shape[1], num_layers=NUM_LAYERS, num_units=NUM_UNITS, lengthscales=twin_lengthscales(X.shape[1]), seed=seed)
     train_network(network, X, y, "gaussian", budget.schedule(budget.nn_steps, len(X)))
     return network
 
@@ -139,10 +224,19 @@ def _training_mse(network, X, y) -> float:
     return float(max(np.mean((_network_mean(network, X) - y[:, 0]) ** 2), 1e-8))
 
 
+def _network_prediction(kind: str, data: SplitData, budget: Budget) -> Prediction:
+    network, history = _fit_network(kind, data, budget, data.seed)
+    (X, y), _ = _fit_parts(data, budget)
+    noise = _training_mse(network, X, y)
+    return _network_mean(network, data.X_test)[None], np.full((1, len(data.X_test)), noise), {"train_mse": noise, "network": history}
+
+
 def predict_nn(data: SplitData, budget: Budget) -> Prediction:
-    network = _fit_twin(data.X_train, data.y_train, budget, data.seed)
-    noise = _training_mse(network, data.X_train, data.y_train)
-    return _network_mean(network, data.X_test)[None], np.full((1, len(data.X_test)), noise), {"train_mse": noise}
+    return _network_prediction("twin", data, budget)
+
+
+def predict_plain(data: SplitData, budget: Budget) -> Prediction:
+    return _network_prediction("plain", data, budget)
 
 
 def build_dropout_twin(input_dim: int, seed: int, rate: float = DROPOUT_RATE) -> tf_keras.Model:
@@ -151,40 +245,60 @@ def build_dropout_twin(input_dim: int, seed: int, rate: float = DROPOUT_RATE) ->
     return with_dropout(twin, rate, seed=seed)
 
 
+def mixture_noise_variance(means: np.ndarray, y: np.ndarray) -> float:
+    """MC dropout's model precision τ (Gal & Ghahramani 2016, eq. 8), as the noise variance 1/τ that
+    maximises the validation log-likelihood of the mixture (1/T) Σ_t N(y; f_t(x), 1/τ); means [T, N]."""
+    from scipy.optimize import minimize_scalar
+
+    from activated_dgp.metrics import gaussian_mixture_log_density
+
+    def loss(log_variance):
+        return -float(np.mean(gaussian_mixture_log_density(y, means, np.full_like(means, np.exp(log_variance)))))
+
+    result = minimize_scalar(loss, bounds=(np.log(1e-8), np.log(100.0)), method="bounded")
+    return float(np.exp(result.x))
+
+
 def predict_dropout(data: SplitData, budget: Budget) -> Prediction:
-    tf.random.set_seed(data.seed)
-    network = build_dropout_twin(data.X_train.shape[1], data.seed)
-    train_network(network, data.X_train, data.y_train, "gaussian", budget.schedule(budget.nn_steps, len(data.X_train)))
+    network, history = _fit_network("dropout", data, budget, data.seed)
+    (X, y), validation = _fit_parts(data, budget)
 
-    def mc_means(X):  # [T, N] passes with dropout on
-        return np.stack([_batched(lambda b: network(b, training=True).numpy(), X)[:, 0] for _ in range(budget.mc_samples)])
+    def mc_means(inputs):  # [T, N] passes with dropout on
+        return np.stack([_batched(lambda b: network(b, training=True).numpy(), inputs)[:, 0] for _ in range(budget.mc_samples)])
 
-    rows = np.random.default_rng(data.seed).permutation(len(data.X_train))[:2000]
-    noise = float(max(np.mean((mc_means(data.X_train[rows]).mean(0) - data.y_train[rows, 0]) ** 2), 1e-8))
+    if validation is not None:
+        noise = mixture_noise_variance(mc_means(validation[0]), validation[1][:, 0])
+    else:  # fixed-step budgets: the training MSE of the MC-mean prediction
+        rows = np.random.default_rng(data.seed).permutation(len(X))[:2000]
+        noise = float(max(np.mean((mc_means(X[rows]).mean(0) - y[rows, 0]) ** 2), 1e-8))
     means = mc_means(data.X_test)
-    return means, np.full_like(means, noise), {"train_mse": noise}
+    return means, np.full_like(means, noise), {"noise_variance": noise, "tau": 1.0 / noise, "network": history}
 
 
 def predict_ensemble(data: SplitData, budget: Budget) -> Prediction:
-    means, variances = [], []
+    means, variances, histories = [], [], []
+    (X, y), _ = _fit_parts(data, budget)
     for member in range(ENSEMBLE_SIZE):
-        network = _fit_twin(data.X_train, data.y_train, budget, data.seed + 1000 * member)
+        network, history = _fit_network("twin", data, budget, data.seed + 1000 * member)
         means.append(_network_mean(network, data.X_test))
-        variances.append(np.full(len(data.X_test), _training_mse(network, data.X_train, data.y_train)))
-    return np.stack(means), np.stack(variances), {"members": ENSEMBLE_SIZE}
+        variances.append(np.full(len(data.X_test), _training_mse(network, X, y)))
+        histories.append(history)
+    return np.stack(means), np.stack(variances), {"members": ENSEMBLE_SIZE, "networks": histories}
 
 
 def predict_nn_ts(data: SplitData, budget: Budget) -> Prediction:
-    order = np.random.default_rng([data.seed, 7]).permutation(len(data.X_train))
-    num_val = max(2, int(round(VALIDATION_FRACTION * len(order))))
-    val, fit = order[:num_val], order[num_val:]
-    network = _fit_twin(data.X_train[fit], data.y_train[fit], budget, data.seed)
-    train_mse = _training_mse(network, data.X_train[fit], data.y_train[fit])
-    val_mse = float(max(np.mean((_network_mean(network, data.X_train[val]) - data.y_train[val, 0]) ** 2), 1e-8))
+    if budget.converged:  # the NN's own network (trained on the fit part, stopped on the validation part)
+        network, history = _fit_network("twin", data, budget, data.seed)
+        (X_fit, y_fit), (X_val, y_val) = data.validation_split()
+    else:
+        (X_fit, y_fit), (X_val, y_val) = data.validation_split()
+        network, history = _fit_twin(X_fit, y_fit, budget, data.seed), {}
+    train_mse = _training_mse(network, X_fit, y_fit)
+    val_mse = float(max(np.mean((_network_mean(network, X_val) - y_val[:, 0]) ** 2), 1e-8))
     temperature = val_mse / train_mse  # argmin_T of the validation NLL of N(f(x), T·MSE_train)
     noise = temperature * train_mse
     means = _network_mean(network, data.X_test)[None]
-    return means, np.full_like(means, noise), {"temperature": temperature, "train_mse": train_mse, "validation_mse": val_mse}
+    return means, np.full_like(means, noise), {"temperature": temperature, "train_mse": train_mse, "validation_mse": val_mse, "network": history}
 
 
 def dgp_mixture(dgp: gpflux.models.DeepGP, X, num_samples: int, seed: int) -> Tuple[np.ndarray, np.ndarray]:
@@ -199,30 +313,43 @@ def dgp_mixture(dgp: gpflux.models.DeepGP, X, num_samples: int, seed: int) -> Tu
     return np.concatenate(means, 1), np.concatenate(variances, 1)
 
 
-def predict_adgp(data: SplitData, budget: Budget) -> Prediction:
+# Stage-2 options of the ADGP in this benchmark (train_two_stage keywords); chosen from the stage-2
+# diagnosis (docs/results/stage2.md). Used only with a converged budget (they need the validation part).
+ADGP_OPTIONS = dict(kernel_variance="validation", noise_variance="validation")
+
+
+def _adgp(kind: str, data: SplitData, budget: Budget) -> Prediction:
+    network, history = _fit_network(kind, data, budget, data.seed)
+    (X, y), validation = _fit_parts(data, budget)
+    options = dict(ADGP_OPTIONS) if validation is not None else {}
     result = train_two_stage(
-        data.X_train,
-        data.y_train,
-        likelihood="gaussian",
-        num_layers=NUM_LAYERS,
-        num_units=NUM_UNITS,
-        activation="softplus",
-        lengthscales=twin_lengthscales(data.X_train.shape[1]),
-        network_schedule=budget.schedule(budget.nn_steps, len(data.X_train)),
-        dgp_schedule=budget.schedule(budget.dgp_steps, len(data.X_train)),
-        seed=data.seed,
+        X, y, likelihood="gaussian", network=network, validation_data=validation,
+        dgp_schedule=budget.schedule(budget.dgp_steps, len(X)), seed=data.seed, **options,
     )
-    init_noise = _training_mse(result.network, data.X_train, data.y_train)
-    init = regression_metrics(data.y_test, _network_mean(result.network, data.X_test), init_noise, data.y_scale)
+    init_noise = _training_mse(network, X, y)
+    init = regression_metrics(data.y_test, _network_mean(network, data.X_test), init_noise, data.y_scale)
     means, variances = dgp_mixture(result.dgp, data.X_test, budget.mc_samples, data.seed)
     extra = {
         "init_rmse": init["rmse"],
         "init_nlpd": init["nlpd"],
         "conversion_mismatch": result.conversion_mismatch,
+        "kernel_variances": result.kernel_variances,
+        "initial_noise_variance": result.initial_noise_variance,
         "noise_variance": float(result.dgp.likelihood_layer.likelihood.variance.numpy()),
         "final_loss": float(result.dgp_history["loss"][-1]) if result.dgp_history.get("loss") else None,
+        "network": history,
+        "dgp": {k: result.dgp_history.get(k) for k in ("steps_run", "best_step", "best_validation")},
+        "options": {k: str(v) for k, v in options.items()},
     }
     return means, variances, extra
+
+
+def predict_adgp(data: SplitData, budget: Budget) -> Prediction:
+    return _adgp("twin", data, budget)
+
+
+def predict_plain_adgp(data: SplitData, budget: Budget) -> Prediction:
+    return _adgp("plain", data, budget)
 
 
 def build_classic_dgp(X: np.ndarray, seed: int, num_layers: int = NUM_LAYERS, num_inducing: int = NUM_UNITS) -> gpflux.models.DeepGP:
@@ -253,13 +380,15 @@ def build_classic_dgp(X: np.ndarray, seed: int, num_layers: int = NUM_LAYERS, nu
 
 
 def predict_dgp(data: SplitData, budget: Budget) -> Prediction:
+    (X, y), validation = _fit_parts(data, budget)
     tf.random.set_seed(data.seed)
-    dgp = build_classic_dgp(data.X_train, data.seed)
-    history = train_dgp(dgp, data.X_train, data.y_train, budget.schedule(budget.dgp_steps, len(data.X_train)))
+    dgp = build_classic_dgp(X, data.seed)
+    history = train_dgp(dgp, X, y, budget.schedule(budget.dgp_steps, len(X)), validation_data=validation)
     means, variances = dgp_mixture(dgp, data.X_test, budget.mc_samples, data.seed)
     extra = {
         "noise_variance": float(dgp.likelihood_layer.likelihood.variance.numpy()),
         "final_loss": float(history["loss"][-1]) if history.get("loss") else None,
+        "dgp": {k: history.get(k) for k in ("steps_run", "best_step", "best_validation")},
     }
     return means, variances, extra
 
@@ -271,8 +400,19 @@ METHODS: Dict[str, Callable[[SplitData, Budget], Prediction]] = {
     "nn_ts": predict_nn_ts,
     "dgp": predict_dgp,
     "adgp": predict_adgp,
+    "plain": predict_plain,
+    "plain_adgp": predict_plain_adgp,
 }
-LABELS = {"nn": "NN", "dropout": "NN+Dropout", "ensemble": "NN Ensemble", "nn_ts": "NN+TS", "dgp": "DGP", "adgp": "ADGP"}
+LABELS = {
+    "nn": "NN",
+    "dropout": "NN+Dropout",
+    "ensemble": "NN Ensemble",
+    "nn_ts": "NN+TS",
+    "dgp": "DGP",
+    "adgp": "ADGP",
+    "plain": "plain NN",
+    "plain_adgp": "plain→ADGP",
+}
 
 
 def run_method(method: str, data: SplitData, budget: Budget) -> Dict:
@@ -285,15 +425,26 @@ def run_method(method: str, data: SplitData, budget: Budget) -> Dict:
     start = time.perf_counter()
     means, variances, extra = METHODS[method](data, budget)
     scores = regression_metrics(data.y_test, means, variances, data.y_scale)
-    num_train = len(data.X_train)
     return {
         **scores,
         "seconds": round(time.perf_counter() - start, 2),
-        "nn_epochs": budget.epochs(budget.nn_steps, num_train) if method != "dgp" else 0,
-        "dgp_epochs": budget.epochs(budget.dgp_steps, num_train) if method in ("dgp", "adgp") else 0,
         "budget": asdict(budget),
+        "protocol": budget.key(),
         "extra": extra,
     }
 
 
-__all__ = ["Budget", "BUDGETS", "SplitData", "METHODS", "LABELS", "run_method", "build_classic_dgp", "build_dropout_twin", "dgp_mixture"]
+__all__ = [
+    "Budget",
+    "BUDGETS",
+    "SplitData",
+    "METHODS",
+    "LABELS",
+    "run_method",
+    "build_classic_dgp",
+    "build_dropout_twin",
+    "build_plain_network",
+    "dgp_mixture",
+    "mixture_noise_variance",
+    "protocol_schedule",
+]

@@ -158,7 +158,7 @@ def _run(out, *extra):
 def test_every_method_end_to_end(tmp_path):
     _run(tmp_path, "--method", "all", "--splits", "1")
     records = [json.loads(line) for line in (tmp_path / "records.jsonl").read_text().splitlines()]
-    assert sorted(r["method"] for r in records) == sorted(["nn", "dropout", "ensemble", "nn_ts", "dgp", "adgp"])
+    assert sorted(r["method"] for r in records) == sorted(["nn", "dropout", "ensemble", "nn_ts", "dgp", "adgp", "plain", "plain_adgp"])
     for r in records:
         assert np.isfinite(r["rmse"]) and np.isfinite(r["nlpd"]) and r["num_test"] == 51 and r["num_train"] == 455
         # original units: RMSE scales by s_y and NLPD shifts by log s_y, the same s_y for every method
@@ -198,3 +198,34 @@ def test_resume_after_interruption(tmp_path, monkeypatch):
     monkeypatch.setattr(methods, "run_method", failing)
     _run(tmp_path, "--method", "nn", "--splits", "2")  # nothing left to do: no cell runs
     assert calls == [] and (tmp_path / "records.jsonl").read_text().splitlines() == lines
+
+
+def test_converged_protocol_records_steps_and_shares_the_network(tmp_path):
+    from experiments.uci_methods import BUDGETS
+
+    _run(tmp_path, "--method", "nn,nn_ts,dropout,adgp,dgp", "--splits", "1", "--budget", "converged-tiny")
+    records = {r["method"]: r for r in map(json.loads, (tmp_path / "records.jsonl").read_text().splitlines())}
+    key = BUDGETS["converged-tiny"].key()
+    assert all(r["protocol"] == key for r in records.values()) and "early-stopping" in key
+    for method in ("nn", "nn_ts", "dropout", "adgp"):
+        network = records[method]["extra"]["network"]
+        assert 0 <= network["best_step"] <= network["steps_run"] <= 40 + 4  # capped (an epoch is 4 steps)
+    assert records["adgp"]["extra"]["dgp"]["steps_run"] <= 16 + 4 and records["dgp"]["extra"]["dgp"]["best_step"] is not None
+    # ADGP's stage 1 is the NN's network: same test predictions, hence the same RMSE
+    assert records["adgp"]["extra"]["init_rmse"] == pytest.approx(records["nn"]["rmse"], rel=1e-9)
+    assert records["nn_ts"]["rmse"] == pytest.approx(records["nn"]["rmse"], rel=1e-9)
+    assert records["adgp"]["extra"]["options"] == {"kernel_variance": "validation", "noise_variance": "validation"}
+    assert records["dropout"]["extra"]["tau"] > 0
+
+
+def test_dropout_precision_maximises_the_validation_likelihood():
+    from experiments.uci_methods import mixture_noise_variance
+
+    rng = np.random.default_rng(3)
+    y = rng.normal(size=50)
+    means = y[None] + rng.normal(scale=0.3, size=(8, 50)) + 0.2
+    noise = mixture_noise_variance(means, y)
+    grid = np.exp(np.linspace(np.log(1e-3), np.log(10), 4001))
+    # brute force with scipy's normal density: mean over points of log (1/T) Σ_t N(y; μ_t, σ²)
+    scores = [np.mean(np.log(np.mean(norm.pdf(y[None], means, np.sqrt(g)), axis=0))) for g in grid]
+    assert noise == pytest.approx(grid[int(np.argmax(scores))], rel=5e-3)

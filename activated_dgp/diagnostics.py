@@ -1,0 +1,88 @@
+"""Diagnostics of an activated (or any gpflux) DeepGP: how much prior variance each layer leaves
+outside its inducing span, and the ELBO split into its terms (Dutordoir et al., 2021, Sec. 4–5;
+Salimbeni & Deisenroth, 2017, eq. 5).
+
+* :func:`residual_fraction` — per point, (k(x, x) − Qff(x)) / k(x, x) with
+  Qff(x) = Kfu(x) Kuu⁻¹ Kuf(x): the share of a layer's prior variance that no inducing variable
+  explains. A sample passed through the layer carries it as noise around the network's output.
+* :func:`elbo_terms` — the ELBO Σ_i E_q[log p(y_i | f_L(x_i))] − Σ_ℓ KL[q(u_ℓ) ‖ p(u_ℓ)], with the
+  expected log-likelihood and every layer's KL reported apart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Optional
+
+import gpflow
+import gpflux
+import numpy as np
+import tensorflow as tf
+
+from .prediction import propagate_means, sample_layers
+
+__all__ = ["residual_fraction", "layer_residual_fractions", "ElboTerms", "elbo_terms"]
+
+
+def _inner(layer: gpflux.layers.GPLayer):
+    """The single kernel and inducing variable of a shared-independent GPLayer."""
+    kernel, inducing = layer.kernel, layer.inducing_variable
+    kernel = getattr(kernel, "kernel", kernel)
+    inducing = getattr(inducing, "inducing_variable", inducing)
+    return kernel, inducing
+
+
+def residual_fraction(layer: gpflux.layers.GPLayer, X) -> np.ndarray:
+    """(k(x_i, x_i) − Kfu Kuu⁻¹ Kuf |_(ii)) / k(x_i, x_i), [N], with GPflow's default jitter in Kuu
+    (the one its conditionals use). 0: the inducing variables explain all prior variance at x_i."""
+    kernel, inducing = _inner(layer)
+    X = tf.convert_to_tensor(X, dtype=gpflow.default_float())
+    Kmm = gpflow.covariances.Kuu(inducing, kernel, jitter=gpflow.config.default_jitter())
+    Kmn = gpflow.covariances.Kuf(inducing, kernel, X)
+    A = tf.linalg.triangular_solve(tf.linalg.cholesky(Kmm), Kmn, lower=True)
+    Kdiag = kernel(X, full_cov=False)
+    return ((Kdiag - tf.reduce_sum(A**2, axis=0)) / Kdiag).numpy()
+
+
+def layer_residual_fractions(dgp: gpflux.models.DeepGP, X) -> List[float]:
+    """Mean residual fraction of each layer on the inputs it sees under mean propagation."""
+    hidden = [tf.convert_to_tensor(X, dtype=gpflow.default_float())] + propagate_means(dgp, X)[:-1]
+    return [float(np.mean(residual_fraction(layer, h))) for layer, h in zip(dgp.f_layers, hidden)]
+
+
+@dataclass
+class ElboTerms:
+    """ELBO = ``expected_log_likelihood`` − Σ ``kl``; ``kl`` has one entry per layer."""
+
+    expected_log_likelihood: float
+    kl: List[float]
+
+    @property
+    def elbo(self) -> float:
+        return self.expected_log_likelihood - float(np.sum(self.kl))
+
+
+def elbo_terms(dgp: gpflux.models.DeepGP, X, Y, *, num_samples: int = 8, seed: Optional[int] = 0, batch_size: int = 1024) -> ElboTerms:
+    """The ELBO's terms on (X, Y), the data term scaled to the model's ``num_data`` (N if unset).
+
+    Layers 1..L−1 are sampled as in doubly stochastic VI (``num_samples`` draws per point,
+    :func:`activated_dgp.prediction.sample_layers`); the last layer's Gaussian q(f_L | h) is
+    integrated against the likelihood by ``variational_expectations`` (closed form for a Gaussian
+    likelihood, quadrature otherwise). ``seed`` fixes the draws, so two models can be compared on the
+    same noise (common random numbers).
+    """
+    X = np.asarray(X, dtype=np.float64)
+    Y = np.asarray(Y, dtype=np.float64)
+    if X.ndim != 2 or Y.ndim != 2 or len(X) != len(Y):
+        raise ValueError(f"X must be [N, D] and Y [N, P] with the same N, got {X.shape} and {Y.shape}")
+    likelihood = dgp.likelihood_layer.likelihood
+    total = 0.0
+    for start in range(0, len(X), batch_size):
+        x, y = X[start : start + batch_size], Y[start : start + batch_size]
+        _, mean, var = sample_layers(dgp, x, num_samples, None if seed is None else seed + start)
+        y = tf.convert_to_tensor(y, dtype=mean.dtype)
+        per_sample = [tf.reduce_sum(likelihood.variational_expectations(None, mean[s], var[s], y)) for s in range(num_samples)]
+        total += float(tf.reduce_mean(tf.stack(per_sample)))
+    num_data = dgp.num_data if dgp.num_data is not None else len(X)
+    expected = total * num_data / len(X)
+    return ElboTerms(expected, [float(layer.prior_kl()) for layer in dgp.f_layers])

@@ -1,0 +1,261 @@
+"""Where stage 2 (the ELBO after converting a network) gains or loses accuracy: a diagnosis along training.
+
+    python -m experiments.stage2_diagnosis --dataset bostonHousing --split 0 --data-dir ../shared/data
+    python -m experiments.stage2_diagnosis --dataset bostonHousing,energy,concrete,naval --splits 3 \\
+        --variant all --data-dir ../shared/data --out docs/results/stage2
+    python -m experiments.stage2_diagnosis --report-only --out docs/results/stage2
+
+For each (dataset, split) one network twin is trained (early stopping on a 10 % validation part of the
+training split, best weights restored: experiments/uci_methods.py's protocol) and converted to an
+activated DGP; each *variant* (a set of stage-2 options of :func:`activated_dgp.train_two_stage`) then
+continues from the same network. At conversion, every ``--every`` steps and at the end the run records
+
+* per layer: the residual fraction (Kff − Qff)/Kff on the inputs it sees (mean propagation), the kernel
+  variance, and ‖W − W₀‖/‖W₀‖; the likelihood's noise variance;
+* the ELBO on the training part, split into the expected log-likelihood and each layer's KL
+  (:func:`activated_dgp.diagnostics.elbo_terms`, fixed draws);
+* RMSE and NLPD (standardised targets) on the training and test parts of: the network; the DGP's mean
+  propagation with the likelihood noise (a single Gaussian); the DGP's sampled predictive mixture.
+
+Records (one per dataset, split, variant; resumable) go to ``<out>/records.jsonl``; ``--report-only``
+writes ``<out>/table.md`` and ``<out>/traces.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import numpy as np  # noqa: E402
+import tf_keras  # noqa: E402
+
+from experiments.records import ResultStore, pending  # noqa: E402
+
+KEY_FIELDS = ("dataset", "split", "variant")
+# name → options of train_two_stage (plus "learning_rate" and "early_stopping" for the stage-2 schedule)
+VARIANTS = {
+    "baseline": dict(),
+    "a_elbo_variance": dict(kernel_variance="elbo"),
+    "a2_validation_variance": dict(kernel_variance="validation"),
+    "b_warmup": dict(warmup_steps=300),
+    "c_lr_1e-3": dict(learning_rate=1e-3),
+    "d_validation_noise": dict(noise_variance="validation"),
+    "e_early_stopping": dict(early_stopping=True),
+    "ade": dict(kernel_variance="elbo", noise_variance="validation", early_stopping=True),
+    "a2de": dict(kernel_variance="validation", noise_variance="validation", early_stopping=True),
+}
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dataset", default="bostonHousing", help="comma list of UCI folders (or boston-embedded)")
+    parser.add_argument("--split", type=int, default=None, help="one split index (default: the first --splits)")
+    parser.add_argument("--splits", type=int, default=1, help="splits 0..K−1 (ignored with --split)")
+    parser.add_argument("--variant", default="baseline,a_elbo_variance,e_early_stopping,ade", help=f"comma list from {', '.join(VARIANTS)} or 'all'")
+    parser.add_argument("--data-dir", default=None, help="directory holding uci/<folder> (default $ADGP_DATA_DIR)")
+    parser.add_argument("--out", default="runs/stage2", help="output folder")
+    parser.add_argument("--nn-steps", type=int, default=10000, help="cap of network steps (early stopping decides)")
+    parser.add_argument("--dgp-steps", type=int, default=1500, help="stage-2 steps (a cap under early stopping)")
+    parser.add_argument("--every", type=int, default=300, help="diagnose every this many stage-2 steps")
+    parser.add_argument("--samples", type=int, default=32, help="predictive samples for the metrics")
+    parser.add_argument("--report-only", action="store_true")
+    return parser.parse_args(argv)
+
+
+def _metrics(y, means, variances):
+    from activated_dgp.metrics import regression_metrics
+
+    scores = regression_metrics(y, means, variances)
+    return {"rmse": scores["rmse"], "nlpd": scores["nlpd"]}
+
+
+class Diagnose(tf_keras.callbacks.Callback):
+    """Records the diagnosis of the DGP (handed over by ``set_dgp`` at conversion) every ``every_steps``."""
+
+    def __init__(self, data, every_steps: int, samples: int, elbo_rows: int = 2048):
+        super().__init__()
+        self.data, self.samples = data, samples
+        self.per_epoch = int(np.ceil(len(data.X_fit) / 128))
+        self.every_epochs = max(1, round(every_steps / self.per_epoch))
+        self.trace, self.epoch = [], 0
+        self.elbo_rows = np.random.default_rng(0).permutation(len(data.X_fit))[:elbo_rows]
+
+    def set_dgp(self, dgp):
+        self.dgp = dgp
+        self.W0 = [layer.inducing_variable.inducing_variable.W.numpy().copy() for layer in dgp.f_layers]
+        self.record(0)
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.epoch = epoch + 1
+        if self.epoch % self.every_epochs == 0:
+            self.record(self.epoch * self.per_epoch)
+
+    def record(self, step: int):
+        from activated_dgp.diagnostics import elbo_terms, layer_residual_fractions
+        from activated_dgp.prediction import propagate_means
+        from experiments.uci_methods import dgp_mixture
+
+        d, dgp = self.data, self.dgp
+        noise = float(dgp.likelihood_layer.likelihood.variance.numpy())
+        terms = elbo_terms(dgp, d.X_fit[self.elbo_rows], d.y_fit[self.elbo_rows], num_samples=4, seed=0)
+        entry = {
+            "step": int(step),
+            "noise_variance": noise,
+            "kernel_variances": [float(layer.kernel.kernel.variance.numpy()) for layer in dgp.f_layers],
+            "residual_fractions": layer_residual_fractions(dgp, d.X_fit[:1024]),
+            "W_change": [
+                float(np.linalg.norm(layer.inducing_variable.inducing_variable.W.numpy() - W0) / np.linalg.norm(W0))
+                for layer, W0 in zip(dgp.f_layers, self.W0)
+            ],
+            "expected_log_likelihood": terms.expected_log_likelihood,
+            "kl": terms.kl,
+            "elbo": terms.elbo,
+        }
+        for part, X, y in (("train", d.X_fit[self.elbo_rows], d.y_fit[self.elbo_rows]), ("test", d.X_test, d.y_test)):
+            mean = propagate_means(dgp, X)[-1].numpy()[:, 0]
+            entry[f"{part}_mean"] = _metrics(y, mean[None], np.full((1, len(X)), noise))
+            means, variances = dgp_mixture(dgp, X, self.samples, seed=1)
+            entry[f"{part}_sampled"] = _metrics(y, means, variances)
+        self.trace.append(entry)
+        print(
+            f"    step {step:5d}: ELBO {terms.elbo:10.1f} (ell {terms.expected_log_likelihood:9.1f}, KL {sum(terms.kl):9.1f}) "
+            f"noise {noise:.3f} v {['%.3g' % v for v in entry['kernel_variances']]} resid {['%.2f' % r for r in entry['residual_fractions']]} "
+            f"test RMSE mean {entry['test_mean']['rmse']:.3f} sampled {entry['test_sampled']['rmse']:.3f} NLPD {entry['test_sampled']['nlpd']:.3f}",
+            flush=True,
+        )
+
+
+def run(args):
+    import tensorflow as tf
+
+    from activated_dgp import build_activated_nn, train_network, train_two_stage
+    from activated_dgp.data import load_regression_dataset
+    from activated_dgp.training import split_validation
+    from experiments.uci import canonical_datasets, prepare_split
+    from experiments.uci_methods import BATCH_SIZE, NUM_LAYERS, NUM_UNITS, protocol_schedule, twin_lengthscales
+
+    store = ResultStore(Path(args.out) / "records.jsonl", KEY_FIELDS)
+    variants = list(VARIANTS) if args.variant == "all" else [v.strip() for v in args.variant.split(",") if v.strip()]
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown:
+        raise ValueError(f"unknown variant(s) {unknown}; choose from {list(VARIANTS)}")
+    datasets = canonical_datasets(args.dataset.split(","))
+    splits = [args.split] if args.split is not None else list(range(args.splits))
+    for name in datasets:
+        dataset = load_regression_dataset(name, args.data_dir)
+        fixed = bool(dataset.splits)
+        for split in splits:
+            cells = pending(store, [{"dataset": name, "split": split, "variant": v} for v in variants])
+            if not cells:
+                continue
+            data = prepare_split(dataset, split, SimpleNamespace(fixed_splits=fixed, seed=0))
+            (X_fit, y_fit), (X_val, y_val) = split_validation(data.X_train, data.y_train, 0.1, data.seed)
+            view = SimpleNamespace(X_fit=X_fit, y_fit=y_fit, X_val=X_val, y_val=y_val, X_test=data.X_test, y_test=data.y_test)
+            tf_keras.backend.clear_session()
+            tf.random.set_seed(data.seed)
+            network = build_activated_nn(X_fit.shape[1], num_layers=NUM_LAYERS, num_units=NUM_UNITS, lengthscales=twin_lengthscales(X_fit.shape[1]), seed=data.seed)
+            start = time.perf_counter()
+            history = train_network(network, X_fit, y_fit, "gaussian", protocol_schedule(args.nn_steps, len(X_fit)), validation_data=(X_val, y_val))
+            weights = network.get_weights()
+            print(f"{name} split {split}: network {history['best_step']} best / {history['steps_run']} steps, {time.perf_counter() - start:.0f} s", flush=True)
+            for cell in cells:
+                options = dict(VARIANTS[cell["variant"]])
+                learning_rate = options.pop("learning_rate", 0.01)
+                early = options.pop("early_stopping", False)
+                schedule = protocol_schedule(args.dgp_steps, len(X_fit), learning_rate=learning_rate, early_stopping=early)
+                network.set_weights(weights)
+                print(f"  variant {cell['variant']}: {VARIANTS[cell['variant']]}", flush=True)
+                diagnose = Diagnose(view, args.every, args.samples)
+                start = time.perf_counter()
+                tf.random.set_seed(data.seed)
+                result = train_two_stage(
+                    X_fit, y_fit, network=network, validation_data=(X_val, y_val), dgp_schedule=schedule,
+                    noise_variance=options.pop("noise_variance", "train"), seed=data.seed, dgp_callbacks=[diagnose], **options,
+                )
+                seconds = time.perf_counter() - start
+                diagnose.record(result.dgp_history.get("best_step", diagnose.epoch * diagnose.per_epoch))
+                diagnose.trace[-1]["final"] = True
+                network_scores = {}
+                noise = float(np.mean((network(X_fit).numpy() - y_fit) ** 2))
+                for part, X, y in (("train", X_fit, y_fit), ("test", data.X_test, data.y_test)):
+                    network_scores[part] = _metrics(y, network(X).numpy()[:, 0][None], np.full((1, len(X)), noise))
+                store.append({
+                    **cell,
+                    "options": VARIANTS[cell["variant"]],
+                    "network": network_scores,
+                    "network_steps": history["steps_run"],
+                    "network_best_step": history["best_step"],
+                    "dgp_steps_run": result.dgp_history.get("steps_run"),
+                    "dgp_best_step": result.dgp_history.get("best_step"),
+                    "trace": diagnose.trace,
+                    "seconds": round(seconds, 1),
+                    "num_fit": len(X_fit),
+                    "y_scale": data.y_scale,
+                })
+    return store
+
+
+def report(out: Path) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    store = ResultStore(Path(out) / "records.jsonl", KEY_FIELDS)
+    records = store.records()
+    if not records:
+        raise FileNotFoundError(f"no records in {store.path}")
+    lines = [
+        "| dataset | split | variant | NN test RMSE / NLPD | DGP at conversion: mean RMSE, sampled RMSE / NLPD | DGP final: sampled RMSE / NLPD | final noise | final v per layer | residual fraction at conversion → final | ELBO conv → final (KL conv → final) | stage-2 steps (best / run) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in records:
+        first, last = r["trace"][0], r["trace"][-1]
+        lines.append(
+            f"| {r['dataset']} | {r['split']} | {r['variant']} | {r['network']['test']['rmse']:.3f} / {r['network']['test']['nlpd']:.3f} "
+            f"| {first['test_mean']['rmse']:.3f}, {first['test_sampled']['rmse']:.3f} / {first['test_sampled']['nlpd']:.3f} "
+            f"| {last['test_sampled']['rmse']:.3f} / {last['test_sampled']['nlpd']:.3f} | {last['noise_variance']:.3f} "
+            f"| {', '.join('%.3g' % v for v in last['kernel_variances'])} "
+            f"| {', '.join('%.2f' % v for v in first['residual_fractions'])} → {', '.join('%.2f' % v for v in last['residual_fractions'])} "
+            f"| {first['elbo']:.0f} → {last['elbo']:.0f} ({sum(first['kl']):.0f} → {sum(last['kl']):.0f}) "
+            f"| {r['dgp_best_step']} / {r['dgp_steps_run']} |"
+        )
+    text = "\n".join(lines) + "\n"
+    (Path(out) / "table.md").write_text(text)
+    groups = sorted({(r["dataset"], r["split"]) for r in records})
+    fig, axes = plt.subplots(2, len(groups), figsize=(3.6 * len(groups) + 1, 6), squeeze=False)
+    for column, (dataset, split) in enumerate(groups):
+        for r in (r for r in records if (r["dataset"], r["split"]) == (dataset, split)):
+            trace = [t for t in r["trace"] if not t.get("final")]
+            steps = [t["step"] for t in trace]
+            for row, metric in enumerate(("rmse", "nlpd")):
+                line, = axes[row, column].plot(steps, [t["test_sampled"][metric] for t in trace], label=r["variant"], lw=1.2)
+                axes[row, column].axhline(r["network"]["test"][metric], color="k", ls=":", lw=1)
+        axes[0, column].set_title(f"{dataset} split {split}", fontsize=9)
+        axes[1, column].set_xlabel("stage-2 step")
+    axes[0, 0].set_ylabel("test RMSE (sampled)")
+    axes[1, 0].set_ylabel("test NLPD (sampled)")
+    axes[0, -1].legend(fontsize=7)
+    fig.suptitle("Stage 2 along training; dotted: the network (standardised targets)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(Path(out) / "traces.png", dpi=100)
+    plt.close(fig)
+    return text
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if not args.report_only:
+        run(args)
+    print(report(Path(args.out)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

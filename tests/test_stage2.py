@@ -1,0 +1,153 @@
+"""Stage 2 of the two-stage training: diagnostics, kernel-variance selection and early stopping,
+each checked against an independent computation (dense linear algebra, gpflow's SVGP, recorded weights)."""
+
+import gpflow
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras
+
+from activated_dgp import build_activated_nn, dgp_from_keras, propagate_means, predictive_log_density
+from activated_dgp.conversion import posterior_mean_weights, rescale_kernel_variance, select_kernel_variances
+from activated_dgp.diagnostics import elbo_terms, residual_fraction
+from activated_dgp.training import RestoreBest, TrainingSchedule, split_validation, train_dgp, train_network, train_two_stage
+
+
+def _data(n=80, d=3, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    Y = np.sin(X[:, :1]) + 0.5 * X[:, 1:2] ** 2 + 0.1 * rng.normal(size=(n, 1))
+    return X, Y
+
+
+def _converted(num_layers=2, whiten=True, seed=0, n=80):
+    X, Y = _data(n)
+    tf.random.set_seed(seed)
+    network = build_activated_nn(3, num_layers=num_layers, num_units=12, truncation_level=8, lengthscales=[2.0] * num_layers, seed=seed)
+    train_network(network, X, Y, schedule=TrainingSchedule(epochs=20, batch_size=32))
+    return X, Y, network, dgp_from_keras(network, len(X), X=X, whiten=whiten).dgp
+
+
+def test_residual_fraction_matches_dense_computation():
+    X, _, _, dgp = _converted(num_layers=1)
+    layer = dgp.f_layers[0]
+    kernel, feature = layer.kernel.kernel, layer.inducing_variable.inducing_variable
+    K = kernel.K(X).numpy()  # the full kernel matrix, dense
+    Kuu = gpflow.covariances.Kuu(feature, kernel).numpy() + gpflow.config.default_jitter() * np.eye(12)
+    Kuf = gpflow.covariances.Kuf(feature, kernel, X).numpy()
+    Q = Kuf.T @ np.linalg.solve(Kuu, Kuf)
+    expected = np.diag(K - Q) / np.diag(K)
+    np.testing.assert_allclose(residual_fraction(layer, X), expected, rtol=1e-7, atol=1e-10)
+    assert np.all(expected > -1e-8) and np.all(expected < 1)  # K − Q ⪰ 0 on the diagonal
+
+
+@pytest.mark.parametrize("whiten", [True, False])
+def test_one_layer_elbo_and_density_match_gpflow_svgp(whiten):
+    X, Y, _, dgp = _converted(num_layers=1, whiten=whiten)
+    layer = dgp.f_layers[0]
+    layer.q_sqrt.assign(0.3 * layer.q_sqrt.numpy() / 1e-5)  # a non-trivial q(u)
+    likelihood = gpflow.likelihoods.Gaussian(variance=float(dgp.likelihood_layer.likelihood.variance.numpy()))
+    svgp = gpflow.models.SVGP(
+        layer.kernel.kernel, likelihood, layer.inducing_variable.inducing_variable, num_latent_gps=1, q_diag=False,
+        whiten=whiten, num_data=len(X), q_mu=layer.q_mu.numpy(), q_sqrt=layer.q_sqrt.numpy(),
+    )
+    terms = elbo_terms(dgp, X, Y, num_samples=1)
+    assert terms.elbo == pytest.approx(float(svgp.elbo((X, Y))), rel=1e-9)
+    assert terms.kl[0] == pytest.approx(float(svgp.prior_kl()), rel=1e-9)
+    np.testing.assert_allclose(predictive_log_density(dgp, X, Y, num_samples=1, seed=0), svgp.predict_log_density((X, Y)).numpy(), rtol=1e-9)
+
+
+def test_rescaled_variance_keeps_the_forward_pass_and_moves_kl_and_residual():
+    X, Y, network, dgp = _converted(num_layers=3)
+    reference = network(X).numpy()
+    layer = dgp.f_layers[1]
+    weights = posterior_mean_weights(layer)
+    kl_before, residual_before = float(layer.prior_kl()), residual_fraction(layer, propagate_means(dgp, X)[0])
+    rescale_kernel_variance(layer, 0.1)
+    np.testing.assert_allclose(posterior_mean_weights(layer), weights, rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(propagate_means(dgp, X)[-1].numpy(), reference, atol=1e-8)
+    # KL of the means ∝ 1/v: the mean part grows ×10 (the q_sqrt part is unchanged, whitened)
+    kl_cov = 0.5 * layer.q_mu.shape[1] * 12 * ((1e-5) ** 2 - 1 - np.log(1e-10))
+    assert (float(layer.prior_kl()) - kl_cov) == pytest.approx(10 * (kl_before - kl_cov), rel=1e-3)
+    # the residual prior variance is a fraction of k, so its share is unchanged; its size ∝ v
+    np.testing.assert_allclose(residual_fraction(layer, propagate_means(dgp, X)[0]), residual_before, rtol=1e-3, atol=1e-6)
+
+
+@pytest.mark.parametrize("objective", ["elbo", "validation"])
+def test_variance_selection_keeps_the_forward_pass(objective):
+    X, Y, network, dgp = _converted(num_layers=3)
+    selection = select_kernel_variances(dgp, X, Y, objective=objective, candidates=[0.01, 0.1, 1.0])
+    assert all(np.isclose(v, [0.01, 0.1, 1.0], rtol=1e-9).any() for v in selection.variances) and len(selection.evaluations) == 9
+    np.testing.assert_allclose(propagate_means(dgp, X)[-1].numpy(), network(X).numpy(), atol=1e-8)
+    # the chosen point is the best evaluated one
+    assert selection.elbo == pytest.approx(max(v for _, _, v in selection.evaluations + [(0, 0, selection.elbo)]))
+    with pytest.raises(ValueError, match="objective"):
+        select_kernel_variances(dgp, X, Y, objective="test-set")
+    with pytest.raises(ValueError, match="positive"):
+        select_kernel_variances(dgp, X, Y, candidates=[0.1, -1.0])
+
+
+class _Recorder(tf_keras.callbacks.Callback):
+    def __init__(self, module):
+        super().__init__()
+        self.module, self.snapshots = module, {}
+
+    def on_train_begin(self, logs=None):
+        self.snapshots[0] = [v.numpy().copy() for v in self.module.variables]
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.snapshots[epoch + 1] = [v.numpy().copy() for v in self.module.variables]
+
+
+def test_restore_best_returns_the_parameters_of_the_best_check():
+    X, Y = _data(64)
+    network = build_activated_nn(3, num_layers=1, num_units=8, truncation_level=6, seed=1)
+    network(X[:1])
+    scores = iter([5.0, 4.0, 1.0, 3.0, 2.0, 6.0, 7.0, 8.0])  # best at the 3rd check = epoch 2
+    stopper = RestoreBest(lambda: next(scores), network, every=1, patience=3)
+    recorder = _Recorder(network)
+    network.compile(tf_keras.optimizers.Adam(0.05), loss="mse")
+    network.fit(X, Y, epochs=20, batch_size=16, verbose=0, callbacks=[recorder, stopper])
+    assert stopper.best_epoch == 2 and stopper.epochs_run == 5  # 3 checks without improvement after epoch 2
+    for variable, expected in zip(network.variables, recorder.snapshots[2]):
+        np.testing.assert_array_equal(variable.numpy(), expected)
+    assert not np.allclose(recorder.snapshots[2][0], recorder.snapshots[5][0])
+
+
+def test_dgp_early_stopping_restores_the_recorded_best_parameters():
+    X, Y, _, dgp = _converted(num_layers=2)
+    X_val, Y_val = _data(40, seed=5)
+    recorder = _Recorder(dgp)
+    schedule = TrainingSchedule(epochs=12, batch_size=40, patience=3, validation_every=2, learning_rate=0.05)
+    history = train_dgp(dgp, X, Y, schedule, validation_data=(X_val, Y_val), callbacks=[recorder])
+    steps, scores = zip(*history["validation_checks"])
+    per_epoch = 2
+    assert steps[0] == 0 and all(b - a == 2 * per_epoch for a, b in zip(steps, steps[1:]))
+    assert history["best_step"] == steps[int(np.argmin(scores))]
+    for variable, expected in zip(dgp.variables, recorder.snapshots[history["best_step"] // per_epoch]):
+        np.testing.assert_array_equal(variable.numpy(), expected)
+    # the restored model scores what the check recorded (same draws)
+    nlpd = -np.mean(predictive_log_density(dgp, X_val, Y_val, num_samples=16, seed=0))
+    assert nlpd == pytest.approx(min(scores), rel=1e-9)
+
+
+def test_two_stage_with_validation_options_and_errors():
+    X, Y = _data(90)
+    schedule = TrainingSchedule(epochs=4, batch_size=32, patience=2)
+    result = train_two_stage(
+        X, Y, num_layers=2, num_units=8, truncation_level=6, network_schedule=schedule, dgp_schedule=schedule,
+        validation_fraction=0.2, kernel_variance="validation", noise_variance="validation", warmup_steps=3, seed=0,
+    )
+    (X_fit, _), (X_val, Y_val) = split_validation(X, Y, 0.2, 0)
+    expected_noise = float(np.mean((result.network(X_val).numpy() - Y_val) ** 2))
+    assert "best_step" in result.network_history and "best_step" in result.dgp_history and "warmup" in result.dgp_history
+    assert result.initial_noise_variance == pytest.approx(max(expected_noise, 1e-4), rel=1e-6)
+    assert len(result.kernel_variances) == 2 and result.dgp.num_data == len(X_fit)
+    with pytest.raises(ValueError, match="validation"):
+        train_two_stage(X, Y, num_layers=1, num_units=4, noise_variance="validation")
+    with pytest.raises(ValueError, match="kernel_variance"):
+        train_two_stage(X, Y, num_layers=1, num_units=4, kernel_variance="largest")
+    with pytest.raises(ValueError, match="likelihood"):
+        train_two_stage(X, Y, likelihood="poisson")
+    with pytest.raises(ValueError, match="patience"):
+        train_dgp(_converted(num_layers=1)[3], X, Y, TrainingSchedule(epochs=1, patience=2))
