@@ -31,7 +31,10 @@ class ActivationFeature(gpflow.inducing_variables.InducingVariables):
         (3t·sigmoid(3t)), an :class:`~activated_dgp.spectra.Activation`, or any callable on [−1, 1]
         (quadrature).
     :param truncation_level: Ñ ≥ 1.
-    :param threshold: levels with |σ_n| N_n^d below it are set to zero (see ``spherical.apply_threshold``).
+    :param threshold: levels with |σ_n| N_n^d below ``threshold`` · Σ_k |σ_k| N_k^d are set to zero
+        (see ``spherical.apply_threshold``). Softplus, Swish and callables that accept mpmath numbers
+        get coefficients exact to ~1e−14 in any dimension (extended-precision quadrature, cached per
+        activation, d and Ñ); the ReLU has a closed form.
     """
 
     def __init__(

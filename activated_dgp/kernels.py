@@ -49,7 +49,13 @@ class ZonalKernel(gpflow.kernels.Kernel):
     :param lengthscales: ℓ > 0, a scalar or d values (the last one scales the bias coordinate).
     :param bias: extend inputs with a constant coordinate (d = D + 1); ``False`` gives d = D.
     :param breakpoints: cosines where s is not smooth (for the quadrature).
-    :param threshold: levels with |λ_n| N_n^d below it are set to zero (see ``spherical.apply_threshold``).
+    :param threshold: levels with |λ_n| N_n^d below ``threshold`` · Σ_k |λ_k| N_k^d are set to zero
+        (see ``spherical.apply_threshold``).
+
+    λ_n come from :func:`~activated_dgp.spherical.funk_hecke_coefficients` (method "auto"): exact to
+    ~1e−14 in any dimension when ``shape_function`` also accepts mpmath numbers (as
+    ``zonal_matern52_shape`` does; see :func:`activated_dgp.extended_precision.dual`), float64 with a
+    round-off check otherwise.
     """
 
     def __init__(
@@ -109,7 +115,7 @@ class ZonalKernel(gpflow.kernels.Kernel):
         self._eigenvalues.setflags(write=False)
 
     def _spectrum(self) -> np.ndarray:
-        """λ_n, n < Ñ, by Gauss–Gegenbauer quadrature of the shape function (eq. 7)."""
+        """λ_n, n < Ñ, by Funk–Hecke quadrature of the shape function (eq. 7; float64 or extended precision)."""
         return funk_hecke_coefficients(
             self.shape_function,
             self.dimension,

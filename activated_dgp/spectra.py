@@ -13,9 +13,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Union
 
+import mpmath
 import numpy as np
 from scipy.special import expit, gammaln
 
+from .extended_precision import is_extended
 from .spherical import _check_dimension, _check_truncation_level, apply_threshold, funk_hecke_coefficients
 
 __all__ = [
@@ -26,12 +28,25 @@ __all__ = [
     "Activation",
     "ACTIVATIONS",
     "resolve_activation",
+    "register_activation",
+    "registered_activation_name",
     "activation_coefficients",
 ]
 
 
+# The shapes and activations below are *dual*: on an mpmath number they compute in mpmath, so that
+# their Funk–Hecke coefficients can be integrated in extended precision (activated_dgp.extended_precision).
+
+
+def _clip_extended(t):
+    return min(max(t, mpmath.mpf(-1)), mpmath.mpf(1))
+
+
 def arc_cosine_shape(cosine: np.ndarray) -> np.ndarray:
     """s(t) = (√(1 − t²) + t (π − arccos t)) / π, the first-order arc-cosine kernel on the sphere (eq. 6)."""
+    if is_extended(cosine):
+        t = _clip_extended(cosine)
+        return (mpmath.sqrt(1 - t * t) + t * (mpmath.pi - mpmath.acos(t))) / mpmath.pi
     t = np.clip(np.asarray(cosine, dtype=np.float64), -1.0, 1.0)
     return (np.sqrt(1.0 - t * t) + t * (np.pi - np.arccos(t))) / np.pi
 
@@ -41,6 +56,10 @@ def zonal_matern52_shape(cosine: np.ndarray, lengthscale: float = 1.0) -> np.nda
     s(t) = (1 + √5 r + 5r²/3) exp(−√5 r). The restriction of a positive-definite kernel on R^d, so
     it is positive definite on S^(d−1) (all λ_n ≥ 0); this is the zonal Matérn of Fig. 5.
     """
+    if is_extended(cosine):
+        r = mpmath.sqrt(2 - 2 * _clip_extended(cosine)) / lengthscale
+        root5 = mpmath.sqrt(5)
+        return (1 + root5 * r + 5 * r * r / 3) * mpmath.exp(-root5 * r)
     t = np.clip(np.asarray(cosine, dtype=np.float64), -1.0, 1.0)
     r = np.sqrt(2.0 - 2.0 * t) / lengthscale
     return (1.0 + math.sqrt(5.0) * r + 5.0 * r * r / 3.0) * np.exp(-math.sqrt(5.0) * r)
@@ -99,15 +118,15 @@ def arc_cosine_coefficients(dimension: int, truncation_level: int, *, threshold:
 
 
 def _relu(t):
-    return np.maximum(0.0, t)
+    return max(t, mpmath.mpf(0)) if is_extended(t) else np.maximum(0.0, t)
 
 
 def _softplus3(t):
-    return np.logaddexp(0.0, 3.0 * t)
+    return mpmath.log1p(mpmath.exp(3 * t)) if is_extended(t) else np.logaddexp(0.0, 3.0 * t)
 
 
 def _swish3(t):
-    return 3.0 * t * expit(3.0 * t)
+    return 3 * t / (1 + mpmath.exp(-3 * t)) if is_extended(t) else 3.0 * t * expit(3.0 * t)
 
 
 @dataclass(frozen=True)
@@ -147,8 +166,48 @@ def resolve_activation(activation: Union[str, Activation, Callable]) -> Activati
             )
         return ACTIVATIONS[key]
     if callable(activation):
-        return Activation(getattr(activation, "__name__", "callable"), activation)
+        registered = [act for act in ACTIVATIONS.values() if act.function is activation]
+        return registered[0] if registered else Activation(getattr(activation, "__name__", "callable"), activation)
     raise ValueError(f"activation must be a name, an Activation or a callable, got {type(activation).__name__}")
+
+
+_BUILTIN_ACTIVATIONS = frozenset(ACTIVATIONS)
+
+
+def register_activation(
+    name: str, function: Callable[[np.ndarray], np.ndarray], *, breakpoints: tuple = (), overwrite: bool = False
+) -> Activation:
+    """Add a user activation σ: [−1, 1] → R to :data:`ACTIVATIONS` under ``name`` and return it.
+
+    Registered activations are named in saved models and network configs (see
+    :mod:`activated_dgp.persistence`); a process that loads them must register the same function
+    under the same name first, as with Keras custom objects. Registering an equal activation again is
+    a no-op; another function under a taken name needs ``overwrite=True`` (never for the built-ins).
+    """
+    key = str(name).lower()
+    if not key or not callable(function):
+        raise ValueError(f"register_activation needs a non-empty name and a callable, got {name!r} and {function!r}")
+    activation = Activation(key, function, tuple(breakpoints))
+    existing = ACTIVATIONS.get(key)
+    if existing is not None and existing != activation:
+        if key in _BUILTIN_ACTIVATIONS or not overwrite:
+            raise ValueError(f"the activation name {key!r} is already registered to another function")
+    if existing == activation:
+        return existing
+    ACTIVATIONS[key] = activation
+    return activation
+
+
+def registered_activation_name(activation: Union[str, Activation, Callable]) -> str:
+    """The registry name of ``activation``, or a ValueError if it is not the activation registered under its name
+    (an unregistered callable cannot be restored by name)."""
+    act = resolve_activation(activation)
+    if ACTIVATIONS.get(act.name) != act:
+        raise ValueError(
+            f"the activation {act.name!r} is not registered; call activated_dgp.register_activation({act.name!r}, function) "
+            "here and in the process that restores it"
+        )
+    return act.name
 
 
 def activation_coefficients(
@@ -159,7 +218,9 @@ def activation_coefficients(
     threshold: float = 1e-9,
     quadrature_points: int = 200,
 ) -> np.ndarray:
-    """σ_n, n < Ñ, of an activation on S^(d−1) (eq. 11): closed form where registered, else quadrature."""
+    """σ_n, n < Ñ, of an activation on S^(d−1) (eq. 11): closed form where registered, else
+    :func:`~activated_dgp.spherical.funk_hecke_coefficients` (method "auto": extended precision in
+    high dimension for functions that accept mpmath numbers, as the registered ones do)."""
     act = resolve_activation(activation)
     if act.closed_form is not None:
         return act.closed_form(dimension, truncation_level, threshold=threshold)

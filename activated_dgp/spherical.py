@@ -19,11 +19,14 @@ quantity, and the right-hand side is the one that survives at α = 0.
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Callable, Sequence
 
 import numpy as np
 import tensorflow as tf
-from scipy.special import gammaln, roots_jacobi, roots_legendre
+from scipy.special import roots_jacobi, roots_legendre
+
+from .extended_precision import funk_hecke_coefficients_extended, harmonic_count, supports_extended_precision
 
 __all__ = [
     "gegenbauer_alpha",
@@ -36,6 +39,7 @@ __all__ = [
     "funk_hecke_coefficients",
     "set_xla",
     "polar_decomposition",
+    "PrecisionWarning",
 ]
 
 
@@ -76,21 +80,23 @@ def num_harmonics(level, dimension: int) -> np.ndarray:
     It is the dimension of the space of harmonic homogeneous polynomials of degree n in d
     variables: binom(n + d − 1, d − 1) − binom(n + d − 3, d − 1). (The paper's eq. B.3 has a typo
     in the binomial; the equivalent (2n + d − 2)/n · binom(n + d − 3, n − 1) is the usual form.)
-    Returned as float64 so that it can be large (it grows like n^(d−2)).
+    Computed in exact integer arithmetic and returned as float64 (correctly rounded; inf beyond
+    1.8e308), since it grows like n^(d−2) and like d^n/n!.
     """
     d = _check_dimension(dimension)
     n = np.asarray(level)
     if np.any(n < 0) or np.any(n != np.floor(n)):
         raise ValueError(f"levels must be non-negative integers, got {level!r}")
 
-    def log_binom(top, k):
-        return gammaln(top + 1.0) - gammaln(k + 1.0) - gammaln(top - k + 1.0)
+    def as_float(count: int) -> float:
+        try:
+            return float(count)
+        except OverflowError:
+            return math.inf
 
-    n = n.astype(np.float64)
-    total = np.exp(log_binom(n + d - 1, d - 1.0))
-    # binom(n + d − 3, d − 1) is zero when n + d − 3 < d − 1, i.e. n < 2
-    lower = np.where(n >= 2, np.exp(log_binom(np.maximum(n + d - 3, d - 1), d - 1.0)), 0.0)
-    return np.rint(total - lower) if d < 30 else total - lower
+    # exact integer binomials, rounded once: no cancellation between two huge binomials in high d
+    counts = [as_float(harmonic_count(int(k), d)) for k in n.reshape(-1)]
+    return np.array(counts, dtype=np.float64).reshape(n.shape)
 
 
 def gegenbauer_polynomials(t, truncation_level: int, alpha: float) -> np.ndarray:
@@ -278,7 +284,44 @@ def _angular_rule(lower: float, upper: float, dimension: int, points: int):
     return np.cos(theta), w * half_width * np.sin(theta) ** (dimension - 2)
 
 
-QUADRATURE_METHODS = ("angular", "gauss-gegenbauer")
+QUADRATURE_METHODS = ("auto", "extended", "angular", "gauss-gegenbauer")
+
+# float64 round-off of a quadrature sum: this many ulps of Σ|w_i s(t_i) Ĉ_n(t_i)| (a generous bound)
+_ROUNDOFF_ULPS = 16.0
+# "auto" accepts float64 when every level's round-off is below this fraction of max(|a_n N_n|, 1e−3 max_k |a_k N_k|)
+_FLOAT64_ACCEPTED = 1e-10
+# a float64-only function draws a PrecisionWarning when its round-off exceeds this fraction of the series (or the threshold)
+_WARN_FRACTION = 1e-11
+
+
+class PrecisionWarning(UserWarning):
+    """Funk–Hecke coefficients limited by float64 round-off (a function that cannot be evaluated in
+    extended precision, in high dimension)."""
+
+
+def _float64_quadrature(function, dimension, truncation_level, breakpoints, quadrature_points, method):
+    """(a_n, bound on their round-off) by a float64 Gauss rule, both [Ñ] (see :func:`funk_hecke_coefficients`)."""
+    cuts = sorted({float(p) for p in breakpoints if -1.0 < float(p) < 1.0})
+    edges = [-1.0, *cuts, 1.0]
+    alpha = gegenbauer_alpha(dimension)
+    total, magnitude = np.zeros(truncation_level), np.zeros(truncation_level)
+    for lower, upper in zip(edges[:-1], edges[1:]):
+        if method == "gauss-gegenbauer":
+            t, w = _gauss_rule(lower, upper, (dimension - 3) / 2.0, quadrature_points)
+        else:
+            t, w = _angular_rule(lower, upper, dimension, quadrature_points)
+        values = np.asarray(function(t), dtype=np.float64)
+        if values.shape != t.shape:
+            raise ValueError(
+                f"the function must map an array of cosines elementwise; got shape {values.shape} for input {t.shape}"
+            )
+        if not np.all(np.isfinite(values)):
+            raise ValueError("the function returned NaN or inf on [−1, 1]")
+        polynomials = normalised_gegenbauer_polynomials(t, truncation_level, alpha)
+        total += (w * values) @ polynomials
+        magnitude += np.abs(w * values) @ np.abs(polynomials)
+    constant = funk_hecke_constant(dimension)
+    return constant * total, _ROUNDOFF_ULPS * np.finfo(np.float64).eps * constant * magnitude
 
 
 def funk_hecke_coefficients(
@@ -288,7 +331,7 @@ def funk_hecke_coefficients(
     *,
     breakpoints: Sequence[float] = (),
     quadrature_points: int = 200,
-    method: str = "angular",
+    method: str = "auto",
     threshold: float = 1e-9,
 ) -> np.ndarray:
     """Funk–Hecke coefficients of a zonal function on S^(d−1) (eq. 7, 11, C.1):
@@ -298,19 +341,28 @@ def funk_hecke_coefficients(
 
     so that s(x·x') = Σ_n a_n N_n^d Ĉ_n(x·x').
 
-    Two Gauss rules, each applied piecewise between ``breakpoints`` (cosines where s is not
-    smooth, e.g. 0 for the ReLU), ``quadrature_points`` nodes per piece:
+    In high dimension the integral cancels: a_n N_n^d stays O(1) while N_n^d ≈ d^n/n!, so a float64
+    rule returns its round-off times N_n^d (see :mod:`activated_dgp.extended_precision`). Methods:
 
-    * ``"angular"`` (default): Gauss–Legendre in θ = arccos t, weight sin^(d−2) θ. Measured
-      against the closed forms (tests), it reaches ~1e-15 for the arc-cosine kernel and the ReLU
-      in every d = 2..10 with 100 nodes.
-    * ``"gauss-gegenbauer"``: Gauss–Jacobi in t with the weight's exponents (d−3)/2 at the ends
-      of [−1, 1]; exact for polynomial s, but only algebraically convergent for shapes with
-      (1 − t)^(k/2) endpoint terms (the arc-cosine kernel), and scipy's high-order Jacobi nodes
-      lose accuracy for d = 2 (errors ~1e-12 at 1000 nodes, ~1e-10 at 4000).
+    * ``"auto"`` (default): the float64 angular rule when its round-off bound (16 ulps of
+      Σ_i |w_i s(t_i) Ĉ_n(t_i)|, times N_n^d) is below 1e−10 of max(|a_n N_n^d|, 1e−3 max_k |a_k N_k^d|)
+      at every level (low d); otherwise extended precision when ``function`` accepts mpmath numbers
+      (:func:`~activated_dgp.extended_precision.supports_extended_precision`; the package's shapes and
+      activations do, and :func:`~activated_dgp.extended_precision.dual` makes any function do).
+      A float64-only function keeps the float64 result; levels inside the round-off bound are set to
+      zero, and a :class:`PrecisionWarning` names the levels whose round-off exceeds ``threshold``
+      (at least 1e−11) times Σ_k |a_k N_k^d|.
+    * ``"extended"``: always extended precision (a ValueError if ``function`` cannot take mpmath numbers).
+    * ``"angular"``: Gauss–Legendre in θ = arccos t, weight sin^(d−2) θ, float64, no checks. Measured
+      against the closed forms (tests), ~1e-15 for the arc-cosine kernel and the ReLU in d = 2..10.
+    * ``"gauss-gegenbauer"``: Gauss–Jacobi in t with the weight's exponents (d−3)/2, float64; exact
+      for polynomial s, algebraically convergent for (1 − t)^(k/2) endpoint terms.
 
-    Levels whose term |a_n| N_n^d is below ``threshold`` are set to zero (see
-    :func:`apply_threshold`; the paper applies 1e-9 to |a_n| itself).
+    The float64 rules are applied piecewise between ``breakpoints`` (cosines where s is not smooth,
+    e.g. 0 for the ReLU) with ``quadrature_points`` nodes per piece. Finally levels whose term
+    |a_n| N_n^d is below ``threshold`` times Σ_k |a_k| N_k^d are set to zero (:func:`apply_threshold`).
+
+    :return: float64 [Ñ].
     """
     d = _check_dimension(dimension)
     truncation_level = _check_truncation_level(truncation_level)
@@ -320,38 +372,52 @@ def funk_hecke_coefficients(
         raise ValueError(
             f"quadrature_points ({quadrature_points}) must be at least truncation_level ({truncation_level})"
         )
-    cuts = sorted({float(p) for p in breakpoints if -1.0 < float(p) < 1.0})
-    edges = [-1.0, *cuts, 1.0]
-    alpha = gegenbauer_alpha(d)
-    total = np.zeros(truncation_level)
-    for lower, upper in zip(edges[:-1], edges[1:]):
-        if method == "angular":
-            t, w = _angular_rule(lower, upper, d, quadrature_points)
-        else:
-            t, w = _gauss_rule(lower, upper, (d - 3) / 2.0, quadrature_points)
-        values = np.asarray(function(t), dtype=np.float64)
-        if values.shape != t.shape:
+    if method == "extended":
+        if not supports_extended_precision(function):
             raise ValueError(
-                f"the function must map an array of cosines elementwise; got shape {values.shape} for input {t.shape}"
+                "method='extended' needs a function that maps mpmath numbers to mpmath numbers "
+                "(see activated_dgp.extended_precision.dual)"
             )
-        if not np.all(np.isfinite(values)):
-            raise ValueError("the function returned NaN or inf on [−1, 1]")
-        total += (w * values) @ normalised_gegenbauer_polynomials(t, truncation_level, alpha)
-    return apply_threshold(funk_hecke_constant(d) * total, d, threshold)
+        coefficients = funk_hecke_coefficients_extended(function, d, truncation_level, breakpoints=breakpoints)
+        return apply_threshold(coefficients, d, threshold)
+    coefficients, roundoff = _float64_quadrature(function, d, truncation_level, breakpoints, quadrature_points, method)
+    if method == "auto":
+        multiplicity = num_harmonics(np.arange(truncation_level), d)
+        terms, errors = np.abs(coefficients) * multiplicity, roundoff * multiplicity
+        scale = np.max(terms)
+        if np.any(errors > _FLOAT64_ACCEPTED * np.maximum(terms, 1e-3 * scale)):
+            if supports_extended_precision(function):
+                coefficients = funk_hecke_coefficients_extended(function, d, truncation_level, breakpoints=breakpoints)
+            else:
+                lost = np.abs(coefficients) <= roundoff
+                coefficients = np.where(lost, 0.0, coefficients)
+                harmful = np.flatnonzero(errors > max(threshold, _WARN_FRACTION) * scale)
+                if harmful.size:
+                    warnings.warn(
+                        f"Funk–Hecke coefficients of {getattr(function, '__name__', 'the function')} in d = {d}: "
+                        f"float64 round-off reaches {np.max(errors[harmful] / scale):.1e} of the series at levels "
+                        f"{harmful.tolist()} (levels {np.flatnonzero(lost).tolist()} are below it and were set to 0). "
+                        "The function cannot be evaluated in extended precision; wrap it with "
+                        "activated_dgp.extended_precision.dual(numpy_version, mpmath_version) for exact coefficients.",
+                        PrecisionWarning,
+                        stacklevel=2,
+                    )
+    return apply_threshold(coefficients, d, threshold)
 
 
 def apply_threshold(coefficients: np.ndarray, dimension: int, threshold: float) -> np.ndarray:
-    """Zero the levels whose term in the series is negligible: |a_n| N_n^d < threshold.
+    """Zero the levels whose term in the series is negligible: |a_n| N_n^d < threshold · Σ_k |a_k| N_k^d.
 
     The paper zeroes |a_n| < 1e-9 to remove quadrature noise at levels that are exactly zero
-    (Tables C.1, C.2). We compare the level's contribution to s(1) = Σ a_n N_n^d instead: it
-    removes the same noise (|a_n| ~ 1e-16 here), but does not delete real levels in high
+    (Tables C.1, C.2). We compare each level's contribution with the whole series' (Σ_k |a_k| N_k^d
+    bounds max_t |s(t)|) instead: it removes the same noise (|a_n| ~ 1e-16 in low d, far less with
+    extended precision), is invariant to the scale of s, and does not delete real levels in high
     dimension, where a_n is tiny yet N_n^d is huge (d = 9: arc-cosine λ_14 ≈ 8.0e-10 but
-    λ_14 N_14 ≈ 1.6e-4; the plain rule would silently turn Ñ = 20 into Ñ = 14).
+    λ_14 N_14 ≈ 1.6e-4; the paper's rule would silently turn Ñ = 20 into Ñ = 14).
     """
     coefficients = np.array(coefficients, dtype=np.float64)
     contribution = np.abs(coefficients) * num_harmonics(np.arange(coefficients.shape[0]), dimension)
-    coefficients[contribution < threshold] = 0.0
+    coefficients[contribution < threshold * np.sum(contribution)] = 0.0
     return coefficients
 
 
