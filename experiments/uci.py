@@ -167,6 +167,8 @@ def run(args) -> ResultStore:
     log(f"{len(cells)} cells, {len(cells) - len(todo)} already in {store.path}, {len(todo)} to run; budget {budget}")
     start, prepared = time.perf_counter(), {}
     for number, cell in enumerate(todo, 1):
+        if store.done(**cell):  # finished meanwhile by another process sharing the records file
+            continue
         dataset = loaded[cell["dataset"]]
         key = (cell["dataset"], cell["split"])
         if key not in prepared:
