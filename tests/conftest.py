@@ -17,3 +17,21 @@ def _float64_and_seed():
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)
+
+
+# Slow tests (@pytest.mark.slow) are deselected unless --runslow is given or ADGP_RUN_SLOW=1.
+def pytest_addoption(parser):
+    parser.addoption("--runslow", action="store_true", default=False, help="also run tests marked slow")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: long-running test, deselected unless --runslow or ADGP_RUN_SLOW=1")
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--runslow") or os.environ.get("ADGP_RUN_SLOW") == "1":
+        return
+    skip = pytest.mark.skip(reason="slow: run with --runslow or ADGP_RUN_SLOW=1")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)

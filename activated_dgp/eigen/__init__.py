@@ -12,7 +12,9 @@ from .kernel_sources import (
 )
 from .feature_regression import FeatureRidge, KernelRidge, kernel_ridge_regression, ridge_regression
 from .ika import IKA, ActivationBasis, activation_basis, kmeans_filters, random_data_filters
-from .neuralef import NeuralEF, StackedMLP, neural_eigenfunction
+from .neuralef import NeuralEF, StackedMLP, minibatch_rayleigh, neural_eigenfunction
+from .rayleigh_ritz import generalised_eigh, span_products
+from .features import EigenfunctionFeature
 from .nystrom import Nystrom
 
 __all__ = [
@@ -29,6 +31,10 @@ __all__ = [
     "NeuralEF",
     "StackedMLP",
     "neural_eigenfunction",
+    "minibatch_rayleigh",
+    "span_products",
+    "generalised_eigh",
+    "EigenfunctionFeature",
     "IKA",
     "ActivationBasis",
     "activation_basis",

@@ -64,6 +64,7 @@ passed to the constructor is tracked too; other kernel sources are not saved.
 from __future__ import annotations
 
 import time
+import warnings
 from typing import Callable, List, Optional, Sequence, Union
 
 import gpflow
@@ -73,10 +74,11 @@ import tf_keras
 
 from .base import EigenApproximation, as_float64_matrix
 from .kernel_sources import FeatureKernel, GPflowKernel, KernelSource, PrecomputedGram, as_kernel_source
+from .rayleigh_ritz import generalised_eigh, span_products
 
-__all__ = ["NeuralEF", "StackedMLP", "neural_eigenfunction"]
+__all__ = ["NeuralEF", "StackedMLP", "neural_eigenfunction", "minibatch_rayleigh"]
 
-ESTIMATORS = ("unbiased", "paper")
+ESTIMATORS = ("paper", "unbiased")
 SCHEDULES = ("constant", "cosine")
 
 
@@ -178,8 +180,9 @@ class StackedMLP(tf.Module):
         return tf.transpose(h[..., 0])  # [N, k]
 
 
-def _kernel_products(source: KernelSource, rows: tf.Tensor, X_batch: tf.Tensor, V: tf.Tensor, with_diagonal: bool):
-    """κ(X_b, X_b) V [B, k] and, if asked, diag κ(X_b, X_b) [B], without an N × N matrix.
+def _kernel_products(source: KernelSource, rows: tf.Tensor, X_batch: tf.Tensor, V: tf.Tensor):
+    """κ(X_b, X_b) V [B, p] and diag κ(X_b, X_b) [B] (None for a user source that only has a batch
+    product), without an N × N matrix.
 
     A FeatureKernel's features are computed once for both (Φ (Φᵀ V) / S and Σ_s φ_s² / S); a
     PrecomputedGram is indexed by the batch's row numbers ``rows``.
@@ -187,35 +190,65 @@ def _kernel_products(source: KernelSource, rows: tf.Tensor, X_batch: tf.Tensor, 
     if isinstance(source, FeatureKernel):
         Phi = tf.cast(source.feature_map(X_batch), tf.float64)
         product = tf.matmul(Phi, tf.matmul(Phi, V, transpose_a=True)) / source.num_samples
-        diagonal = tf.reduce_sum(Phi**2, axis=1) / source.num_samples if with_diagonal else None
-        return product, diagonal
+        return product, tf.reduce_sum(Phi**2, axis=1) / source.num_samples
     if isinstance(source, PrecomputedGram):
         K = tf.gather(tf.gather(source.matrix, rows), rows, axis=1)
-    elif isinstance(source, GPflowKernel) or with_diagonal or type(source).batch_product is KernelSource.batch_product:
+    elif isinstance(source, GPflowKernel) or type(source).batch_product is KernelSource.batch_product:
         K = tf.cast(source.gram(X_batch), tf.float64)
-    else:  # a user source with its own batch product and no diagonal needed
+    else:  # a user source with its own batch product
         return tf.cast(source.batch_product(X_batch, V), tf.float64), None
-    return tf.matmul(K, V), (tf.linalg.diag_part(K) if with_diagonal else None)
+    return tf.matmul(K, V), tf.linalg.diag_part(K)
+
+
+def minibatch_rayleigh(Psi, KPsi, diagonal, estimator: str = "paper"):
+    """The minibatch estimate R̃ [p, p] of R_ij = E_(x,x')[ψ_i(x) κ(x, x') ψ_j(x')], and the matrix
+    whose columns eq. 18 pulls back, from Ψ = ψ(X_b) [B, p], κΨ [B, p] and diag κ(X_b, X_b) [B].
+
+    * ``"paper"`` (eq. 15, diagonal included): R̃ = Ψᵀ κ Ψ / B². Over batches drawn without
+      replacement from N points its expectation is
+      (B−1)/(B(N−1)) Σ_(n≠m) ψ_i(x_n) κ_nm ψ_j(x_m) / N  +  (1/B) Σ_n κ_nn ψ_i(x_n) ψ_j(x_n) / N.
+    * ``"unbiased"`` (diagonal removed): R̃ = (Ψᵀ κ Ψ − Σ_b κ_bb ψ_ib ψ_jb) / (B (B − 1)), whose
+      expectation is Σ_(n≠m) ψ_i(x_n) κ_nm ψ_j(x_m) / (N (N − 1)).
+
+    Returns (R̃ [p, p] symmetrised, κ'Ψ [B, p], scale) with κ' = κ − diag κ for ``"unbiased"``
+    (κ otherwise) and scale the factor 1/B² or 1/(B(B−1)), so that ∂(Σ_ij R̃_ij)/∂ψ = scale · κ'Ψ.
+    """
+    B = tf.cast(tf.shape(Psi)[0], tf.float64)
+    if estimator == "unbiased":
+        if diagonal is None:
+            raise ValueError("the unbiased estimator needs the kernel's diagonal; this kernel source gives only a batch product")
+        KPsi = KPsi - diagonal[:, None] * Psi
+        scale = 1.0 / (B * (B - 1.0))
+    elif estimator == "paper":
+        scale = 1.0 / B**2
+    else:
+        raise ValueError(f"unknown estimator {estimator!r}; use one of {ESTIMATORS}")
+    R = scale * tf.matmul(Psi, KPsi, transpose_a=True)
+    return 0.5 * (R + tf.transpose(R)), KPsi, scale
 
 
 class NeuralEF(EigenApproximation):
-    """Top-k eigenpairs of κ's integral operator under the data distribution, by k neural networks.
+    """Top-k eigenpairs of κ's integral operator under the data distribution, by k (+ oversampling)
+    neural networks trained with eq. 17 and a final Rayleigh–Ritz step.
 
-    :param num_eigenpairs: k ≥ 1.
+    :param num_eigenpairs: k ≥ 1, the number of reported eigenpairs.
     :param kernel: optional here (or given to ``fit``): a gpflow kernel, a :class:`KernelSource`
         (FeatureKernel, ``nngp_kernel``, ``ntk_kernel``), or a square Gram matrix of the training
         points (Algorithm 1's precomputed κ^(X_tr, X_tr), rows in the order of ``fit``'s X).
-    :param networks: k callables [N, D] → [N, 1] (or [N]) with trainable variables, e.g. tf-keras
-        models, built (variables created) or buildable by one call (e.g. from
-        :func:`neural_eigenfunction`); default: k independent MLPs evaluated together as a
+    :param networks: p = k + oversampling callables [N, D] → [N, 1] (or [N]) with trainable
+        variables, e.g. tf-keras models, built or buildable by one call (e.g. from
+        :func:`neural_eigenfunction`); default: p independent MLPs evaluated together as a
         :class:`StackedMLP` (``width``, ``hidden_layers``, ``activation``; App. B: width 32, sin/cos).
     :param input_dim: D; needed for the default networks at construction (so that a checkpoint can
         be restored into a fresh object); without it they are built by ``fit``.
-    :param batch_size: B (min(B, N) is used); 256 as in the paper.
+    :param batch_size: B (min(B, N) is used); 256 as in the paper. Must be ≥ p.
     :param learning_rate: Adam's learning rate (1e-3 as in the paper).
-    :param ema_decay: decay of the moving averages of σ_j and R̃_jj, in (0, 1).
-    :param estimator: ``"unbiased"`` (diagonal removed, default) or ``"paper"`` (eq. 15 verbatim);
-        see the module docstring.
+    :param ema_decay: decay of the moving averages of σ_j and of the minibatch eigenvalue estimates.
+    :param estimator: ``"paper"`` (eq. 15, diagonal included; default) or ``"unbiased"`` (diagonal
+        removed); see the module docstring and :func:`minibatch_rayleigh`.
+    :param oversampling: extra networks trained beyond k (default 0). The hierarchy of eq. 14 puts
+        them on eigenfunctions k+1, …; the Rayleigh–Ritz step then picks the top k within the span of
+        all p networks (as in randomised subspace iteration), which helps the slowest pairs.
     :param seed: seeds the default networks' initialisation and the minibatch order.
     :param jit_compile: compile the training step with XLA (faster for small networks; the kernel
         and networks must be XLA-compatible).
@@ -233,13 +266,13 @@ class NeuralEF(EigenApproximation):
         batch_size: int = 256,
         learning_rate: float = 1e-3,
         ema_decay: float = 0.99,
-        estimator: str = "unbiased",
+        estimator: str = "paper",
+        oversampling: int = 0,
         seed: int = 0,
         jit_compile: bool = False,
         name: Optional[str] = None,
     ):
         super().__init__(num_eigenpairs, name=name)
-        k = self.num_eigenpairs
         if estimator not in ESTIMATORS:
             raise ValueError(f"unknown estimator {estimator!r}; use one of {ESTIMATORS}")
         if int(batch_size) != batch_size or batch_size < 2:
@@ -250,6 +283,14 @@ class NeuralEF(EigenApproximation):
             raise ValueError(f"ema_decay must lie in (0, 1), got {ema_decay!r}")
         if input_dim is not None and (int(input_dim) != input_dim or input_dim < 1):
             raise ValueError(f"input_dim must be a positive integer, got {input_dim!r}")
+        if int(oversampling) != oversampling or oversampling < 0:
+            raise ValueError(f"oversampling must be an integer ≥ 0, got {oversampling!r}")
+        self.num_networks = p = self.num_eigenpairs + int(oversampling)
+        if p > batch_size:
+            raise ValueError(
+                f"num_eigenpairs + oversampling = {p} networks exceed the batch size {batch_size}: "
+                f"a batch of B points determines at most B eigenfunctions"
+            )
         self.estimator = estimator
         self.batch_size = int(batch_size)
         self.learning_rate = float(learning_rate)
@@ -265,8 +306,8 @@ class NeuralEF(EigenApproximation):
             _check_sizes(width=width, hidden_layers=hidden_layers)
         else:
             networks = list(networks)
-            if len(networks) != k:
-                raise ValueError(f"{len(networks)} networks given for num_eigenpairs = {k}")
+            if len(networks) != p:
+                raise ValueError(f"{len(networks)} networks given for num_eigenpairs + oversampling = {p}")
             if not all(callable(network) for network in networks):
                 raise ValueError("every network must be callable X [N, D] → [N, 1]")
             self.networks = networks
@@ -274,10 +315,12 @@ class NeuralEF(EigenApproximation):
         self.kernel = None  # the gpflow kernel, when there is one (tracked: its parameters are saved)
         if kernel is not None:
             self._set_kernel(kernel)
-        self._sigma = tf.Variable(np.ones(k), dtype=tf.float64, trainable=False, name="sigma_ema")
-        self._eigenvalue_ema = tf.Variable(np.zeros(k), dtype=tf.float64, trainable=False, name="eigenvalue_ema")
-        self._rayleigh_ema = tf.Variable(np.zeros(k), dtype=tf.float64, trainable=False, name="rayleigh_ema")
-        self._order = tf.Variable(np.arange(k), dtype=tf.int64, trainable=False, name="order")
+        self._sigma = tf.Variable(np.ones(p), dtype=tf.float64, trainable=False, name="sigma_ema")
+        self._eigenvalue_ema = tf.Variable(np.zeros(p), dtype=tf.float64, trainable=False, name="eigenvalue_ema")
+        self._rayleigh_ema = tf.Variable(np.zeros(p), dtype=tf.float64, trainable=False, name="rayleigh_ema")
+        # ψ(x) = (h(x) / σ̄) · rotation: a column selection after plain training, the Ritz vectors after the RR step
+        self._rotation = tf.Variable(np.eye(p)[:, : self.num_eigenpairs], dtype=tf.float64, trainable=False, name="rotation")
+        self._ritz_done = tf.Variable(False, trainable=False, name="ritz_done")
         self._step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
         self.optimizer = tf_keras.optimizers.Adam(self.learning_rate)
         if self.input_dim is not None:
@@ -294,7 +337,7 @@ class NeuralEF(EigenApproximation):
         """Create the default networks (or build the given ones) for inputs of width D, and Adam's slots."""
         self.input_dim = int(input_dim)
         if self.networks is None:
-            self.stacked = StackedMLP(self.num_eigenpairs, self.input_dim, seed=self.seed, **self._network_options)
+            self.stacked = StackedMLP(self.num_networks, self.input_dim, seed=self.seed, **self._network_options)
             self.optimizer.build(self._variables())
             return
         probe = tf.zeros([2, self.input_dim], dtype=tf.float64)
@@ -319,33 +362,38 @@ class NeuralEF(EigenApproximation):
         return int(self._step.numpy())
 
     def _raw(self, X: tf.Tensor) -> tf.Tensor:
-        """h(X) = [ψ̂(X, w_1), …, ψ̂(X, w_k)] before normalisation, [N, k] float64."""
+        """h(X) = [ψ̂(X, w_1), …, ψ̂(X, w_p)] before normalisation, [N, p] float64."""
         if self.stacked is not None:
             return self.stacked(X)
         return tf.concat([tf.reshape(tf.cast(network(X), tf.float64), [-1, 1]) for network in self.networks], axis=1)
 
-    def _make_step(self, X: tf.Tensor, source: KernelSource, batch: int):
-        k = self.num_eigenpairs
-        unbiased = self.estimator == "unbiased"
-        scale = 1.0 / (batch * (batch - 1)) if unbiased else 1.0 / batch**2
-        upper = tf.constant(np.triu(np.ones((k, k)), 1), dtype=tf.float64)  # strictly i < j
+    def _normalised(self, X) -> tf.Tensor:
+        """h(X) / σ̄ [N, p] (EMA σ̄ of eq. 16): the networks' outputs, before the rotation."""
+        return self._raw(tf.convert_to_tensor(X, dtype=tf.float64)) / self._sigma[None, :]
+
+    def _make_step(self, X: tf.Tensor, source: KernelSource):
+        p = self.num_networks
+        estimator = self.estimator
+        upper = tf.constant(np.triu(np.ones((p, p)), 1), dtype=tf.float64)  # strictly i < j
         variables = self._variables()
         decay = tf.constant(self.ema_decay, tf.float64)
 
         def step(rows, learning_rate):
             X_batch = tf.gather(X, rows)
             with tf.GradientTape() as tape:
-                H = self._raw(X_batch)  # [B, k]
+                H = self._raw(X_batch)  # [B, p]
                 sigma = tf.sqrt(tf.reduce_mean(H**2, axis=0))  # eq. 16, differentiable
                 Psi = H / sigma
             Psi_fixed = tf.stop_gradient(Psi)
-            KPsi, diagonal = _kernel_products(source, rows, X_batch, Psi_fixed, unbiased)
-            if unbiased:
-                KPsi = KPsi - diagonal[:, None] * Psi_fixed
-            R = scale * tf.matmul(Psi_fixed, KPsi, transpose_a=True)  # eq. 15, [k, k]
-            R = 0.5 * (R + tf.transpose(R))
+            KPsi, diagonal = _kernel_products(source, rows, X_batch, Psi_fixed)
+            R, KPsi, scale = minibatch_rayleigh(Psi_fixed, KPsi, diagonal, estimator)  # eq. 15
             R_diag = tf.linalg.diag_part(R)
-            floor = 1e-12 * tf.reduce_max(tf.abs(R_diag)) + 1e-300
+            # R̃_ii divides the penalties; floor it at E[κ(x, x)]/B, the size of the diagonal's share
+            # in eq. 15, so that a network still near the null space cannot blow the ratios up
+            if diagonal is None:
+                floor = 1e-12 * tf.reduce_max(tf.abs(R_diag)) + 1e-300
+            else:
+                floor = tf.reduce_mean(diagonal) / tf.cast(tf.shape(rows)[0], tf.float64)
             ratio = upper * R / tf.maximum(R_diag, floor)[:, None]  # R_ij / R_ii for i < j
             utilities = R_diag - tf.reduce_sum(ratio * R, axis=0)  # u_j, the terms of eq. 17
             loss = -tf.reduce_sum(utilities)  # eq. 17
@@ -362,6 +410,27 @@ class NeuralEF(EigenApproximation):
 
         return tf.function(step, jit_compile=self.jit_compile)
 
+    def _check_source(self, X: tf.Tensor, batch: int) -> None:
+        """Evaluate the kernel source once on a batch, to report an output of the wrong shape clearly."""
+        source, rows = self._source, tf.range(batch)
+        X_batch = tf.gather(X, rows)
+        if isinstance(source, FeatureKernel):
+            shape, expected = tuple(source.feature_map(X_batch).shape), "[B, S] (one row of features per point)"
+            good = len(shape) == 2 and shape[0] == batch
+        elif isinstance(source, PrecomputedGram):
+            return  # its shape is checked against X in fit
+        elif isinstance(source, GPflowKernel) or type(source).batch_product is KernelSource.batch_product:
+            shape, expected = tuple(source.gram(X_batch).shape), f"[{batch}, {batch}]"
+            good = shape == (batch, batch)
+        else:
+            shape = tuple(source.batch_product(X_batch, tf.ones([batch, self.num_networks], tf.float64)).shape)
+            expected = f"[{batch}, {self.num_networks}]"
+            good = shape == (batch, self.num_networks)
+        if not good:
+            raise ValueError(f"the kernel source returned shape {shape} on a batch of {batch} points; expected {expected}")
+        if self.estimator == "unbiased" and _kernel_products(source, rows, X_batch, tf.ones([batch, 1], tf.float64))[1] is None:
+            raise ValueError("the unbiased estimator needs the kernel's diagonal; this kernel source gives only a batch product")
+
     def fit(
         self,
         X,
@@ -370,15 +439,21 @@ class NeuralEF(EigenApproximation):
         schedule: str = "constant",
         print_every: int = 0,
         seed: Optional[int] = None,
+        rayleigh_ritz: bool = True,
+        ritz_block_size: int = 2048,
     ) -> "NeuralEF":
-        """Train for ``num_steps`` minibatch steps of Algorithm 1 on the data X [N, D].
+        """Train for ``num_steps`` minibatch steps of Algorithm 1 on the data X [N, D], then (by
+        default) run the Rayleigh–Ritz step on all N points (:meth:`rayleigh_ritz`).
 
         Minibatches of B = min(batch_size, N) rows are drawn without replacement, reshuffling each
         epoch. ``schedule="cosine"`` anneals the learning rate lr · (1 + cos(π t / T)) / 2 over these
-        T = num_steps steps. With ``print_every = n > 0`` prints step, loss and the eigenvalue EMA
-        every n steps. May be called again to continue training (the optimizer state is kept).
+        T = num_steps steps. With ``print_every = n > 0`` prints step, loss and the minibatch eigenvalue
+        estimates every n steps. May be called again to continue training (the optimizer state is kept;
+        the Ritz step is recomputed from the networks). With ``rayleigh_ritz=False`` the outputs are the
+        networks sorted by their minibatch eigenvalue estimate, which are then the ``eigenvalues``.
         Raises ValueError for NaN/inf or badly shaped inputs, a width other than the networks',
-        no kernel, an unknown schedule, a Gram matrix that does not match X.
+        no kernel, an unknown schedule, a Gram matrix that does not match X, fewer points than
+        networks, a kernel source whose output has the wrong shape.
         """
         if schedule not in SCHEDULES:
             raise ValueError(f"unknown schedule {schedule!r}; use one of {SCHEDULES}")
@@ -399,12 +474,19 @@ class NeuralEF(EigenApproximation):
                 f"the precomputed Gram matrix is {self._source.matrix.shape[0]} × {self._source.matrix.shape[0]}, "
                 f"but there are N = {N} training points (its rows must be those of X)"
             )
-        if self.input_dim is None:
-            self._build(D)
         batch = min(self.batch_size, N)
         if batch < 2:
             raise ValueError("NeuralEF needs at least 2 training points")
-        step = self._make_step(tf.constant(X), self._source, batch)
+        if self.num_networks > batch:
+            raise ValueError(
+                f"num_eigenpairs + oversampling = {self.num_networks} exceeds the batch of {batch} points "
+                f"(N = {N}): a batch of B points determines at most B eigenfunctions"
+            )
+        if self.input_dim is None:
+            self._build(D)
+        X_tensor = tf.constant(X)
+        self._check_source(X_tensor, batch)
+        step = self._make_step(X_tensor, self._source)
         rng = np.random.default_rng(self.seed + self.steps if seed is None else seed)
         order, position = rng.permutation(N), 0
         start = time.perf_counter()
@@ -428,32 +510,89 @@ class NeuralEF(EigenApproximation):
                 )
         if not np.all(np.isfinite(self._eigenvalue_ema.numpy())) or not np.all(np.isfinite(self._sigma.numpy())):
             raise ValueError("training diverged (non-finite eigenvalue or σ estimates)")
-        self._sort()
+        if rayleigh_ritz:
+            self.rayleigh_ritz(X, block_size=ritz_block_size)
+        else:
+            self._select_by_minibatch_estimates()
         return self
 
-    def _sort(self) -> None:
-        """Order the eigenpairs by decreasing eigenvalue estimate."""
-        estimates = self._eigenvalue_ema.numpy()
-        order = np.argsort(-estimates, kind="stable")
-        self._order.assign(order)
-        self._eigenvalues.assign(np.maximum(estimates[order], 0.0))
+    def _minibatch_order(self) -> np.ndarray:
+        return np.argsort(-self._eigenvalue_ema.numpy(), kind="stable")
+
+    def _select_by_minibatch_estimates(self) -> None:
+        """Outputs = the k networks with the largest minibatch estimates u_j, in decreasing order."""
+        order = self._minibatch_order()[: self.num_eigenpairs]
+        self._rotation.assign(np.eye(self.num_networks)[:, order])
+        self._eigenvalues.assign(np.maximum(self._eigenvalue_ema.numpy()[order], 0.0))
+        self._ritz_done.assign(False)
+
+    def rayleigh_ritz(self, X, block_size: int = 2048) -> "NeuralEF":
+        """The Rayleigh–Ritz step (:mod:`.rayleigh_ritz`) over the points X (the training set by
+        default in ``fit``; rows of the Gram matrix for a PrecomputedGram): solves
+        A c = λ M c with A = Hᵀ K H / N², M = Hᵀ H / N for the p networks' outputs H = h(X)/σ̄, in row
+        blocks of ``block_size`` (no N × N matrix), and sets
+
+        * ``eigenvalues`` to the top-k Ritz values (≤ the empirical operator's eigenvalues),
+        * ψ(x) = (h(x)/σ̄) C_(:, :k), orthonormal on X (the rotation of the networks' outputs).
+
+        The minibatch estimates stay available as ``minibatch_eigenvalues`` and ``rayleigh_quotients``.
+        """
+        if self.steps == 0 or self._source is None:
+            raise ValueError("the NeuralEF networks are not trained yet (call fit first)")
+        X = as_float64_matrix(X)
+        if X.shape[1] != self.input_dim:
+            raise ValueError(f"inputs have width {X.shape[1]}, the networks expect {self.input_dim}")
+        indices = None
+        if isinstance(self._source, PrecomputedGram):
+            if X.shape[0] != self._source.matrix.shape[0]:
+                raise ValueError("with a precomputed Gram matrix the Rayleigh–Ritz step runs on the training points (its rows) only")
+            indices = np.arange(X.shape[0])
+        A, M = span_products(self._source, X, lambda rows: self._normalised(rows).numpy(), block_size, kernel_inputs=indices)
+        values, C = generalised_eigh(A, M)
+        k = self.num_eigenpairs
+        if C.shape[1] < k:
+            warnings.warn(
+                f"the {self.num_networks} networks span only {C.shape[1]} dimensions on the data; the last "
+                f"{k - C.shape[1]} eigenpairs are set to zero",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            C = np.concatenate([C, np.zeros((C.shape[0], k - C.shape[1]))], axis=1)
+            values = np.concatenate([values, np.zeros(k - values.shape[0])])
+        C, values = C[:, :k], values[:k]
+        # sign convention: each Ritz function's largest-magnitude network coefficient is positive
+        C = C * np.where(C[np.argmax(np.abs(C), axis=0), np.arange(k)] < 0, -1.0, 1.0)[None, :]
+        self._rotation.assign(C)
+        self._eigenvalues.assign(np.maximum(values, 0.0))
+        self._ritz_done.assign(True)
+        return self
+
+    @property
+    def ritz_done(self) -> bool:
+        """Whether the current outputs come from the Rayleigh–Ritz step."""
+        return bool(self._ritz_done.numpy())
+
+    @property
+    def minibatch_eigenvalues(self) -> tf.Tensor:
+        """Diagnostic: EMA of u_j = R̃_jj − Σ_(i<j) R̃_ij²/R̃_ii (the terms of eq. 17) per network, [p],
+        in decreasing order."""
+        return tf.constant(self._eigenvalue_ema.numpy()[self._minibatch_order()])
 
     @property
     def rayleigh_quotients(self) -> tf.Tensor:
-        """EMA of R̃_jj (Algorithm 1, line 7), [k], in the order of ``eigenvalues``; ≈ ``eigenvalues``
-        once ψ̂_j is orthogonal to the earlier eigenfunctions, larger before (module docstring)."""
-        return tf.gather(tf.convert_to_tensor(self._rayleigh_ema), self._order)
+        """Diagnostic: EMA of R̃_jj (Algorithm 1, line 7) per network, [p], in the order of
+        ``minibatch_eigenvalues``; biased up by about E[κ(x, x)]/B with the paper's estimator."""
+        return tf.constant(self._rayleigh_ema.numpy()[self._minibatch_order()])
 
     # -- prediction ----------------------------------------------------------------------------
 
     def __call__(self, X) -> tf.Tensor:
-        """ψ(X) = h(X) / σ̄ [N, k] (EMA σ̄ of eq. 16), columns in the order of ``eigenvalues``."""
+        """ψ(X) = (h(X) / σ̄) C [N, k] (EMA σ̄ of eq. 16; C the Ritz vectors, or a column selection
+        without the Ritz step), columns in the order of ``eigenvalues``."""
         if tf.executing_eagerly():
             if self.input_dim is None or self.steps == 0:
                 raise ValueError("the NeuralEF approximation is not fitted (or restored) yet")
             X = as_float64_matrix(X)
             if X.shape[1] != self.input_dim:
                 raise ValueError(f"inputs have width {X.shape[1]}, the networks expect {self.input_dim}")
-        X = tf.convert_to_tensor(X, dtype=tf.float64)
-        Psi = self._raw(X) / self._sigma[None, :]
-        return tf.gather(Psi, self._order, axis=1)
+        return tf.matmul(self._normalised(X), self._rotation)
