@@ -16,9 +16,10 @@ from .conversion import Conversion, dgp_from_keras
 from .covariances import basis_coefficients, inducing_coefficients
 from .inducing_variables import ActivationFeature
 from .kernels import ZonalArcCosine, ZonalKernel
-from .models import build_activated_dgp
+from .config import ArchitectureConfig
+from .models import LIKELIHOODS, build_activated_dgp
 from .nn import ActivatedLayer, build_activated_nn
-from .persistence import load_dgp, load_network, save_dgp, save_network
+from .persistence import DGPCheckpoint, load_dgp, load_network, load_optimizer, load_state, save_dgp, save_network
 from .prediction import layer_moments, predict_class_probabilities, predict_y, predictive_log_density, propagate_means
 from .training import TrainingSchedule, TwoStageResult, evaluate_elbo, train_dgp, train_network, train_two_stage
 from .spectra import (
@@ -27,6 +28,7 @@ from .spectra import (
     activation_coefficients,
     arc_cosine_coefficients,
     arc_cosine_shape,
+    register_activation,
     relu_coefficients,
     zonal_matern52_shape,
 )
@@ -58,6 +60,12 @@ __all__ = [
     "load_dgp",
     "save_network",
     "load_network",
+    "load_optimizer",
+    "load_state",
+    "DGPCheckpoint",
+    "ArchitectureConfig",
+    "LIKELIHOODS",
+    "register_activation",
     "basis_coefficients",
     "inducing_coefficients",
     "Activation",

@@ -2,21 +2,30 @@
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence, Union
+from dataclasses import dataclass
+from typing import Callable, Dict, Optional, Sequence, Union
 
 import gpflow
 import gpflux
 import numpy as np
 import tensorflow as tf
+from gpflow.likelihoods.utils import inv_probit
 
 from .inducing_variables import ActivationFeature
 from .kernels import ZonalArcCosine
-from .nn import _layer_sizes, initial_directions
+from .config import ArchitectureConfig, as_config
+from .nn import initial_directions
 from .spectra import Activation
 
-__all__ = ["build_activated_dgp", "activated_gp_layer", "make_likelihood", "LIKELIHOODS", "MonteCarloSoftmax", "LogisticBernoulli"]
-
-LIKELIHOODS = ("gaussian", "bernoulli", "softmax", "robustmax")
+__all__ = [
+    "build_activated_dgp",
+    "activated_gp_layer",
+    "make_likelihood",
+    "likelihood_name",
+    "LIKELIHOODS",
+    "MonteCarloSoftmax",
+    "LogisticBernoulli",
+]
 
 
 class MonteCarloSoftmax(gpflow.likelihoods.Softmax):
@@ -60,28 +69,113 @@ class LogisticBernoulli(gpflow.likelihoods.Bernoulli):
         return gpflow.likelihoods.ScalarLikelihood._predict_log_density(self, X, Fmu, Fvar, Y)
 
 
+@dataclass(frozen=True)
+class LikelihoodEntry:
+    """One registered likelihood name: how to build it and how to recognise an instance.
+
+    :param build: ``(output_dim, noise_variance) -> likelihood``.
+    :param latent_gps: ``output_dim -> number of latent GPs of the last layer``.
+    :param matches: true exactly for the instances this name rebuilds (same class and link), so
+        that saving by name never turns one likelihood into another.
+    """
+
+    name: str
+    build: Callable[[int, float], gpflow.likelihoods.Likelihood]
+    latent_gps: Callable[[int], int]
+    matches: Callable[[gpflow.likelihoods.Likelihood], bool]
+
+
+def _classes(output_dim: int, name: str) -> int:
+    if int(output_dim) != output_dim or output_dim < 2:
+        raise ValueError(f"a {name} likelihood needs output_dim = number of classes ≥ 2, got {output_dim!r}")
+    return int(output_dim)
+
+
+def _one_latent(name: str) -> Callable[[int], int]:
+    def latent(output_dim: int) -> int:
+        if output_dim != 1:
+            raise ValueError(f"a {name} likelihood has one latent GP (a single logit), got output_dim={output_dim!r}")
+        return 1
+
+    return latent
+
+
+#: The one registry of likelihood names (used by the builders, the config and persistence).
+LIKELIHOODS: Dict[str, LikelihoodEntry] = {
+    entry.name: entry
+    for entry in (
+        LikelihoodEntry(
+            "gaussian",
+            lambda P, noise: gpflow.likelihoods.Gaussian(variance=noise),
+            int,
+            lambda lik: type(lik) is gpflow.likelihoods.Gaussian,
+        ),
+        LikelihoodEntry(
+            "bernoulli",  # logistic link, the twin's sigmoid cross-entropy
+            lambda P, noise: LogisticBernoulli(),
+            _one_latent("bernoulli"),
+            lambda lik: type(lik) is LogisticBernoulli,
+        ),
+        LikelihoodEntry(
+            "probit",  # GPflow's Bernoulli with its default probit link Φ(f)
+            lambda P, noise: gpflow.likelihoods.Bernoulli(invlink=inv_probit),
+            _one_latent("probit"),
+            lambda lik: type(lik) is gpflow.likelihoods.Bernoulli and lik.invlink is inv_probit,
+        ),
+        LikelihoodEntry(
+            "softmax",
+            lambda P, noise: MonteCarloSoftmax(_classes(P, "softmax")),
+            lambda P: _classes(P, "softmax"),
+            lambda lik: type(lik) is MonteCarloSoftmax,
+        ),
+        LikelihoodEntry(
+            "robustmax",
+            lambda P, noise: gpflow.likelihoods.MultiClass(_classes(P, "robustmax")),
+            lambda P: _classes(P, "robustmax"),
+            lambda lik: type(lik) is gpflow.likelihoods.MultiClass and type(lik.invlink) is gpflow.likelihoods.RobustMax,
+        ),
+    )
+}
+
+
+def _entry(name) -> LikelihoodEntry:
+    key = str(name).lower()
+    if key not in LIKELIHOODS:
+        raise ValueError(f"unknown likelihood {name!r}; choose one of {sorted(LIKELIHOODS)} or pass a gpflow likelihood")
+    return LIKELIHOODS[key]
+
+
+def likelihood_name(likelihood: Union[str, gpflow.likelihoods.Likelihood]) -> str:
+    """The registry name of a likelihood name or instance; a ValueError naming the class (and link) when no
+    registered name rebuilds exactly this likelihood."""
+    if isinstance(likelihood, str):
+        return _entry(likelihood).name
+    for entry in LIKELIHOODS.values():
+        if entry.matches(likelihood):
+            return entry.name
+    link = getattr(likelihood, "invlink", None)
+    link = f" with link {getattr(link, '__name__', type(link).__name__)}" if link is not None else ""
+    raise ValueError(
+        f"the likelihood {type(likelihood).__name__}{link} is not registered; registered: {sorted(LIKELIHOODS)}"
+    )
+
+
 def make_likelihood(likelihood: Union[str, gpflow.likelihoods.Likelihood], output_dim: int, noise_variance: float = 0.01):
     """A GPflow likelihood from a name; returns (likelihood, number of latent GPs of the last layer).
 
     "gaussian": Gaussian(noise_variance), ``output_dim`` outputs; "bernoulli": Bernoulli with the
     logistic link (so that the network twin's sigmoid cross-entropy is the same model;
-    :class:`LogisticBernoulli`), 1 latent;
+    :class:`LogisticBernoulli`), 1 latent; "probit": GPflow's Bernoulli with the probit link, 1 latent;
     "softmax" / "robustmax": ``output_dim`` classes (≥ 2) with Softmax or MultiClass (robust-max).
+    For the Bernoulli names any ``output_dim`` gives one latent GP (the builders' long-standing
+    behaviour); :class:`~activated_dgp.config.ArchitectureConfig` insists on ``output_dim=1``.
     """
     if isinstance(likelihood, gpflow.likelihoods.Likelihood):
         return likelihood, int(output_dim)
-    name = str(likelihood).lower()
-    if name == "gaussian":
-        return gpflow.likelihoods.Gaussian(variance=noise_variance), int(output_dim)
-    if name == "bernoulli":
-        return LogisticBernoulli(), 1
-    if name in ("softmax", "robustmax"):
-        if output_dim < 2:
-            raise ValueError(f"a {name} likelihood needs output_dim = number of classes ≥ 2, got {output_dim}")
-        if name == "softmax":
-            return MonteCarloSoftmax(int(output_dim)), int(output_dim)
-        return gpflow.likelihoods.MultiClass(int(output_dim)), int(output_dim)
-    raise ValueError(f"unknown likelihood {likelihood!r}; choose one of {LIKELIHOODS} or pass a gpflow likelihood")
+    entry = _entry(likelihood)
+    if entry.name in ("bernoulli", "probit"):
+        output_dim = 1
+    return entry.build(output_dim, noise_variance), entry.latent_gps(output_dim)
 
 
 def activated_gp_layer(
@@ -128,17 +222,18 @@ def activated_gp_layer(
 
 
 def build_activated_dgp(
-    input_dim: int,
+    input_dim: Union[int, ArchitectureConfig],
     num_data: int,
     *,
-    num_layers: int = 3,
-    num_units: Union[int, Sequence[int]] = 128,
+    num_layers: Optional[int] = None,
+    num_units: Union[None, int, Sequence[int]] = None,
     layer_widths: Optional[Sequence[int]] = None,
-    output_dim: int = 1,
-    likelihood: Union[str, gpflow.likelihoods.Likelihood] = "gaussian",
-    activation: Union[str, Activation, Callable] = "softplus",
-    truncation_level: int = 20,
-    whiten: bool = True,
+    output_dim: Optional[int] = None,
+    likelihood: Union[None, str, gpflow.likelihoods.Likelihood] = None,
+    activation: Union[None, str, Activation, Callable] = None,
+    truncation_level: Optional[int] = None,
+    lengthscales: Optional[Sequence] = None,
+    whiten: Optional[bool] = None,
     kernel_variance: float = 1.0,
     noise_variance: float = 0.01,
     q_sqrt_scale: float = 1e-5,
@@ -146,31 +241,46 @@ def build_activated_dgp(
 ) -> gpflux.models.DeepGP:
     """A gpflux DeepGP of ``num_layers`` activated GP layers (the DGP of Fig. 1a).
 
+    :param input_dim: D, or an :class:`~activated_dgp.config.ArchitectureConfig` describing the whole
+        architecture (then give no other architecture keyword: ``num_layers`` … ``whiten``).
+    The architecture keywords are those of :class:`~activated_dgp.config.ArchitectureConfig`, with its
+    defaults (3 layers of 128 Softplus units, Ñ = 20, ℓ = 1, whitened, Gaussian):
+
     :param num_units: inducing variables (= hidden units) per layer, M_ℓ.
     :param layer_widths: output heads of layers 1..L−1 (the bottlenecks), default ``input_dim``.
     :param output_dim: heads of the last layer for "gaussian", the number of classes for
-        "softmax"/"robustmax"; "bernoulli" uses one.
-    :param likelihood: "gaussian", "bernoulli", "softmax", "robustmax", or a gpflow likelihood.
+        "softmax"/"robustmax"; "bernoulli"/"probit" use one.
+    :param likelihood: a registered name (:data:`LIKELIHOODS`) or a gpflow likelihood.
+    :param lengthscales: ℓ_ℓ per layer, each a scalar or D_ℓ + 1 values.
+    :param kernel_variance, noise_variance, q_sqrt_scale: initial values (not architecture).
     Inducing directions are drawn like :func:`activated_dgp.nn.initial_directions`; use
     :func:`activated_dgp.dgp_from_keras` to start from a trained network instead.
     """
-    likelihood, output_dim = make_likelihood(likelihood, output_dim, noise_variance)
-    units, widths = _layer_sizes(input_dim, num_layers, num_units, layer_widths, output_dim)
+    if not isinstance(input_dim, ArchitectureConfig) and isinstance(likelihood, str):
+        # the Bernoulli names: one latent GP whatever output_dim was asked (the keyword API's behaviour)
+        output_dim = make_likelihood(likelihood, 1 if output_dim is None else output_dim)[1]
+    config = as_config(
+        input_dim, num_layers=num_layers, num_units=num_units, layer_widths=layer_widths, output_dim=output_dim,
+        likelihood=likelihood, activation=activation, truncation_level=truncation_level, lengthscales=lengthscales,
+        whiten=whiten,
+    )
+    if config.likelihood is None:
+        raise ValueError("a DGP needs a likelihood; the config has likelihood=None")
+    likelihood, _ = make_likelihood(config.likelihood, config.output_dim, noise_variance)
     rng = np.random.default_rng(seed)
-    layers, width_in = [], input_dim
-    for index, (num, width) in enumerate(zip(units, widths)):
-        layers.append(
-            activated_gp_layer(
-                initial_directions(num, width_in, rng),
-                width,
-                num_data,
-                activation=activation,
-                truncation_level=truncation_level,
-                kernel_variance=kernel_variance,
-                whiten=whiten,
-                q_sqrt_scale=q_sqrt_scale,
-                name=f"activated_gp_{index}",
-            )
+    layers = [
+        activated_gp_layer(
+            initial_directions(spec["num_units"], spec["input_dim"], rng),
+            spec["output_dim"],
+            num_data,
+            activation=spec["activation"],
+            truncation_level=spec["truncation_level"],
+            kernel_variance=kernel_variance,
+            lengthscales=spec["lengthscales"],
+            whiten=config.whiten,
+            q_sqrt_scale=q_sqrt_scale,
+            name=f"activated_gp_{index}",
         )
-        width_in = width
+        for index, spec in enumerate(config.layers())
+    ]
     return gpflux.models.DeepGP(layers, gpflux.layers.LikelihoodLayer(likelihood), num_data=num_data)

@@ -15,9 +15,10 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from .config import ArchitectureConfig, as_config
 from .inducing_variables import ActivationFeature
 from .kernels import ZonalArcCosine
-from .spectra import Activation, resolve_activation
+from .spectra import Activation, registered_activation_name, resolve_activation
 
 __all__ = ["ActivatedLayer", "build_activated_nn", "initial_directions", "with_dropout"]
 
@@ -32,9 +33,15 @@ class ActivatedLayer(tf_keras.layers.Layer):
     """Φ(x) = [g̃_1(x̃), …, g̃_M(x̃)], [N, D] → [N, M]: exactly ``Kuf(ActivationFeature, ZonalArcCosine, x)ᵀ``.
 
     g̃_m(x̃) = ‖w_m‖ ‖x̃‖ Σ_(n<Ñ, λ_n≠0) σ_n N_n^d Ĉ_n(ŵ_m·x̂), x̃ = [x, 1]/ℓ (eq. 10, 11, 14). The
-    layer holds an :class:`ActivationFeature` (trainable W) and a ZonalArcCosine whose
-    hyper-parameters are frozen (Kuf does not depend on the variance; ℓ only rescales x̃, which
-    W can absorb), and calls the registered Kuf, so the twin cannot drift from the GP layer.
+    layer calls the registered Kuf of an :class:`ActivationFeature` and a ZonalArcCosine, so the
+    twin cannot drift from the GP layer.
+
+    W [M, D+1] is the layer's own Keras weight (``layer.W``, created by ``add_weight``), and
+    ``layer.feature.W`` is that same variable: every Keras way of saving (``save_weights`` in the
+    ``.weights.h5``, ``.h5`` and TensorFlow-checkpoint formats, ``.keras`` files, ``ModelCheckpoint``,
+    ``BackupAndRestore``) and ``tf.train.Checkpoint`` store it. The kernel's hyper-parameters are frozen
+    configuration, not weights (Kuf does not depend on the variance; ℓ only rescales x̃, which W can
+    absorb): ℓ comes back from :meth:`get_config`.
     """
 
     def __init__(
@@ -49,7 +56,7 @@ class ActivatedLayer(tf_keras.layers.Layer):
     ):
         kwargs.setdefault("dtype", gpflow.default_float())
         super().__init__(**kwargs)
-        if int(units) != units or units < 1:
+        if isinstance(units, bool) or int(units) != units or units < 1:
             raise ValueError(f"units must be a positive integer, got {units!r}")
         self.units = int(units)
         self.activation = resolve_activation(activation)
@@ -65,21 +72,32 @@ class ActivatedLayer(tf_keras.layers.Layer):
             W = initial_directions(self.units, input_dim, np.random.default_rng(self.seed))
         if W.shape != (self.units, input_dim + 1):
             raise ValueError(f"initial_W must be [{self.units}, {input_dim + 1}], got {W.shape}")
-        self.kernel = ZonalArcCosine(input_dim, self.truncation_level, lengthscales=self.lengthscales)
-        gpflow.set_trainable(self.kernel, False)
-        self.feature = ActivationFeature(W, self.activation, self.truncation_level)
+        self.W = self.add_weight(
+            name="W", shape=W.shape, dtype=self.dtype, initializer=tf_keras.initializers.Constant(W), trainable=True
+        )
+        kernel = ZonalArcCosine(input_dim, self.truncation_level, lengthscales=self.lengthscales)
+        gpflow.set_trainable(kernel, False)
+        feature = ActivationFeature(W, self.activation, self.truncation_level)
+        feature.W = self.W  # the feature reads the Keras weight (its own Parameter copy is dropped)
+        self._untracked(kernel=kernel, feature=feature)
         super().build(input_shape)
+
+    @tf.__internal__.tracking.no_automatic_dependency_tracking
+    def _untracked(self, **modules):
+        """Attach gpflow modules without Keras tracking them: their only variable that matters, W, is the
+        layer's own weight; the frozen kernel is configuration (a tracked kernel would add its variance
+        and ℓ as weights that the ``.h5`` format cannot even name apart)."""
+        for name, module in modules.items():
+            setattr(self, name, module)
 
     def call(self, inputs):
         return tf.transpose(gpflow.covariances.Kuf(self.feature, self.kernel, inputs))
 
     def get_config(self):
-        if self.activation.name not in ("relu", "softplus", "swish"):
-            raise ValueError(f"cannot serialise the custom activation {self.activation.name!r}; use a registered name")
         config = super().get_config()
         config.update(
             units=self.units,
-            activation=self.activation.name,
+            activation=registered_activation_name(self.activation),
             truncation_level=self.truncation_level,
             lengthscales=np.asarray(self.lengthscales, dtype=np.float64).tolist(),
         )
@@ -87,18 +105,23 @@ class ActivatedLayer(tf_keras.layers.Layer):
 
 
 def build_activated_nn(
-    input_dim: int,
+    input_dim: Union[int, ArchitectureConfig],
     *,
-    num_layers: int = 3,
-    num_units: Union[int, Sequence[int]] = 128,
+    num_layers: Optional[int] = None,
+    num_units: Union[None, int, Sequence[int]] = None,
     layer_widths: Optional[Sequence[int]] = None,
-    output_dim: int = 1,
-    activation: Union[str, Activation, Callable] = "softplus",
-    truncation_level: int = 20,
+    output_dim: Optional[int] = None,
+    activation: Union[None, str, Activation, Callable] = None,
+    truncation_level: Optional[int] = None,
     lengthscales: Optional[Sequence] = None,
     seed: Optional[int] = None,
 ) -> tf_keras.Sequential:
     """The low-rank network of Fig. 1b: [ActivatedLayer(M_ℓ), Dense(P_ℓ, no bias)] × L, float64.
+
+    :param input_dim: D, or an :class:`~activated_dgp.config.ArchitectureConfig` describing the whole
+        architecture (then give no other architecture keyword).
+    The keywords are those of :class:`~activated_dgp.config.ArchitectureConfig`, with its defaults
+    (3 layers of 128 Softplus units, Ñ = 20, ℓ = 1, bottlenecks of width D, one output):
 
     :param num_units: M_ℓ, the activated units (= inducing variables) per layer.
     :param layer_widths: P_ℓ, the narrow (bottleneck) widths of layers 1..L−1; default input_dim.
@@ -108,27 +131,26 @@ def build_activated_nn(
         output grows like ‖x̃‖, so wide inputs with O(1) entries are better served by ℓ ≈ √D_ℓ.
     The output has no final non-linearity: train it on MSE or on cross-entropy from logits.
     """
-    units, widths = _layer_sizes(input_dim, num_layers, num_units, layer_widths, output_dim)
-    if lengthscales is None:
-        lengthscales = [1.0] * num_layers
-    if len(lengthscales) != num_layers:
-        raise ValueError(f"lengthscales needs one entry per layer ({num_layers}), got {len(lengthscales)}")
+    config = as_config(
+        input_dim, num_layers=num_layers, num_units=num_units, layer_widths=layer_widths, output_dim=output_dim,
+        activation=activation, truncation_level=truncation_level, lengthscales=lengthscales,
+    )
     rng = np.random.default_rng(seed)
-    layers = [tf_keras.Input(shape=(input_dim,), dtype=gpflow.default_float())]
-    for index, (num, width) in enumerate(zip(units, widths)):
+    layers = [tf_keras.Input(shape=(config.input_dim,), dtype=gpflow.default_float())]
+    for index, spec in enumerate(config.layers()):
         layers.append(
             ActivatedLayer(
-                num,
-                activation,
-                truncation_level,
-                lengthscales=lengthscales[index],
+                spec["num_units"],
+                spec["activation"],
+                spec["truncation_level"],
+                lengthscales=spec["lengthscales"],
                 seed=int(rng.integers(2**31)),
                 name=f"activated_{index}",
             )
         )
         layers.append(
             tf_keras.layers.Dense(
-                width,
+                spec["output_dim"],
                 use_bias=False,
                 dtype=gpflow.default_float(),
                 kernel_initializer=tf_keras.initializers.GlorotNormal(seed=int(rng.integers(2**31))),
@@ -153,21 +175,3 @@ def with_dropout(network: tf_keras.Sequential, rate: float, seed: Optional[int] 
             dropout_seed = None if seed is None else seed + index
             layers.append(tf_keras.layers.Dropout(rate, seed=dropout_seed, dtype=gpflow.default_float(), name=f"dropout_{index}"))
     return tf_keras.Sequential(layers, name=f"{network.name}_dropout")
-
-
-def _layer_sizes(input_dim, num_layers, num_units, layer_widths, output_dim):
-    """(M_ℓ, P_ℓ) for ℓ = 1..L, validated: shared by the network and the DGP builders."""
-    if int(num_layers) != num_layers or num_layers < 1:
-        raise ValueError(f"num_layers must be a positive integer, got {num_layers!r}")
-    units = [int(num_units)] * num_layers if np.ndim(num_units) == 0 else [int(m) for m in num_units]
-    if layer_widths is None:
-        layer_widths = [input_dim] * (num_layers - 1)
-    widths = [int(p) for p in layer_widths] + [int(output_dim)]
-    if len(units) != num_layers or len(widths) != num_layers:
-        raise ValueError(
-            f"{num_layers} layers need {num_layers} num_units and {num_layers - 1} layer_widths, "
-            f"got {len(units)} and {len(widths) - 1}"
-        )
-    if min(units) < 1 or min(widths) < 1:
-        raise ValueError(f"unit counts and widths must be ≥ 1, got {units} and {widths}")
-    return units, widths

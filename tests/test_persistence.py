@@ -1,0 +1,501 @@
+"""Saving and restoring: every Keras path for the network twin, activated DGPs of every registered kind,
+a DGP in the middle of training with its optimiser, refusals at save time, and the architecture config.
+
+All round trips are checked in a fresh process (one subprocess loads every artefact the module fixture
+writes, to keep the suite fast) against the in-memory model that wrote them. Each saved model has
+parameters moved away from anything the builders would produce, so a loader that drops a parameter fails.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import gpflow
+import gpflux
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_probability as tfp
+import tf_keras
+from scipy.stats import norm
+
+from activated_dgp import (
+    ArchitectureConfig,
+    DGPCheckpoint,
+    build_activated_dgp,
+    build_activated_nn,
+    dgp_from_keras,
+    load_dgp,
+    load_network,
+    load_optimizer,
+    load_state,
+    predictive_log_density,
+    register_activation,
+    save_dgp,
+    save_network,
+)
+from activated_dgp.models import LIKELIHOODS, LogisticBernoulli, MonteCarloSoftmax, activated_gp_layer, make_likelihood
+from activated_dgp.persistence import architecture_of_dgp
+
+BUMP_SOURCE = "def bump(t):\n    return np.sin(3.0 * t) + 0.5 * t * t\n"
+exec(BUMP_SOURCE)  # the same user activation, defined identically here and in the fresh process
+register_activation("bump", bump)  # noqa: F821
+
+N = 40
+PROBIT_JITTER = 1e-3  # gpflow.likelihoods.utils.inv_probit: ε + (1 − 2ε) Φ(f)
+
+# ------------------------------------------------------------------------------------------------ helpers
+
+
+def layerwise(dgp, X):
+    """Each layer's predictive mean and variance at the previous layer's mean: every parameter matters."""
+    out, hidden = [], X
+    for layer in dgp.f_layers:
+        mean, var = layer.predict(hidden, full_cov=False)
+        out += [mean.numpy().ravel(), var.numpy().ravel()]
+        hidden = mean
+    return np.concatenate(out)
+
+
+def perturb(module, rng, scale=0.3):
+    """Move every parameter (unconstrained) away from its initial value."""
+    for parameter in module.trainable_parameters:
+        variable = parameter.unconstrained_variable
+        variable.assign(variable + scale * rng.normal(size=variable.shape))
+
+
+def dgp_cases(rng):
+    """(name, DGP, targets for the log density) covering the issue's list."""
+    X = rng.normal(size=(N, 3))
+    twin = build_activated_nn(3, num_layers=2, num_units=6, lengthscales=[np.array([1.0, 2.0, 3.0, 4.0]), 1.0], seed=0)
+    cases = [("per_dim_lengthscales", dgp_from_keras(twin, N, X=X).dgp, rng.normal(size=(7, 1)))]
+    for name, likelihood, output_dim, activation, whiten in [
+        ("logistic_relu_unwhitened", "bernoulli", 1, "relu", False),
+        ("probit_swish", "probit", 1, "swish", True),
+        ("softmax_registered_callable", "softmax", 3, "bump", True),
+        ("robustmax_softplus_unwhitened", "robustmax", 3, "softplus", False),
+    ]:
+        config = ArchitectureConfig(
+            3, num_layers=2, num_units=[5, 4], layer_widths=[2], output_dim=output_dim, activation=activation,
+            truncation_level=6, lengthscales=[np.array([0.5, 1.0, 1.5, 2.0]), 1.3], whiten=whiten, likelihood=likelihood,
+        )
+        labels = rng.integers(0, output_dim if output_dim > 1 else 2, size=(7, 1)).astype(np.float64)
+        cases.append((name, build_activated_dgp(config, N, seed=1), labels))
+    for _, dgp, _ in cases:
+        perturb(dgp, rng)
+    gpflow.set_trainable(cases[0][1].f_layers[0].kernel.kernel.variance, False)  # a frozen parameter stays frozen
+    return cases
+
+
+# ------------------------------------------------------------------------------------------------ fresh process
+
+SCRIPT = """
+import json, sys
+import gpflow
+import numpy as np
+import tensorflow as tf
+import tf_keras
+from activated_dgp import (build_activated_nn, load_dgp, load_network, load_optimizer, load_state,
+                           predictive_log_density, register_activation)
+
+root = sys.argv[1]
+meta = json.load(open(f"{root}/meta.json"))
+X = np.load(f"{root}/x.npy")
+out, info = {}, {}
+BUMP
+register_activation("bump", bump)
+
+# -------- Keras paths: load into a twin built with ANOTHER seed, so an unrestored W shows
+def fresh():
+    return build_activated_nn(3, **meta["twin"], seed=99)
+for name, path in meta["weights"].items():
+    net = fresh()
+    net.load_weights(path)
+    out[f"keras/{name}"] = net(X).numpy()
+    out[f"keras_W/{name}"] = net.layers[0].W.numpy()
+net = tf_keras.models.load_model(meta["keras_file"])
+out["keras/keras_file"], out["keras_W/keras_file"] = net(X).numpy(), net.layers[0].W.numpy()
+net = fresh()
+tf.train.Checkpoint(model=net).read(meta["tf_checkpoint"]).assert_existing_objects_matched()
+out["keras/tf_checkpoint"], out["keras_W/tf_checkpoint"] = net(X).numpy(), net.layers[0].W.numpy()
+net = load_network(meta["save_network"])
+out["keras/save_network"], out["keras_W/save_network"] = net(X).numpy(), net.layers[0].W.numpy()
+
+# -------- BackupAndRestore: the same fit, started again, resumes after the interruption
+tf_keras.utils.set_random_seed(0)
+net = build_activated_nn(3, **meta["twin"], seed=1)
+net.compile(tf_keras.optimizers.Adam(0.05), loss="mse")
+Xt, Yt = np.load(f"{root}/xt.npy"), np.load(f"{root}/yt.npy")
+history = net.fit(Xt, Yt, epochs=4, batch_size=len(Xt), shuffle=False, verbose=0,
+                  callbacks=[tf_keras.callbacks.BackupAndRestore(meta["backup"])])
+out["backup/output"], info["backup_epochs_run"] = net(X).numpy(), len(history.history["loss"])
+
+# -------- activated DGPs
+for name in meta["dgps"]:
+    dgp = load_dgp(f"{root}/dgp_{name}")
+    hidden, parts = X, []
+    for layer in dgp.f_layers:
+        mean, var = layer.predict(hidden, full_cov=False)
+        parts += [mean.numpy().ravel(), var.numpy().ravel()]
+        hidden = mean
+    out[f"dgp/{name}"] = np.concatenate(parts)  # the last (mean, var) are f_L's moments at the propagated means
+    Y = np.load(f"{root}/y_{name}.npy")
+    out[f"lpd/{name}"] = predictive_log_density(dgp, X, Y, num_samples=4, seed=5)
+    likelihood = dgp.likelihood_layer.likelihood
+    info[f"likelihood/{name}"] = [type(likelihood).__name__, getattr(getattr(likelihood, "invlink", None), "__name__", None)]
+    info[f"trainable/{name}"] = sorted(
+        path for path, p in gpflow.utilities.parameter_dict(dgp).items() if not p.trainable and "._" not in path)
+    out[f"predict_y/{name}"] = np.concatenate([a.numpy() for a in likelihood.predict_mean_and_var(None, mean, var)], axis=1)
+    out[f"f_moments/{name}"] = np.concatenate([mean.numpy(), var.numpy()], axis=1)
+
+# -------- a DGP interrupted mid-training: resume with its optimiser, and (control) with a fresh one
+X_fit, Y_fit = np.load(f"{root}/x_fit.npy"), np.load(f"{root}/y_fit.npy")
+for label, restore in (("resumed", True), ("fresh_optimizer", False)):
+    dgp = load_dgp(meta["checkpoint"])
+    optimizer = load_optimizer(meta["checkpoint"], dgp) if restore else tf_keras.optimizers.Adam(0.02)
+    if restore:
+        info["optimizer_iterations"] = int(optimizer.iterations.numpy())
+        info["optimizer_learning_rate"] = float(optimizer.learning_rate.numpy())
+    model = dgp.as_training_model()
+    model.compile(optimizer)
+    epoch = load_state(meta["checkpoint"])["epoch"]
+    model.fit({"inputs": X_fit, "targets": Y_fit}, epochs=meta["epochs"], initial_epoch=epoch,
+              batch_size=len(X_fit), shuffle=False, verbose=0)
+    out[f"resume/{label}"] = np.concatenate([p.unconstrained_variable.numpy().ravel() for p in dgp.trainable_parameters])
+    info[f"resume_epoch/{label}"] = epoch
+
+np.savez(f"{root}/loaded.npz", **out)
+json.dump(info, open(f"{root}/loaded.json", "w"))
+"""
+
+
+class InterruptAfter(tf_keras.callbacks.Callback):
+    def __init__(self, epochs):
+        super().__init__()
+        self.epochs = epochs
+
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch + 1 == self.epochs:
+            raise KeyboardInterrupt("simulated interruption")
+
+
+def _halve_learning_rate_after_first_epoch(epoch, learning_rate):
+    return 0.02 if epoch >= 1 else 0.05
+
+
+def _train_1_layer(dgp, X, Y, epochs, initial_epoch=0, callbacks=()):
+    model = dgp.as_training_model()
+    if model.optimizer is None or not initial_epoch:
+        model.compile(tf_keras.optimizers.Adam(0.05))
+    scheduler = tf_keras.callbacks.LearningRateScheduler(_halve_learning_rate_after_first_epoch)
+    model.fit({"inputs": X, "targets": Y}, epochs=epochs, initial_epoch=initial_epoch, batch_size=len(X), shuffle=False,
+              verbose=0, callbacks=[scheduler, *callbacks])
+
+
+@pytest.fixture(scope="module")
+def fresh_process(tmp_path_factory):
+    """Write every artefact, load them all in ONE fresh Python process; returns (expected, loaded, info, extra)."""
+    gpflow.config.set_default_float(np.float64)
+    root = tmp_path_factory.mktemp("persistence")
+    rng = np.random.default_rng(7)
+    X = rng.normal(size=(7, 3))
+    np.save(root / "x.npy", X)
+    expected, extra = {}, {}
+    meta = {"twin": dict(num_layers=2, num_units=8, layer_widths=[2], lengthscales=[[1.0, 2.0, 3.0, 4.0], 1.5])}
+
+    # ---- the twin, trained (W moves), saved every Keras way
+    Xt = rng.normal(size=(N, 3))
+    Yt = np.sin(Xt[:, :1]) + Xt[:, 1:2] ** 2
+    np.save(root / "xt.npy", Xt), np.save(root / "yt.npy", Yt)
+    net = build_activated_nn(3, **meta["twin"], seed=0)
+    W_init = net.layers[0].W.numpy().copy()
+    net.compile(tf_keras.optimizers.Adam(0.05), loss="mse")
+    checkpoint = tf_keras.callbacks.ModelCheckpoint(str(root / "mc.weights.h5"), save_weights_only=True)
+    net.fit(Xt, Yt, epochs=3, batch_size=N, shuffle=False, verbose=0, callbacks=[checkpoint])
+    extra["W_init"], extra["W_trained"] = W_init, net.layers[0].W.numpy()
+    meta["weights"] = {
+        "weights_h5": str(root / "w.weights.h5"), "legacy_h5": str(root / "w.h5"), "tf_format": str(root / "tf" / "w"),
+        "model_checkpoint": str(root / "mc.weights.h5"),
+    }
+    for name, path in meta["weights"].items():
+        if name != "model_checkpoint":
+            net.save_weights(path)
+    meta["keras_file"] = str(root / "twin.keras")
+    net.save(meta["keras_file"])
+    meta["tf_checkpoint"] = tf.train.Checkpoint(model=net).write(str(root / "ckpt" / "twin"))
+    meta["save_network"] = str(save_network(net, root / "net"))
+    reference = net(X).numpy()
+    for name in [*meta["weights"], "keras_file", "tf_checkpoint", "save_network"]:
+        expected[f"keras/{name}"], expected[f"keras_W/{name}"] = reference, extra["W_trained"]
+
+    # ---- BackupAndRestore: an uninterrupted 4-epoch fit vs one interrupted after 2 and resumed in the fresh process
+    meta["backup"] = str(root / "backup")
+    for interrupted in (False, True):
+        tf_keras.utils.set_random_seed(0)
+        twin = build_activated_nn(3, **meta["twin"], seed=1)
+        twin.compile(tf_keras.optimizers.Adam(0.05), loss="mse")
+        callbacks = [tf_keras.callbacks.BackupAndRestore(meta["backup"]), InterruptAfter(2)] if interrupted else []
+        try:
+            twin.fit(Xt, Yt, epochs=4, batch_size=N, shuffle=False, verbose=0, callbacks=callbacks)
+        except KeyboardInterrupt:
+            extra["backup_interrupted_output"] = twin(X).numpy()
+        else:
+            expected["backup/output"] = twin(X).numpy()
+
+    # ---- activated DGPs
+    meta["dgps"], extra["dgps"] = [], {}
+    for name, dgp, Y in dgp_cases(rng):
+        save_dgp(dgp, root / f"dgp_{name}")
+        np.save(root / f"y_{name}.npy", Y)
+        meta["dgps"].append(name)
+        extra["dgps"][name] = dgp
+        expected[f"dgp/{name}"] = layerwise(dgp, X)
+        expected[f"lpd/{name}"] = predictive_log_density(dgp, X, Y, num_samples=4, seed=5)
+
+    # ---- mid-training: 2 epochs with a checkpoint per epoch, then "interrupted"; reference: 4 epochs straight
+    X_fit = rng.normal(size=(N, 3))
+    Y_fit = np.cos(X_fit[:, :1])
+    np.save(root / "x_fit.npy", X_fit), np.save(root / "y_fit.npy", Y_fit)
+    config = ArchitectureConfig(3, num_layers=1, num_units=8, lengthscales=[[1.0, 2.0, 1.0, 1.0]], likelihood="gaussian")
+    meta["checkpoint"], meta["epochs"] = str(root / "checkpoint"), 4
+    straight = build_activated_dgp(config, N, seed=3)
+    _train_1_layer(straight, X_fit, Y_fit, epochs=4)
+    expected["resume/resumed"] = np.concatenate([p.unconstrained_variable.numpy().ravel() for p in straight.trainable_parameters])
+    interrupted = build_activated_dgp(config, N, seed=3)
+    try:
+        _train_1_layer(interrupted, X_fit, Y_fit, epochs=4, callbacks=[DGPCheckpoint(meta["checkpoint"], interrupted), InterruptAfter(2)])
+    except KeyboardInterrupt:
+        pass
+
+    (root / "meta.json").write_text(json.dumps(meta))
+    (root / "script.py").write_text(SCRIPT.replace("BUMP\n", BUMP_SOURCE))
+    subprocess.run(
+        [sys.executable, str(root / "script.py"), str(root)], check=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    )
+    with np.load(root / "loaded.npz") as data:
+        loaded = {key: data[key] for key in data.files}
+    info = json.loads((root / "loaded.json").read_text())
+    return expected, loaded, info, extra
+
+
+# ------------------------------------------------------------------------------------------------ tests
+
+
+KERAS_PATHS = ["weights_h5", "legacy_h5", "tf_format", "model_checkpoint", "keras_file", "tf_checkpoint", "save_network"]
+
+
+@pytest.mark.parametrize("path", KERAS_PATHS)
+def test_every_keras_saving_path_restores_W_in_a_fresh_process(fresh_process, path):
+    expected, loaded, _, extra = fresh_process
+    assert np.max(np.abs(extra["W_trained"] - extra["W_init"])) > 1e-2  # training moved W, so losing it would show
+    np.testing.assert_array_equal(loaded[f"keras_W/{path}"], expected[f"keras_W/{path}"])
+    np.testing.assert_array_equal(loaded[f"keras/{path}"], expected[f"keras/{path}"])
+
+
+def test_backup_and_restore_resumes_the_interrupted_fit(fresh_process):
+    expected, loaded, info, extra = fresh_process
+    assert info["backup_epochs_run"] == 2  # epochs 3 and 4 only: it resumed, it did not start again
+    assert np.max(np.abs(extra["backup_interrupted_output"] - expected["backup/output"])) > 1e-3
+    np.testing.assert_allclose(loaded["backup/output"], expected["backup/output"], rtol=1e-10, atol=1e-12)
+
+
+CASES = ["per_dim_lengthscales", "logistic_relu_unwhitened", "probit_swish", "softmax_registered_callable", "robustmax_softplus_unwhitened"]
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_dgp_round_trip_in_a_fresh_process_predicts_identically(fresh_process, name):
+    expected, loaded, info, extra = fresh_process
+    np.testing.assert_array_equal(loaded[f"dgp/{name}"], expected[f"dgp/{name}"])
+    np.testing.assert_allclose(loaded[f"lpd/{name}"], expected[f"lpd/{name}"], rtol=1e-12)
+    dgp = extra["dgps"][name]
+    likelihood = dgp.likelihood_layer.likelihood
+    assert info[f"likelihood/{name}"][0] == type(likelihood).__name__
+    frozen = sorted(p for p, v in gpflow.utilities.parameter_dict(dgp).items() if not v.trainable and "._" not in p)
+    assert info[f"trainable/{name}"] == frozen
+
+
+def test_probit_comes_back_probit(fresh_process):
+    """Independent truth: for a probit link p(y=1) = ∫ Φ(f) N(f; μ, σ²) df = Φ(μ / √(1 + σ²)) in closed form
+    (GPflow's inv_probit keeps it off 0 and 1 as ε + (1 − 2ε)Φ, ε = 10⁻³); the logistic link differs."""
+    _, loaded, info, _ = fresh_process
+    assert info["likelihood/probit_swish"] == ["Bernoulli", "inv_probit"]
+    moments = loaded["f_moments/probit_swish"]
+    closed_form = PROBIT_JITTER + (1 - 2 * PROBIT_JITTER) * norm.cdf(moments[:, 0] / np.sqrt(1.0 + moments[:, 1]))
+    np.testing.assert_allclose(loaded["predict_y/probit_swish"][:, 0], closed_form, rtol=1e-10)
+    logistic = LogisticBernoulli().predict_mean_and_var(None, moments[:, :1], moments[:, 1:])[0].numpy()[:, 0]
+    assert np.max(np.abs(logistic - closed_form)) > 1e-3
+
+
+def test_resuming_mid_training_with_the_optimiser_continues_the_same_trajectory(fresh_process):
+    expected, loaded, info, _ = fresh_process
+    assert info["resume_epoch/resumed"] == 2 and info["optimizer_iterations"] == 2  # full batch: one step per epoch
+    assert info["optimizer_learning_rate"] == pytest.approx(0.02)  # the scheduled value at the interruption
+    np.testing.assert_allclose(loaded["resume/resumed"], expected["resume/resumed"], rtol=1e-9, atol=1e-12)
+    # control: the same parameters with a fresh Adam do not continue the trajectory (the test can fail)
+    assert np.max(np.abs(loaded["resume/fresh_optimizer"] - expected["resume/resumed"])) > 1e-3
+
+
+# ------------------------------------------------------------------------------------------------ refusals
+
+
+def _layer(kernel=None, feature=None, mean_function=None):
+    layer = activated_gp_layer(np.eye(4, 3) + 0.5, 1, N)
+    if kernel is None and feature is None and mean_function is None:
+        return layer
+    return gpflux.layers.GPLayer(
+        kernel or layer.kernel, feature or layer.inducing_variable, num_data=N, num_latent_gps=1,
+        mean_function=mean_function or gpflow.mean_functions.Zero(),
+    )
+
+
+@pytest.mark.parametrize(
+    "make,message",
+    [
+        (lambda: gpflux.models.DeepGP([_layer()], gpflux.layers.LikelihoodLayer(gpflow.likelihoods.StudentT())), "likelihood StudentT"),
+        (lambda: gpflux.models.DeepGP([_layer()], gpflux.layers.LikelihoodLayer(gpflow.likelihoods.Bernoulli(invlink=tf.sigmoid))), "Bernoulli with link sigmoid"),
+        (lambda: gpflux.models.DeepGP([_layer(kernel=gpflow.kernels.SharedIndependent(gpflow.kernels.SquaredExponential(), 1))], gpflow.likelihoods.Gaussian()), "layer 0.*SquaredExponential"),
+        (lambda: gpflux.models.DeepGP([_layer(mean_function=gpflow.mean_functions.Constant())], gpflow.likelihoods.Gaussian()), "layer 0.*mean function Constant"),
+        (lambda: build_activated_dgp(2, N, num_layers=2, num_units=4, activation=lambda t: np.tanh(2 * t)), "layer 0.*'<lambda>' is not registered"),
+    ],
+    ids=["likelihood", "logistic_gpflow_bernoulli", "kernel", "mean_function", "activation"],
+)
+def test_unknown_parts_are_refused_at_save_time_by_name(tmp_path, make, message):
+    with pytest.raises(ValueError, match=message):
+        save_dgp(make(), tmp_path / "out")
+    assert not (tmp_path / "out" / "config.json").exists()
+
+
+def test_priors_are_refused(tmp_path):
+    dgp = build_activated_dgp(2, N, num_layers=1, num_units=4)
+    dgp.f_layers[0].kernel.kernel.variance.prior = tfp.distributions.Gamma(np.float64(2.0), np.float64(1.0))
+    with pytest.raises(ValueError, match="kernel.variance differs.*Gamma"):
+        save_dgp(dgp, tmp_path)
+
+
+def test_network_with_unregistered_activation_is_refused(tmp_path):
+    net = build_activated_nn(2, num_layers=1, num_units=4, activation=lambda t: t**3)
+    with pytest.raises(ValueError, match="not registered"):
+        save_network(net, tmp_path)
+    with pytest.raises(ValueError, match="not registered"):
+        net.get_config()
+
+
+# ------------------------------------------------------------------------------------------------ load-side checks
+
+
+def test_load_refuses_tampered_corrupt_and_mismatched_directories(tmp_path, rng):
+    dgp = build_activated_dgp(2, N, num_layers=1, num_units=4, lengthscales=[np.array([1.0, 2.0, 3.0])], seed=0)
+    directory = save_dgp(dgp, tmp_path / "dgp")
+    config = json.loads((directory / "config.json").read_text())
+    # the architecture says scalar lengthscales, the parameters say [3]: named, not assigned
+    tampered = dict(config, architecture=dict(config["architecture"], lengthscales=[1.0]))
+    (directory / "config.json").write_text(json.dumps(tampered))
+    with pytest.raises(ValueError, match="lengthscales differs"):
+        load_dgp(directory)
+    (directory / "config.json").write_text(json.dumps(dict(config, format="activated_dgp/1")))
+    with pytest.raises(ValueError, match="format"):
+        load_dgp(directory)
+    (directory / "config.json").write_text(json.dumps(config))
+    (directory / config["arrays"]).write_bytes(b"PK\x03\x04 truncated")
+    with pytest.raises(ValueError, match="corrupt"):
+        load_dgp(directory)
+    (directory / config["arrays"]).unlink()
+    with pytest.raises(ValueError, match="arrays file .* is missing"):
+        load_dgp(directory)
+    with pytest.raises(ValueError, match="saved network"):
+        load_network(save_dgp(dgp, tmp_path / "again"))
+
+
+def test_another_function_under_the_same_activation_name_is_refused_at_load(tmp_path):
+    register_activation("wobble", np.sin)
+    dgp = build_activated_dgp(2, N, num_layers=1, num_units=4, activation="wobble", seed=0)
+    directory = save_dgp(dgp, tmp_path)
+    register_activation("wobble", np.cos, overwrite=True)
+    with pytest.raises(ValueError, match="spectrum/0/feature"):
+        load_dgp(directory)
+    with pytest.raises(ValueError, match="already registered"):
+        register_activation("relu", np.cos, overwrite=True)
+
+
+def test_resaving_replaces_atomically_and_leaves_one_arrays_file(tmp_path):
+    dgp = build_activated_dgp(2, N, num_layers=1, num_units=4, seed=0)
+    save_dgp(dgp, tmp_path, state={"epoch": 1})
+    dgp.f_layers[0].q_mu.assign(dgp.f_layers[0].q_mu + 1.0)
+    save_dgp(dgp, tmp_path, state={"epoch": 2})
+    assert len(list(tmp_path.glob("arrays-*.npz"))) == 1
+    assert load_state(tmp_path) == {"epoch": 2}
+    np.testing.assert_array_equal(load_dgp(tmp_path).f_layers[0].q_mu.numpy(), dgp.f_layers[0].q_mu.numpy())
+    assert load_optimizer(tmp_path, dgp) is None
+
+
+def test_gaussian_noise_transform_is_recorded_with_its_lower_bound(tmp_path):
+    dgp = build_activated_dgp(2, N, num_layers=1, num_units=4)
+    config = json.loads((save_dgp(dgp, tmp_path) / "config.json").read_text())
+    record = config["parameters"][".likelihood_layer.likelihood.variance"]
+    lower = gpflow.likelihoods.Gaussian().variance.transform.bijectors[0].shift.numpy()
+    assert record["transform"] == f"shift({lower!r})∘softplus" and record["shape"] == []
+
+
+# ------------------------------------------------------------------------------------------------ the config
+
+
+def test_config_validates_before_anything_is_built():
+    with pytest.raises(ValueError, match="unknown likelihood 'studentt'"):
+        ArchitectureConfig(3, likelihood="studentt")
+    with pytest.raises(ValueError, match="one latent GP"):
+        ArchitectureConfig(3, output_dim=3, likelihood="probit")
+    with pytest.raises(ValueError, match="classes ≥ 2"):
+        ArchitectureConfig(3, output_dim=1, likelihood="softmax")
+    with pytest.raises(ValueError, match="layer 1 must be a scalar or have D \\+ 1 = 3"):
+        ArchitectureConfig(3, num_layers=2, layer_widths=[2], lengthscales=[1.0, [1.0, 2.0]])
+    with pytest.raises(ValueError, match="positive"):
+        ArchitectureConfig(3, num_layers=1, lengthscales=[-1.0])
+    with pytest.raises(ValueError, match="unknown activation"):
+        ArchitectureConfig(3, activation="gelu")
+    with pytest.raises(ValueError, match="one entry per layer"):
+        ArchitectureConfig(3, num_layers=2, num_units=[4, 4, 4])
+    with pytest.raises(ValueError, match="not both"):
+        build_activated_nn(ArchitectureConfig(3), num_units=4)
+    with pytest.raises(ValueError, match="unknown keys"):
+        ArchitectureConfig.from_dict({"input_dim": 3, "units": 4})
+
+
+def test_config_round_trips_and_drives_both_builders(rng):
+    config = ArchitectureConfig(
+        3, num_layers=2, num_units=[6, 5], layer_widths=[2], output_dim=4, activation=["relu", "swish"],
+        truncation_level=[5, 7], lengthscales=[np.array([1.0, 2.0, 3.0, 4.0]), 0.5], whiten=False, likelihood="robustmax",
+    )
+    assert ArchitectureConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config
+    net = build_activated_nn(config, seed=0)
+    dgp = build_activated_dgp(config, N, seed=0)
+    found = architecture_of_dgp(dgp)  # the DGP builder honours every field, lengthscales included:
+    assert found.replace(lengthscales=config.lengthscales) == config
+    for a, b in zip(found.lengthscales, config.lengthscales):  # read back through softplus: to round-off
+        np.testing.assert_allclose(a, b, rtol=1e-14)
+    for index, (activated, layer) in enumerate(zip(net.layers[0::2], dgp.f_layers)):
+        kernel, feature = layer.kernel.kernel, layer.inducing_variable.inducing_variable
+        np.testing.assert_array_equal(activated.kernel.lengthscales.numpy(), kernel.lengthscales.numpy())
+        assert feature.activation.name == activated.activation.name == config.activation[index]
+        assert kernel.truncation_level == activated.truncation_level == config.truncation_level[index]
+        assert activated.W.shape == feature.W.shape == (config.num_units[index], config.input_widths[index] + 1)
+        assert layer.whiten is False and layer.num_latent_gps == config.output_widths[index]
+    assert type(dgp.likelihood_layer.likelihood) is gpflow.likelihoods.MultiClass
+    keywords = build_activated_nn(3, num_layers=2, num_units=[6, 5], layer_widths=[2], output_dim=4, activation=["relu", "swish"],
+                                  truncation_level=[5, 7], lengthscales=[np.array([1.0, 2.0, 3.0, 4.0]), 0.5], seed=0)
+    for a, b in zip(net.get_weights(), keywords.get_weights()):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_likelihood_registry_builds_what_it_names():
+    assert set(LIKELIHOODS) == {"gaussian", "bernoulli", "probit", "softmax", "robustmax"}
+    probit, latent = make_likelihood("probit", 1)
+    assert type(probit) is gpflow.likelihoods.Bernoulli and latent == 1
+    f = np.array([[-1.0], [0.3], [2.0]])
+    np.testing.assert_allclose(probit.invlink(f).numpy(), PROBIT_JITTER + (1 - 2 * PROBIT_JITTER) * norm.cdf(f), rtol=1e-12)
+    assert type(make_likelihood("bernoulli", 1)[0]) is LogisticBernoulli
+    assert type(make_likelihood("softmax", 3)[0]) is MonteCarloSoftmax
+    for name in LIKELIHOODS:
+        built = make_likelihood(name, 3 if name in ("softmax", "robustmax") else 1)[0]
+        assert [entry for entry in LIKELIHOODS.values() if entry.matches(built)] == [LIKELIHOODS[name]]
