@@ -192,17 +192,19 @@ def trained_classifier(config: Config, splits: Splits, seed: int, dropout: float
 
     tf_keras.utils.set_random_seed(seed)
     model, extractor, head = build_classifier(config, seed, dropout)
-    weights = checkpoint.with_suffix(".weights.h5")
-    if weights.is_file():
-        model.load_weights(weights)
+    weights, record = checkpoint.with_suffix(".weights.h5"), checkpoint.with_suffix(".json")
+    if weights.is_file() and record.is_file():
+        model.load_weights(weights)  # every weight, the activated layers' W included (they are Keras weights)
         log(f"  loaded {weights}")
-        return extractor, head, json.loads(checkpoint.with_suffix(".json").read_text())["seconds"]
+        return extractor, head, json.loads(record.read_text())["seconds"]
     start = time.time()
     train_network(model, splits.x_train, splits.y_train, "softmax", _schedule(config, config.epochs, config.learning_rate))
     seconds = time.time() - start
     weights.parent.mkdir(parents=True, exist_ok=True)
-    model.save_weights(weights)
-    checkpoint.with_suffix(".json").write_text(json.dumps({"seconds": seconds}))
+    record.write_text(json.dumps({"seconds": seconds}))
+    partial = checkpoint.with_suffix(".partial.weights.h5")  # renamed when complete: an interrupted save is not loaded
+    model.save_weights(partial)
+    partial.replace(weights)
     return extractor, head, seconds
 
 
@@ -258,9 +260,10 @@ def trained_adgp(config: Config, splits: Splits, extractor, head, seed: int, che
     from activated_dgp import dgp_from_keras, load_dgp, save_dgp, train_dgp
 
     extractor_weights = checkpoint.parent / (checkpoint.name + "_extractor.weights.h5")
-    if (checkpoint / "config.json").is_file() and (not finetune or extractor_weights.is_file()):
+    record = checkpoint.parent / (checkpoint.name + ".json")
+    if (checkpoint / "config.json").is_file() and record.is_file() and (not finetune or extractor_weights.is_file()):
         log(f"  loaded {checkpoint}")
-        info = json.loads((checkpoint.parent / (checkpoint.name + ".json")).read_text())
+        info = json.loads(record.read_text())
         if finetune:
             extractor.load_weights(extractor_weights)
         return load_dgp(checkpoint), info
@@ -280,8 +283,9 @@ def trained_adgp(config: Config, splits: Splits, extractor, head, seed: int, che
         "conversion_mismatch": conversion.max_abs_mismatch,
         "elbo_loss": [float(v) for v in history.get("loss", [])],
     }
-    save_dgp(conversion.dgp, checkpoint)
-    (checkpoint.parent / (checkpoint.name + ".json")).write_text(json.dumps(info))
+    record.parent.mkdir(parents=True, exist_ok=True)
+    record.write_text(json.dumps(info))
+    save_dgp(conversion.dgp, checkpoint)  # its config.json, written last and atomically, marks a complete checkpoint
     return conversion.dgp, info
 
 

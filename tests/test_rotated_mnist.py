@@ -220,3 +220,77 @@ def test_runner_end_to_end_every_model_resumes_and_reports(tmp_path, rng):
     text = doc.read_text()
     assert text.startswith("# kept prose") and text.rstrip().endswith("more prose")
     assert json.loads(lines[0])["config"]["epochs"] == 1
+
+
+def test_interrupted_after_each_stage_resumes_from_its_checkpoint(tmp_path, rng, monkeypatch):
+    """Run 1 is interrupted when stage 2 starts, run 2 after stage 2 is saved, run 3 finishes. Each resumed run
+    must restore the previous stage exactly (the twin's trained W, the DGP with its per-dimension lengthscales)
+    and train nothing again."""
+    import activated_dgp
+    from activated_dgp import ActivatedLayer, propagate_means
+    from experiments import rotated_mnist
+    from experiments.records import ResultStore
+
+    data = tmp_path / "data"
+    write_split(data, "t10k", rng.integers(0, 256, size=(8, 28, 28)), rng.integers(0, 10, 8), gz=True)
+    out = tmp_path / "out"
+    args = [
+        "--data-dir", str(data), "--out", str(out), "--cache-dir", str(tmp_path / "cache"), "--seeds", "0",
+        "--models", "nn", "adgp", "--epochs", "1", "--train-size", "30", "--angles", "0", "90", "--truncation-level", "4",
+        "--dgp-samples", "2", "--doc", str(tmp_path / "doc.md"), "--figure", str(tmp_path / "fig.png"),
+    ]
+    seen = {}
+    real_classifier, real_adgp, real_probabilities = (
+        rotated_mnist.trained_classifier, rotated_mnist.trained_adgp, rotated_mnist.adgp_probabilities
+    )
+
+    def classifier(config, splits, seed, dropout, checkpoint):
+        extractor, head, seconds = real_classifier(config, splits, seed, dropout, checkpoint)
+        seen.setdefault("heads", []).append([layer.W.numpy().copy() for layer in head.layers if isinstance(layer, ActivatedLayer)])
+        seen["features"] = rotated_mnist.features(extractor, splits.x_val)
+        seen.setdefault("logits", []).append(head(seen["features"]).numpy())
+        initial = rotated_mnist.build_classifier(config, seed)[2]  # the same twin before training
+        seen["initial_W"] = [layer.W.numpy() for layer in initial.layers if isinstance(layer, ActivatedLayer)]
+        return extractor, head, seconds
+
+    def stop(*args, **kwargs):
+        raise KeyboardInterrupt("simulated interruption")
+
+    monkeypatch.setattr(rotated_mnist, "trained_classifier", classifier)
+    monkeypatch.setattr(rotated_mnist, "trained_adgp", stop)  # stage 2 starts: interrupted
+    with pytest.raises(KeyboardInterrupt):
+        rotated_mnist.main(args)
+    assert not (out / "records.jsonl").is_file() or not ResultStore(out / "records.jsonl", rotated_mnist.KEY_FIELDS).records()
+    trained_W = seen["heads"][0]
+    assert max(np.max(np.abs(w - w0)) for w, w0 in zip(trained_W, seen["initial_W"])) > 1e-6  # stage 1 moved W
+
+    # run 2: stage 1 from its checkpoint (training it again would fail), stage 2 trains and is saved, then a crash
+    def no_training(*args, **kwargs):
+        raise AssertionError("a checkpointed stage was trained again")
+
+    monkeypatch.setattr(activated_dgp, "train_network", no_training)
+
+    def adgp(*args, **kwargs):
+        dgp, info = real_adgp(*args, **kwargs)
+        seen.setdefault("dgps", []).append(propagate_means(dgp, seen["features"])[-1].numpy())
+        seen.setdefault("lengthscales", []).append(dgp.f_layers[0].kernel.kernel.lengthscales.numpy())
+        return dgp, info
+
+    monkeypatch.setattr(rotated_mnist, "trained_adgp", adgp)
+    monkeypatch.setattr(rotated_mnist, "adgp_probabilities", stop)  # evaluation starts: interrupted
+    with pytest.raises(KeyboardInterrupt):
+        rotated_mnist.main(args)
+    for restored, trained in zip(seen["heads"][1], trained_W):
+        np.testing.assert_array_equal(restored, trained)  # the twin's W came back, not its initial value
+    np.testing.assert_array_equal(seen["logits"][1], seen["logits"][0])
+
+    # run 3: both stages from their checkpoints; the DGP (per-dimension lengthscales) loads and predicts as trained
+    monkeypatch.setattr(activated_dgp, "train_dgp", no_training)
+    monkeypatch.setattr(rotated_mnist, "adgp_probabilities", real_probabilities)
+    rotated_mnist.main(args)
+    assert seen["lengthscales"][1].shape == (1025,)
+    np.testing.assert_array_equal(seen["lengthscales"][1], seen["lengthscales"][0])
+    np.testing.assert_array_equal(seen["dgps"][1], seen["dgps"][0])
+    records = ResultStore(out / "records.jsonl", rotated_mnist.KEY_FIELDS).records()
+    assert sorted(r["model"] for r in records) == ["adgp", "nn"]
+    assert all(np.all(np.isfinite(r["accuracy"])) for r in records)
