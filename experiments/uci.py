@@ -244,6 +244,23 @@ def claims(rows: Sequence[Dict]) -> List[str]:
         wins = [d for d, a, b in pairs if a <= b]
         losses = [d for d, a, b in pairs if a > b]
         lines.append(f"- {text}: {len(wins)} of {len(pairs)} datasets" + (f" (not on: {', '.join(losses)})" if losses else ""))
+    # the stage-2 issue's accuracy target: ADGP's RMSE within one standard error of its network's, or better
+    within, unknown, total = [], [], 0
+    for d in datasets:
+        if (d, "adgp") not in table or (d, "nn") not in table:
+            continue
+        total += 1
+        a, n = table[(d, "adgp")], table[(d, "nn")]
+        se = np.hypot(a["rmse_se"], n["rmse_se"]) if np.isfinite(a["rmse_se"]) and np.isfinite(n["rmse_se"]) else np.nan
+        if a["rmse_mean"] <= n["rmse_mean"] or (np.isfinite(se) and a["rmse_mean"] - n["rmse_mean"] <= se):
+            within.append(d)
+        elif not np.isfinite(se):
+            unknown.append(d)
+    if total:
+        lines.append(
+            f"- ADGP RMSE better than NN or within one standard error of the difference: {len(within)} of {total} datasets"
+            + (f" (one split only, no standard error: {', '.join(unknown)})" if unknown else "")
+        )
     return lines
 
 
