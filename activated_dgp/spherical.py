@@ -344,14 +344,15 @@ def funk_hecke_coefficients(
     In high dimension the integral cancels: a_n N_n^d stays O(1) while N_n^d ≈ d^n/n!, so a float64
     rule returns its round-off times N_n^d (see :mod:`activated_dgp.extended_precision`). Methods:
 
-    * ``"auto"`` (default): the float64 angular rule when its round-off bound (16 ulps of
-      Σ_i |w_i s(t_i) Ĉ_n(t_i)|, times N_n^d) is below 1e−10 of max(|a_n N_n^d|, 1e−3 max_k |a_k N_k^d|)
-      at every level (low d); otherwise extended precision when ``function`` accepts mpmath numbers
+    * ``"auto"`` (default): the float64 angular rule with ``quadrature_points`` and with
+      max(2·quadrature_points, 40√d) nodes, accepted when both its round-off bound (16 ulps of
+      Σ_i |w_i s(t_i) Ĉ_n(t_i)|) and the change between the two, times N_n^d, are below 1e−10 of
+      max(|a_n N_n^d|, 1e−3 S), S = ω_d ∫ |s(t)| (1 − t²)^((d−3)/2) dt, at every level (low d); otherwise extended precision when ``function`` accepts mpmath numbers
       (:func:`~activated_dgp.extended_precision.supports_extended_precision`; the package's shapes and
       activations do, and :func:`~activated_dgp.extended_precision.dual` makes any function do).
-      A float64-only function keeps the float64 result; levels inside the round-off bound are set to
-      zero, and a :class:`PrecisionWarning` names the levels whose round-off exceeds ``threshold``
-      (at least 1e−11) times Σ_k |a_k N_k^d|.
+      A float64-only function keeps the float64 result; levels whose error bound exceeds 1% of them are
+      set to zero, and a :class:`PrecisionWarning` names the levels whose error bound exceeds ``threshold``
+      (at least 1e−11) times S.
     * ``"extended"``: always extended precision (a ValueError if ``function`` cannot take mpmath numbers).
     * ``"angular"``: Gauss–Legendre in θ = arccos t, weight sin^(d−2) θ, float64, no checks. Measured
       against the closed forms (tests), ~1e-15 for the arc-cosine kernel and the ReLU in d = 2..10.
@@ -380,28 +381,35 @@ def funk_hecke_coefficients(
             )
         coefficients = funk_hecke_coefficients_extended(function, d, truncation_level, breakpoints=breakpoints)
         return apply_threshold(coefficients, d, threshold)
-    coefficients, roundoff = _float64_quadrature(function, d, truncation_level, breakpoints, quadrature_points, method)
-    if method == "auto":
-        multiplicity = num_harmonics(np.arange(truncation_level), d)
-        terms, errors = np.abs(coefficients) * multiplicity, roundoff * multiplicity
-        scale = np.max(terms)
-        if np.any(errors > _FLOAT64_ACCEPTED * np.maximum(terms, 1e-3 * scale)):
-            if supports_extended_precision(function):
-                coefficients = funk_hecke_coefficients_extended(function, d, truncation_level, breakpoints=breakpoints)
-            else:
-                lost = np.abs(coefficients) <= roundoff
-                coefficients = np.where(lost, 0.0, coefficients)
-                harmful = np.flatnonzero(errors > max(threshold, _WARN_FRACTION) * scale)
-                if harmful.size:
-                    warnings.warn(
-                        f"Funk–Hecke coefficients of {getattr(function, '__name__', 'the function')} in d = {d}: "
-                        f"float64 round-off reaches {np.max(errors[harmful] / scale):.1e} of the series at levels "
-                        f"{harmful.tolist()} (levels {np.flatnonzero(lost).tolist()} are below it and were set to 0). "
-                        "The function cannot be evaluated in extended precision; wrap it with "
-                        "activated_dgp.extended_precision.dual(numpy_version, mpmath_version) for exact coefficients.",
-                        PrecisionWarning,
-                        stacklevel=2,
-                    )
+    if method != "auto":
+        coefficients, _ = _float64_quadrature(function, d, truncation_level, breakpoints, quadrature_points, method)
+        return apply_threshold(coefficients, d, threshold)
+    # float64 twice (n and 2n nodes): accepted when both the round-off bound and the change stay below
+    # 1e−10 of max(|a_n N_n|, 1e−3 S), S = ω_d ∫ |s| (1 − t²)^((d−3)/2) dt, a scale that garbage cannot inflate
+    coarse, _ = _float64_quadrature(function, d, truncation_level, breakpoints, quadrature_points, "angular")
+    points = max(2 * quadrature_points, int(40 * math.sqrt(d)))
+    coefficients, roundoff = _float64_quadrature(function, d, truncation_level, breakpoints, points, "angular")
+    multiplicity = num_harmonics(np.arange(truncation_level), d)
+    terms = np.abs(coefficients) * multiplicity
+    errors = np.maximum(roundoff, np.abs(coefficients - coarse)) * multiplicity
+    scale = roundoff[0] / (_ROUNDOFF_ULPS * np.finfo(np.float64).eps)
+    if np.any(errors > _FLOAT64_ACCEPTED * np.maximum(terms, 1e-3 * scale)):
+        if supports_extended_precision(function):
+            coefficients = funk_hecke_coefficients_extended(function, d, truncation_level, breakpoints=breakpoints)
+        else:
+            lost = errors > 1e-2 * terms  # not even two digits: dropped rather than kept as noise
+            coefficients = np.where(lost, 0.0, coefficients)
+            harmful = np.flatnonzero(errors > max(threshold, _WARN_FRACTION) * scale)
+            if harmful.size:
+                warnings.warn(
+                    f"Funk–Hecke coefficients of {getattr(function, '__name__', 'the function')} in d = {d}: "
+                    f"float64 quadrature error reaches {np.max(errors[harmful] / scale):.1e} of ∫|s| at levels "
+                    f"{harmful.tolist()} (levels {np.flatnonzero(lost).tolist()} are below it and were set to 0). "
+                    "The function cannot be evaluated in extended precision; wrap it with "
+                    "activated_dgp.extended_precision.dual(numpy_version, mpmath_version) for exact coefficients.",
+                    PrecisionWarning,
+                    stacklevel=2,
+                )
     return apply_threshold(coefficients, d, threshold)
 
 
