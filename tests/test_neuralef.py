@@ -23,7 +23,7 @@ import tf_keras
 import activated_dgp as adgp
 from activated_dgp.eigen import FeatureKernel, NeuralEF, Nystrom, neural_eigenfunction, nngp_kernel
 
-NUM_TRAIN, NUM_TEST, NUM_STEPS = 2000, 1000, 800
+NUM_TRAIN, NUM_TEST, NUM_STEPS = 2000, 1000, 300
 TOP = 3  # eigenpairs compared with Nyström
 EIGENVALUE_RTOL = 0.1  # relative error of μ_1..μ_3
 EIGENFUNCTION_RMS = 0.1  # RMS over held-out points of ψ_j − (±ψ_j^Nyström), j ≤ 3 (ψ has unit RMS)
@@ -103,7 +103,7 @@ def test_sphere_funk_hecke():
     kernel = adgp.ZonalArcCosine(input_dim=3, truncation_level=10, bias=False, lengthscales=1.0)
     lam = adgp.arc_cosine_coefficients(3, 10)
     assert [int(adgp.num_harmonics(n, 3)) for n in range(2)] == [1, 3]
-    neuralef = NeuralEF(4, kernel=kernel, input_dim=3, seed=0).fit(X, num_steps=600, schedule="cosine")
+    neuralef = NeuralEF(4, kernel=kernel, input_dim=3, seed=0).fit(X, num_steps=300, schedule="cosine")
     mu = neuralef.eigenvalues.numpy()
     assert abs(mu[0] / lam[0] - 1) < 0.05, (mu, lam[:3])
     assert abs(np.mean(mu[1:4]) / lam[1] - 1) < 0.1, (mu, lam[:3])
@@ -142,12 +142,12 @@ def test_feature_kernel_without_gram_matrix():
 
     source = nngp_kernel(build, num_samples=200, seed=0)
     rng = np.random.default_rng(3)
-    X = rng.normal(size=(1500, 2)) * np.array([1.0, 0.5])
+    X = rng.normal(size=(1000, 2)) * np.array([1.0, 0.5])
     _NoGram.largest = 0
     neuralef = NeuralEF(3, kernel=_NoGram(source), input_dim=2, batch_size=256, seed=1)
-    neuralef.fit(X, num_steps=400, schedule="cosine", ritz_block_size=300)
+    neuralef.fit(X, num_steps=150, schedule="cosine", ritz_block_size=300)
     assert 0 < _NoGram.largest <= 300  # batches of 256 in training, blocks of 300 in the Rayleigh–Ritz step
-    reference = Nystrom(3).fit(X, source).eigenvalues.numpy()  # forms the 1500 × 1500 Gram matrix
+    reference = Nystrom(3).fit(X, source).eigenvalues.numpy()  # forms the 1000 × 1000 Gram matrix
     np.testing.assert_allclose(neuralef.eigenvalues.numpy()[:2], reference[:2], rtol=EIGENVALUE_RTOL)
 
 
@@ -349,3 +349,74 @@ def test_all_ten_pairs_with_oversampling_and_rayleigh_ritz(name):
     relative = np.abs(model.eigenvalues.numpy() - mu) / mu
     assert np.all(relative[meaningful] < 0.1), relative
     assert np.all(overlaps[meaningful] >= 0.95), overlaps
+
+
+# -- the CNN-GP kernel by Monte Carlo (eq. 19) --------------------------------------------------
+
+_SMALL_CNN = dict(channels=(2, 3), hidden=4, kernel_size=3, image_shape=(8, 8))
+
+
+def _numpy_cnn(images, weights):
+    """Independent NumPy forward pass, vectorised over S weight draws: images [n, 8, 8], weights with a
+    leading sample axis → g [S, n]. 'same' 3 × 3 convolutions by explicit patches, 2 × 2 max-pooling."""
+    W1, b1, W2, b2, W3, b3, W4, b4 = weights
+
+    def conv(h, W, b):  # h [S, n, H, W, c], W [S, 3, 3, c, c'] → [S, n, H, W, c']
+        H, Wd = h.shape[2], h.shape[3]
+        padded = np.pad(h, ((0, 0), (0, 0), (1, 1), (1, 1), (0, 0)))
+        out = sum(np.einsum("snhwc,scd->snhwd", padded[:, :, i : i + H, j : j + Wd], W[:, i, j]) for i in range(3) for j in range(3))
+        return out + b[:, None, None, None, :]
+
+    def pool(h):
+        S, n, H, Wd, c = h.shape
+        return h.reshape(S, n, H // 2, 2, Wd // 2, 2, c).max(axis=(3, 5))
+
+    S = W1.shape[0]
+    h = np.broadcast_to(images[None, ..., None], (S,) + images.shape + (1,))
+    h = pool(np.maximum(conv(h, W1, b1), 0))
+    h = pool(np.maximum(conv(h, W2, b2), 0)).reshape(S, images.shape[0], -1)
+    h = np.maximum(np.einsum("snf,sfh->snh", h, W3) + b3[:, None, :], 0)
+    return (np.einsum("snh,sho->sno", h, W4) + b4[:, None, :])[..., 0]
+
+
+def _numpy_weights(rng, S):
+    """S independent draws of the small CNN's weights, N(0, 2/fan_in) and N(0, 0.01), stacked."""
+    shapes = [(3, 3, 1, 2), (3, 3, 2, 3), (3 * 2 * 2, 4), (4, 1)]
+    weights = []
+    for shape in shapes:
+        weights.append(rng.normal(0, np.sqrt(2.0 / np.prod(shape[:-1])), (S,) + shape))
+        weights.append(rng.normal(0, 0.1, (S, shape[-1])))
+    return weights
+
+
+def test_cnn_gp_forward_matches_numpy():
+    from activated_dgp.eigen.cnn_gp import cnn_forward, sample_cnn_weights
+
+    images = np.random.default_rng(10).uniform(-1, 1, (3, 8, 8))
+    weights = sample_cnn_weights(np.random.default_rng(0), **_SMALL_CNN)
+    ours = cnn_forward(tf.constant(images, tf.float32), weights).numpy()
+    reference = _numpy_cnn(images, [w[None] for w in weights])[0]
+    np.testing.assert_allclose(ours, reference, rtol=1e-4, atol=1e-5)
+
+
+def test_cnn_gp_monte_carlo_kernel_converges():
+    """κ_S on 3 images against a dense reference (NumPy, 40,000 independent draws): every entry within
+    4 Monte Carlo standard errors sd(g(x) g(x'))/√S (sd from the reference draws), at S = 25 and 250,
+    and the error shrinks with S."""
+    from activated_dgp.eigen.cnn_gp import cnn_gp_features
+
+    images = np.random.default_rng(11).uniform(-1, 1, (3, 8, 8))
+    g = _numpy_cnn(images, _numpy_weights(np.random.default_rng(12), 40_000))  # [S_ref, 3]
+    products = g[:, :, None] * g[:, None, :]
+    reference, spread = products.mean(0), products.std(0)
+    errors = {}
+    for S in (25, 250):
+        Phi = cnn_gp_features(images, S, seed=3, **_SMALL_CNN)
+        deviation = np.abs(Phi @ Phi.T / S - reference)
+        assert np.all(deviation < 4 * spread / np.sqrt(S) + 4 * spread / np.sqrt(g.shape[0])), (S, deviation, spread)
+        errors[S] = np.sqrt(np.mean(deviation**2))
+    assert errors[250] < errors[25], errors
+    with pytest.raises(ValueError, match="square"):
+        cnn_gp_features(np.zeros((3, 8)), 2)
+    with pytest.raises(ValueError, match="NaN"):
+        cnn_gp_features(np.full((2, 8, 8), np.nan), 2)

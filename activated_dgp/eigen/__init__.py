@@ -15,6 +15,7 @@ from .ika import IKA, ActivationBasis, activation_basis, kmeans_filters, random_
 from .neuralef import NeuralEF, StackedMLP, minibatch_rayleigh, neural_eigenfunction
 from .rayleigh_ritz import generalised_eigh, span_products
 from .features import EigenfunctionFeature
+from .cnn_gp import cnn_forward, cnn_gp_features, sample_cnn_weights
 from .nystrom import Nystrom
 
 __all__ = [
@@ -35,6 +36,9 @@ __all__ = [
     "span_products",
     "generalised_eigh",
     "EigenfunctionFeature",
+    "cnn_gp_features",
+    "cnn_forward",
+    "sample_cnn_weights",
     "IKA",
     "ActivationBasis",
     "activation_basis",
