@@ -77,7 +77,8 @@ def pair_errors(mu, psi, true_mu, true_psi) -> dict:
     }
 
 
-def run(sizes=SIZES, steps: int = STEPS, nystrom_max: int = NYSTROM_MAX, cache: Path = CACHE, seed: int = 0):
+def run(sizes=SIZES, steps: int = STEPS, nystrom_max: int = NYSTROM_MAX, cache: Path = CACHE, seed: int = 0,
+        oversampling: int = OVERSAMPLING, estimator: str = "paper"):
     import json
 
     from activated_dgp.eigen import NeuralEF, Nystrom
@@ -85,9 +86,11 @@ def run(sizes=SIZES, steps: int = STEPS, nystrom_max: int = NYSTROM_MAX, cache: 
     done = []
     if cache.exists():
         done = [json.loads(line) for line in cache.read_text().splitlines() if line.strip()]
-    key = lambda r: (r["kernel"], r["N"], r["method"], r["steps"])  # noqa: E731
+    key = lambda r: (r["kernel"], r["N"], r["method"], r["steps"], r.get("oversampling", OVERSAMPLING), r.get("estimator", "paper"))  # noqa: E731
+    setting = (oversampling, estimator)
     finished = {key(r) for r in done}
-    results = [r for r in done if r["N"] in sizes and r["steps"] in (steps, CONTROL_STEPS, 0)]
+    results = [r for r in done if r["N"] in sizes and r["steps"] in (steps, CONTROL_STEPS, 0) and key(r)[4:] in (setting, (OVERSAMPLING, "paper"))
+               and (r["method"] == "Nyström" or key(r)[4:] == setting)]
 
     def record(row):
         results.append(row)
@@ -107,7 +110,7 @@ def run(sizes=SIZES, steps: int = STEPS, nystrom_max: int = NYSTROM_MAX, cache: 
         print(f"{name}: true eigenvalues {np.array2string(true_mu, precision=3)}", flush=True)
         for size in sizes:
             X = X_all[:size]
-            if size <= nystrom_max and (name, size, "Nyström", 0) not in finished:
+            if size <= nystrom_max and not any(f[:4] == (name, size, "Nyström", 0) for f in finished):
                 start = time.perf_counter()
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", RuntimeWarning)  # rank-5 polynomial kernel: zero eigenvalues
@@ -117,16 +120,16 @@ def run(sizes=SIZES, steps: int = STEPS, nystrom_max: int = NYSTROM_MAX, cache: 
                 del nystrom
                 record(row)
             for budget in (steps, CONTROL_STEPS):
-                if (name, size, "NeuralEF", budget) in finished:
+                if (name, size, "NeuralEF", budget) + setting in finished:
                     continue
                 start = time.perf_counter()
-                neuralef = NeuralEF(NUM_EIGENPAIRS, kernel=kernel, input_dim=1, oversampling=OVERSAMPLING, seed=seed)
+                neuralef = NeuralEF(NUM_EIGENPAIRS, kernel=kernel, input_dim=1, oversampling=oversampling, estimator=estimator, seed=seed)
                 neuralef.fit(X, num_steps=budget, schedule="cosine", rayleigh_ritz=False)
                 training = time.perf_counter() - start
                 minibatch = pair_errors(neuralef.eigenvalues.numpy(), neuralef(grid).numpy(), true_mu, true_psi)
                 neuralef.rayleigh_ritz(X)
                 row = dict(kernel=name, N=size, method="NeuralEF", steps=budget, seconds=time.perf_counter() - start,
-                           training_seconds=training, minibatch=minibatch)
+                           training_seconds=training, minibatch=minibatch, oversampling=oversampling, estimator=estimator)
                 row.update(pair_errors(neuralef.eigenvalues.numpy(), neuralef(grid).numpy(), true_mu, true_psi))
                 record(row)
     return results
@@ -196,6 +199,8 @@ def report(results, sizes, steps: int, nystrom_max: int) -> str:
     smallest = min(sizes)
     pairs = []
     for name in KERNELS:
+        if not any(r["kernel"] == name and r["N"] == smallest for r in results):
+            continue
         count = len(next(r for r in results if r["kernel"] == name)["overlaps"])
         pairs += [f"\n{name}, N = {smallest:,}:\n", "| method | quantity | " + " | ".join(f"{j + 1}" for j in range(count)) + " |",
                   "|---|---|" + "---|" * count] + per_pair(name, smallest)
@@ -247,10 +252,17 @@ Per pair:
 """
 
 
-def main(sizes, steps: int, nystrom_max: int, write: bool, cache: Path = CACHE) -> str:
+def main(sizes, steps: int, nystrom_max: int, write: bool, cache: Path = CACHE, oversampling: int = OVERSAMPLING, estimator: str = "paper",
+         report_only: bool = False) -> str:
+    import json
+
     from benchmarks._report import write_section
 
-    results = run(sizes, steps, nystrom_max, cache)
+    if report_only:  # the rows finished so far (e.g. while a long run is still going)
+        rows = [json.loads(line) for line in cache.read_text().splitlines() if line.strip()]
+        results = [r for r in rows if r["N"] in sizes and r["steps"] in (steps, CONTROL_STEPS, 0)]
+    else:
+        results = run(sizes, steps, nystrom_max, cache, oversampling=oversampling, estimator=estimator)
     doc = report(results, sizes, steps, nystrom_max)
     if write:
         _figure(results, FIGURE, steps)
@@ -264,6 +276,12 @@ if __name__ == "__main__":
     parser.add_argument("--steps", type=int, default=STEPS)
     parser.add_argument("--nystrom-max", type=int, default=NYSTROM_MAX)
     parser.add_argument("--cache", type=Path, default=CACHE, help="JSON lines of finished rows (resumable)")
+    parser.add_argument("--oversampling", type=int, default=OVERSAMPLING, help="extra NeuralEF networks (docs/eigen.md's development table)")
+    parser.add_argument("--estimator", default="paper", choices=("paper", "unbiased"))
     parser.add_argument("--no-write", action="store_true", help="print the table without touching docs/")
+    parser.add_argument("--report-only", action="store_true", help="write the section from the rows in --cache, run nothing")
     args = parser.parse_args()
-    print(main(tuple(args.sizes), args.steps, args.nystrom_max, write=not args.no_write, cache=args.cache))
+    if args.cache == CACHE and (args.oversampling, args.estimator) != (OVERSAMPLING, "paper"):
+        parser.error("other NeuralEF settings than the documented ones need their own --cache (and --no-write)")
+    print(main(tuple(args.sizes), args.steps, args.nystrom_max, write=not args.no_write, cache=args.cache,
+               oversampling=args.oversampling, estimator=args.estimator, report_only=args.report_only))

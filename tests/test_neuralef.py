@@ -1,13 +1,12 @@
 """NeuralEF against independent truths.
 
-* Nyström on a large sample (the reference, NeuralEF §4.1): the polynomial kernel (x·x' + 1.5)^4 with
-  x ~ U[−1, 1] and the RBF kernel exp(−|x − x'|²/2) with x ~ U[−2, 2], k = 10 MLPs of width 32.
-  The top eigenpairs converge fast; the tail ones slowly (the restoring force of eq. 18 towards
-  orthogonality is of order μ_j, see the module docstring), and the polynomial kernel in 1-D has
-  rank 5 (its eigenvalues 6..10 are 0). So only the top 3 pairs are compared, with the tolerances
-  below (eigenfunctions up to sign, RMS over held-out points). Measured when written (seed 0):
-  eigenvalue errors ≤ 6.7 % (polynomial μ_3) and ≤ 4.1 % (RBF), eigenfunction RMS ≤ 0.075 and 0.046,
-  orthonormality ≤ 0.081 and 0.051.
+* Nyström on an independent sample (the reference, NeuralEF §4.1): the polynomial kernel (x·x' + 1.5)^4
+  with x ~ U[−1, 1] and the RBF kernel exp(−|x − x'|²/2) with x ~ U[−2, 2], k = 10 MLPs of width 32,
+  300 steps and the Rayleigh–Ritz step. Only the top 3 pairs are compared in the fast tests (tolerances
+  below; eigenfunctions up to sign, RMS over held-out points); all 10 pairs against the quadrature
+  truth with oversampling and 4,000 steps in the slow test at the end (issue 16's goal).
+* The Rayleigh–Ritz step: exact eigenpairs when the span contains them; the minibatch estimators'
+  expectations against closed forms; the CNN-GP Monte Carlo kernel against an independent NumPy one.
 * Funk–Hecke: uniform data on S² with the zonal arc-cosine kernel (unit-norm inputs, no bias) has
   operator eigenvalues λ_0 (multiplicity 1) and λ_1 (multiplicity 3) at the top.
 * A FeatureKernel (NN-GP kernel by Monte Carlo, eq. 19) trains without any Gram matrix.
@@ -23,7 +22,7 @@ import tf_keras
 import activated_dgp as adgp
 from activated_dgp.eigen import FeatureKernel, NeuralEF, Nystrom, neural_eigenfunction, nngp_kernel
 
-NUM_TRAIN, NUM_TEST, NUM_STEPS = 2000, 1000, 300
+NUM_TRAIN, NUM_TEST, NUM_STEPS = 1000, 500, 300
 TOP = 3  # eigenpairs compared with Nyström
 EIGENVALUE_RTOL = 0.1  # relative error of μ_1..μ_3
 EIGENFUNCTION_RMS = 0.1  # RMS over held-out points of ψ_j − (±ψ_j^Nyström), j ≤ 3 (ψ has unit RMS)
@@ -45,8 +44,8 @@ def _problem(name):
 def fitted(request):
     gpflow.config.set_default_float(np.float64)
     kernel, X, X_test = _problem(request.param)
-    # the reference: Nyström on an independent sample of 3000 points
-    X_reference = np.random.default_rng(1).uniform(-np.abs(X).max(), np.abs(X).max(), (3000, 1))
+    # the reference: Nyström on an independent sample of 1500 points
+    X_reference = np.random.default_rng(1).uniform(-np.abs(X).max(), np.abs(X).max(), (1500, 1))
     with pytest.warns(RuntimeWarning, match="numerically zero") if request.param == "polynomial" else _no_warning():
         nystrom = Nystrom(10).fit(X_reference, kernel)
     neuralef = NeuralEF(10, kernel=kernel, input_dim=1, width=32, seed=0).fit(X, num_steps=NUM_STEPS, schedule="cosine")
@@ -68,8 +67,10 @@ def test_eigenvalues_match_nystrom(fitted):
     assert mu.shape == (10,)
     assert np.all(np.diff(mu) <= 0) and np.all(mu >= 0)
     np.testing.assert_allclose(mu[:TOP], reference[:TOP], rtol=EIGENVALUE_RTOL, err_msg=name)
-    # Algorithm 1's estimate (EMA of R̃_jj) agrees with the reported one for converged pairs
-    np.testing.assert_allclose(neuralef.rayleigh_quotients.numpy()[:TOP], reference[:TOP], rtol=EIGENVALUE_RTOL)
+    # Algorithm 1's estimate (EMA of R̃_jj, a diagnostic now) is right for the first pair, which converges
+    # first; after 300 steps later networks still mix in earlier eigenfunctions (R̃_33 of the polynomial
+    # kernel measured 2.7× μ_3), which the Ritz step removes from the reported eigenvalues
+    np.testing.assert_allclose(neuralef.rayleigh_quotients.numpy()[0], reference[0], rtol=EIGENVALUE_RTOL)
 
 
 def test_eigenfunctions_match_nystrom_up_to_sign(fitted):
@@ -130,7 +131,7 @@ class _NoGram(FeatureKernel):
 
 
 def test_feature_kernel_without_gram_matrix():
-    """NN-GP kernel of a 1-hidden-layer ReLU network (eq. 19, S = 200 random networks) on 2-D data."""
+    """NN-GP kernel of a 1-hidden-layer ReLU network (eq. 19, S = 100 random networks) on 2-D data."""
     gpflow.config.set_default_float(np.float64)
 
     def build(seed):
@@ -140,12 +141,12 @@ def test_feature_kernel_without_gram_matrix():
         )
         return network
 
-    source = nngp_kernel(build, num_samples=200, seed=0)
+    source = nngp_kernel(build, num_samples=100, seed=0)
     rng = np.random.default_rng(3)
     X = rng.normal(size=(1000, 2)) * np.array([1.0, 0.5])
     _NoGram.largest = 0
     neuralef = NeuralEF(3, kernel=_NoGram(source), input_dim=2, batch_size=256, seed=1)
-    neuralef.fit(X, num_steps=150, schedule="cosine", ritz_block_size=300)
+    neuralef.fit(X, num_steps=100, schedule="cosine", ritz_block_size=300)
     assert 0 < _NoGram.largest <= 300  # batches of 256 in training, blocks of 300 in the Rayleigh–Ritz step
     reference = Nystrom(3).fit(X, source).eigenvalues.numpy()  # forms the 1000 × 1000 Gram matrix
     np.testing.assert_allclose(neuralef.eigenvalues.numpy()[:2], reference[:2], rtol=EIGENVALUE_RTOL)
