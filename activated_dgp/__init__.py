@@ -34,7 +34,7 @@ from .spectra import (
 )
 from .spherical import funk_hecke_coefficients, gegenbauer_series, num_harmonics, set_xla
 from . import eigen
-from .eigen import IKA, FeatureRidge, NeuralEF, Nystrom
+from .eigen import IKA, EigenfunctionFeature, FeatureRidge, NeuralEF, Nystrom
 
 __all__ = [
     "ZonalArcCosine",
@@ -82,6 +82,7 @@ __all__ = [
     "eigen",
     "Nystrom",
     "NeuralEF",
+    "EigenfunctionFeature",
     "IKA",
     "FeatureRidge",
 ]
