@@ -198,11 +198,11 @@ def test_runner_end_to_end_every_model_resumes_and_reports(tmp_path, rng):
     args = [
         "--data-dir", str(data), "--out", str(out), "--cache-dir", str(tmp_path / "cache"), "--seeds", "0",
         "--epochs", "1", "--train-size", "40", "--angles", "0", "90", "--dgp-samples", "2", "--dropout-samples", "2",
-        "--doc", str(doc), "--figure", str(figure),
+        "--doc", str(doc), "--figure", str(figure), "--finetune-conv",
     ]
     rotated_mnist.main(args)
     records = ResultStore(out / "records.jsonl", rotated_mnist.KEY_FIELDS).records()
-    assert sorted(r["model"] for r in records) == sorted(rotated_mnist.MODELS)
+    assert sorted(r["model"] for r in records) == sorted(rotated_mnist.MODELS)  # --finetune-conv adds adgp_ft
     for record in records:
         assert record["angles"] == [0, 90] and record["num_test"] == 16 and record["train_size"] == 36
         for metric in rotated_mnist.METRICS:
