@@ -35,6 +35,8 @@ from .spectra import (
 from .spherical import funk_hecke_coefficients, gegenbauer_series, num_harmonics, set_xla
 from . import eigen
 from .eigen import IKA, EigenfunctionFeature, FeatureRidge, NeuralEF, Nystrom
+from . import kernel_machines
+from .kernel_machines import EigenPro2, EigenPro3
 
 __all__ = [
     "ZonalArcCosine",
@@ -85,6 +87,9 @@ __all__ = [
     "EigenfunctionFeature",
     "IKA",
     "FeatureRidge",
+    "kernel_machines",
+    "EigenPro2",
+    "EigenPro3",
 ]
 
 __version__ = "0.1.0"

@@ -1,0 +1,154 @@
+"""EigenPro 2 (Ma & Belkin 2019; EigenPro 3 paper, Algorithm 3): K θ = b by preconditioned stochastic
+Richardson iterations, for a Gram operator K [N, N] (the data's K(X, X), or the centers' K(Z, Z)).
+
+Setup (``EigenPro2_setup``): a subsample S of s indices, the top q + 1 Nyström eigenpairs of K[S, S]
+(ψ_i = K(·, S) C_i, μ_i; :func:`fit_nystrom`), β and (m, η) from λ = max(μ_(q+1), the preconditioned
+operator's top eigenvalue on ≤ 1000 points, which must be positive semi-definite) (:func:`step_schedule`).
+Iteration (``EigenPro2_iteration``) on a minibatch M of m indices, with g = K[M, :] θ − b_M [m, L]:
+
+    θ_M ← θ_M − (η/m) g                                    (stochastic gradient step)
+    θ_S ← θ_S + (η/m) C diag(μ_i − μ_(q+1)) ψ(M)ᵀ g         (gradient correction, eq. 34)
+
+which is f ← f − (η/m) P{K(·, M) g} in the RKHS (Lemma 3). C diag(μ − μ_(q+1)) Cᵀ K[S, M] equals the
+paper's E D Eᵀ K(X_s, X_m) up to its 1/s, which here sits in μ = λ/s. Only K[M, :] (in column blocks)
+and K[M, S] are formed per step.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import gpflow
+import numpy as np
+import tensorflow as tf
+
+from .blocks import DEFAULT_BLOCK, BasisGram, IndexedGramSource, KernelCenters, KernelGram, check_data, check_targets
+from .preconditioner import Preconditioner, fit_nystrom, step_schedule
+from .training_loop import TrainedWeights, TrainingState, run_epochs
+
+__all__ = ["EigenPro2Solver", "EigenPro2"]
+
+
+def _positive_int(value, what: str) -> int:
+    if int(value) != value or value < 1:
+        raise ValueError(f"{what} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+class EigenPro2Solver:
+    """Algorithm 3 on a Gram operator (see the module docstring).
+
+    :param operator: a :class:`BasisGram` [N, N].
+    :param subsample_size: s ≤ N (clipped to N).
+    :param num_eigenpairs: the preconditioner level q < s.
+    :param max_batch: the largest batch (the paper's bs_gpu).
+    """
+
+    def __init__(self, operator: BasisGram, subsample_size: int, num_eigenpairs: int, max_batch: int = 4096, seed: int = 0):
+        self.operator = operator
+        N = operator.size
+        s = min(_positive_int(subsample_size, "subsample_size"), N)
+        q = int(num_eigenpairs)
+        if q != num_eigenpairs or q < 0:
+            raise ValueError(f"num_eigenpairs q must be a non-negative integer, got {num_eigenpairs!r}")
+        if q >= s:
+            raise ValueError(f"the preconditioner level q = {q} must be smaller than the Nyström subsample size s = {s}")
+        rng = np.random.default_rng(seed)
+        self.subsample = np.sort(rng.choice(N, size=s, replace=False))
+        landmarks = self.subsample[:, None].astype(np.float64)
+        self.preconditioner = Preconditioner(fit_nystrom(landmarks, IndexedGramSource(operator), q + 1), q)
+        self._C = self.preconditioner.approximation.coefficients[:, :q]  # [s, q]
+        Psi_S = self.preconditioner.eigenfunctions(landmarks)
+        self.beta = self.preconditioner.beta(operator.diagonal(self.subsample).numpy(), Psi_S)
+        self.top_eigenvalue = max(self.preconditioner.tail, self._check_top(rng))
+        self.batch_size, self.step_size = step_schedule(self.beta, self.top_eigenvalue, min(_positive_int(max_batch, "max_batch"), N))
+
+    def _check_top(self, rng, size: int = 1000) -> float:
+        """The top eigenvalue of the preconditioned Gram A = (G_RR − Ψ_R D Ψ_Rᵀ)/r on r ≤ 1000 points R.
+
+        μ_(q+1) of the s-point Nyström block underestimates it when s/q is small (the paper asks
+        s/q > 10), and when λ_(q+1) is near round-off the extended eigenfunctions lose their
+        H-orthonormality so that A becomes indefinite; a step from μ_(q+1) then diverges. Raises
+        ValueError for an indefinite A (beyond 1e-6 of its top eigenvalue)."""
+        R = np.sort(rng.choice(self.operator.size, size=min(size, self.operator.size), replace=False))
+        G = self.operator.block(R, R).numpy()
+        Psi = self.preconditioner.eigenfunctions(R[:, None].astype(np.float64)).numpy()
+        A = (G - (Psi * self.preconditioner.weights.numpy()[None, :]) @ Psi.T) / len(R)
+        eigenvalues = np.linalg.eigvalsh(0.5 * (A + A.T))
+        if eigenvalues[0] < -1e-6 * eigenvalues[-1]:
+            raise ValueError(
+                f"the preconditioned kernel is indefinite (eigenvalues {eigenvalues[0]:.2e} … {eigenvalues[-1]:.2e}): "
+                f"q = {self.preconditioner.q} is too large for the subsample (s = {len(self.subsample)}); use a smaller q or a larger s"
+            )
+        return float(eigenvalues[-1])
+
+    def step(self, theta: np.ndarray, rows: np.ndarray, b_rows: np.ndarray) -> float:
+        """One iteration on the minibatch ``rows`` (in place on θ [N, L]); returns mean ‖g‖² before it."""
+        g = self.operator.matmul(rows, theta) - b_rows
+        m = len(rows)
+        theta[rows] -= (self.step_size / m) * g.numpy()
+        if self.preconditioner.q:
+            Psi = self.preconditioner.eigenfunctions(rows[:, None].astype(np.float64))
+            theta[self.subsample] += (self.step_size / m) * tf.matmul(self._C, self.preconditioner.correction(Psi, g)).numpy()
+        return float(tf.reduce_mean(tf.reduce_sum(g**2, axis=1)))
+
+    def epoch(self, theta: np.ndarray, b: np.ndarray, rng: np.random.Generator) -> float:
+        """One pass over all N indices in minibatches of m; returns the mean squared residual."""
+        order = rng.permutation(self.operator.size)
+        losses = [self.step(theta, np.sort(order[i : i + self.batch_size]), b[np.sort(order[i : i + self.batch_size])]) for i in range(0, len(order), self.batch_size)]
+        return float(np.mean(losses))
+
+    def solve(self, b, epochs: int = 1, rng: Optional[np.random.Generator] = None, theta=None) -> np.ndarray:
+        """θ ≈ K⁻¹ b [N, L] after ``epochs`` passes (T = epochs · ⌈N/m⌉ iterations), from θ = 0 or ``theta``."""
+        b = np.asarray(b, dtype=np.float64)
+        theta = np.zeros_like(b) if theta is None else np.array(theta, dtype=np.float64)
+        rng = np.random.default_rng(0) if rng is None else rng
+        for _ in range(int(epochs)):
+            self.epoch(theta, b, rng)
+        return theta
+
+
+class EigenPro2(TrainedWeights, tf.Module):
+    """Kernel regression (interpolation) K(X, X) θ = y with EigenPro 2; f(x) = K(x, X) θ.
+
+    :param kernel: any gpflow kernel.
+    :param subsample_size: s, the Nyström subsample.
+    :param num_eigenpairs: q < s, the preconditioner level.
+    :param max_batch: upper bound on the batch size m (otherwise m = β/μ_(q+1)).
+    :param block_size: points and centers per kernel block.
+    """
+
+    def __init__(self, kernel: gpflow.kernels.Kernel, subsample_size: int = 2000, num_eigenpairs: int = 100, max_batch: int = 4096, block_size: int = DEFAULT_BLOCK, seed: int = 0, name=None):
+        super().__init__(name=name)
+        if not isinstance(kernel, gpflow.kernels.Kernel):
+            raise ValueError(f"the kernel must be a gpflow kernel, got {type(kernel).__name__}")
+        self.kernel = kernel
+        self.subsample_size, self.num_eigenpairs = subsample_size, num_eigenpairs
+        self.max_batch, self.block_size, self.seed = max_batch, block_size, int(seed)
+        self.state = TrainingState()
+        self.solver: Optional[EigenPro2Solver] = None
+        self._X = None
+
+    def fit(self, X, y, epochs: int = 10, *, checkpoint_dir=None, progress: bool = True, tolerance: Optional[float] = None) -> "EigenPro2":
+        """Run EigenPro 2 until ``epochs`` epochs in total (see :func:`run_epochs`); y [n] or [n, L]."""
+        X = check_data(X)
+        y = check_targets(y, X.shape[0])
+        self._X = X
+        self.solver = EigenPro2Solver(KernelGram(self.kernel, X, self.block_size), self.subsample_size, self.num_eigenpairs, self.max_batch, self.seed)
+        if self.state.weights.shape.rank != 2 or self.state.weights.shape != y.shape:
+            self.state.weights.assign(np.zeros_like(y))
+
+        def epoch_fn(rng):
+            theta = self.state.weights.numpy()
+            loss = self.solver.epoch(theta, y, rng)
+            self.state.weights.assign(theta)
+            return loss
+
+        run_epochs(self.state, tf.train.Checkpoint(state=self.state), epoch_fn, epochs, self.seed, checkpoint_dir=checkpoint_dir, progress=progress, tolerance=tolerance, label="EigenPro2")
+        return self
+
+    def predict(self, X) -> np.ndarray:
+        """f(X) = K(X, X_train) θ [N, L], in blocks."""
+        if self._X is None:
+            raise ValueError("the model is not fitted")
+        return KernelCenters(self.kernel, self._X, self.block_size).apply(check_data(X), self.weights).numpy()

@@ -1,0 +1,275 @@
+"""EigenPro 3 (Abedsoltan, Belkin & Pandit 2023, Algorithms 1 and 2): kernel networks
+f = Σ_j α_j b_j with p functions b_j independent of the training set — kernel centers b_j = K(·, z_j)
+(Definition 1) or activated interdomain features b_m = g̃_m — trained on the square loss
+L(f) = (1/2n) Σ_i (f(x_i) − y_i)² by projected preconditioned stochastic gradient descent (eq. 17, 30).
+
+One step on a minibatch X_m of size m, with g = f(X_m) − y_m [m, L], u = B(X_m)ᵀ g / m [p, L] (the
+stochastic gradient evaluated against the basis, K(Z, X_m) g / m) and G = [⟨b_r, b_j⟩_H] [p, p]:
+
+* ``update="paper"`` (Algorithm 1, eq. 35–36): precondition, then project,
+      θ = G⁻¹ (u − Ψ_Z diag(μ_i − μ_(q+1)) ψ(X_m)ᵀ g / m),      α ← α − η θ;
+* ``update="consistent"`` (default): project, then precondition inside span(b),
+      θ_g = G⁻¹ u,   θ = θ_g − W diag(μ_i − μ_(q+1)) Ψ_Zᵀ θ_g,   W = G⁻¹ Ψ_Z,   α ← α − η θ,
+  i.e. f ← f − η proj P proj ∇̃L. Here Ψ_Z = [⟨b_j, ψ_i⟩_H] [p, q] (ψ_i(z_j) for centers).
+
+Why two updates: the fixed point of the paper's update solves B(X)ᵀ (I − Q)(B(X) α − y) = 0, which
+is not the least-squares solution argmin ‖B(X) α − y‖ once the preconditioner acts (q > 0): P does
+not commute with the H-projection onto span(b). (On a 400-point Laplacian problem with 40 centers
+the fixed point's weights are 13 % off the least-squares ones at q = 20, its residual 4 % larger.)
+The consistent update's fixed point is proj_Z ∇L = 0, the least-squares solution, for any positive
+definite P; proj P proj still flattens the spectrum wherever the top eigenfunctions lie near span(b).
+
+The projection G⁻¹ is ``projection="exact"`` (Algorithm 2's reference: G held, p × p, pseudo-inverse
+through its eigendecomposition) or ``"inexact"`` (Algorithm 1: ``projection_epochs`` epochs of
+EigenPro 2 on G, whose own Nyström preconditioner depends on the basis only). The data preconditioner
+(ψ, μ) is the Nyström one on s data points (the paper's) or any eigen-module approximation (IKA,
+NeuralEF; :class:`Preconditioner`).
+
+Step size. (m, η) follow Algorithm 3's rule (:func:`step_schedule`) with β the preconditioned kernel
+diagonal's maximum over a data subsample and λ the top eigenvalue of the full-batch iteration
+operator α ↦ θ(α) on that subsample, estimated by power iteration (for the paper's Nyström update it
+is ≈ μ_(q+1); for the consistent update or approximate eigenfunctions it is larger, and using
+μ_(q+1) there would diverge).
+
+Memory: per step the blocks of B(X_m) (m × block), the inexact projection's K[M, :] blocks, Ψ_Z and
+W (p × q) and α (p × L): nothing n × p or p × p, except the exact projection's G.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Union
+
+import gpflow
+import numpy as np
+import tensorflow as tf
+
+from ..eigen import EigenApproximation
+from .blocks import DEFAULT_BLOCK, ActivatedBasis, KernelCenters, check_data, check_targets
+from .centers import choose_centers
+from .eigenpro2 import EigenPro2Solver, _positive_int
+from .preconditioner import Preconditioner, step_schedule
+from .training_loop import TrainedWeights, TrainingState, run_epochs
+
+__all__ = ["EigenPro3", "PROJECTIONS", "UPDATES", "ExactProjection"]
+
+PROJECTIONS = ("inexact", "exact")
+UPDATES = ("consistent", "paper")
+
+
+class ExactProjection:
+    """θ = G⁺ h through G = V Λ Vᵀ (eigenvalues below 1e-12 λ_max dropped): Algorithm 2, line 6."""
+
+    def __init__(self, gram: np.ndarray):
+        gram = 0.5 * (gram + gram.T)
+        values, vectors = np.linalg.eigh(gram)
+        keep = values > 1e-12 * max(values.max(), np.finfo(float).tiny)
+        self._vectors = vectors[:, keep]
+        self._inverse = 1.0 / values[keep]
+
+    def solve(self, h, epochs=None, rng=None) -> np.ndarray:
+        return self._vectors @ (self._inverse[:, None] * (self._vectors.T @ np.asarray(h)))
+
+
+class EigenPro3(TrainedWeights, tf.Module):
+    """A kernel network trained by EigenPro 3 (module docstring).
+
+    :param kernel: any gpflow kernel (the paper's Laplacian: ``gpflow.kernels.Exponential(lengthscales=5.0)``).
+    :param centers: Z [p, D], or None to choose ``num_centers`` with ``center_method`` ("random", "kmeans") in ``fit``.
+    :param feature: instead of centers, an ``ActivationFeature``: the basis is g̃_m (Kuf, Kuu).
+    :param preconditioner: None (Nyström on ``subsample_size`` data points, level ``num_eigenpairs``),
+        a fitted eigen-module approximation with ≥ q + 1 eigenpairs (level ``num_eigenpairs``), or a :class:`Preconditioner`.
+    :param projection: "inexact" (EigenPro 2 on G, ``projection_epochs`` epochs, subsample
+        ``projection_subsample``, level ``projection_eigenpairs``) or "exact".
+    :param update: "consistent" (default) or "paper".
+    :param max_batch: the largest minibatch m (otherwise m = β/λ).
+    :param batch_size: a fixed m instead (m = n: full-batch preconditioned gradient descent, Algorithm 2).
+    :param estimate_size: data points used to estimate β and the top eigenvalue (power iteration).
+    """
+
+    def __init__(
+        self,
+        kernel: gpflow.kernels.Kernel,
+        centers=None,
+        *,
+        num_centers: Optional[int] = None,
+        center_method: str = "random",
+        feature=None,
+        preconditioner: Union[None, EigenApproximation, Preconditioner] = None,
+        subsample_size: int = 2000,
+        num_eigenpairs: int = 100,
+        projection: str = "inexact",
+        projection_epochs: int = 1,
+        projection_subsample: int = 2000,
+        projection_eigenpairs: int = 100,
+        update: str = "consistent",
+        max_batch: int = 4096,
+        batch_size: Optional[int] = None,
+        estimate_size: int = 2000,
+        power_iterations: int = 20,
+        block_size: int = DEFAULT_BLOCK,
+        seed: int = 0,
+        name=None,
+    ):
+        super().__init__(name=name)
+        if not isinstance(kernel, gpflow.kernels.Kernel):
+            raise ValueError(f"the kernel must be a gpflow kernel, got {type(kernel).__name__}")
+        if projection not in PROJECTIONS:
+            raise ValueError(f"unknown projection {projection!r}; use one of {PROJECTIONS}")
+        if update not in UPDATES:
+            raise ValueError(f"unknown update {update!r}; use one of {UPDATES}")
+        if sum(x is not None for x in (centers, num_centers, feature)) != 1:
+            raise ValueError("give exactly one of centers, num_centers or feature")
+        if preconditioner is not None and not isinstance(preconditioner, (EigenApproximation, Preconditioner)):
+            raise ValueError(f"preconditioner must be an eigen-module approximation or a Preconditioner, got {type(preconditioner).__name__}")
+        self.kernel = kernel
+        self.feature = feature
+        self._given_centers = None if centers is None else check_data(centers, "the centers")
+        self.num_centers, self.center_method = num_centers, center_method
+        self.preconditioner_option = preconditioner
+        self.subsample_size = _positive_int(subsample_size, "subsample_size")
+        self.num_eigenpairs = num_eigenpairs
+        self.projection, self.update = projection, update
+        self.projection_epochs = _positive_int(projection_epochs, "projection_epochs")
+        self.projection_subsample = _positive_int(projection_subsample, "projection_subsample")
+        self.projection_eigenpairs = projection_eigenpairs
+        self.max_batch = _positive_int(max_batch, "max_batch")
+        self.fixed_batch = None if batch_size is None else _positive_int(batch_size, "batch_size")
+        self.estimate_size = _positive_int(estimate_size, "estimate_size")
+        self.power_iterations = _positive_int(power_iterations, "power_iterations")
+        self.block_size, self.seed = block_size, int(seed)
+        self.state = TrainingState()
+        self.centers = tf.Variable(np.zeros((0, 0)), dtype=tf.float64, shape=tf.TensorShape(None), trainable=False, name="centers")
+        self.basis = None
+
+    # -- setup ---------------------------------------------------------------------------------
+
+    def _build_basis(self, X: np.ndarray):
+        if self.feature is not None:
+            self.basis = ActivatedBasis(self.kernel, self.feature, self.block_size)
+            return
+        if self._given_centers is not None:
+            Z = self._given_centers
+            if Z.shape[1] != X.shape[1]:
+                raise ValueError(f"the centers have width {Z.shape[1]}, the inputs {X.shape[1]}")
+        elif int(tf.size(self.centers)) and self.centers.shape[0] == self.num_centers:
+            Z = self.centers.numpy()  # restored from a checkpoint
+        else:
+            Z = choose_centers(X, self.num_centers, self.center_method, seed=self.seed)
+        self.centers.assign(Z)
+        self.basis = KernelCenters(self.kernel, Z, self.block_size)
+
+    def _build_preconditioner(self, X: np.ndarray, rng) -> Preconditioner:
+        option, q = self.preconditioner_option, self.num_eigenpairs
+        if isinstance(option, Preconditioner):
+            return option
+        if isinstance(option, EigenApproximation):
+            return Preconditioner(option, q)
+        s = min(self.subsample_size, X.shape[0])
+        if int(q) != q or q < 0:
+            raise ValueError(f"num_eigenpairs q must be a non-negative integer, got {q!r}")
+        if q >= s:
+            raise ValueError(f"the preconditioner level q = {q} must be smaller than the Nyström subsample size s = {s}")
+        return Preconditioner.nystrom(self.kernel, X[np.sort(rng.choice(X.shape[0], s, replace=False))], q)
+
+    def _setup(self, X: np.ndarray) -> None:
+        rng = np.random.default_rng([self.seed, 7])
+        self._build_basis(X)
+        p = self.basis.num_functions
+        self.data_preconditioner = self._build_preconditioner(X, rng)
+        q = self.data_preconditioner.q
+        self._Psi_Z = self.basis.eigenfunction_products(self.data_preconditioner.approximation, q) if q else tf.zeros([p, 0], tf.float64)
+        if self.projection == "exact":
+            self.projector = ExactProjection(self.basis.dense_gram())
+        else:
+            s_z = min(self.projection_subsample, p)
+            q_z = min(self.projection_eigenpairs, s_z - 1)
+            self.projector = EigenPro2Solver(self.basis.gram_operator(), s_z, q_z, self.max_batch, seed=self.seed)
+        if self.update == "consistent" and q and self.projection == "exact":
+            self._W = self.projector.solve(self._Psi_Z.numpy())  # W = G⁻¹ Ψ_Z
+        sample = X[np.sort(rng.choice(X.shape[0], min(self.estimate_size, X.shape[0]), replace=False))]
+        Psi = self.data_preconditioner.eigenfunctions(sample)
+        diagonal = KernelCenters(self.kernel, sample).diagonal(np.arange(sample.shape[0])).numpy()
+        self.beta = self.data_preconditioner.beta(diagonal, Psi)
+        self.top_eigenvalue = self._power_iteration(sample, Psi, rng)
+        self.batch_size, self.step_size = step_schedule(
+            self.beta, self.top_eigenvalue, min(self.max_batch, X.shape[0]), None if self.fixed_batch is None else min(self.fixed_batch, X.shape[0])
+        )
+
+    # -- the update ----------------------------------------------------------------------------
+
+    def _solve(self, h) -> np.ndarray:
+        """G⁻¹ h: exact, or ``projection_epochs`` epochs of EigenPro 2 with a fixed minibatch order, so
+        that the inexact projection is one fixed linear map throughout training."""
+        return self.projector.solve(np.asarray(h), epochs=self.projection_epochs, rng=np.random.default_rng([self.seed, 3]))
+
+    def _direction(self, X_m, g, Psi_m) -> np.ndarray:
+        """θ [p, L] for the residual g [m, L] at X_m (module docstring)."""
+        m = X_m.shape[0]
+        u = self.basis.apply_transpose(X_m, g) / m
+        preconditioned = self.data_preconditioner.q > 0
+        if self.update == "paper":
+            if preconditioned:
+                u = u - tf.matmul(self._Psi_Z, self.data_preconditioner.correction(Psi_m, g)) / m
+            return self._solve(u)
+        theta = self._solve(u)
+        if not preconditioned:
+            return theta
+        if self.projection == "exact":
+            return theta - self._W @ self.data_preconditioner.correction(self._Psi_Z, theta).numpy()
+        # proj P proj with inexact projections: θ = S (G θ_g − Ψ_Z D Ψ_Zᵀ θ_g), the same S twice
+        operator = self.basis.gram_operator()
+        P_theta = operator.matmul(np.arange(operator.size), theta) - tf.matmul(self._Psi_Z, self.data_preconditioner.correction(self._Psi_Z, theta))
+        return self._solve(P_theta)
+
+    def _power_iteration(self, sample, Psi, rng) -> float:
+        """Top eigenvalue of α ↦ θ(α) with g = B(sample) α (full batch over the sample, no targets)."""
+        v = rng.standard_normal((self.basis.num_functions, 1))
+        v /= np.linalg.norm(v)
+        estimate = 0.0
+        for _ in range(self.power_iterations):
+            g = self.basis.apply(sample, v)
+            w = self._direction(sample, g, Psi)
+            estimate = float(np.linalg.norm(w))
+            if not np.isfinite(estimate) or estimate == 0.0:
+                raise ValueError("could not estimate the preconditioned operator's top eigenvalue (zero or non-finite)")
+            v = w / estimate
+        return 1.1 * estimate  # power iteration approaches from below: keep a margin
+
+    def _epoch(self, X, y, rng) -> float:
+        order = rng.permutation(X.shape[0])
+        alpha = self.state.weights.numpy()
+        losses = []
+        for start in range(0, len(order), self.batch_size):
+            rows = np.sort(order[start : start + self.batch_size])
+            X_m = tf.constant(X[rows])
+            g = self.basis.apply(X_m, alpha) - y[rows]
+            Psi_m = self.data_preconditioner.eigenfunctions(X_m) if (self.update == "paper" and self.data_preconditioner.q) else None
+            alpha = alpha - self.step_size * self._direction(X_m, g, Psi_m)
+            losses.append(float(tf.reduce_mean(tf.reduce_sum(g**2, axis=1))))
+        self.state.weights.assign(alpha)
+        return float(np.mean(losses))
+
+    # -- public --------------------------------------------------------------------------------
+
+    def fit(self, X, y, epochs: int = 10, *, checkpoint_dir=None, progress: bool = True, tolerance: Optional[float] = None) -> "EigenPro3":
+        """Train until ``epochs`` epochs in total; y [n] or [n, L]. Checkpoints (α, centers, epoch,
+        history) go to ``checkpoint_dir`` after every epoch and are resumed from when present."""
+        X = check_data(X)
+        y = check_targets(y, X.shape[0])
+        checkpoint = tf.train.Checkpoint(state=self.state, centers=self.centers)
+        if checkpoint_dir is not None:
+            latest = tf.train.latest_checkpoint(str(checkpoint_dir))
+            if latest:
+                checkpoint.restore(latest).expect_partial()
+        self._setup(X)
+        p = self.basis.num_functions
+        if self.state.weights.shape.rank != 2 or tuple(self.state.weights.shape) != (p, y.shape[1]):
+            self.state.weights.assign(np.zeros((p, y.shape[1])))
+        run_epochs(self.state, checkpoint, lambda rng: self._epoch(X, y, rng), epochs, self.seed, checkpoint_dir=checkpoint_dir, progress=progress, tolerance=tolerance, label="EigenPro3")
+        return self
+
+    def predict(self, X) -> np.ndarray:
+        """f(X) = B(X) α [N, L], in blocks."""
+        if self.basis is None:
+            raise ValueError("the model is not fitted")
+        return self.basis.apply(check_data(X), self.weights).numpy()

@@ -1,0 +1,106 @@
+"""The epoch loop shared by EigenPro 2 and EigenPro 3: per-epoch loss and time, a progress line that
+can be switched off, and resumable training through ``tf.train.Checkpoint``.
+
+The minibatch order of epoch e is a permutation drawn from ``numpy.random.default_rng([seed, e])``,
+so a run resumed from the checkpoint written after epoch e takes exactly the steps an uninterrupted
+run would have taken.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+import numpy as np
+import tensorflow as tf
+
+__all__ = ["TrainingState", "TrainedWeights", "run_epochs"]
+
+
+class TrainingState(tf.Module):
+    """Weights α [p, L], the epoch counter and the per-epoch history, all ``tf.Variable``s."""
+
+    def __init__(self, name: Optional[str] = None):
+        super().__init__(name=name)
+        self.weights = tf.Variable(np.zeros((0, 0)), dtype=tf.float64, shape=tf.TensorShape(None), trainable=False, name="weights")
+        self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
+        self.losses = tf.Variable(np.zeros(0), dtype=tf.float64, shape=tf.TensorShape(None), trainable=False, name="losses")
+        self.times = tf.Variable(np.zeros(0), dtype=tf.float64, shape=tf.TensorShape(None), trainable=False, name="times")
+
+    def record(self, loss: float, seconds: float) -> None:
+        self.losses.assign(np.append(self.losses.numpy(), loss))
+        self.times.assign(np.append(self.times.numpy(), seconds))
+        self.epoch.assign_add(1)
+
+    @property
+    def history(self) -> dict:
+        """{"epoch": [E], "loss": [E], "seconds": [E]} of all epochs trained so far (resumes included)."""
+        losses = self.losses.numpy()
+        return {"epoch": np.arange(1, losses.size + 1), "loss": losses, "seconds": self.times.numpy()}
+
+
+def _check_epochs(epochs) -> int:
+    if int(epochs) != epochs or epochs < 0:
+        raise ValueError(f"epochs must be a non-negative integer, got {epochs!r}")
+    return int(epochs)
+
+
+def run_epochs(
+    state: TrainingState,
+    checkpoint: tf.train.Checkpoint,
+    epoch_fn: Callable[[np.random.Generator], float],
+    epochs: int,
+    seed: int,
+    *,
+    checkpoint_dir=None,
+    progress: bool = True,
+    tolerance: Optional[float] = None,
+    label: str = "EigenPro",
+) -> None:
+    """Train until ``state.epoch`` reaches ``epochs`` (or the epoch loss falls below ``tolerance``).
+
+    :param epoch_fn: runs one epoch given its generator and returns the epoch's mean squared
+        residual (averaged over its minibatches, measured before each step).
+    :param checkpoint_dir: if given, the latest checkpoint there is restored first and a new one
+        written after every epoch.
+    Raises ValueError when the loss becomes non-finite (divergence).
+    """
+    epochs = _check_epochs(epochs)
+    manager = None
+    if checkpoint_dir is not None:
+        Path(checkpoint_dir).mkdir(parents=True, exist_ok=True)
+        manager = tf.train.CheckpointManager(checkpoint, str(checkpoint_dir), max_to_keep=2)
+        if manager.latest_checkpoint:
+            checkpoint.restore(manager.latest_checkpoint).expect_partial()
+            if progress:
+                print(f"{label}: resumed from {manager.latest_checkpoint} after epoch {int(state.epoch.numpy())}", flush=True)
+    while int(state.epoch.numpy()) < epochs:
+        epoch = int(state.epoch.numpy())
+        if tolerance is not None and state.losses.numpy().size and state.losses.numpy()[-1] <= tolerance:
+            break
+        start = time.perf_counter()
+        loss = float(epoch_fn(np.random.default_rng([seed, epoch])))
+        seconds = time.perf_counter() - start
+        if not np.isfinite(loss):
+            raise ValueError(f"{label} diverged in epoch {epoch + 1} (non-finite loss); reduce the step size or q")
+        state.record(loss, seconds)
+        if manager is not None:
+            manager.save(checkpoint_number=epoch + 1)
+        if progress:
+            print(f"{label} epoch {epoch + 1:4d}/{epochs}  train mse {loss:.4e}  {seconds:7.2f} s", flush=True)
+
+
+class TrainedWeights:
+    """``weights`` and ``history`` of a model holding a :class:`TrainingState` as ``self.state``."""
+
+    state: TrainingState
+
+    @property
+    def weights(self) -> np.ndarray:
+        """The coefficients [p, L] (θ for EigenPro 2, α for EigenPro 3)."""
+        return self.state.weights.numpy()
+
+    @property
+    def history(self) -> dict:
+        return self.state.history
