@@ -178,8 +178,9 @@ def _check_data(X, Y):
     return X, Y
 
 
-def _early_stopping(schedule: "TrainingSchedule", validation_data, score, module):
-    if validation_data is None:
+def _early_stopping(schedule: "TrainingSchedule", score: Optional[Callable[[], float]], module) -> Optional[RestoreBest]:
+    """A :class:`RestoreBest` on ``score`` (None without validation data, which a ``patience`` needs)."""
+    if score is None:
         if schedule.patience is not None:
             raise ValueError("the schedule asks for early stopping (patience) but no validation_data was given")
         return None
@@ -199,13 +200,12 @@ def train_network(
     X, Y = _check_data(X, Y)
     loss = _network_loss(likelihood)
     network.compile(tf_keras.optimizers.Adam(schedule.learning_rate), loss=loss)
-    callbacks = schedule.callbacks()
+    score = None
     if validation_data is not None:
         X_val, Y_val = _check_data(*validation_data)
-        stopper = _early_stopping(schedule, validation_data, lambda: float(loss(Y_val, network(X_val, training=False))), network)
-        callbacks.append(stopper)
-    else:
-        stopper = _early_stopping(schedule, None, None, None)
+        score = lambda: float(loss(Y_val, network(X_val, training=False)))  # noqa: E731
+    stopper = _early_stopping(schedule, score, network)
+    callbacks = schedule.callbacks() + ([stopper] if stopper is not None else [])
     history = network.fit(X, Y, batch_size=schedule.batch_size, epochs=schedule.epochs, callbacks=callbacks, verbose=schedule.verbose)
     record = dict(history.history)
     if stopper is not None:
@@ -258,12 +258,10 @@ def train_dgp(
         for module, state in zip(frozen, states):
             for variable, flag in zip(module.variables, state):
                 variable._trainable = flag
-    stopper = None
+    score = None
     if validation_data is not None:
-        X_val, Y_val = _check_data(*validation_data)
-        stopper = _early_stopping(schedule, validation_data, _validation_nlpd(dgp, X_val, Y_val, validation_samples, 0), dgp)
-    else:
-        _early_stopping(schedule, None, None, None)
+        score = _validation_nlpd(dgp, *_check_data(*validation_data), validation_samples, 0)
+    stopper = _early_stopping(schedule, score, dgp)
     record.update(_fit_elbo(dgp, X, Y, schedule, stopper, callbacks))
     if stopper is not None:
         record.update(stopper.summary(schedule.steps_per_epoch(len(X))))

@@ -336,8 +336,10 @@ def _steps_used(records: Sequence[Dict]) -> Dict[tuple, str]:
             text.append(f"{np.mean(parts['nn_run']):.0f} ({np.mean(parts['nn_best']):.0f})")
         if "dgp_run" in parts:
             text.append(f"{np.mean(parts['dgp_run']):.0f} ({np.mean(parts['dgp_best']):.0f})")
+        if "dgp_run" in parts and "nn_run" not in parts:
+            text.insert(0, "—")
         if text:
-            out[key] = " / ".join(text) if len(text) == 2 or "nn_run" in parts else "— / " + text[0]
+            out[key] = " / ".join(text)
     return out
 
 
