@@ -43,6 +43,8 @@ BUMP_SOURCE = "def bump(t):\n    return np.sin(3.0 * t) + 0.5 * t * t\n"
 exec(BUMP_SOURCE)  # the same user activation, defined identically here and in the fresh process
 register_activation("bump", bump)  # noqa: F821
 
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the subprocess imports this checkout
+
 N = 40
 PROBIT_JITTER = 1e-3  # gpflow.likelihoods.utils.inv_probit: ε + (1 − 2ε) Φ(f)
 
@@ -272,7 +274,8 @@ def fresh_process(tmp_path_factory):
     (root / "meta.json").write_text(json.dumps(meta))
     (root / "script.py").write_text(SCRIPT.replace("BUMP\n", BUMP_SOURCE))
     subprocess.run(
-        [sys.executable, str(root / "script.py"), str(root)], check=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+        [sys.executable, str(root / "script.py"), str(root)], check=True,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": os.pathsep.join(filter(None, [REPO_ROOT, os.environ.get("PYTHONPATH")]))},
     )
     with np.load(root / "loaded.npz") as data:
         loaded = {key: data[key] for key in data.files}
