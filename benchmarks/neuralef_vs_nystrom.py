@@ -3,8 +3,10 @@
 Set-up of the NeuralEF paper, §4.1: the polynomial kernel (x x' + 1.5)^4 with x ~ U[−1, 1] and the
 RBF kernel exp(−|x − x'|²/2) with x ~ U[−2, 2], k = 10. For each N (default 2k, 5k, 10k, 20k):
 
-* ``Nystrom(10).fit(X)``: Gram matrix and its full eigendecomposition, O(N³) time and O(N²) memory;
-  skipped above ``--nystrom-max`` (default 10,000), where only its O(N³) extrapolation is given;
+* ``Nystrom(10, solver="eigh").fit(X)``: Gram matrix and its full eigendecomposition, O(N³) time and
+  O(N²) memory; skipped above ``--nystrom-max`` (default 10,000), where only its O(N³) extrapolation is given;
+* ``Nystrom(10, solver="lanczos").fit(X)``: the same Gram matrix, top 10 eigenpairs only (ARPACK),
+  O(N² k) per restart, at every N;
 * ``NeuralEF(10, oversampling=10)``: 20 MLPs of width 32 (sin/cos), Adam 1e-3 with cosine annealing,
   batch 256, ``--steps`` steps (default 4000), then the Rayleigh–Ritz step over all N points in blocks
   (O(N²) kernel evaluations, no N × N matrix stored).
@@ -44,6 +46,7 @@ CONTROL_STEPS = 50  # nearly untrained networks + the Ritz step: how much does t
 ROOT = Path(__file__).resolve().parents[1]
 FIGURE = ROOT / "docs" / "figures" / "neuralef_benchmark.png"
 CACHE = ROOT / "docs" / "figures" / "neuralef_benchmark.jsonl"
+LANCZOS = "Nyström, Lanczos"  # the same Nyström estimate, top k only (Nystrom(solver="lanczos"))
 
 
 def quadrature_truth(kernel, half_width: float, num_nodes: int = QUADRATURE_NODES):
@@ -93,6 +96,7 @@ def run(sizes=SIZES, steps: int = STEPS, nystrom_max: int = NYSTROM_MAX, cache: 
                and (r["method"] == "Nyström" or key(r)[4:] == setting)]
 
     def record(row):
+        row["load_average"] = os.getloadavg()[0]  # 1-minute load when the row finished: how quiet the machine was
         results.append(row)
         cache.parent.mkdir(parents=True, exist_ok=True)
         with cache.open("a") as handle:
@@ -110,12 +114,14 @@ def run(sizes=SIZES, steps: int = STEPS, nystrom_max: int = NYSTROM_MAX, cache: 
         print(f"{name}: true eigenvalues {np.array2string(true_mu, precision=3)}", flush=True)
         for size in sizes:
             X = X_all[:size]
-            if size <= nystrom_max and not any(f[:4] == (name, size, "Nyström", 0) for f in finished):
+            for method, solver in (("Nyström", "eigh"), (LANCZOS, "lanczos")):
+                if (solver == "eigh" and size > nystrom_max) or any(f[:4] == (name, size, method, 0) for f in finished):
+                    continue
                 start = time.perf_counter()
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", RuntimeWarning)  # rank-5 polynomial kernel: zero eigenvalues
-                    nystrom = Nystrom(NUM_EIGENPAIRS).fit(X, kernel)
-                row = dict(kernel=name, N=size, method="Nyström", steps=0, seconds=time.perf_counter() - start)
+                    nystrom = Nystrom(NUM_EIGENPAIRS, solver=solver).fit(X, kernel)
+                row = dict(kernel=name, N=size, method=method, steps=0, seconds=time.perf_counter() - start)
                 row.update(pair_errors(nystrom.eigenvalues.numpy(), nystrom(grid).numpy(), true_mu, true_psi))
                 del nystrom
                 record(row)
@@ -168,11 +174,23 @@ def _count(values, test) -> str:
     return f"{sum(test(v) for v in values)}/{len(values)}"
 
 
+def _load_note(results) -> str:
+    loads = [r["load_average"] for r in results if "load_average" in r]
+    if len(loads) < len(results):
+        return ("rows without a recorded load were taken with other jobs running (load 8–14), so their times are inflated "
+                "and noisy; compare ratios within one run" + (f"; the others at load {min(loads):.1f}–{max(loads):.1f}" if loads else ""))
+    return f"1-minute load average {min(loads):.1f}–{max(loads):.1f} when the rows finished"
+
+
+def _label(row) -> str:
+    return row["method"] if row["method"] != "NeuralEF" else f"NeuralEF, {row['steps']} steps"
+
+
 def report(results, sizes, steps: int, nystrom_max: int) -> str:
     """The Markdown section from the result rows of :func:`run`."""
     rows = []
-    for r in sorted(results, key=lambda r: (KERNELS.index(r["kernel"]), r["N"], r["method"] != "Nyström", -r["steps"])):
-        label = r["method"] if r["method"] == "Nyström" else f"NeuralEF, {r['steps']} steps"
+    for r in sorted(results, key=lambda r: (KERNELS.index(r["kernel"]), r["N"], r["method"] != "Nyström", r["method"] != LANCZOS, -r["steps"])):
+        label = _label(r)
         ritz = f" (Ritz {r['seconds'] - r['training_seconds']:.1f})" if "training_seconds" in r else ""
         before = ""
         if "minibatch" in r:
@@ -187,7 +205,7 @@ def report(results, sizes, steps: int, nystrom_max: int) -> str:
         lines = []
         for r in results:
             if r["kernel"] == name and r["N"] == size:
-                label = r["method"] if r["method"] == "Nyström" else f"NeuralEF, {r['steps']} steps"
+                label = _label(r)
                 lines.append(f"| {label} | relative error | " + " | ".join(f"{e:.3f}" for e in r["relative_errors"]) + " |")
                 lines.append(f"| {label} | overlap | " + " | ".join(f"{o:.3f}" for o in r["overlaps"]) + " |")
                 if "minibatch" in r:
@@ -224,16 +242,21 @@ def report(results, sizes, steps: int, nystrom_max: int) -> str:
             for name in KERNELS:
                 base, nef = seconds(name, "Nyström", size), seconds(name, "NeuralEF", size)
                 if base is not None and nef is not None:
-                    notes.append(f"- {name}, N = {size:,}: NeuralEF / Nyström time = {nef / base:.2f}.")
+                    notes.append(f"- {name}, N = {size:,}: NeuralEF / Nyström (full eigh) time = {nef / base:.2f}.")
+    for size in sorted({r["N"] for r in results if r["method"] == LANCZOS}):
+        for name in KERNELS:
+            base, nef = seconds(name, LANCZOS, size), seconds(name, "NeuralEF", size)
+            if base is not None and nef is not None:
+                notes.append(f"- {name}, N = {size:,}: NeuralEF / Nyström (Lanczos, top {NUM_EIGENPAIRS}) time = {nef / base:.2f}.")
     return f"""## NeuralEF against Nyström (issues 4, 16)
 
 Command: `nice -n 15 python -m benchmarks.neuralef_vs_nystrom --sizes {' '.join(map(str, sizes))} --steps {steps} --nystrom-max {nystrom_max}`
 (NeuralEF paper §4.1 set-up: (x x' + 1.5)^4 on U[−1, 1] and exp(−|x − x'|²/2) on U[−2, 2], k = {NUM_EIGENPAIRS}.
-Nyström = full eigendecomposition of the N × N Gram matrix. NeuralEF = {NUM_EIGENPAIRS} + {OVERSAMPLING} MLPs of width 32 (sin/cos), batch 256,
+Nyström = full eigendecomposition of the N × N Gram matrix (LAPACK eigh); "Nyström, Lanczos" = the same estimate with only
+the top k eigenpairs by ARPACK (`Nystrom(k, solver="lanczos")`, the default from N = 3,000). NeuralEF = {NUM_EIGENPAIRS} + {OVERSAMPLING} MLPs of width 32 (sin/cos), batch 256,
 Adam 1e-3 with cosine annealing over {steps} steps, the paper's estimator (eq. 15), then the Rayleigh–Ritz step over all N points.
 Truth = Gauss–Legendre quadrature of the operator ({QUADRATURE_NODES} nodes); overlaps |⟨ψ̂_j, ψ_j⟩| on 4001 grid points. Only pairs with
-μ_j > 1e-8 μ_1 count: the polynomial kernel has rank 5 in 1-D. float64 on 2 CPU cores **shared with other jobs** (load 8–14 during
-the run), so the times are inflated and noisy; the ratios in one run are what to compare.)
+μ_j > 1e-8 μ_1 count: the polynomial kernel has rank 5 in 1-D. float64 on 2 CPU cores; {_load_note(results)})
 
 | kernel | N | method | fit time (s) | max rel. eigenvalue error | eigenvalues within 10 % | min overlap | overlaps ≥ 0.95 | NeuralEF without the Ritz step: within 10 %, overlaps ≥ 0.95 |
 |---|---|---|---|---|---|---|---|---|

@@ -92,6 +92,28 @@ def test_nystrom_orthonormal_and_eigen_equation_on_landmarks(sphere_problem):
     np.testing.assert_allclose(np.abs(from_gram(np.arange(10)).numpy()), np.abs(psi[:10]), atol=1e-8)
 
 
+def test_lanczos_solver_matches_lapack_top_eigenpairs():
+    """The Lanczos solver (ARPACK) against scipy.linalg.eigh's LAPACK subset driver on the same Gram
+    matrix: the top-k eigenvalues, and each eigenvector up to sign (the top 6 SE eigenvalues on a
+    1-D uniform sample are simple)."""
+    import scipy.linalg
+
+    gpflow.config.set_default_float(np.float64)
+    kernel = gpflow.kernels.SquaredExponential(lengthscales=0.7)
+    X = np.random.default_rng(3).uniform(-2, 2, (600, 1))
+    N, k = len(X), 6
+    lanczos = Nystrom(k, solver="lanczos").fit(X, kernel)
+    G = kernel(tf.constant(X)).numpy()
+    lam, U = scipy.linalg.eigh(G, subset_by_index=[N - k, N - 1], driver="evr")
+    np.testing.assert_allclose(lanczos.eigenvalues.numpy(), lam[::-1] / N, rtol=1e-9)
+    psi = lanczos(X).numpy()
+    for j in range(k):
+        u = U[:, -1 - j] * np.sqrt(N)
+        assert min(np.abs(psi[:, j] - u).max(), np.abs(psi[:, j] + u).max()) < 1e-6
+    with pytest.raises(ValueError, match="unknown Nyström solver 'qr'"):
+        Nystrom(k, solver="qr")
+
+
 def _mean_absolute_error(approximation, kernel, X_test):
     Phi = approximation.features(X_test).numpy()
     return np.abs(kernel(tf.constant(X_test)).numpy() - Phi @ Phi.T).mean()

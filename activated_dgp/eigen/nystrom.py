@@ -37,6 +37,40 @@ __all__ = ["Nystrom"]
 # relative size (to λ_max) below which an eigenvalue of G counts as round-off
 _ROUND_OFF = 1e-10
 
+SOLVERS = ("auto", "eigh", "lanczos")
+# "auto" uses Lanczos from this many landmarks on, when k is at most a tenth of N
+_LANCZOS_FROM = 3000
+
+
+def _resolve_solver(solver: str, num_landmarks: int, num_eigenpairs: int) -> str:
+    if solver not in SOLVERS:
+        raise ValueError(f"unknown Nyström solver {solver!r}; choose one of {SOLVERS}")
+    if solver == "auto":
+        lanczos = num_landmarks >= _LANCZOS_FROM and 10 * num_eigenpairs <= num_landmarks
+        return "lanczos" if lanczos else "eigh"
+    return solver
+
+
+def _top_eigenpairs(G: np.ndarray, k: int, solver: str):
+    """The k largest eigenpairs (λ [k] descending, U [N, k]) of the symmetric G, and the smallest
+    eigenvalue when the solver computes it (``None`` for Lanczos).
+
+    "eigh": LAPACK's full symmetric eigendecomposition, O(N³) time, every eigenvalue (so the PSD check
+    sees the smallest). "lanczos": ARPACK's implicitly restarted Lanczos (scipy.sparse.linalg.eigsh)
+    on the dense G, O(N² k) per restart, only the top k; its start vector is seeded, so fits are
+    reproducible.
+    """
+    if solver == "eigh":
+        eigenvalues, U = np.linalg.eigh(G)  # ascending
+        top = np.argsort(eigenvalues)[::-1][:k]
+        return eigenvalues[top], U[:, top], eigenvalues[0]
+    from scipy.sparse.linalg import eigsh
+
+    start = np.random.default_rng(0).standard_normal(G.shape[0])
+    eigenvalues, U = eigsh(G, k=k, which="LA", v0=start)
+    top = np.argsort(eigenvalues)[::-1]
+    return eigenvalues[top], U[:, top], None
+
 
 def _check_inputs(X, source: KernelSource) -> np.ndarray:
     """X as a float64 matrix [N, D] (:func:`as_float64_matrix`), or as indices [N] for a PrecomputedGram."""
@@ -53,10 +87,15 @@ class Nystrom(EigenApproximation):
     :param kernel: optional, anything :func:`as_kernel_source` accepts (a gpflow kernel, a square
         Gram matrix, a :class:`KernelSource`); may instead be given to ``fit``. Needed here when
         restoring a checkpoint into a fresh object.
+    :param solver: "eigh" (full LAPACK eigendecomposition, O(N³)), "lanczos" (top k only by ARPACK,
+        O(N² k) per restart; no check of the smallest eigenvalue) or "auto" (Lanczos from N = 3,000
+        landmarks when k ≤ N / 10, else eigh). Both give the same eigenpairs to round-off.
     """
 
-    def __init__(self, num_eigenpairs: int, kernel=None, name: Optional[str] = None):
+    def __init__(self, num_eigenpairs: int, kernel=None, name: Optional[str] = None, solver: str = "auto"):
         super().__init__(num_eigenpairs, name=name)
+        _resolve_solver(solver, 1, 1)  # unknown names fail here, not at fit
+        self.solver = solver
         self._source: Optional[KernelSource] = None
         self.kernel = None  # the gpflow kernel, when there is one (tracked: its parameters are saved)
         if kernel is not None:
@@ -106,18 +145,18 @@ class Nystrom(EigenApproximation):
         if not np.all(np.isfinite(G)):
             raise ValueError("the Gram matrix contains NaN or inf")
         G = 0.5 * (G + G.T)
-        eigenvalues, U = np.linalg.eigh(G)  # ascending
-        scale = max(np.abs(eigenvalues).max(), np.finfo(np.float64).tiny)
+        lam, U, smallest = _top_eigenpairs(G, k, _resolve_solver(self.solver, N, k))
+        scale = max(np.abs(lam).max(), np.finfo(np.float64).tiny)
+        if smallest is not None:
+            scale = max(scale, abs(smallest))
         tolerance = _ROUND_OFF * scale * max(1.0, np.sqrt(N))
-        if eigenvalues[0] < -tolerance:
+        if smallest is not None and smallest < -tolerance:
             warnings.warn(
                 f"the Gram matrix is not positive semi-definite beyond round-off: smallest eigenvalue "
-                f"{eigenvalues[0]:.3e} (largest {eigenvalues[-1]:.3e}); is the kernel PSD?",
+                f"{smallest:.3e} (largest {lam[0]:.3e}); is the kernel PSD?",
                 RuntimeWarning,
                 stacklevel=2,
             )
-        top = np.argsort(eigenvalues)[::-1][:k]
-        lam, U = eigenvalues[top], U[:, top]
         # fix the sign of each eigenvector (largest-magnitude entry positive) for reproducibility
         signs = np.sign(U[np.argmax(np.abs(U), axis=0), np.arange(k)])
         U = U * np.where(signs == 0, 1.0, signs)[None, :]
