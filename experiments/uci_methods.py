@@ -22,10 +22,12 @@ the ADGP is initialised from, [ActivatedLayer(128, zonal Softplus), Dense(D, no 
 
 * ``nn`` — the twin on MSE; predictive N(f(x), σ²) with σ² = its MSE on the data it trained on. It *is*
   the ADGP's initialisation (one cached fit per split serves NN, NN+TS, ensemble member 0 and ADGP).
-* ``dropout`` — the twin with Dropout(0.1) after every activated layer, active at test time (MC dropout,
-  Gal & Ghahramani 2016): a mixture over ``mc_samples`` passes, each N(f_t(x), 1/τ), with the model
-  precision τ chosen to maximise the validation log-likelihood of that mixture (their eq. 8 and protocol;
-  fixed-step budgets: 1/τ = training MSE of the MC mean).
+* ``dropout`` — the twin with Dropout(p) after every activated layer, active at test time (MC dropout,
+  Gal & Ghahramani 2016): a mixture over ``mc_samples`` passes, each N(f_t(x), 1/τ). As in their
+  protocol, the dropout rate p ∈ {0.005, 0.01, 0.05, 0.1} and the model precision τ are chosen on the
+  validation part: one network per rate, τ maximising that network's validation log-likelihood of the
+  mixture (their eq. 8), and the rate whose network scores best. Fixed-step budgets (no validation
+  part): p = 0.1 and 1/τ = training MSE of the MC mean.
 * ``ensemble`` — 5 twins from different seeds (member 0 is ``nn``'s network); mixture of N(f_k(x), σ_k²),
   σ_k² = member k's training MSE.
 * ``nn_ts`` — temperature scaling for regression (Guo et al. 2017 [51] adapted): the NN's network;
@@ -66,7 +68,8 @@ from activated_dgp.prediction import sample_layers
 NUM_LAYERS = 3
 NUM_UNITS = 128
 BATCH_SIZE = 128
-DROPOUT_RATE = 0.1
+DROPOUT_RATE = 0.1  # fixed-step budgets, which have no validation part to choose it on
+DROPOUT_RATES = (0.005, 0.01, 0.05, 0.1)  # Gal & Ghahramani's grid, chosen on the validation part
 ENSEMBLE_SIZE = 5
 VALIDATION_FRACTION = 0.1
 PREDICT_BATCH = 256
@@ -193,14 +196,14 @@ def build_plain_network(input_dim: int, seed: int) -> tf_keras.Sequential:
 _NETWORK_CACHE: Dict[tuple, tuple] = {}
 
 
-def _fit_network(kind: str, data: SplitData, budget: Budget, seed: int) -> Tuple[tf_keras.Model, Dict]:
+def _fit_network(kind: str, data: SplitData, budget: Budget, seed: int, dropout_rate: float = DROPOUT_RATE) -> Tuple[tf_keras.Model, Dict]:
     """The ``kind`` ("twin", "plain" or "dropout") network trained on MSE on the fit part, with early
     stopping on the validation part for a converged budget; seeded like stage 1 of ``train_two_stage``.
 
     The fits of the current split are cached (weights and history), so NN, ensemble member 0, NN+TS and
     ADGP of one split share one network instead of training the same seeded network again."""
     (X, y), validation = _fit_parts(data, budget)
-    key = (kind, seed, budget.key(), X.shape, float(np.sum(X)), float(np.sum(y)))
+    key = (kind if kind != "dropout" else f"dropout{dropout_rate}", seed, budget.key(), X.shape, float(np.sum(X)), float(np.sum(y)))
     tf.random.set_seed(seed)
     input_dim = X.shape[1]
     if kind == "plain":
@@ -208,7 +211,7 @@ def _fit_network(kind: str, data: SplitData, budget: Budget, seed: int) -> Tuple
     else:
         network = build_activated_nn(input_dim, num_layers=NUM_LAYERS, num_units=NUM_UNITS, lengthscales=twin_lengthscales(input_dim), seed=seed)
         if kind == "dropout":
-            network = with_dropout(network, DROPOUT_RATE, seed=seed)
+            network = with_dropout(network, dropout_rate, seed=seed)
     network(X[:1])
     if key in _NETWORK_CACHE:
         weights, history = _NETWORK_CACHE[key]
@@ -275,19 +278,32 @@ def mixture_noise_variance(means: np.ndarray, y: np.ndarray) -> float:
 
 
 def predict_dropout(data: SplitData, budget: Budget) -> Prediction:
-    network, history = _fit_network("dropout", data, budget, data.seed)
     (X, y), validation = _fit_parts(data, budget)
 
-    def mc_means(inputs):  # [T, N] passes with dropout on
+    def mc_means(network, inputs):  # [T, N] passes with dropout on
         return np.stack([_batched(lambda b: network(b, training=True).numpy(), inputs)[:, 0] for _ in range(budget.mc_samples)])
 
-    if validation is not None:
-        noise = mixture_noise_variance(mc_means(validation[0]), validation[1][:, 0])
-    else:  # fixed-step budgets: the training MSE of the MC-mean prediction
+    if validation is None:  # fixed-step budgets: p = 0.1, 1/τ = the training MSE of the MC-mean prediction
+        network, history = _fit_network("dropout", data, budget, data.seed)
         rows = np.random.default_rng(data.seed).permutation(len(X))[:2000]
-        noise = float(max(np.mean((mc_means(X[rows]).mean(0) - y[rows, 0]) ** 2), 1e-8))
-    means = mc_means(data.X_test)
-    return means, np.full_like(means, noise), {"noise_variance": noise, "tau": 1.0 / noise, "network": history}
+        noise = float(max(np.mean((mc_means(network, X[rows]).mean(0) - y[rows, 0]) ** 2), 1e-8))
+        means = mc_means(network, data.X_test)
+        return means, np.full_like(means, noise), {"noise_variance": noise, "tau": 1.0 / noise, "network": history, "dropout_rate": DROPOUT_RATE}
+
+    from activated_dgp.metrics import gaussian_mixture_log_density
+
+    candidates = []
+    for rate in DROPOUT_RATES:
+        network, history = _fit_network("dropout", data, budget, data.seed, dropout_rate=rate)
+        validation_means = mc_means(network, validation[0])
+        noise = mixture_noise_variance(validation_means, validation[1][:, 0])
+        score = float(np.mean(gaussian_mixture_log_density(validation[1][:, 0], validation_means, np.full_like(validation_means, noise))))
+        candidates.append((score, rate, noise, history, mc_means(network, data.X_test)))
+    score, rate, noise, history, means = max(candidates, key=lambda candidate: candidate[0])
+    return means, np.full_like(means, noise), {
+        "noise_variance": noise, "tau": 1.0 / noise, "network": history, "dropout_rate": rate,
+        "validation_log_likelihood": {str(c[1]): c[0] for c in candidates},
+    }
 
 
 def predict_ensemble(data: SplitData, budget: Budget) -> Prediction:

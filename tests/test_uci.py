@@ -216,6 +216,10 @@ def test_converged_protocol_records_steps_and_shares_the_network(tmp_path):
     assert records["nn_ts"]["rmse"] == pytest.approx(records["nn"]["rmse"], rel=1e-9)
     assert records["adgp"]["extra"]["options"] == {"kernel_variance": "validation", "noise_variance": "validation"}
     assert records["dropout"]["extra"]["tau"] > 0
+    # MC dropout's rate: Gal & Ghahramani's grid, the one whose network scores best on the validation part
+    scores = records["dropout"]["extra"]["validation_log_likelihood"]
+    assert sorted(map(float, scores)) == [0.005, 0.01, 0.05, 0.1]
+    assert records["dropout"]["extra"]["dropout_rate"] == float(max(scores, key=scores.get))
 
 
 def test_dropout_precision_maximises_the_validation_likelihood():
