@@ -6,7 +6,8 @@ from .blocks import ActivatedBasis, KernelCenters, KernelGram
 from .centers import CENTER_METHODS, choose_centers
 from .eigenpro2 import EigenPro2, EigenPro2Solver
 from .eigenpro3 import PROJECTIONS, UPDATES, EigenPro3, ExactProjection
-from .preconditioner import Preconditioner, fit_nystrom, step_schedule
+from .preconditioner import Preconditioner, batch_step, fit_nystrom, step_schedule
+from .span import SpanEigenfunctions
 
 __all__ = [
     "EigenPro2",
@@ -16,6 +17,8 @@ __all__ = [
     "Preconditioner",
     "fit_nystrom",
     "step_schedule",
+    "batch_step",
+    "SpanEigenfunctions",
     "KernelCenters",
     "ActivatedBasis",
     "KernelGram",

@@ -148,6 +148,8 @@ class KernelCenters(_Basis):
 
     def eigenfunction_products(self, approximation, q: int) -> tf.Tensor:
         """⟨b_j, √μ_i ψ_i⟩_H / √μ_i = ψ_i(z_j) [p, q] (reproducing property), in blocks."""
+        if hasattr(approximation, "basis_products"):  # Ritz functions inside this span (span.py)
+            return approximation.basis_products(q)
         return tf.concat([approximation(self.centers[a:b])[:, :q] for a, b in self._column_blocks()], axis=0)
 
 
@@ -177,11 +179,14 @@ class ActivatedBasis(_Basis):
         return tf.gather(tf.linalg.diag_part(self._kuu), rows)
 
     def eigenfunction_products(self, approximation, q: int) -> tf.Tensor:
-        """⟨g̃_m, ψ_i⟩_H [M, q]. Known in closed form only for a Nyström ψ_i = K(·, X_s) C_i, where it
-        is g̃_m(X_s) C_i; other approximations' ψ_i have no computable H inner product with g̃_m."""
+        """⟨g̃_m, ψ_i⟩_H [M, q]. Known in closed form for a Nyström ψ_i = K(·, X_s) C_i, where it is
+        g̃_m(X_s) C_i, and for Ritz functions inside span{g̃} (``preconditioner="span"``); other
+        approximations' ψ_i have no computable H inner product with g̃_m."""
+        if hasattr(approximation, "basis_products"):  # Ritz functions inside this span (span.py)
+            return approximation.basis_products(q)
         if not isinstance(approximation, Nystrom):
             raise ValueError(
-                "activated features need a Nystrom preconditioner: the H inner product ⟨g̃_m, ψ_i⟩ of "
+                "activated features need a Nystrom or span preconditioner: the H inner product ⟨g̃_m, ψ_i⟩ of "
                 f"{type(approximation).__name__} eigenfunctions is not computable"
             )
         landmarks = approximation.landmarks

