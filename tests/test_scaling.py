@@ -189,3 +189,38 @@ def test_two_workers_match_one_worker(tmp_path):
     reference = _reference()
     _finish(processes, timeout=400)
     _assert_same(dict(np.load(tmp_path / "workers.npz")), reference)
+
+
+def test_batch_predictor_one_layer_is_the_closed_form():
+    # one layer: no sampling, so every sample is the exact Gaussian predictive N(y | μ(x), σ²(x) + σ_n²)
+    from scipy.stats import norm
+
+    from activated_dgp import BatchPredictor
+
+    X, Y = _problem(num_data=50)
+    dgp = _dgp(len(X))
+    dgp.f_layers[0].q_mu.assign(np.random.default_rng(2).standard_normal((8, 1)))
+    f_mean, f_var = (t.numpy() for t in dgp.f_layers[0].predict(X))
+    noise = dgp.likelihood_layer.likelihood.variance.numpy()
+    predictor = BatchPredictor(dgp, num_samples=4, batch_size=16)
+    mean, var = predictor.predict_y(X)
+    np.testing.assert_allclose(mean, f_mean, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(var, f_var + noise, rtol=1e-10)
+    np.testing.assert_allclose(predictor.predictive_log_density(X, Y), norm.logpdf(Y, f_mean, np.sqrt(f_var + noise))[:, 0], rtol=1e-10)
+    with pytest.raises(ValueError, match=r"NaN or inf in rows \[20\]"):
+        predictor.predict_y(np.where(np.arange(50)[:, None] == 20, np.nan, X))
+
+
+def test_batch_predictor_agrees_with_eager_monte_carlo():
+    # two layers: the batched stateless estimate and the eager one are independent Monte Carlo estimates
+    from activated_dgp import BatchPredictor, predict_y
+
+    X, _ = _problem(num_data=6)
+    dgp = _dgp(len(X), layers=2)
+    for layer in dgp.f_layers:
+        layer.q_sqrt.assign(0.3 * layer.q_sqrt.numpy() / 1e-5)
+    samples = 4000
+    mean, var = BatchPredictor(dgp, num_samples=samples, batch_size=4).predict_y(X, seed=1)
+    eager_mean, eager_var = predict_y(dgp, X, samples, seed=2)
+    np.testing.assert_allclose(mean, eager_mean, atol=5 * np.sqrt(2 * var.max() / samples))
+    np.testing.assert_allclose(var, eager_var, rtol=0.15)
