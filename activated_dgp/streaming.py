@@ -97,8 +97,8 @@ class ArraySource(_BlockSource):
     in blocks of ``block_rows`` consecutive rows; only the rows of one window are ever in memory."""
 
     def __init__(self, X, Y, block_rows: int = 8192):
-        X = X if isinstance(X, np.ndarray) else np.asarray(X)
-        Y = Y if isinstance(Y, np.ndarray) else np.asarray(Y)
+        X = X if hasattr(X, "shape") else np.asarray(X)
+        Y = Y if hasattr(Y, "shape") else np.asarray(Y)
         if X.ndim != 2 or Y.ndim != 2 or X.shape[0] != Y.shape[0]:
             raise ValueError(f"X must be [N, D] and Y [N, P] with the same N, got {X.shape} and {Y.shape}")
         if len(X) == 0:
@@ -111,11 +111,9 @@ class ArraySource(_BlockSource):
 
     @classmethod
     def from_npy(cls, x_path, y_path, block_rows: int = 8192) -> "ArraySource":
-        """Memory-mapped ``.npy`` files (written e.g. with ``np.lib.format.open_memmap``)."""
-        for path in (x_path, y_path):
-            if not Path(path).is_file():
-                raise FileNotFoundError(f"no such .npy file: {path}")
-        return cls(np.load(x_path, mmap_mode="r"), np.load(y_path, mmap_mode="r"), block_rows)
+        """Two ``.npy`` files (written e.g. with ``np.lib.format.open_memmap``), read block by block with
+        plain file reads: unlike a memmap, whose touched pages stay resident, the RSS stays O(window)."""
+        return cls(NpyRows(x_path), NpyRows(y_path), block_rows)
 
     def read_block(self, index: int) -> Tuple[np.ndarray, np.ndarray]:
         start = index * self.block_rows
@@ -123,6 +121,31 @@ class ArraySource(_BlockSource):
         Y = np.asarray(self.Y[start : start + self.block_rows], dtype=np.float64)
         _finite_rows(X, Y, start, "the data")
         return X, Y
+
+
+class NpyRows:
+    """Rows of a 2-D C-ordered ``.npy`` file read on demand (``rows[start:stop]`` → ndarray); ``shape``, ``ndim``."""
+
+    def __init__(self, path):
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise FileNotFoundError(f"no such .npy file: {path}")
+        with open(self.path, "rb") as handle:
+            version = np.lib.format.read_magic(handle)
+            shape, fortran, self.dtype = np.lib.format._read_array_header(handle, version)
+            self.offset = handle.tell()
+        if len(shape) != 2 or fortran:
+            raise ValueError(f"{path} must hold a C-ordered matrix [N, D], got shape {shape}{' (Fortran order)' if fortran else ''}")
+        self.shape, self.ndim = tuple(shape), 2
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, rows: slice) -> np.ndarray:
+        start, stop, _ = rows.indices(self.shape[0])
+        count = max(stop - start, 0) * self.shape[1]
+        offset = self.offset + start * self.shape[1] * self.dtype.itemsize
+        return np.fromfile(self.path, dtype=self.dtype, count=count, offset=offset).reshape(-1, self.shape[1])
 
 
 class CsvSource(_BlockSource):
