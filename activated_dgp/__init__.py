@@ -21,6 +21,8 @@ from .models import LIKELIHOODS, build_activated_dgp
 from .nn import ActivatedLayer, build_activated_nn
 from .persistence import DGPCheckpoint, load_dgp, load_network, load_optimizer, load_state, save_dgp, save_network
 from .prediction import layer_moments, predict_class_probabilities, predict_y, predictive_log_density, propagate_means
+from .batch_prediction import BatchPredictor
+from .streaming import ArraySource, CsvSource
 from .training import TrainingSchedule, TwoStageResult, evaluate_elbo, train_dgp, train_network, train_two_stage
 from .spectra import (
     ACTIVATIONS,
@@ -53,6 +55,9 @@ __all__ = [
     "evaluate_elbo",
     "TrainingSchedule",
     "TwoStageResult",
+    "ArraySource",
+    "BatchPredictor",
+    "CsvSource",
     "propagate_means",
     "layer_moments",
     "predictive_log_density",

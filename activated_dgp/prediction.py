@@ -37,8 +37,14 @@ def sample_layers(dgp: gpflux.models.DeepGP, X, num_samples: int, seed: Optional
     Gaussian moments given each sample, mean and variance [S, N, P_L]."""
     if num_samples < 1:
         raise ValueError(f"num_samples must be ≥ 1, got {num_samples}")
-    X = tf.convert_to_tensor(X)
     generator = tf.random.Generator.from_seed(seed) if seed is not None else tf.random.get_global_generator()
+    return propagate_samples(dgp, X, num_samples, lambda layer, shape, dtype: generator.normal(shape, dtype=dtype))
+
+
+def propagate_samples(dgp: gpflux.models.DeepGP, X, num_samples: int, normal) -> Tuple[List[tf.Tensor], tf.Tensor, tf.Tensor]:
+    """:func:`sample_layers` with the standard normal draws given: ``normal(layer_index, shape, dtype)``
+    (e.g. stateless, for a compiled function). Memory O(num_samples · N · max(M_ℓ, P_ℓ))."""
+    X = tf.convert_to_tensor(X)
     batch_shape = tf.stack([num_samples, tf.shape(X)[0]])
 
     def moments(layer, hidden):
@@ -48,9 +54,9 @@ def sample_layers(dgp: gpflux.models.DeepGP, X, num_samples: int, seed: Optional
         return layer.predict(tf.reshape(hidden, [-1, hidden.shape[-1]]), full_cov=False, full_output_cov=False)
 
     hidden, samples = None, []
-    for layer in dgp.f_layers[:-1]:
+    for index, layer in enumerate(dgp.f_layers[:-1]):
         mean, var = moments(layer, hidden)
-        draw = mean + tf.sqrt(var) * generator.normal(tf.shape(mean), dtype=mean.dtype)
+        draw = mean + tf.sqrt(var) * normal(index, tf.shape(mean), mean.dtype)
         hidden = tf.reshape(draw, tf.concat([batch_shape, [draw.shape[-1]]], 0))
         samples.append(hidden)
     mean, var = moments(dgp.f_layers[-1], hidden)

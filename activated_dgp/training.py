@@ -4,6 +4,7 @@ MSE or cross-entropy, convert it to an activated DGP, then optimise the ELBO ove
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 from dataclasses import dataclass, field
@@ -16,7 +17,9 @@ import tensorflow as tf
 import tf_keras
 
 from .conversion import dgp_from_keras, rescale_kernel_variance, select_kernel_variances
+from .distributed import check_global_batch, copy_values, distributed_dataset, replicate
 from .models import make_likelihood
+from .streaming import ArraySource, CsvSource, DatasetSource, as_source, data_errors, global_batches
 from .nn import build_activated_nn
 from .spectra import Activation
 
@@ -43,7 +46,12 @@ class TrainingSchedule:
     Early stopping: given validation data and ``patience``, a fit stops once the validation score (the
     loss for a network, the NLPD for a DGP) has not improved for ``patience`` checks, one check every
     ``validation_every`` epochs, and the parameters of the best check are restored; ``epochs`` is
-    then the cap."""
+    then the cap.
+
+    ``jit_compile``: compile the DGP's ELBO step (forward, gradient, Adam update) with XLA through
+    Keras' ``compile(jit_compile=True)``. Off by default: on CPU, XLA's own Cholesky and triangular
+    solves are far slower than LAPACK's (docs/scaling.md), while the Clenshaw sums of Kuf/Kuu are
+    XLA-compiled either way."""
 
     epochs: int = 100
     batch_size: int = 128
@@ -54,6 +62,7 @@ class TrainingSchedule:
     verbose: int = 0
     patience: Optional[int] = None
     validation_every: int = 1
+    jit_compile: bool = False  # XLA-compile the whole ELBO step (see docs/scaling.md: slower on CPU)
 
     @classmethod
     def for_steps(
@@ -225,13 +234,16 @@ def _validation_nlpd(dgp: gpflux.models.DeepGP, X_val, Y_val, num_samples: int, 
 def train_dgp(
     dgp: gpflux.models.DeepGP,
     X,
-    Y,
+    Y=None,
     schedule: Optional[TrainingSchedule] = None,
     *,
     validation_data=None,
     validation_samples: int = 16,
     warmup_steps: int = 0,
     callbacks: Sequence[tf_keras.callbacks.Callback] = (),
+    strategy: Optional[tf.distribute.Strategy] = None,
+    num_data: Optional[int] = None,
+    seed: int = 0,
 ) -> dict:
     """Stage 2: maximise the ELBO over the DGP's parameters (gpflux's keras training model).
 
@@ -243,9 +255,66 @@ def train_dgp(
         many steps, holding the inducing directions W and the lengthscales fixed; then everything.
         Early stopping covers the second phase (its first check is the state after the warm-up).
     :param callbacks: more tf-keras callbacks for the (second-phase) fit, e.g. progress or diagnostics.
+
+    Data beyond memory (:mod:`activated_dgp.streaming`): ``X`` may also be a ``tf.data.Dataset`` of
+    (x, y) pairs (``Y`` None, ``num_data`` = its true N), an ``ArraySource`` / ``CsvSource``, or a
+    ``np.memmap`` pair; these stream in global batches shuffled with ``seed``, in constant memory. The
+    ELBO is always scaled by the model's ``num_data``, which must equal the data's N.
+
+    :param strategy: a ``tf.distribute.Strategy`` (MirroredStrategy, MultiWorkerMirroredStrategy):
+        data-parallel training of a mirrored copy of ``dgp``, written back at the end; the global batch
+        ``schedule.batch_size`` is split equally over the replicas (:mod:`activated_dgp.distributed`
+        explains the loss scaling). ``dgp`` itself may be built outside the strategy's scope.
     """
     schedule = schedule or TrainingSchedule()
-    X, Y = _check_data(X, Y)
+    if strategy is not None:
+        check_global_batch(schedule.batch_size, strategy)
+    data = _training_data(dgp, X, Y, num_data, strategy)
+    if strategy is not None:
+        if warmup_steps > 0:
+            raise ValueError("warmup_steps is not supported with a strategy (trainable flags of mirrored variables)")
+        replica = replicate(dgp, strategy)
+        record = _train_dgp(replica, data, schedule, validation_data, validation_samples, 0, callbacks, strategy, seed)
+        copy_values(replica, dgp)
+        return record
+    return _train_dgp(dgp, data, schedule, validation_data, validation_samples, warmup_steps, callbacks, None, seed)
+
+
+def _training_data(dgp, X, Y, num_data, strategy):
+    """(X, Y) checked arrays for the original in-memory path, or a streaming source."""
+    streaming = isinstance(X, (tf.data.Dataset, ArraySource, CsvSource, DatasetSource, np.memmap)) or strategy is not None
+    if not streaming:
+        if num_data is not None and num_data != len(X):
+            raise ValueError(f"num_data is {num_data} but X has {len(X)} rows")
+        return _check_data(X, Y)
+    source = as_source(
+        X, Y, num_data=num_data if num_data is not None else (dgp.num_data if isinstance(X, tf.data.Dataset) else None),
+        input_dim=_input_dim(dgp),
+    )
+    if dgp.num_data is not None and source.num_data != dgp.num_data:
+        raise ValueError(
+            f"the data have N = {source.num_data} rows but the DGP was built with num_data = {dgp.num_data}; "
+            "the ELBO must be scaled by the true N"
+        )
+    return source
+
+
+def _input_dim(dgp) -> Optional[int]:
+    """D of the first layer's inputs when the kernel or inducing points say it (else None)."""
+    layer = dgp.f_layers[0]
+    kernel = getattr(layer.kernel, "kernel", layer.kernel)
+    if isinstance(getattr(kernel, "input_dim", None), int):
+        return kernel.input_dim
+    inducing = getattr(layer.inducing_variable, "inducing_variable", layer.inducing_variable)
+    Z = getattr(inducing, "Z", None)
+    return int(Z.shape[-1]) if Z is not None else None
+
+
+def _num_rows(data) -> int:
+    return len(data[0]) if isinstance(data, tuple) else data.num_data
+
+
+def _train_dgp(dgp, data, schedule, validation_data, validation_samples, warmup_steps, callbacks, strategy, seed) -> dict:
     record: dict = {}
     if warmup_steps > 0:
         frozen = [layer.inducing_variable for layer in dgp.f_layers]
@@ -253,8 +322,8 @@ def train_dgp(
         states = [[v.trainable for v in module.variables] for module in frozen]
         for module in frozen:
             gpflow.set_trainable(module, False)
-        warm = TrainingSchedule(**{**schedule.__dict__, "patience": None, "epochs": max(1, math.ceil(warmup_steps / schedule.steps_per_epoch(len(X))))})
-        record["warmup"] = _fit_elbo(dgp, X, Y, warm, None)
+        warm = TrainingSchedule(**{**schedule.__dict__, "patience": None, "epochs": max(1, math.ceil(warmup_steps / schedule.steps_per_epoch(_num_rows(data))))})
+        record["warmup"] = _fit_elbo(dgp, data, warm, None, seed=seed)
         for module, state in zip(frozen, states):
             for variable, flag in zip(module.variables, state):
                 variable._trainable = flag
@@ -262,19 +331,36 @@ def train_dgp(
     if validation_data is not None:
         score = _validation_nlpd(dgp, *_check_data(*validation_data), validation_samples, 0)
     stopper = _early_stopping(schedule, score, dgp)
-    record.update(_fit_elbo(dgp, X, Y, schedule, stopper, callbacks))
+    record.update(_fit_elbo(dgp, data, schedule, stopper, callbacks, strategy=strategy, seed=seed))
     if stopper is not None:
-        record.update(stopper.summary(schedule.steps_per_epoch(len(X))))
+        record.update(stopper.summary(_steps_per_epoch(schedule, data, strategy)))
     return record
 
 
-def _fit_elbo(dgp, X, Y, schedule: TrainingSchedule, stopper: Optional[RestoreBest], extra=()) -> dict:
-    model = dgp.as_training_model()
-    model.compile(tf_keras.optimizers.Adam(schedule.learning_rate))
+def _steps_per_epoch(schedule: TrainingSchedule, data, strategy) -> int:
+    if isinstance(data, tuple):
+        return schedule.steps_per_epoch(len(data[0]))
+    return data.batches_per_epoch(schedule.batch_size, drop_remainder=strategy is not None)
+
+
+def _fit_elbo(dgp, data, schedule: TrainingSchedule, stopper: Optional[RestoreBest], extra=(), *, strategy=None, seed: int = 0) -> dict:
+    """gpflux's keras training model fitted on in-memory arrays (``data`` = (X, Y)) or a streaming
+    source; under ``strategy`` the model and optimiser are built in its scope (``dgp`` must be mirrored)."""
+    with strategy.scope() if strategy is not None else contextlib.nullcontext():
+        model = dgp.as_training_model()
+        model.compile(tf_keras.optimizers.Adam(schedule.learning_rate), jit_compile=schedule.jit_compile)
     callbacks = schedule.callbacks() + list(extra) + ([stopper] if stopper is not None else [])
-    history = model.fit(
-        {"inputs": X, "targets": Y}, batch_size=schedule.batch_size, epochs=schedule.epochs, callbacks=callbacks, verbose=schedule.verbose
-    )
+    fit = dict(epochs=schedule.epochs, callbacks=callbacks, verbose=schedule.verbose)
+    if isinstance(data, tuple):
+        history = model.fit({"inputs": data[0], "targets": data[1]}, batch_size=schedule.batch_size, **fit)
+        return dict(history.history)
+    if strategy is not None:
+        dataset = distributed_dataset(data, schedule.batch_size, strategy, seed)
+    else:
+        batches = global_batches(data, schedule.batch_size, seed=seed)
+        dataset = batches.map(lambda x, y: {"inputs": x, "targets": y}).prefetch(2)
+    with data_errors():
+        history = model.fit(dataset, steps_per_epoch=_steps_per_epoch(schedule, data, strategy), **fit)
     return dict(history.history)
 
 
@@ -334,6 +420,7 @@ def train_two_stage(
     elbo_samples: int = 0,
     network: Optional[tf_keras.Model] = None,
     dgp_callbacks: Sequence[tf_keras.callbacks.Callback] = (),
+    strategy: Optional[tf.distribute.Strategy] = None,
 ) -> TwoStageResult:
     """Network twin → activated DGP → ELBO. Defaults follow appendix E.1 (Adam 0.01, ×0.9 on
     plateau, minibatch 128); every part is overridable. docs/results/stage2.md measures the options.
@@ -360,6 +447,8 @@ def train_two_stage(
     :param elbo_samples: passes of :func:`evaluate_elbo` for ``TwoStageResult.initial_elbo`` (the
         converted DGP's ELBO before stage 2); 0 (the default) skips it, leaving ``initial_elbo`` None —
         it costs that many passes over the whole data.
+    :param strategy: a ``tf.distribute.Strategy`` for stage 2 (:func:`train_dgp`); stage 1, the
+        network twin, trains on one device.
     """
     X, Y = _check_data(X, Y)
     if likelihood in ("softmax", "robustmax"):
@@ -416,7 +505,7 @@ def train_two_stage(
     stop_dgp = dgp_schedule is not None and dgp_schedule.patience is not None
     dgp_history = train_dgp(
         conversion.dgp, X, Y, dgp_schedule, validation_data=validation_data if stop_dgp else None,
-        warmup_steps=warmup_steps, callbacks=dgp_callbacks,
+        warmup_steps=warmup_steps, callbacks=dgp_callbacks, strategy=strategy, seed=seed or 0,
     )
     return TwoStageResult(
         network,

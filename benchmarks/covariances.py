@@ -13,7 +13,11 @@ Peak memory: each operation runs in a fresh subprocess with TensorFlow's BFC all
 what was allocated just before it, is reported. The result tensor itself counts (rounded up to the
 allocator's bin sizes); memory of the XLA compiler and of Python objects does not.
 
+The "[XLA, float64/float32]" rows compile the whole call, Kuf against GPflow's SquaredExponential K(Z, X) of the
+same shape and dtype (the memory floor: one pass over an [M, N] matrix), and their gradients.
+
 Run:  python -m benchmarks.covariances            (writes the "covariances" section of docs/benchmarks.md)
+      python -m benchmarks.covariances --repeats 2 --no-write --only XLA      (a quick check of the XLA rows)
 """
 
 from __future__ import annotations
@@ -31,20 +35,46 @@ import numpy as np  # noqa: E402
 NUM_INDUCING, NUM_DATA, INPUT_DIM, TRUNCATION = 128, 10_000, 8, 20
 
 
-def _problem(seed: int = 0):
+def _problem(seed: int = 0, dtype=np.float64):
+    import dataclasses
+
     import gpflow
     import tensorflow as tf
 
     from activated_dgp import ActivationFeature, ZonalArcCosine
 
     rng = np.random.default_rng(seed)
-    X = tf.Variable(rng.standard_normal((NUM_DATA, INPUT_DIM)))
-    Z = tf.Variable(rng.standard_normal((NUM_INDUCING, INPUT_DIM)))
-    kernel = ZonalArcCosine(input_dim=INPUT_DIM, truncation_level=TRUNCATION)
-    feature = ActivationFeature(rng.standard_normal((NUM_INDUCING, INPUT_DIM + 1)), activation="softplus", truncation_level=TRUNCATION)
-    arccos = gpflow.kernels.ArcCosine(order=1)
-    se = gpflow.kernels.SquaredExponential()
+    with gpflow.config.as_context(dataclasses.replace(gpflow.config.config(), float=dtype)):
+        X = tf.Variable(rng.standard_normal((NUM_DATA, INPUT_DIM)).astype(dtype))
+        Z = tf.Variable(rng.standard_normal((NUM_INDUCING, INPUT_DIM)).astype(dtype))
+        kernel = ZonalArcCosine(input_dim=INPUT_DIM, truncation_level=TRUNCATION)
+        feature = ActivationFeature(rng.standard_normal((NUM_INDUCING, INPUT_DIM + 1)), activation="softplus", truncation_level=TRUNCATION)
+        arccos = gpflow.kernels.ArcCosine(order=1)
+        se = gpflow.kernels.SquaredExponential()
     return tf, gpflow, X, Z, kernel, feature, arccos, se
+
+
+def _gradient(tf, fn, variables):
+    def run():
+        with tf.GradientTape() as tape:
+            value = tf.reduce_sum(fn())
+        return tape.gradient(value, variables)
+
+    return run
+
+
+def xla_operations():
+    """Whole-call XLA (``tf.function(jit_compile=True)``) Kuf against SE K(Z, X), forward and gradient, float64 and float32."""
+    ops = {}
+    for dtype, label in ((np.float64, "float64"), (np.float32, "float32")):
+        tf, gpflow, X, Z, kernel, feature, _, se = _problem(dtype=dtype)
+        kuf = lambda feature=feature, kernel=kernel, X=X: gpflow.covariances.Kuf(feature, kernel, X)  # noqa: E731
+        se_kzx = lambda se=se, Z=Z, X=X: se(Z, X)  # noqa: E731
+        ops[f"activated Kuf [XLA, {label}]"] = kuf
+        ops[f"SquaredExponential K(Z, X) [XLA, {label}]"] = se_kzx
+        ops[f"activated Kuf, grad W and X [XLA, {label}]"] = _gradient(tf, kuf, [feature.W.unconstrained_variable, X])
+        ops[f"SquaredExponential K(Z, X), grad Z and X [XLA, {label}]"] = _gradient(tf, se_kzx, [Z, X])
+    return {name: tf.function(fn, jit_compile=True) for name, fn in ops.items()}
 
 
 def operations():
@@ -54,12 +84,7 @@ def operations():
     W = feature.W.unconstrained_variable
 
     def gradient(fn, variables):
-        def run():
-            with tf.GradientTape() as tape:
-                value = tf.reduce_sum(fn())
-            return tape.gradient(value, variables)
-
-        return run
+        return _gradient(tf, fn, variables)
 
     kuf = lambda: Kuf(feature, kernel, X)  # noqa: E731
     kuu = lambda: Kuu(feature, kernel)  # noqa: E731
@@ -75,7 +100,7 @@ def operations():
         "SquaredExponential K(Z, X), grad Z and X": gradient(se_kzx, [Z, X]),
     }
     compiled = {f"{name} [tf.function]": tf.function(fn) for name, fn in ops.items() if "Kuu" not in name}
-    return {**ops, **compiled}
+    return {**ops, **compiled, **xla_operations()}
 
 
 def measure_memory(name: str) -> float:
@@ -103,10 +128,10 @@ def _memory_in_subprocess(name: str) -> float:
     return json.loads(out.stdout.strip().splitlines()[-1])["extra_peak_mib"]
 
 
-def main(repeats: int, write: bool) -> str:
+def main(repeats: int, write: bool, only=None) -> str:
     from benchmarks._report import median, time_call, write_section
 
-    ops = operations()
+    ops = {name: fn for name, fn in operations().items() if only is None or only in name}
     print(f"M={NUM_INDUCING} N={NUM_DATA} D={INPUT_DIM} Ñ={TRUNCATION} float64; {repeats} timed calls each", flush=True)
     times = {}
     for name, fn in ops.items():
@@ -124,18 +149,27 @@ def main(repeats: int, write: bool) -> str:
         base = reference + (" [tf.function]" if name.endswith("[tf.function]") else "")
         if "grad" in name:
             base = "ArcCosine K(Z, X), grad Z and X" + (" [tf.function]" if name.endswith("[tf.function]") else "")
+        if "XLA" in name:
+            base = name.replace("activated Kuf", "SquaredExponential K(Z, X)").replace("grad W and X", "grad Z and X")
         ratio = times[name] / times[base] if "Kuu" not in name else float("nan")
         rows.append(
             f"| {name} | {1e3 * times[name]:.2f} | {'—' if np.isnan(ratio) else f'{ratio:.2f}'} | "
             f"{memory[name]:.1f} | {memory[name] / output_mib:.1f} |"
         )
+    if only is not None:
+        return "\n".join(rows)
+    xla_summary = "; ".join(
+        f"{what} {label} {times[f'activated Kuf{grad} [XLA, {label}]'] / times[f'SquaredExponential K(Z, X){se_grad} [XLA, {label}]']:.2f}×"
+        for label in ("float64", "float32")
+        for what, grad, se_grad in (("forward", "", ""), ("gradient", ", grad W and X", ", grad Z and X"))
+    )
     kuf_eager = times["activated Kuf"] / times[reference]
     kuf_grad = times["activated Kuf, grad W and X"] / times["activated Kuf"]
     arccos_grad = times["ArcCosine K(Z, X), grad Z and X"] / times[reference]
     doc = f"""Command: `python -m benchmarks.covariances` (M = {NUM_INDUCING}, N = {NUM_DATA:,}, D = {INPUT_DIM}, Ñ = {TRUNCATION}, float64,
 Softplus features; median of {repeats} warm calls; extra peak memory from TF's BFC CPU allocator in a fresh subprocess per row, output included).
 
-| operation | time (ms) | time / ArcCosine K(Z, X) (same mode) | extra peak memory (MiB) | in units of one [M, N] matrix ({output_mib:.1f} MiB) |
+| operation | time (ms) | time / ArcCosine K(Z, X) (same mode; XLA rows: / SE K(Z, X), same dtype) | extra peak memory (MiB) | in units of one [M, N] matrix ({output_mib:.1f} MiB) |
 |---|---|---|---|---|
 {chr(10).join(rows)}
 
@@ -143,6 +177,8 @@ Softplus features; median of {repeats} warm calls; extra peak memory from TF's B
   recurrence is compiled with XLA (`tf.function(jit_compile=True)`) and runs as one fused pass over the [M, N] cosine matrix.
 - Its gradient with respect to W and X costs {kuf_grad:.2f}× the forward call (GPflow's ArcCosine: {arccos_grad:.2f}×): the custom gradient
   evaluates S'(t) as a second Clenshaw sum in the α + 1 basis instead of back-propagating through Ñ stored intermediates.
+- Whole-call XLA (`jit_compile=True`, norms and products fused with the Clenshaw loop), against GPflow's SquaredExponential
+  K(Z, X) compiled the same way (target ≤ 1.0): {xla_summary}.
 - Extra memory stays a small multiple of one [M, N] matrix; an [M, N, Ñ] tensor, as in the paper's appendix-E sketch, would be
   {output_mib * TRUNCATION:.0f} MiB.
 - Timings on a shared 2-core machine are noisy; the ratios, taken in one run, are what to compare.
@@ -157,8 +193,9 @@ if __name__ == "__main__":
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--no-write", action="store_true", help="print the table without touching docs/benchmarks.md")
     parser.add_argument("--memory-of", help=argparse.SUPPRESS)
+    parser.add_argument("--only", help="only the operations whose name contains this text (implies --no-write)")
     args = parser.parse_args()
     if args.memory_of:
         print(json.dumps({"extra_peak_mib": measure_memory(args.memory_of)}))
     else:
-        print(main(args.repeats, write=not args.no_write))
+        print(main(args.repeats, write=not (args.no_write or args.only), only=args.only))

@@ -4,6 +4,8 @@ Data: a 10,000 × 8 synthetic regression set; minibatch 128 (79 steps per epoch)
 inducing variables each, float64. Models, all trained with ``keras.Model.fit`` and Adam in the same process:
 
 * activated DGP — :func:`activated_dgp.build_activated_dgp` (ZonalArcCosine + Softplus ActivationFeature, Ñ = 20);
+  also with the whole step XLA-compiled (``TrainingSchedule(jit_compile=True)``; on CPU XLA's Cholesky and
+  triangular solves replace LAPACK's);
 * GPflux DGP — ``gpflux.architectures.build_constant_input_dim_deep_gp`` (SquaredExponential, 128 inducing points);
 * network twin — :func:`activated_dgp.build_activated_nn` on MSE (the DGP's mean forward pass as a network);
 * plain MLP — tf-keras Dense(128, softplus) → Dense(8) ×2 → Dense(128, softplus) → Dense(1), for scale.
@@ -65,9 +67,9 @@ def build_trainers(X, Y):
 
     from activated_dgp import build_activated_dgp, build_activated_nn
 
-    def dgp_trainer(dgp):
+    def dgp_trainer(dgp, jit_compile=False):
         model = dgp.as_training_model()
-        model.compile(tf_keras.optimizers.Adam(0.01))
+        model.compile(tf_keras.optimizers.Adam(0.01), jit_compile=jit_compile)
         return lambda epochs, timer: model.fit({"inputs": X, "targets": Y}, batch_size=BATCH, epochs=epochs, verbose=0, callbacks=[timer])
 
     def network_trainer(network):
@@ -81,6 +83,9 @@ def build_trainers(X, Y):
     twin = build_activated_nn(INPUT_DIM, num_layers=NUM_LAYERS, num_units=NUM_UNITS, seed=0)
     return {
         "activated DGP": dgp_trainer(activated),
+        "activated DGP, XLA step (jit_compile=True)": dgp_trainer(
+            build_activated_dgp(INPUT_DIM, NUM_DATA, num_layers=NUM_LAYERS, num_units=NUM_UNITS, seed=0), jit_compile=True
+        ),
         "GPflux DGP (SE, 128 inducing points)": dgp_trainer(gpflux_dgp),
         "network twin": network_trainer(twin),
         "plain MLP (Dense softplus)": network_trainer(_plain_mlp()),

@@ -1,0 +1,89 @@
+"""Prediction throughput at scale: ``BatchPredictor`` on up to 1,000,000 points with S = 32 samples (issue 15).
+
+Model: a three-layer activated DGP, 128 units per layer, D = 8, float64, Gaussian likelihood (untrained:
+the cost does not depend on the values). Inputs are a memmap in a temporary directory, so the input does not
+count towards memory. Reported, for the compiled batched predictor (``activated_dgp.BatchPredictor``):
+points per second of ``predict_y`` and of ``predictive_log_density``, and the growth of the process's peak
+RSS during the run (bounded by the batch: the per-output products [P, M, S·B] of GPflow's conditional dominate). Baseline in the same
+run: the eager ``predict_y(..., batch_size=B)`` on the first ``--baseline-points`` points.
+
+Run:  python -m benchmarks.prediction                     (writes the "prediction" section of docs/benchmarks.md)
+      python -m benchmarks.prediction --points 20000 --no-write   (a quick check)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import tempfile
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import numpy as np  # noqa: E402
+
+INPUT_DIM, NUM_LAYERS, NUM_UNITS, SAMPLES = 8, 3, 128, 32
+
+
+def peak_rss_mib() -> float:
+    """Peak resident set size of this process so far (Linux: ru_maxrss in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def main(points: int, batch_size: int, baseline_points: int, write: bool) -> str:
+    from activated_dgp import BatchPredictor, build_activated_dgp, predict_y
+    from benchmarks._report import write_section
+
+    dgp = build_activated_dgp(INPUT_DIM, points, num_layers=NUM_LAYERS, num_units=NUM_UNITS, seed=0)
+    with tempfile.TemporaryDirectory() as directory:
+        X = np.lib.format.open_memmap(os.path.join(directory, "x.npy"), mode="w+", dtype=np.float64, shape=(points, INPUT_DIM))
+        rng = np.random.default_rng(0)
+        for start in range(0, points, 100_000):
+            X[start : start + 100_000] = rng.standard_normal((min(100_000, points - start), INPUT_DIM))
+        Y = np.zeros((points, 1))
+        predictor = BatchPredictor(dgp, num_samples=SAMPLES, batch_size=batch_size)
+        predictor.predict_y(X[: 2 * batch_size])  # tracing
+        predictor.predictive_log_density(X[: 2 * batch_size], Y[: 2 * batch_size])
+        rss_before = peak_rss_mib()
+        start = time.perf_counter()
+        predictor.predict_y(X)
+        y_time = time.perf_counter() - start
+        start = time.perf_counter()
+        predictor.predictive_log_density(X, Y)
+        lpd_time = time.perf_counter() - start
+        rss_growth = peak_rss_mib() - rss_before
+        base_points = min(baseline_points, points)
+        predict_y(dgp, X[:batch_size], SAMPLES, seed=0, batch_size=batch_size)  # warm-up
+        start = time.perf_counter()
+        predict_y(dgp, X[:base_points], SAMPLES, seed=0, batch_size=batch_size)
+        base_time = time.perf_counter() - start
+        del X
+    rate, lpd_rate, base_rate = points / y_time, points / lpd_time, base_points / base_time
+    batch_matrix_mib = SAMPLES * batch_size * NUM_UNITS * 8 / 2**20
+    print(f"predict_y {rate:,.0f} points/s, log density {lpd_rate:,.0f} points/s, eager baseline {base_rate:,.0f} points/s", flush=True)
+    doc = f"""Command: `python -m benchmarks.prediction` ({points:,} points from a memmap, D = {INPUT_DIM}, {NUM_LAYERS} layers of {NUM_UNITS} units,
+float64, S = {SAMPLES} samples, batches of B = {batch_size:,}; untrained model).
+
+| method | points per second | / eager `predict_y` |
+|---|---|---|
+| `BatchPredictor.predict_y` | {rate:,.0f} | {rate / base_rate:.1f} |
+| `BatchPredictor.predictive_log_density` | {lpd_rate:,.0f} | {lpd_rate / base_rate:.1f} |
+| eager `predict_y(batch_size=B)` (first {base_points:,} points) | {base_rate:,.0f} | 1.0 |
+
+- Peak RSS grew by {rss_growth:.0f} MiB while predicting all {points:,} points (outputs [N, P] included); one [S·B, M] matrix
+  is {batch_matrix_mib:.0f} MiB. Target: ≥ 100,000 points per second.
+"""
+    if write:
+        write_section("prediction", doc)
+    return doc
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--points", type=int, default=1_000_000)
+    parser.add_argument("--batch-size", type=int, default=1024)
+    parser.add_argument("--baseline-points", type=int, default=50_000)
+    parser.add_argument("--no-write", action="store_true")
+    args = parser.parse_args()
+    print(main(args.points, args.batch_size, args.baseline_points, write=not args.no_write))
