@@ -430,6 +430,6 @@ def apply_threshold(coefficients: np.ndarray, dimension: int, threshold: float) 
 
 
 def polar_decomposition(vectors: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    """Split the rows of a matrix [N, d] into norms ‖v‖ [N] and directions v/‖v‖ [N, d]."""
+    """Split vectors [..., N, d] into norms ‖v‖ [..., N] and directions v/‖v‖ [..., N, d]."""
     norms = tf.norm(vectors, axis=-1)
-    return norms, vectors / norms[:, None]
+    return norms, vectors / norms[..., None]
