@@ -333,6 +333,8 @@ def build_activated_dgp(
     )
     if config.likelihood is None:
         raise ValueError("a DGP needs a likelihood; the config has likelihood=None")
+    if isinstance(num_data, bool) or int(num_data) != num_data or num_data < 1:
+        raise ValueError(f"num_data (N, which scales the ELBO's data term) must be a positive integer, got {num_data!r}")
     likelihood, _ = make_likelihood(config.likelihood, config.output_dim, noise_variance)
     rng = np.random.default_rng(seed)
     layers = [

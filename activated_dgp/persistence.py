@@ -247,9 +247,11 @@ def _read(directory, kind: str):
         config = json.loads((directory / "config.json").read_text())
     except (OSError, ValueError) as error:
         raise ValueError(f"{directory} holds a corrupt saved {kind}: config.json: {error}") from None
-    if not isinstance(config, dict) or config.get("format") != FORMAT or config.get("kind") != kind:
+    if not isinstance(config, dict) or config.get("format") != FORMAT:
         found = config.get("format") if isinstance(config, dict) else None
         raise ValueError(f"{directory} does not hold a saved {kind} in format {FORMAT} (found format {found!r})")
+    if config.get("kind") != kind:
+        raise ValueError(f"{directory} holds a saved {config.get('kind')!r}, not a saved {kind}")
     name = str(config.get("arrays", ""))
     if Path(name).name != name or not (directory / name).is_file():
         raise ValueError(f"{directory} is not a saved {kind}: its arrays file {name!r} is missing")

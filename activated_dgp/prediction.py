@@ -30,6 +30,29 @@ def checked_inputs(dgp: gpflux.models.DeepGP, X) -> tf.Tensor:
     return tf.convert_to_tensor(X)
 
 
+def _checked_targets(dgp: gpflux.models.DeepGP, Y, num_rows: int) -> np.ndarray:
+    """Y as a finite [N, P] matrix that fits the DGP's registered likelihood: P = the last layer's width for
+    real targets, one column of 0/1 labels or class indices 0..C−1 otherwise (an unregistered likelihood
+    keeps its own conventions)."""
+    from .models import LIKELIHOODS, likelihood_name, output_width
+
+    Y = check_matrix(Y, "Y")
+    if Y.shape[0] != num_rows:
+        raise ValueError(f"X and Y have different numbers of rows: {num_rows} and {Y.shape[0]}")
+    likelihood = dgp.likelihood_layer.likelihood
+    try:
+        name = likelihood_name(likelihood)
+    except ValueError:
+        return Y
+    width = dgp.f_layers[-1].num_latent_gps
+    if LIKELIHOODS[name].targets == "real":
+        if Y.shape[1] != width:
+            raise ValueError(f"Y must have the DGP's {width} output columns, got shape {Y.shape}")
+    else:
+        output_width(name, Y, width if LIKELIHOODS[name].targets == "class" else None)
+    return Y
+
+
 @check_shapes(
     "X: [N, D]",
 )
@@ -109,10 +132,7 @@ def predictive_log_density(dgp: gpflux.models.DeepGP, X, Y, num_samples: int = 1
     """
     likelihood = dgp.likelihood_layer.likelihood
     _, mean, var = sample_layers(dgp, X, num_samples, seed)
-    Y = check_matrix(Y, "Y")
-    if Y.shape[0] != mean.shape[1]:
-        raise ValueError(f"X and Y have different numbers of rows: {mean.shape[1]} and {Y.shape[0]}")
-    Y = tf.convert_to_tensor(Y, dtype=mean.dtype)
+    Y = tf.convert_to_tensor(_checked_targets(dgp, Y, int(mean.shape[1])), dtype=mean.dtype)
     log_densities = tf.stack([likelihood.predict_log_density(None, mean[s], var[s], Y) for s in range(num_samples)])
     return (tf.reduce_logsumexp(log_densities, axis=0) - np.log(num_samples)).numpy()
 

@@ -166,6 +166,8 @@ def set_xla(enabled: bool) -> None:
     XLA fuses the whole recurrence into one pass over the cosine matrix: no [M, N, Ñ] tensor and
     no Ñ temporaries of size [M, N]. Turn it off on platforms without an XLA backend.
     """
+    if not isinstance(enabled, (bool, np.bool_)):
+        raise TypeError(f"set_xla takes True or False, got {enabled!r}")
     _XLA["enabled"] = bool(enabled)
 
 
@@ -220,6 +222,10 @@ def gegenbauer_series(cosine: tf.Tensor, coefficients, alpha: float) -> tf.Tenso
     α + 1) instead of storing Ñ intermediate tensors for back-propagation.
     """
     coefficients = np.trim_zeros(np.asarray(coefficients, dtype=np.float64), "b")
+    if not np.all(np.isfinite(coefficients)):
+        raise ValueError(f"the series coefficients must be finite, got {coefficients[~np.isfinite(coefficients)][:3].tolist()}")
+    if not alpha >= 0:
+        raise ValueError(f"the Gegenbauer parameter α = (d − 2)/2 must be ≥ 0, got {alpha!r}")
     cosine = tf.convert_to_tensor(cosine)
     if coefficients.size == 0:
         return tf.zeros_like(cosine)

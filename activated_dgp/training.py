@@ -57,6 +57,24 @@ class TrainingSchedule:
     patience: Optional[int] = None
     validation_every: int = 1
 
+    def __post_init__(self):
+        def integer(name, value, smallest):
+            if isinstance(value, bool) or int(value) != value or value < smallest:
+                raise ValueError(f"{name} must be an integer ≥ {smallest}, got {value!r}")
+
+        integer("epochs", self.epochs, 1)
+        integer("batch_size", self.batch_size, 1)
+        integer("plateau_patience", self.plateau_patience, 0)
+        integer("validation_every", self.validation_every, 1)
+        if self.patience is not None:
+            integer("patience", self.patience, 1)
+        if not (np.isfinite(self.learning_rate) and self.learning_rate > 0):
+            raise ValueError(f"learning_rate must be positive and finite, got {self.learning_rate!r}")
+        if not 0 < self.plateau_factor < 1:
+            raise ValueError(f"plateau_factor must lie in (0, 1), got {self.plateau_factor!r}")
+        if not self.min_learning_rate >= 0:
+            raise ValueError(f"min_learning_rate must be ≥ 0, got {self.min_learning_rate!r}")
+
     @classmethod
     def for_steps(
         cls,
@@ -194,6 +212,9 @@ def train_network(
     ``validation_checks``, ``best_step`` and ``steps_run``."""
     schedule = schedule or TrainingSchedule()
     X, Y = _check_data(X, Y)
+    width = getattr(network, "input_shape", None)
+    if isinstance(width, tuple) and width and width[-1] is not None and width[-1] != X.shape[1]:
+        raise ValueError(f"X must have the network's input width {width[-1]}, got shape {X.shape}")
     loss = network_loss(likelihood)
     output_width(likelihood, Y)  # labels fit the likelihood (0/1, class indices)
     network.compile(tf_keras.optimizers.Adam(schedule.learning_rate), loss=loss)

@@ -1,7 +1,7 @@
 """UCI regression benchmark (Dutordoir et al., 2021, Sec. 5.2, Fig. 7, appendix E.1).
 
     python -m experiments.uci --dataset boston-embedded --method nn,adgp --budget small
-    python -m experiments.uci --dataset all --method all --data-dir /path/to/data --out docs/results/uci
+    python -m experiments.uci --dataset all --method all --data-dir ../shared/data --out docs/results/uci
     python -m experiments.uci --report-only --out docs/results/uci --doc docs/results/uci.md
 
 Each (dataset, method, split) cell is one record appended atomically to ``<out>/records.jsonl``

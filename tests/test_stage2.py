@@ -170,17 +170,7 @@ def test_two_stage_with_validation_options_and_errors():
         train_dgp(_converted(num_layers=1)[3], X, Y, TrainingSchedule(epochs=1, patience=2))
 
 
-class _InterruptAfter(tf_keras.callbacks.Callback):
-    def __init__(self, epochs):
-        super().__init__()
-        self.epochs = epochs
-
-    def on_epoch_end(self, epoch, logs=None):
-        if epoch + 1 == self.epochs:
-            raise KeyboardInterrupt("simulated interruption")
-
-
-def test_train_dgp_resumes_from_a_checkpoint_with_its_optimizer(tmp_path):
+def test_train_dgp_resumes_from_a_checkpoint_with_its_optimizer(tmp_path, interrupt_after):
     """An uninterrupted 4-epoch stage 2 vs one interrupted after epoch 2 (DGPCheckpoint), loaded and resumed
     with ``train_dgp(optimizer=load_optimizer(…), initial_epoch=…)``: the same parameters. Full batches on a
     one-layer DGP make the ELBO deterministic; a fresh Adam (control) does not continue the trajectory."""
@@ -199,7 +189,7 @@ def test_train_dgp_resumes_from_a_checkpoint_with_its_optimizer(tmp_path):
     train_dgp(straight, X, Y, schedule)
     interrupted = fresh()
     with pytest.raises(KeyboardInterrupt):
-        train_dgp(interrupted, X, Y, schedule, callbacks=[DGPCheckpoint(tmp_path, interrupted), _InterruptAfter(2)])
+        train_dgp(interrupted, X, Y, schedule, callbacks=[DGPCheckpoint(tmp_path, interrupted), interrupt_after(2)])
     assert load_state(tmp_path)["epoch"] == 2
     results = {}
     for label in ("resumed", "fresh_optimizer"):
