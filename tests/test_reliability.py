@@ -366,3 +366,19 @@ def test_bad_inputs_get_typed_errors_and_the_table_is_current(context):
         DOC.write_text(text)
     assert not failures, "\n".join(failures)
     assert DOC.is_file() and DOC.read_text() == text, "docs/reliability.md is stale: regenerate it (see this module's docstring)"
+
+
+def test_default_float_is_respected_and_float64_only_parts_refuse_others():
+    """Under float32 the DGP, its twin and the converter compute in float32; the eigen module and the kernel
+    machines, which need float64, say so instead of failing inside TensorFlow (conftest restores float64)."""
+    gpflow.config.set_default_float(np.float32)
+    X = np.random.default_rng(0).normal(size=(10, 2))
+    dgp = adgp.build_activated_dgp(2, 10, num_layers=2, num_units=4, truncation_level=4, seed=0)
+    mean, _ = adgp.predict_y(dgp, X, num_samples=2, seed=0)
+    assert mean.dtype == np.float32 and np.all(np.isfinite(mean))
+    network = adgp.build_activated_nn(2, num_layers=2, num_units=4, truncation_level=4, seed=0)
+    assert network(X.astype(np.float32)).dtype == tf.float32
+    assert adgp.dgp_from_keras(network, 10, X=X).max_abs_mismatch < 1e-4
+    for make in (lambda: adgp.Nystrom(2), lambda: adgp.EigenPro2(gpflow.kernels.SquaredExponential()), lambda: adgp.FeatureRidge(np.sin, 0.1)):
+        with pytest.raises(TypeError, match="float64"):
+            make()
