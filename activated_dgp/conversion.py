@@ -21,9 +21,12 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from .models import activated_gp_layer, make_likelihood
+from .config import ArchitectureConfig
+from .models import build_activated_dgp
 from .nn import ActivatedLayer
+from .persistence import architecture_of_network
 from .prediction import propagate_means
+from .validation import check_inputs
 
 __all__ = [
     "Conversion",
@@ -187,6 +190,36 @@ def _pairs(network: tf_keras.Model):
     return pairs
 
 
+def _directions(kind: str, first) -> np.ndarray:
+    """W [M, D+1] of a pair's first layer: a twin's own W, or [kernel column, bias] of a Dense(softplus)."""
+    if kind == "activated":
+        return first.feature.W.numpy()
+    kernel, bias = first.kernel.numpy(), first.bias.numpy() if first.use_bias else 0.0
+    return np.concatenate([kernel.T, np.reshape(bias, (-1, 1)) * np.ones((kernel.shape[1], 1))], axis=1)
+
+
+def _architecture(network: tf_keras.Model, pairs, likelihood, whiten: bool, truncation_level: int) -> ArchitectureConfig:
+    """The DGP's :class:`ArchitectureConfig`: a twin's own (:func:`architecture_of_network`), with the
+    lengthscales its kernels hold and the likelihood; for a plain network its widths with the zonal
+    Softplus, Ñ = ``truncation_level`` and ℓ = 1. A ValueError when the likelihood does not fit the width
+    of the last linear layer."""
+    output_dim = pairs[-1][2].units
+    if all(kind == "activated" for kind, _, _ in pairs):
+        base = architecture_of_network(network, registered_only=False)
+        lengthscales = [first.kernel.lengthscales.numpy() for _, first, _ in pairs]
+    else:
+        base = ArchitectureConfig(
+            input_dim=pairs[0][1].kernel.shape[0], num_layers=len(pairs),
+            num_units=[first.units for _, first, _ in pairs], layer_widths=[second.units for _, _, second in pairs[:-1]],
+            output_dim=output_dim, activation="softplus", truncation_level=truncation_level, likelihood=None,
+        )
+        lengthscales = None
+    try:
+        return base.replace(lengthscales=lengthscales, whiten=whiten, likelihood=likelihood)
+    except ValueError as error:
+        raise ValueError(f"cannot convert the network ({output_dim} outputs): {error}") from None
+
+
 def dgp_from_keras(
     network: tf_keras.Model,
     num_data: int,
@@ -222,48 +255,27 @@ def dgp_from_keras(
         if X is None or Y is None:
             raise ValueError("kernel_variance='elbo' needs the training data X and Y")
     pairs = _pairs(network)
-    output_dim = pairs[-1][2].units
-    likelihood, latent = make_likelihood(likelihood, output_dim, noise_variance)
-    if latent != output_dim:
-        raise ValueError(f"the network has {output_dim} outputs but the likelihood needs {latent}")
     exact = all(kind == "activated" for kind, _, _ in pairs)
-    layers = []
-    hidden_dgp = None if X is None else tf.convert_to_tensor(X, dtype=gpflow.default_float())
+    config = _architecture(network, pairs, likelihood, whiten, truncation_level)
+    hidden_dgp = None if X is None else tf.convert_to_tensor(check_inputs(X, config.input_dim, "X"))
+    dgp = build_activated_dgp(
+        config, num_data, kernel_variance=1.0 if select else kernel_variance, noise_variance=noise_variance,
+        q_sqrt_scale=q_sqrt_scale,
+    )
     hidden_net = hidden_dgp
-    for index, (kind, first, second) in enumerate(pairs):
+    for (kind, first, second), layer in zip(pairs, dgp.f_layers):
+        feature = layer.inducing_variable.inducing_variable
+        feature.W.assign(_directions(kind, first))
         V = second.kernel.numpy().astype(np.float64)
-        if kind == "activated":
-            W = first.feature.W.numpy()
-            options = dict(
-                activation=first.activation,
-                truncation_level=first.truncation_level,
-                lengthscales=first.kernel.lengthscales.numpy(),
-            )
-        else:
-            kernel, bias = first.kernel.numpy(), first.bias.numpy() if first.use_bias else 0.0
-            W = np.concatenate([kernel.T, np.reshape(bias, (-1, 1)) * np.ones((kernel.shape[1], 1))], axis=1)
-            options = dict(activation="softplus", truncation_level=truncation_level)
-        layer = activated_gp_layer(
-            W,
-            V.shape[1],
-            num_data,
-            kernel_variance=1.0 if select else kernel_variance,
-            whiten=whiten,
-            q_sqrt_scale=q_sqrt_scale,
-            name=f"activated_gp_{index}",
-            **options,
-        )
         if kind == "softplus" and hidden_dgp is not None:
             target = second(first(hidden_net)).numpy()
-            features = tf.transpose(gpflow.covariances.Kuf(layer.inducing_variable.inducing_variable, layer.kernel.kernel, hidden_dgp)).numpy()
+            features = tf.transpose(gpflow.covariances.Kuf(feature, layer.kernel.kernel, hidden_dgp)).numpy()
             gram = features.T @ features + ridge * np.trace(features.T @ features) / features.shape[1] * np.eye(features.shape[1])
             V = np.linalg.solve(gram, features.T @ target)
         set_posterior_mean_weights(layer, V)
         if hidden_dgp is not None:
             hidden_net = second(first(hidden_net))
             hidden_dgp, _ = layer.predict(hidden_dgp, full_cov=False)
-        layers.append(layer)
-    dgp = gpflux.models.DeepGP(layers, gpflux.layers.LikelihoodLayer(likelihood), num_data=num_data)
     result = Conversion(dgp, exact)
     if select:
         result.variance_selection = select_kernel_variances(dgp, X, Y)

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import numpy as np
 import tensorflow as tf
-from gpflow.base import TensorType
+from check_shapes import check_shapes
+from gpflow.base import TensorLike, TensorType
 from gpflow.covariances import Kuf, Kuu
 
 from .inducing_variables import ActivationFeature
@@ -69,6 +70,10 @@ def inducing_coefficients(feature: ActivationFeature, kernel: ZonalKernel) -> np
 
 
 @Kuu.register(ActivationFeature, ZonalKernel)
+@check_shapes(
+    "inducing_variable: [M, D, 1]",
+    "return: [M, M]",
+)
 def Kuu_activation_zonal(
     inducing_variable: ActivationFeature, kernel: ZonalKernel, *, jitter: float = 0.0
 ) -> tf.Tensor:
@@ -80,14 +85,25 @@ def Kuu_activation_zonal(
     return Kmm + tf.cast(jitter, Kmm.dtype) * tf.eye(tf.shape(Kmm)[0], dtype=Kmm.dtype)
 
 
-@Kuf.register(ActivationFeature, ZonalKernel, object)
+@Kuf.register(ActivationFeature, ZonalKernel, TensorLike)
+@check_shapes(
+    "inducing_variable: [M, D, 1]",
+    "X: [batch..., N, D]",
+    "return: [M, batch..., N]",
+)
 def Kuf_activation_zonal(inducing_variable: ActivationFeature, kernel: ZonalKernel, X: TensorType) -> tf.Tensor:
-    """g̃_m(x̃_i) = Cov(u_m, f(x_i)): [M, N] (eq. 14 with the factors of the module docstring)."""
+    """g̃_m(x̃_i) = Cov(u_m, f(x_i)): [M, batch..., N] (eq. 14 with the factors of the module docstring)."""
     coefficients = basis_coefficients(inducing_variable, kernel)
     X, _ = kernel.slice(X, None)
     input_norms, input_directions = kernel.polar_inputs(X)
+    batched = input_norms.shape.rank != 1  # [batch..., N]: evaluated on the flattened rows, then reshaped
+    if batched:
+        shape = tf.concat([[-1], tf.shape(input_norms)], axis=0)  # [M, batch..., N]
+        input_norms = tf.reshape(input_norms, [-1])
+        input_directions = tf.reshape(input_directions, [-1, kernel.dimension])
     norms, directions = inducing_variable.polar_directions()
     directions = tf.cast(directions, input_directions.dtype)
     cosine = tf.matmul(directions, input_directions, transpose_b=True)
     series = gegenbauer_series(cosine, coefficients, kernel.alpha)
-    return tf.cast(norms, series.dtype)[:, None] * input_norms[None, :] * series
+    result = tf.cast(norms, series.dtype)[:, None] * input_norms[None, :] * series
+    return tf.reshape(result, shape) if batched else result

@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from .spectra import Activation, activation_coefficients, resolve_activation
 from .spherical import _check_truncation_level, polar_decomposition
-from .validation import check_finite, check_nonzero_rows
+from .validation import check_matrix
 
 __all__ = ["ActivationFeature"]
 
@@ -48,14 +48,9 @@ class ActivationFeature(gpflow.inducing_variables.InducingVariables):
         name: Optional[str] = None,
     ):
         super().__init__(name=name)
-        W_value = np.asarray(W.numpy() if hasattr(W, "numpy") else W)
-        if W_value.ndim != 2 or W_value.shape[1] < 2:
+        W_value = check_matrix(W, "W", nonzero_rows=True)
+        if W_value.shape[1] < 2:
             raise ValueError(f"W must be a matrix [M, d] with d ≥ 2, got shape {W_value.shape}")
-        if not np.all(np.isfinite(W_value)):
-            raise ValueError("W contains NaN or inf")
-        if np.any(np.linalg.norm(W_value, axis=1) == 0.0):
-            rows = np.flatnonzero(np.linalg.norm(W_value, axis=1) == 0.0)
-            raise ValueError(f"W has rows of zero norm (rows {rows[:5].tolist()}); their direction is undefined")
         self.activation = resolve_activation(activation)
         self.truncation_level = _check_truncation_level(truncation_level)
         self.dimension = int(W_value.shape[1])
@@ -90,8 +85,6 @@ class ActivationFeature(gpflow.inducing_variables.InducingVariables):
         return (int(self.W.shape[0]), None, 1)
 
     def polar_directions(self) -> tuple[tf.Tensor, tf.Tensor]:
-        """(‖w_m‖ [M], w_m/‖w_m‖ [M, d]), failing clearly on zero-norm rows."""
-        W = check_finite(tf.convert_to_tensor(self.W), "W")
-        norms, directions = polar_decomposition(W)
-        norms = check_nonzero_rows(norms, "W")
-        return norms, directions
+        """(‖w_m‖ [M], w_m/‖w_m‖ [M, d]). W is checked (finite, no zero rows) at construction and at the
+        public entry points (:func:`activated_dgp.validation.check_dgp`), not here on every minibatch."""
+        return polar_decomposition(tf.convert_to_tensor(self.W))

@@ -21,6 +21,7 @@ from typing import Callable, Optional, Sequence
 import gpflow
 import numpy as np
 import tensorflow as tf
+from check_shapes import inherit_check_shapes
 from gpflow.base import TensorType
 from gpflow.utilities import positive
 
@@ -33,7 +34,7 @@ from .spherical import (
     num_harmonics,
     polar_decomposition,
 )
-from .validation import check_finite, check_nonzero_rows, check_width
+from .validation import check_width
 
 __all__ = ["ZonalKernel", "ZonalArcCosine"]
 
@@ -136,35 +137,46 @@ class ZonalKernel(gpflow.kernels.Kernel):
         return self._eigenvalues * num_harmonics(np.arange(self.truncation_level), self.dimension)
 
     def extend(self, X: TensorType) -> tf.Tensor:
-        """x̃ = [x, 1] / ℓ (or x / ℓ without bias), after checking width and finiteness: [N, D] → [N, d]."""
+        """x̃ = [x, 1] / ℓ (or x / ℓ without bias): [batch..., N, D] → [batch..., N, d], after checking the
+        width (static, once per trace).
+
+        Values are not checked here (this runs on every minibatch): the public entry points check
+        their inputs for NaN/inf once (:mod:`activated_dgp.validation`). With ``bias=False`` a zero
+        input row has no direction and gives NaN."""
         X = tf.convert_to_tensor(X)
         check_width(X, self.input_dim, "inputs X")
-        X = check_finite(X, "inputs X")
         if self.bias:
-            X = tf.concat([X, tf.ones_like(X[:, :1])], axis=-1)
+            X = tf.concat([X, tf.ones_like(X[..., :1])], axis=-1)
         return X / tf.cast(self.lengthscales, X.dtype)
 
     def polar_inputs(self, X: TensorType) -> tuple[tf.Tensor, tf.Tensor]:
-        """(‖x̃‖ [N], x̃/‖x̃‖ [N, d]) of the extended inputs."""
-        norms, directions = polar_decomposition(self.extend(X))
-        if not self.bias:
-            norms = check_nonzero_rows(norms, "inputs X")
-        return norms, directions
+        """(‖x̃‖ [batch..., N], x̃/‖x̃‖ [batch..., N, d]) of the extended inputs."""
+        return polar_decomposition(self.extend(X))
 
+    @inherit_check_shapes
     def K(self, X: TensorType, X2: Optional[TensorType] = None) -> tf.Tensor:
-        """k(X, X2): [N, D], [N2, D] → [N, N2]."""
+        """k(X, X2): [batch..., N, D], [batch2..., N2, D] → [batch..., N, batch2..., N2]; k(X) → [batch..., N, N]."""
         norms, directions = self.polar_inputs(X)
         if X2 is None:
-            norms2, directions2 = norms, directions
-        else:
-            norms2, directions2 = self.polar_inputs(X2)
+            cosine = tf.matmul(directions, directions, transpose_b=True)
+            series = gegenbauer_series(cosine, self.series_coefficients, self.alpha)
+            variance = tf.cast(self.variance, series.dtype)
+            return variance * norms[..., :, None] * norms[..., None, :] * series
+        norms2, directions2 = self.polar_inputs(X2)
+        batched = norms.shape.rank != 1 or norms2.shape.rank != 1  # evaluated on flattened rows, then reshaped
+        if batched:
+            shape = tf.concat([tf.shape(norms), tf.shape(norms2)], axis=0)  # [batch..., N, batch2..., N2]
+            norms, directions = tf.reshape(norms, [-1]), tf.reshape(directions, [-1, self.dimension])
+            norms2, directions2 = tf.reshape(norms2, [-1]), tf.reshape(directions2, [-1, self.dimension])
         cosine = tf.matmul(directions, directions2, transpose_b=True)
         series = gegenbauer_series(cosine, self.series_coefficients, self.alpha)
         variance = tf.cast(self.variance, series.dtype)
-        return variance * norms[:, None] * norms2[None, :] * series
+        result = variance * norms[:, None] * norms2[None, :] * series
+        return tf.reshape(result, shape) if batched else result
 
+    @inherit_check_shapes
     def K_diag(self, X: TensorType) -> tf.Tensor:
-        """k(x, x) = v ‖x̃‖² Σ_n λ_n N_n^d (Ĉ_n(1) = 1): [N, D] → [N]."""
+        """k(x, x) = v ‖x̃‖² Σ_n λ_n N_n^d (Ĉ_n(1) = 1): [batch..., N, D] → [batch..., N]."""
         extended = self.extend(X)
         squared_norms = tf.reduce_sum(tf.square(extended), axis=-1)
         total = tf.constant(np.sum(self.series_coefficients), dtype=extended.dtype)

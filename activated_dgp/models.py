@@ -9,6 +9,8 @@ import gpflow
 import gpflux
 import numpy as np
 import tensorflow as tf
+import tf_keras
+import tensorflow_probability as tfp
 from gpflow.likelihoods.utils import inv_probit
 
 from .inducing_variables import ActivationFeature
@@ -25,6 +27,9 @@ __all__ = [
     "LIKELIHOODS",
     "MonteCarloSoftmax",
     "LogisticBernoulli",
+    "ProbitCrossEntropy",
+    "network_loss",
+    "output_width",
 ]
 
 
@@ -69,20 +74,44 @@ class LogisticBernoulli(gpflow.likelihoods.Bernoulli):
         return gpflow.likelihoods.ScalarLikelihood._predict_log_density(self, X, Fmu, Fvar, Y)
 
 
+class ProbitCrossEntropy(tf_keras.losses.Loss):
+    """The network twin's loss for the probit likelihood: the negative log-likelihood of 0/1 labels under
+    p(y = 1 | f) = Φ(f), f the network's output,
+
+        −log p(y | f) = −log Φ((2y − 1) f),
+
+    evaluated with ``log_ndtr`` (finite for every f, where log(1 − Φ(f)) would round to −inf); [N, 1] → [N].
+    """
+
+    def __init__(self, name: str = "probit_cross_entropy", **kwargs):
+        super().__init__(name=name, **kwargs)
+
+    def call(self, y_true, y_pred):
+        y_true = tf.cast(y_true, y_pred.dtype)
+        standard = tfp.distributions.Normal(tf.zeros([], y_pred.dtype), tf.ones([], y_pred.dtype))
+        return -tf.reduce_mean(standard.log_cdf((2.0 * y_true - 1.0) * y_pred), axis=-1)  # log_cdf = log_ndtr
+
+
 @dataclass(frozen=True)
 class LikelihoodEntry:
-    """One registered likelihood name: how to build it and how to recognise an instance.
+    """One registered likelihood name: how to build it, how to recognise an instance, and the network
+    twin's matching loss.
 
     :param build: ``(output_dim, noise_variance) -> likelihood``.
     :param latent_gps: ``output_dim -> number of latent GPs of the last layer``.
     :param matches: true exactly for the instances this name rebuilds (same class and link), so
         that saving by name never turns one likelihood into another.
+    :param targets: "real" (Y [N, P]), "binary" (0/1 labels [N, 1]) or "class" (class indices [N, 1]).
+    :param network_loss: ``() -> tf-keras loss`` on the twin's outputs that is this likelihood's negative
+        log density at f (stage 1 of the two-stage training).
     """
 
     name: str
     build: Callable[[int, float], gpflow.likelihoods.Likelihood]
     latent_gps: Callable[[int], int]
     matches: Callable[[gpflow.likelihoods.Likelihood], bool]
+    targets: str
+    network_loss: Callable[[], tf_keras.losses.Loss]
 
 
 def _classes(output_dim: int, name: str) -> int:
@@ -109,30 +138,40 @@ LIKELIHOODS: Dict[str, LikelihoodEntry] = {
             lambda P, noise: gpflow.likelihoods.Gaussian(variance=noise),
             int,
             lambda lik: type(lik) is gpflow.likelihoods.Gaussian,
+            "real",
+            tf_keras.losses.MeanSquaredError,
         ),
         LikelihoodEntry(
             "bernoulli",  # logistic link, the twin's sigmoid cross-entropy
             lambda P, noise: LogisticBernoulli(),
             _one_latent("bernoulli"),
             lambda lik: type(lik) is LogisticBernoulli,
+            "binary",
+            lambda: tf_keras.losses.BinaryCrossentropy(from_logits=True),
         ),
         LikelihoodEntry(
             "probit",  # GPflow's Bernoulli with its default probit link Φ(f)
             lambda P, noise: gpflow.likelihoods.Bernoulli(invlink=inv_probit),
             _one_latent("probit"),
             lambda lik: type(lik) is gpflow.likelihoods.Bernoulli and lik.invlink is inv_probit,
+            "binary",
+            ProbitCrossEntropy,
         ),
         LikelihoodEntry(
             "softmax",
             lambda P, noise: MonteCarloSoftmax(_classes(P, "softmax")),
             lambda P: _classes(P, "softmax"),
             lambda lik: type(lik) is MonteCarloSoftmax,
+            "class",
+            lambda: tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         ),
         LikelihoodEntry(
             "robustmax",
             lambda P, noise: gpflow.likelihoods.MultiClass(_classes(P, "robustmax")),
             lambda P: _classes(P, "robustmax"),
             lambda lik: type(lik) is gpflow.likelihoods.MultiClass and type(lik.invlink) is gpflow.likelihoods.RobustMax,
+            "class",  # the twin is trained on softmax cross-entropy, the DGP then on the robust-max likelihood
+            lambda: tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         ),
     )
 }
@@ -158,6 +197,34 @@ def likelihood_name(likelihood: Union[str, gpflow.likelihoods.Likelihood]) -> st
     raise ValueError(
         f"the likelihood {type(likelihood).__name__}{link} is not registered; registered: {sorted(LIKELIHOODS)}"
     )
+
+
+def network_loss(likelihood: Union[str, gpflow.likelihoods.Likelihood]) -> tf_keras.losses.Loss:
+    """The twin's stage-1 loss for a registered likelihood (name or instance): MSE (gaussian), sigmoid
+    cross-entropy (bernoulli), probit cross-entropy (probit), softmax cross-entropy (softmax, robustmax)."""
+    return LIKELIHOODS[likelihood_name(likelihood)].network_loss()
+
+
+def output_width(likelihood: Union[str, gpflow.likelihoods.Likelihood], Y: np.ndarray, num_classes: Optional[int] = None) -> int:
+    """P_L, the last layer's width for targets Y [N, P] under a registered likelihood, after checking that Y
+    holds what the likelihood models: any reals; 0/1 labels [N, 1] (bernoulli, probit); class indices
+    0..C−1 [N, 1] with C = ``num_classes`` (default: the largest label + 1) for softmax / robustmax."""
+    targets = LIKELIHOODS[likelihood_name(likelihood)].targets
+    Y = np.asarray(Y)
+    if targets == "real":
+        return int(Y.shape[1])
+    if Y.shape[1] != 1:
+        raise ValueError(f"{likelihood_name(likelihood)} targets are one label per row, Y [N, 1]; got shape {Y.shape}")
+    if targets == "binary":
+        if not np.all((Y == 0) | (Y == 1)):
+            raise ValueError(f"{likelihood_name(likelihood)} labels must be 0 or 1, got values {np.unique(Y)[:5].tolist()}")
+        return 1
+    if np.any(Y < 0) or np.any(Y != np.round(Y)):
+        raise ValueError(f"class labels must be integers 0..C−1, got values {np.unique(Y)[:5].tolist()}")
+    classes = int(num_classes) if num_classes is not None else int(Y.max()) + 1
+    if Y.size and Y.max() >= classes:
+        raise ValueError(f"class label {int(Y.max())} is out of range for num_classes={classes}")
+    return classes
 
 
 def make_likelihood(likelihood: Union[str, gpflow.likelihoods.Likelihood], output_dim: int, noise_variance: float = 0.01):
@@ -266,6 +333,8 @@ def build_activated_dgp(
     )
     if config.likelihood is None:
         raise ValueError("a DGP needs a likelihood; the config has likelihood=None")
+    if isinstance(num_data, bool) or int(num_data) != num_data or num_data < 1:
+        raise ValueError(f"num_data (N, which scales the ELBO's data term) must be a positive integer, got {num_data!r}")
     likelihood, _ = make_likelihood(config.likelihood, config.output_dim, noise_variance)
     rng = np.random.default_rng(seed)
     layers = [

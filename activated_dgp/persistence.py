@@ -183,9 +183,10 @@ def _name(outer, inner) -> str:
     return type(outer).__name__ + (f"({type(inner).__name__})" if inner is not None else "")
 
 
-def architecture_of_network(network: tf_keras.Model) -> ArchitectureConfig:
+def architecture_of_network(network: tf_keras.Model, registered_only: bool = True) -> ArchitectureConfig:
     """The :class:`ArchitectureConfig` of a twin [ActivatedLayer, Dense(no bias, linear)] × L
-    (``likelihood=None``), or a ValueError naming the layer that is not part of one."""
+    (``likelihood=None``), or a ValueError naming the layer that is not part of one; with
+    ``registered_only`` (for saving) also for an activation that is not registered by name."""
     layers = [layer for layer in network.layers if not isinstance(layer, tf_keras.layers.InputLayer)]
     for index, layer in enumerate(layers):
         if index % 2 == 0 and not isinstance(layer, ActivatedLayer):
@@ -198,7 +199,7 @@ def architecture_of_network(network: tf_keras.Model) -> ArchitectureConfig:
         raise ValueError(f"a twin has pairs [ActivatedLayer, Dense], got {len(layers)} layers")
     activated, linear = layers[0::2], layers[1::2]
     try:
-        activations = [registered_activation_name(layer.activation) for layer in activated]
+        activations = [registered_activation_name(layer.activation) if registered_only else layer.activation for layer in activated]
     except ValueError as error:
         raise ValueError(f"cannot save the network: {error}") from None
     return ArchitectureConfig(
@@ -246,9 +247,11 @@ def _read(directory, kind: str):
         config = json.loads((directory / "config.json").read_text())
     except (OSError, ValueError) as error:
         raise ValueError(f"{directory} holds a corrupt saved {kind}: config.json: {error}") from None
-    if not isinstance(config, dict) or config.get("format") != FORMAT or config.get("kind") != kind:
+    if not isinstance(config, dict) or config.get("format") != FORMAT:
         found = config.get("format") if isinstance(config, dict) else None
         raise ValueError(f"{directory} does not hold a saved {kind} in format {FORMAT} (found format {found!r})")
+    if config.get("kind") != kind:
+        raise ValueError(f"{directory} holds a saved {config.get('kind')!r}, not a saved {kind}")
     name = str(config.get("arrays", ""))
     if Path(name).name != name or not (directory / name).is_file():
         raise ValueError(f"{directory} is not a saved {kind}: its arrays file {name!r} is missing")

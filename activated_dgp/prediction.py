@@ -7,6 +7,9 @@ from typing import List, Optional, Tuple
 import gpflux
 import numpy as np
 import tensorflow as tf
+from check_shapes import check_shapes
+
+from .validation import check_dgp, check_inputs, check_matrix, dgp_input_width
 
 __all__ = [
     "propagate_means",
@@ -18,25 +21,67 @@ __all__ = [
 ]
 
 
+def checked_inputs(dgp: gpflux.models.DeepGP, X) -> tf.Tensor:
+    """The value checks of the public prediction functions, once per call: the DGP's state
+    (:func:`~activated_dgp.validation.check_dgp`) and X a finite [N, D] matrix of the DGP's input width."""
+    check_dgp(dgp)
+    width = dgp_input_width(dgp)
+    X = check_matrix(X, "X") if width is None else check_inputs(X, width, "X")
+    return tf.convert_to_tensor(X)
+
+
+def _checked_targets(dgp: gpflux.models.DeepGP, Y, num_rows: int) -> np.ndarray:
+    """Y as a finite [N, P] matrix that fits the DGP's registered likelihood: P = the last layer's width for
+    real targets, one column of 0/1 labels or class indices 0..C−1 otherwise (an unregistered likelihood
+    keeps its own conventions)."""
+    from .models import LIKELIHOODS, likelihood_name, output_width
+
+    Y = check_matrix(Y, "Y")
+    if Y.shape[0] != num_rows:
+        raise ValueError(f"X and Y have different numbers of rows: {num_rows} and {Y.shape[0]}")
+    likelihood = dgp.likelihood_layer.likelihood
+    try:
+        name = likelihood_name(likelihood)
+    except ValueError:
+        return Y
+    width = dgp.f_layers[-1].num_latent_gps
+    if LIKELIHOODS[name].targets == "real":
+        if Y.shape[1] != width:
+            raise ValueError(f"Y must have the DGP's {width} output columns, got shape {Y.shape}")
+    else:
+        output_width(name, Y, width if LIKELIHOODS[name].targets == "class" else None)
+    return Y
+
+
+@check_shapes(
+    "X: [N, D]",
+)
 def propagate_means(dgp: gpflux.models.DeepGP, X) -> List[tf.Tensor]:
     """Each layer's posterior mean evaluated at the previous layer's mean: [N, P_ℓ] for ℓ = 1..L.
 
     For activated GP layers with zero mean functions this is the forward pass of the network twin
     (Sec. 5.1): μ_ℓ(h) = Φ_ℓ(h) Kuu⁻¹ μ_u.
     """
-    outputs, hidden = [], tf.convert_to_tensor(X)
+    outputs, hidden = [], checked_inputs(dgp, X)
     for layer in dgp.f_layers:
         hidden, _ = layer.predict(hidden, full_cov=False, full_output_cov=False)
         outputs.append(hidden)
     return outputs
 
 
+@check_shapes(
+    "X: [N, D]",
+    "return[1]: [S, N, P]",
+    "return[2]: [S, N, P]",
+)
 def sample_layers(dgp: gpflux.models.DeepGP, X, num_samples: int, seed: Optional[int] = None) -> Tuple[List[tf.Tensor], tf.Tensor, tf.Tensor]:
     """Propagate ``num_samples`` samples through layers 1..L−1 (marginals per point, as in doubly
     stochastic VI), and return the per-layer samples [S, N, P_ℓ] together with the last layer's
     Gaussian moments given each sample, mean and variance [S, N, P_L]."""
-    if num_samples < 1:
-        raise ValueError(f"num_samples must be ≥ 1, got {num_samples}")
+    if isinstance(num_samples, bool) or int(num_samples) != num_samples or num_samples < 1:
+        raise ValueError(f"num_samples must be an integer ≥ 1, got {num_samples!r}")
+    num_samples = int(num_samples)
+    X = checked_inputs(dgp, X)
     generator = tf.random.Generator.from_seed(seed) if seed is not None else tf.random.get_global_generator()
     return propagate_samples(dgp, X, num_samples, lambda layer, shape, dtype: generator.normal(shape, dtype=dtype))
 
@@ -64,6 +109,9 @@ def propagate_samples(dgp: gpflux.models.DeepGP, X, num_samples: int, normal) ->
     return samples, tf.reshape(mean, shape), tf.reshape(var, shape)
 
 
+@check_shapes(
+    "X: [N, D]",
+)
 def layer_moments(dgp: gpflux.models.DeepGP, X, num_samples: int = 100, seed: Optional[int] = None) -> List[Tuple[np.ndarray, np.ndarray]]:
     """Mean and variance of each layer's output f_ℓ(x) under the DGP posterior, [N, P_ℓ] each.
 
@@ -77,6 +125,11 @@ def layer_moments(dgp: gpflux.models.DeepGP, X, num_samples: int = 100, seed: Op
     return moments
 
 
+@check_shapes(
+    "X: [N, D]",
+    "Y: [N, P]",
+    "return: [N]",
+)
 def predictive_log_density(dgp: gpflux.models.DeepGP, X, Y, num_samples: int = 100, seed: Optional[int] = None) -> np.ndarray:
     """log p(y | x) ≈ log (1/S) Σ_s p(y | f_L^(s)), per point [N]; −mean of it is the NLPD.
 
@@ -86,11 +139,16 @@ def predictive_log_density(dgp: gpflux.models.DeepGP, X, Y, num_samples: int = 1
     """
     likelihood = dgp.likelihood_layer.likelihood
     _, mean, var = sample_layers(dgp, X, num_samples, seed)
-    Y = tf.convert_to_tensor(Y, dtype=mean.dtype)
+    Y = tf.convert_to_tensor(_checked_targets(dgp, Y, int(mean.shape[1])), dtype=mean.dtype)
     log_densities = tf.stack([likelihood.predict_log_density(None, mean[s], var[s], Y) for s in range(num_samples)])
     return (tf.reduce_logsumexp(log_densities, axis=0) - np.log(num_samples)).numpy()
 
 
+@check_shapes(
+    "X: [N, D]",
+    "return[0]: [N, P]",
+    "return[1]: [N, P]",
+)
 def predict_y(
     dgp: gpflux.models.DeepGP, X, num_samples: int = 100, seed: Optional[int] = None, batch_size: Optional[int] = None
 ) -> Tuple[np.ndarray, np.ndarray]:
@@ -117,6 +175,10 @@ def predict_y(
     return y_mean.mean(0), y_var.mean(0) + y_mean.var(0)
 
 
+@check_shapes(
+    "X: [N, D]",
+    "return: [N, C]",
+)
 def predict_class_probabilities(
     dgp: gpflux.models.DeepGP, X, num_samples: int = 100, seed: Optional[int] = None, batch_size: Optional[int] = None
 ) -> np.ndarray:

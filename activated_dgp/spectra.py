@@ -42,12 +42,22 @@ def _clip_extended(t):
     return min(max(t, mpmath.mpf(-1)), mpmath.mpf(1))
 
 
+def _cosines(cosine) -> np.ndarray:
+    """Cosines as float64, clipped to [−1, 1] against round-off; a ValueError for NaN or values beyond
+    round-off outside [−1, 1] (a shape function there is undefined, not its value at ±1)."""
+    t = np.asarray(cosine, dtype=np.float64)
+    if not np.all(np.abs(t) <= 1.0 + 1e-9):  # also false for NaN
+        bad = t[~(np.abs(t) <= 1.0 + 1e-9)]
+        raise ValueError(f"cosines must lie in [−1, 1], got {bad[:3].tolist()}")
+    return np.clip(t, -1.0, 1.0)
+
+
 def arc_cosine_shape(cosine: np.ndarray) -> np.ndarray:
     """s(t) = (√(1 − t²) + t (π − arccos t)) / π, the first-order arc-cosine kernel on the sphere (eq. 6)."""
     if is_extended(cosine):
         t = _clip_extended(cosine)
         return (mpmath.sqrt(1 - t * t) + t * (mpmath.pi - mpmath.acos(t))) / mpmath.pi
-    t = np.clip(np.asarray(cosine, dtype=np.float64), -1.0, 1.0)
+    t = _cosines(cosine)
     return (np.sqrt(1.0 - t * t) + t * (np.pi - np.arccos(t))) / np.pi
 
 
@@ -60,7 +70,7 @@ def zonal_matern52_shape(cosine: np.ndarray, lengthscale: float = 1.0) -> np.nda
         r = mpmath.sqrt(2 - 2 * _clip_extended(cosine)) / lengthscale
         root5 = mpmath.sqrt(5)
         return (1 + root5 * r + 5 * r * r / 3) * mpmath.exp(-root5 * r)
-    t = np.clip(np.asarray(cosine, dtype=np.float64), -1.0, 1.0)
+    t = _cosines(cosine)
     r = np.sqrt(2.0 - 2.0 * t) / lengthscale
     return (1.0 + math.sqrt(5.0) * r + 5.0 * r * r / 3.0) * np.exp(-math.sqrt(5.0) * r)
 
@@ -143,6 +153,12 @@ class Activation:
     function: Callable[[np.ndarray], np.ndarray]
     breakpoints: tuple = ()
     closed_form: Optional[Callable[..., np.ndarray]] = field(default=None, compare=False)
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"an Activation needs a non-empty name, got {self.name!r}")
+        if not callable(self.function):
+            raise TypeError(f"the activation {self.name!r} needs a function of the cosine, got {type(self.function).__name__}")
 
 
 ACTIVATIONS = {

@@ -166,6 +166,8 @@ def set_xla(enabled: bool) -> None:
     XLA fuses the whole recurrence into one pass over the cosine matrix: no [M, N, Ñ] tensor and
     no Ñ temporaries of size [M, N]. Turn it off on platforms without an XLA backend.
     """
+    if not isinstance(enabled, (bool, np.bool_)):
+        raise TypeError(f"set_xla takes True or False, got {enabled!r}")
     _XLA["enabled"] = bool(enabled)
 
 
@@ -220,6 +222,10 @@ def gegenbauer_series(cosine: tf.Tensor, coefficients, alpha: float) -> tf.Tenso
     α + 1) instead of storing Ñ intermediate tensors for back-propagation.
     """
     coefficients = np.trim_zeros(np.asarray(coefficients, dtype=np.float64), "b")
+    if not np.all(np.isfinite(coefficients)):
+        raise ValueError(f"the series coefficients must be finite, got {coefficients[~np.isfinite(coefficients)][:3].tolist()}")
+    if not alpha >= 0:
+        raise ValueError(f"the Gegenbauer parameter α = (d − 2)/2 must be ≥ 0, got {alpha!r}")
     cosine = tf.convert_to_tensor(cosine)
     if coefficients.size == 0:
         return tf.zeros_like(cosine)
@@ -430,6 +436,6 @@ def apply_threshold(coefficients: np.ndarray, dimension: int, threshold: float) 
 
 
 def polar_decomposition(vectors: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    """Split the rows of a matrix [N, d] into norms ‖v‖ [N] and directions v/‖v‖ [N, d]."""
+    """Split vectors [..., N, d] into norms ‖v‖ [..., N] and directions v/‖v‖ [..., N, d]."""
     norms = tf.norm(vectors, axis=-1)
-    return norms, vectors / norms[:, None]
+    return norms, vectors / norms[..., None]

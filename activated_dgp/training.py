@@ -16,12 +16,14 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from .config import ArchitectureConfig
 from .conversion import dgp_from_keras, rescale_kernel_variance, select_kernel_variances
 from .distributed import check_global_batch, copy_values, distributed_dataset, replicate
-from .models import make_likelihood
+from .models import likelihood_name, network_loss, output_width
 from .streaming import ArraySource, CsvSource, DatasetSource, as_source, data_errors, global_batches
 from .nn import build_activated_nn
 from .spectra import Activation
+from .validation import check_dgp, check_matrix, dgp_input_width
 
 __all__ = [
     "TwoStageResult",
@@ -63,6 +65,24 @@ class TrainingSchedule:
     patience: Optional[int] = None
     validation_every: int = 1
     jit_compile: bool = False  # XLA-compile the whole ELBO step (see docs/scaling.md: slower on CPU)
+
+    def __post_init__(self):
+        def integer(name, value, smallest):
+            if isinstance(value, bool) or int(value) != value or value < smallest:
+                raise ValueError(f"{name} must be an integer ≥ {smallest}, got {value!r}")
+
+        integer("epochs", self.epochs, 1)
+        integer("batch_size", self.batch_size, 1)
+        integer("plateau_patience", self.plateau_patience, 0)
+        integer("validation_every", self.validation_every, 1)
+        if self.patience is not None:
+            integer("patience", self.patience, 1)
+        if not (np.isfinite(self.learning_rate) and self.learning_rate > 0):
+            raise ValueError(f"learning_rate must be positive and finite, got {self.learning_rate!r}")
+        if not 0 < self.plateau_factor < 1:
+            raise ValueError(f"plateau_factor must lie in (0, 1), got {self.plateau_factor!r}")
+        if not self.min_learning_rate >= 0:
+            raise ValueError(f"min_learning_rate must be ≥ 0, got {self.min_learning_rate!r}")
 
     @classmethod
     def for_steps(
@@ -165,26 +185,20 @@ class TwoStageResult:
     initial_noise_variance: Optional[float] = None
 
 
-def _network_loss(likelihood: str):
-    name = likelihood if isinstance(likelihood, str) else type(likelihood).__name__.lower()
-    if name == "gaussian":
-        return tf_keras.losses.MeanSquaredError()
-    if name == "bernoulli":
-        return tf_keras.losses.BinaryCrossentropy(from_logits=True)
-    if name in ("softmax", "robustmax", "multiclass"):
-        return tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-    raise ValueError(f"no network loss for likelihood {likelihood!r}")
-
-
 def _check_data(X, Y):
-    X, Y = np.asarray(X, dtype=np.float64), np.asarray(Y, dtype=np.float64)
-    if X.ndim != 2 or Y.ndim != 2 or X.shape[0] != Y.shape[0]:
+    """(X [N, D], Y [N, P]) as finite matrices of gpflow's default float with N ≥ 1; else a ValueError."""
+    X, Y = check_matrix(X, "X"), check_matrix(Y, "Y")
+    if X.shape[0] != Y.shape[0]:
         raise ValueError(f"X must be [N, D] and Y [N, P] with the same N, got {X.shape} and {Y.shape}")
-    for name, array in (("X", X), ("Y", Y)):
-        bad = ~np.all(np.isfinite(array), axis=1)
-        if np.any(bad):
-            raise ValueError(f"{name} contains NaN or inf in rows {np.flatnonzero(bad)[:5].tolist()}")
     return X, Y
+
+
+def _check_model_inputs(dgp: gpflux.models.DeepGP, X: np.ndarray) -> None:
+    """The DGP's own state is valid (:func:`~activated_dgp.validation.check_dgp`) and X has its input width."""
+    check_dgp(dgp)
+    width = dgp_input_width(dgp)
+    if width is not None and X.shape[1] != width:
+        raise ValueError(f"X must have the DGP's input width {width}, got shape {X.shape}")
 
 
 def _early_stopping(schedule: "TrainingSchedule", score: Optional[Callable[[], float]], module) -> Optional[RestoreBest]:
@@ -207,7 +221,11 @@ def train_network(
     ``validation_checks``, ``best_step`` and ``steps_run``."""
     schedule = schedule or TrainingSchedule()
     X, Y = _check_data(X, Y)
-    loss = _network_loss(likelihood)
+    width = getattr(network, "input_shape", None)
+    if isinstance(width, tuple) and width and width[-1] is not None and width[-1] != X.shape[1]:
+        raise ValueError(f"X must have the network's input width {width[-1]}, got shape {X.shape}")
+    loss = network_loss(likelihood)
+    output_width(likelihood, Y)  # labels fit the likelihood (0/1, class indices)
     network.compile(tf_keras.optimizers.Adam(schedule.learning_rate), loss=loss)
     score = None
     if validation_data is not None:
@@ -244,6 +262,8 @@ def train_dgp(
     strategy: Optional[tf.distribute.Strategy] = None,
     num_data: Optional[int] = None,
     seed: int = 0,
+    optimizer: Optional[tf_keras.optimizers.Optimizer] = None,
+    initial_epoch: int = 0,
 ) -> dict:
     """Stage 2: maximise the ELBO over the DGP's parameters (gpflux's keras training model).
 
@@ -255,6 +275,12 @@ def train_dgp(
         many steps, holding the inducing directions W and the lengthscales fixed; then everything.
         Early stopping covers the second phase (its first check is the state after the warm-up).
     :param callbacks: more tf-keras callbacks for the (second-phase) fit, e.g. progress or diagnostics.
+    :param optimizer: the optimiser of the (second-phase) fit; default a new ``Adam(schedule.learning_rate)``.
+        To resume an interrupted fit pass the one saved with it (:func:`activated_dgp.load_optimizer`), so
+        that Adam's moments, step count and scheduled learning rate continue.
+    :param initial_epoch: the epoch to resume at (Keras' ``initial_epoch``; e.g. ``load_state(dir)["epoch"]``
+        of a :class:`activated_dgp.DGPCheckpoint`): the fit runs epochs ``initial_epoch`` … ``schedule.epochs``
+        − 1, and a resumed fit (``initial_epoch`` > 0) skips the warm-up, which belongs to its start.
 
     Data beyond memory (:mod:`activated_dgp.streaming`): ``X`` may also be a ``tf.data.Dataset`` of
     (x, y) pairs (``Y`` None, ``num_data`` = its true N), an ``ArraySource`` / ``CsvSource``, or a
@@ -267,17 +293,23 @@ def train_dgp(
         explains the loss scaling). ``dgp`` itself may be built outside the strategy's scope.
     """
     schedule = schedule or TrainingSchedule()
+    if isinstance(initial_epoch, bool) or int(initial_epoch) != initial_epoch or not 0 <= initial_epoch <= schedule.epochs:
+        raise ValueError(f"initial_epoch must be an integer in [0, epochs = {schedule.epochs}], got {initial_epoch!r}")
     if strategy is not None:
         check_global_batch(schedule.batch_size, strategy)
+        if optimizer is not None:
+            raise ValueError("optimizer= cannot be combined with a strategy: the optimiser is built in the strategy's scope")
     data = _training_data(dgp, X, Y, num_data, strategy)
+    if isinstance(data, tuple):
+        _check_model_inputs(dgp, data[0])
     if strategy is not None:
         if warmup_steps > 0:
             raise ValueError("warmup_steps is not supported with a strategy (trainable flags of mirrored variables)")
         replica = replicate(dgp, strategy)
-        record = _train_dgp(replica, data, schedule, validation_data, validation_samples, 0, callbacks, strategy, seed)
+        record = _train_dgp(replica, data, schedule, validation_data, validation_samples, 0, callbacks, strategy, seed, None, int(initial_epoch))
         copy_values(replica, dgp)
         return record
-    return _train_dgp(dgp, data, schedule, validation_data, validation_samples, warmup_steps, callbacks, None, seed)
+    return _train_dgp(dgp, data, schedule, validation_data, validation_samples, warmup_steps, callbacks, None, seed, optimizer, int(initial_epoch))
 
 
 def _training_data(dgp, X, Y, num_data, strategy):
@@ -314,9 +346,9 @@ def _num_rows(data) -> int:
     return len(data[0]) if isinstance(data, tuple) else data.num_data
 
 
-def _train_dgp(dgp, data, schedule, validation_data, validation_samples, warmup_steps, callbacks, strategy, seed) -> dict:
+def _train_dgp(dgp, data, schedule, validation_data, validation_samples, warmup_steps, callbacks, strategy, seed, optimizer, initial_epoch) -> dict:
     record: dict = {}
-    if warmup_steps > 0:
+    if warmup_steps > 0 and initial_epoch == 0:
         frozen = [layer.inducing_variable for layer in dgp.f_layers]
         frozen += [getattr(layer.kernel, "kernel", layer.kernel).lengthscales for layer in dgp.f_layers if hasattr(getattr(layer.kernel, "kernel", layer.kernel), "lengthscales")]
         states = [[v.trainable for v in module.variables] for module in frozen]
@@ -331,7 +363,7 @@ def _train_dgp(dgp, data, schedule, validation_data, validation_samples, warmup_
     if validation_data is not None:
         score = _validation_nlpd(dgp, *_check_data(*validation_data), validation_samples, 0)
     stopper = _early_stopping(schedule, score, dgp)
-    record.update(_fit_elbo(dgp, data, schedule, stopper, callbacks, strategy=strategy, seed=seed))
+    record.update(_fit_elbo(dgp, data, schedule, stopper, callbacks, strategy=strategy, seed=seed, optimizer=optimizer, initial_epoch=initial_epoch))
     if stopper is not None:
         record.update(stopper.summary(_steps_per_epoch(schedule, data, strategy)))
     return record
@@ -343,14 +375,18 @@ def _steps_per_epoch(schedule: TrainingSchedule, data, strategy) -> int:
     return data.batches_per_epoch(schedule.batch_size, drop_remainder=strategy is not None)
 
 
-def _fit_elbo(dgp, data, schedule: TrainingSchedule, stopper: Optional[RestoreBest], extra=(), *, strategy=None, seed: int = 0) -> dict:
+def _fit_elbo(
+    dgp, data, schedule: TrainingSchedule, stopper: Optional[RestoreBest], extra=(), *, strategy=None, seed: int = 0,
+    optimizer: Optional[tf_keras.optimizers.Optimizer] = None, initial_epoch: int = 0,
+) -> dict:
     """gpflux's keras training model fitted on in-memory arrays (``data`` = (X, Y)) or a streaming
     source; under ``strategy`` the model and optimiser are built in its scope (``dgp`` must be mirrored)."""
     with strategy.scope() if strategy is not None else contextlib.nullcontext():
         model = dgp.as_training_model()
-        model.compile(tf_keras.optimizers.Adam(schedule.learning_rate), jit_compile=schedule.jit_compile)
+        optimizer = optimizer if optimizer is not None else tf_keras.optimizers.Adam(schedule.learning_rate)
+        model.compile(optimizer, jit_compile=schedule.jit_compile)
     callbacks = schedule.callbacks() + list(extra) + ([stopper] if stopper is not None else [])
-    fit = dict(epochs=schedule.epochs, callbacks=callbacks, verbose=schedule.verbose)
+    fit = dict(epochs=schedule.epochs, callbacks=callbacks, verbose=schedule.verbose, initial_epoch=initial_epoch)
     if isinstance(data, tuple):
         history = model.fit({"inputs": data[0], "targets": data[1]}, batch_size=schedule.batch_size, **fit)
         return dict(history.history)
@@ -375,6 +411,7 @@ def evaluate_elbo(dgp: gpflux.models.DeepGP, X, Y, *, num_samples: int = 1, batc
     if num_samples < 1 or batch_size < 1:
         raise ValueError(f"num_samples and batch_size must be ≥ 1, got {num_samples} and {batch_size}")
     X, Y = _check_data(X, Y)
+    _check_model_inputs(dgp, X)
     total = 0.0
     for _ in range(num_samples):
         for start in range(0, len(X), batch_size):
@@ -406,7 +443,7 @@ def train_two_stage(
     num_units: Union[int, Sequence[int]] = 128,
     layer_widths: Optional[Sequence[int]] = None,
     activation: Union[str, Activation, Callable] = "softplus",
-    truncation_level: int = 20,
+    truncation_level: Union[int, Sequence[int]] = 20,
     lengthscales: Optional[Sequence] = None,
     whiten: bool = True,
     network_schedule: Optional[TrainingSchedule] = None,
@@ -451,17 +488,23 @@ def train_two_stage(
         network twin, trains on one device.
     """
     X, Y = _check_data(X, Y)
-    if likelihood in ("softmax", "robustmax"):
-        output_dim = int(num_classes or int(Y.max()) + 1)
-    else:
-        output_dim = Y.shape[1]
-    make_likelihood(likelihood, output_dim)  # validates the name before any training
+    config = ArchitectureConfig(  # validates the architecture and the likelihood before any training
+        X.shape[1], num_layers=num_layers, num_units=num_units, layer_widths=layer_widths,
+        output_dim=output_width(likelihood, Y, num_classes), activation=activation,
+        truncation_level=truncation_level, lengthscales=lengthscales, whiten=whiten, likelihood=likelihood,
+    )
+    gaussian = likelihood_name(config.likelihood) == "gaussian"
     if isinstance(noise_variance, str) and noise_variance not in ("train", "validation"):
         raise ValueError(f"noise_variance must be a number, 'train' or 'validation', got {noise_variance!r}")
     if validation_data is None and validation_fraction > 0:
         (X, Y), validation_data = split_validation(X, Y, validation_fraction, seed)
     if validation_data is not None:
         validation_data = _check_data(*validation_data)
+        if validation_data[0].shape[1] != X.shape[1] or validation_data[1].shape[1] != Y.shape[1]:
+            raise ValueError(
+                f"validation_data must have the widths of (X, Y), {X.shape[1]} and {Y.shape[1]}; got "
+                f"{validation_data[0].shape[1]} and {validation_data[1].shape[1]}"
+            )
     if isinstance(kernel_variance, str) and kernel_variance not in ("elbo", "validation"):
         raise ValueError(f"kernel_variance must be a positive number, 'elbo' or 'validation', got {kernel_variance!r}")
     for name, value in (("noise_variance", noise_variance), ("kernel_variance", kernel_variance)):
@@ -471,24 +514,16 @@ def train_two_stage(
         tf.random.set_seed(seed)
     network_history = {}
     if network is None:
-        network = build_activated_nn(
-            X.shape[1],
-            num_layers=num_layers,
-            num_units=num_units,
-            layer_widths=layer_widths,
-            output_dim=1 if likelihood == "bernoulli" else output_dim,
-            activation=activation,
-            truncation_level=truncation_level,
-            lengthscales=lengthscales,
-            seed=seed,
-        )
+        network = build_activated_nn(config, seed=seed)
         stop_network = network_schedule is not None and network_schedule.patience is not None
-        network_history = train_network(network, X, Y, likelihood, network_schedule, validation_data=validation_data if stop_network else None)
-    if likelihood == "gaussian" and not isinstance(noise_variance, (int, float)):
+        network_history = train_network(
+            network, X, Y, config.likelihood, network_schedule, validation_data=validation_data if stop_network else None
+        )
+    if gaussian and not isinstance(noise_variance, (int, float)):
         source = validation_data if (noise_variance == "validation" or (noise_variance is None and validation_data is not None)) else (X, Y)
         noise_variance = float(max(np.mean((network(source[0]).numpy() - source[1]) ** 2), 1e-4))
     conversion = dgp_from_keras(
-        network, len(X), X=X[:2048], likelihood=likelihood, whiten=whiten, noise_variance=noise_variance or 0.01
+        network, len(X), X=X[:2048], likelihood=config.likelihood, whiten=config.whiten, noise_variance=noise_variance or 0.01
     )
     if kernel_variance == "elbo":
         select_kernel_variances(conversion.dgp, X, Y, seed=seed or 0)
@@ -515,5 +550,5 @@ def train_two_stage(
         conversion.max_abs_mismatch,
         initial_elbo,
         variances,
-        noise_variance if likelihood == "gaussian" else None,
+        noise_variance if gaussian else None,
     )

@@ -1,22 +1,29 @@
 """Input checks that turn bad input into a clear error instead of a silent NaN.
 
-Shapes are checked at trace time (``ValueError``). Values (NaN/inf, zero norms) are checked with
-NumPy when TensorFlow runs eagerly (``ValueError`` naming the offending rows); inside a
-``tf.function`` the same checks are graph assertions that raise ``tf.errors.InvalidArgumentError``
-with the same message.
+Two kinds, kept apart so that training stays fast:
+
+* **Shape checks** (:func:`check_width`) run where the shapes are used (kernels, Kuf) and cost
+  nothing at run time: they look at static shapes, once per trace.
+* **Value checks** (NaN/inf, zero norms, empty arrays: :func:`check_inputs`, :func:`check_matrix`,
+  :func:`check_dgp`) run once on NumPy values at the public entry points — construction, ``fit``
+  (:func:`activated_dgp.train_network`, :func:`activated_dgp.train_dgp`), prediction and conversion —
+  never in the per-minibatch K/Kuf evaluations. They raise ``ValueError`` naming the offending rows.
 """
 
 from __future__ import annotations
 
+import gpflow
 import numpy as np
 import tensorflow as tf
 
+__all__ = ["check_width", "as_float_array", "check_matrix", "check_inputs", "check_dgp", "dgp_input_width"]
+
 
 def check_width(X: tf.Tensor, expected: int, what: str) -> None:
-    """Raise ValueError unless ``X`` is a matrix [N, expected]."""
+    """Raise ValueError unless the static shape of ``X`` is [batch..., N, expected] (rank ≥ 2)."""
     shape = X.shape
-    if shape.rank is not None and shape.rank != 2:
-        raise ValueError(f"{what} must be a matrix [N, {expected}], got shape {shape}")
+    if shape.rank is not None and shape.rank < 2:
+        raise ValueError(f"{what} must be [..., N, {expected}] (at least a matrix), got shape {shape}")
     width = shape[-1] if shape.rank is not None else None
     if width is not None and width != expected:
         raise ValueError(f"{what} must have {expected} columns, got shape {shape}")
@@ -28,25 +35,64 @@ def _rows(mask: np.ndarray, limit: int = 5) -> str:
     return shown + (f" … ({rows.size} rows)" if rows.size > limit else "")
 
 
-def check_finite(X: tf.Tensor, what: str) -> tf.Tensor:
-    """Raise on NaN or inf entries of ``X`` (a matrix); returns X (with a graph dependency)."""
-    message = f"{what} contains NaN or inf"
-    if tf.executing_eagerly():
-        values = np.asarray(X)
-        bad = ~np.all(np.isfinite(values), axis=-1)
-        if np.any(bad):
-            raise ValueError(f"{message} in rows {_rows(bad)}")
-        return X
-    return tf.debugging.assert_all_finite(X, message)
+def as_float_array(values, what: str) -> np.ndarray:
+    """``values`` (array, nested list, tensor or variable) as a NumPy array of ``gpflow.default_float()``;
+    a ValueError naming ``what`` for a non-numeric dtype (strings, objects, complex)."""
+    try:
+        array = values.numpy() if hasattr(values, "numpy") else np.asarray(values)
+    except ValueError as error:  # ragged nested lists
+        raise ValueError(f"{what} is not a rectangular array: {error}") from None
+    if array.dtype.kind not in "biuf":
+        raise ValueError(f"{what} must be numeric, got dtype {array.dtype}")
+    return array.astype(gpflow.default_float(), copy=False)
 
 
-def check_nonzero_rows(norms: tf.Tensor, what: str) -> tf.Tensor:
-    """Raise if any row norm is zero (its direction, and so the cosine, is undefined)."""
-    message = f"{what} has rows of zero norm; their direction is undefined"
-    if tf.executing_eagerly():
-        bad = np.asarray(norms) == 0.0
-        if np.any(bad):
-            raise ValueError(f"{message}: rows {_rows(bad)}")
-        return norms
-    with tf.control_dependencies([tf.debugging.assert_positive(norms, message=message)]):
-        return tf.identity(norms)
+def check_matrix(values, what: str, width: int = None, nonzero_rows: bool = False) -> np.ndarray:
+    """``values`` as a finite matrix [N, width] of the default float with N ≥ 1 (and, with
+    ``nonzero_rows``, no row of zero norm); a ValueError naming ``what`` and the offending rows."""
+    array = as_float_array(values, what)
+    if array.ndim != 2:
+        raise ValueError(f"{what} must be a matrix [N, {width if width is not None else 'D'}], got shape {array.shape}")
+    if array.shape[0] == 0:
+        raise ValueError(f"{what} is empty (shape {array.shape}): at least one row is needed")
+    if width is not None and array.shape[1] != width:
+        raise ValueError(f"{what} must have {width} columns, got shape {array.shape}")
+    bad = ~np.all(np.isfinite(array), axis=1)
+    if np.any(bad):
+        raise ValueError(f"{what} contains NaN or inf in rows {_rows(bad)}")
+    if nonzero_rows:
+        zero = np.linalg.norm(array, axis=1) == 0.0
+        if np.any(zero):
+            raise ValueError(f"{what} has rows of zero norm; their direction is undefined: rows {_rows(zero)}")
+    return array
+
+
+def check_inputs(X, width: int, what: str = "X") -> np.ndarray:
+    """Inputs X as a finite matrix [N, width], N ≥ 1 (:func:`check_matrix`)."""
+    return check_matrix(X, what, width)
+
+
+def dgp_input_width(dgp) -> int:
+    """D, the input width of a DeepGP's first layer when its kernel records one (else None)."""
+    kernel = dgp.f_layers[0].kernel
+    kernel = getattr(kernel, "kernel", kernel)
+    width = getattr(kernel, "input_dim", None)
+    return None if width is None else int(width)
+
+
+def check_dgp(dgp) -> None:
+    """The value checks of a DeepGP's own state: every activated feature's W finite with non-zero rows, and
+    every parameter finite (a model that training drove to NaN is named, not used)."""
+    import gpflux
+
+    from .inducing_variables import ActivationFeature
+
+    if not isinstance(dgp, gpflux.models.DeepGP):
+        raise ValueError(f"expected a gpflux DeepGP, got {type(dgp).__name__}")
+    for index, layer in enumerate(dgp.f_layers):
+        feature = getattr(getattr(layer, "inducing_variable", None), "inducing_variable", None)
+        if isinstance(feature, ActivationFeature):
+            check_matrix(feature.W, f"W of layer {index}", nonzero_rows=True)
+    for path, parameter in gpflow.utilities.parameter_dict(dgp).items():
+        if "._" not in path and not np.all(np.isfinite(parameter.numpy())):
+            raise ValueError(f"the DGP's parameter {path} contains NaN or inf")

@@ -1,11 +1,13 @@
 """UCI regression benchmark (Dutordoir et al., 2021, Sec. 5.2, Fig. 7, appendix E.1).
 
     python -m experiments.uci --dataset boston-embedded --method nn,adgp --budget small
-    python -m experiments.uci --dataset all --method all --data-dir /path/to/data --out docs/results/uci
+    python -m experiments.uci --dataset all --method all --data-dir ../shared/data --out docs/results/uci
     python -m experiments.uci --report-only --out docs/results/uci --doc docs/results/uci.md
 
 Each (dataset, method, split) cell is one record appended atomically to ``<out>/records.jsonl``
 (experiments/records.py), so an interrupted run resumes where it stopped and never repeats a finished cell.
+Every trained network (stage 1) is also saved to ``<out>/networks``, so a cell interrupted after stage 1 resumes
+from its network instead of training it again.
 Cells run split by split, datasets small to large, all methods per split: partial results cover every dataset.
 After the cells, ``<out>/table.md``, ``<out>/summary.csv`` and ``<out>/uci.png`` (Fig. 7: median and 25/75 %
 quantiles of RMSE and NLPD per method) are written from all records; ``--doc`` also refreshes the generated
@@ -144,9 +146,11 @@ def prepare_split(dataset, split_index: int, args):
 
 def run(args) -> ResultStore:
     from activated_dgp.data import load_regression_dataset
+    from experiments import uci_methods
     from experiments.uci_methods import METHODS, run_method
 
     store = ResultStore(Path(args.out) / "records.jsonl", KEY_FIELDS)
+    uci_methods.NETWORK_DIR = Path(args.out) / "networks"  # stage-1 checkpoints: a resumed cell reuses its network
     datasets = canonical_datasets(_split_list(args.dataset, DATASET_ORDER[1:]))
     methods = _split_list(args.method, METHOD_ORDER) or list(METHOD_ORDER)
     unknown = [m for m in methods if m not in METHODS]

@@ -48,10 +48,14 @@ the ADGP is initialised from, [ActivatedLayer(128, zonal Softplus), Dense(D, no 
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+import os
 import time
 from dataclasses import asdict, dataclass
-from typing import Callable, Dict, Tuple
+from pathlib import Path
+from typing import Callable, Dict, Optional, Tuple
 
 import gpflow
 import gpflux
@@ -195,6 +199,39 @@ def build_plain_network(input_dim: int, seed: int) -> tf_keras.Sequential:
 
 _NETWORK_CACHE: Dict[tuple, tuple] = {}
 
+#: Folder of stage-1 checkpoints (the runner sets ``<out>/networks``; None: none are written). Each trained
+#: network is saved there under a digest of its cache key, so a run interrupted after stage 1 (e.g. during
+#: ADGP's stage 2) resumes the cell from the saved network instead of training it again.
+NETWORK_DIR: Optional[Path] = None
+
+
+def _network_path(key: tuple) -> Optional[Path]:
+    if NETWORK_DIR is None:
+        return None
+    return Path(NETWORK_DIR) / f"{key[0]}-seed{key[1]}-{hashlib.sha1(repr(key).encode()).hexdigest()[:16]}"
+
+
+def _load_checkpoint(network: tf_keras.Model, key: tuple) -> Optional[Dict]:
+    """The history of the network saved under ``key`` after loading its weights into ``network``; None
+    when there is no complete checkpoint (its JSON, written last, marks it complete)."""
+    stem = _network_path(key)
+    if stem is None or not stem.with_suffix(".json").exists():
+        return None
+    network.load_weights(str(stem.with_suffix(".h5")))
+    return json.loads(stem.with_suffix(".json").read_text())
+
+
+def _save_checkpoint(network: tf_keras.Model, key: tuple, history: Dict) -> None:
+    """Weights (HDF5, every Keras weight incl. the twin's W) renamed into place, then the history JSON."""
+    stem = _network_path(key)
+    if stem is None:
+        return
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    for suffix, write in ((".h5", lambda path: network.save_weights(str(path))), (".json", lambda path: path.write_text(json.dumps(history)))):
+        partial = stem.parent / f"{stem.name}.partial{suffix}"
+        write(partial)
+        os.replace(partial, stem.with_suffix(suffix))
+
 
 def _fit_network(kind: str, data: SplitData, budget: Budget, seed: int, dropout_rate: float = DROPOUT_RATE) -> Tuple[tf_keras.Model, Dict]:
     """The ``kind`` ("twin", "plain" or "dropout") network trained on MSE on the fit part, with early
@@ -217,9 +254,12 @@ def _fit_network(kind: str, data: SplitData, budget: Budget, seed: int, dropout_
         weights, history = _NETWORK_CACHE[key]
         network.set_weights(weights)
         return network, history
-    history = train_network(network, X, y, "gaussian", budget.schedule(budget.nn_steps, len(X)), validation_data=validation)
-    history = {"steps_run": history.get("steps_run", budget.epochs(budget.nn_steps, len(X)) * math.ceil(len(X) / BATCH_SIZE)),
-               "best_step": history.get("best_step")}
+    history = _load_checkpoint(network, key)
+    if history is None:
+        history = train_network(network, X, y, "gaussian", budget.schedule(budget.nn_steps, len(X)), validation_data=validation)
+        history = {"steps_run": history.get("steps_run", budget.epochs(budget.nn_steps, len(X)) * math.ceil(len(X) / BATCH_SIZE)),
+                   "best_step": history.get("best_step")}
+        _save_checkpoint(network, key, history)
     for stale in [k for k in _NETWORK_CACHE if k[2:] != key[2:]]:  # another split or budget
         del _NETWORK_CACHE[stale]
     _NETWORK_CACHE[key] = (network.get_weights(), history)

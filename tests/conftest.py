@@ -19,6 +19,25 @@ def rng():
     return np.random.default_rng(1234)
 
 
+def _interrupt_after(epochs: int):
+    """A tf-keras callback that raises KeyboardInterrupt at the end of epoch ``epochs`` (a simulated crash,
+    after the callbacks listed before it have run)."""
+    import tf_keras
+
+    class InterruptAfter(tf_keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            if epoch + 1 == epochs:
+                raise KeyboardInterrupt("simulated interruption")
+
+    return InterruptAfter()
+
+
+@pytest.fixture(scope="session")
+def interrupt_after():
+    """``interrupt_after(epochs)``: a callback that simulates a crash at the end of that epoch."""
+    return _interrupt_after
+
+
 # Slow tests (@pytest.mark.slow) are deselected unless --runslow is given or ADGP_RUN_SLOW=1.
 def pytest_addoption(parser):
     parser.addoption("--runslow", action="store_true", default=False, help="also run tests marked slow")

@@ -4,6 +4,7 @@ import gpflow
 import numpy as np
 import pytest
 import tensorflow as tf
+from check_shapes.exceptions import ShapeMismatchError
 
 from activated_dgp import ActivationFeature, ZonalArcCosine, ZonalKernel, zonal_matern52_shape
 from activated_dgp.spectra import arc_cosine_shape
@@ -89,15 +90,8 @@ def test_bad_inputs_raise_value_errors(rng):
     kernel = ZonalArcCosine(3, 10)
     with pytest.raises(ValueError, match="3 columns"):
         kernel(rng.normal(size=(5, 4)))
-    bad = rng.normal(size=(5, 3))
-    bad[2, 1] = np.nan
-    with pytest.raises(ValueError, match=r"NaN or inf in rows 2"):
-        kernel(bad)
-    bad[2, 1] = np.inf
-    with pytest.raises(ValueError, match="NaN or inf"):
-        kernel(bad, full_cov=False)
-    with pytest.raises(ValueError, match="matrix"):
-        kernel(rng.normal(size=(2, 5, 3)))
+    with pytest.raises(ShapeMismatchError, match="K_diag"):  # GPflow's shape checks: [batch..., N, D]
+        kernel.K_diag(rng.normal(size=3))
     with pytest.raises(ValueError, match="truncation_level must be ≥ 1"):
         ZonalArcCosine(3, 0)
     with pytest.raises(ValueError, match="input_dim"):
@@ -106,14 +100,39 @@ def test_bad_inputs_raise_value_errors(rng):
         ZonalArcCosine(3, 5, lengthscales=[1.0, 1.0])
     with pytest.raises(ValueError, match="not positive definite"):
         ZonalKernel(lambda t: -t, 2, 5)
-    unbiased = ZonalArcCosine(3, 5, bias=False)
-    with pytest.raises(ValueError, match="zero norm"):
-        unbiased(np.array([[1.0, 0.0, 0.0], [0.0, 0.0, 0.0]]))
 
 
-def test_graph_mode_still_rejects_nan(rng):
-    kernel = ZonalArcCosine(2, 5)
-    bad = rng.normal(size=(4, 2))
-    bad[0, 0] = np.nan
-    with pytest.raises(tf.errors.InvalidArgumentError, match="NaN or inf"):
-        tf.function(kernel.K)(tf.constant(bad))
+def test_values_are_checked_at_the_entry_points_not_in_every_kernel_call(rng):
+    """NaN/inf checks cost a pass over every minibatch, so K and Kuf do not make them; the public entry
+    points (fit, predict, conversion) do, once (tests/test_reliability.py covers each of them)."""
+    from activated_dgp import build_activated_dgp, predict_y
+
+    bad = rng.normal(size=(5, 3))
+    bad[2, 1] = np.nan
+    assert np.isnan(ZonalArcCosine(3, 10).K(bad).numpy()[2]).all()  # the kernel itself: no check, no cost
+    graph = tf.function(ZonalArcCosine(3, 10).K).get_concrete_function(tf.TensorSpec([None, 3], tf.float64)).graph
+    assert not [op for op in graph.get_operations() if "Assert" in op.type or "CheckNumerics" in op.type]
+    dgp = build_activated_dgp(3, 10, num_layers=1, num_units=4, truncation_level=5)
+    with pytest.raises(ValueError, match=r"X contains NaN or inf in rows 2"):
+        predict_y(dgp, bad)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_batched_inputs_follow_gpflow_shape_conventions(bias, rng):
+    """[batch..., N, D] inputs: K(X) is [batch..., N, N], K(X, X2) is [batch..., N, batch2..., N2],
+    K_diag [batch..., N], Kuf [M, batch..., N]; each block equals the kernel of that slice, whose values
+    are checked elsewhere against gpflow's ArcCosine."""
+    kernel = ZonalArcCosine(3, 10, lengthscales=[1.0, 2.0, 0.5, 1.5][: 3 + bias], bias=bias)
+    X, X2 = rng.normal(size=(2, 3, 4, 3)), rng.normal(size=(5, 2, 3))
+    full, cross, diag = kernel.K(X).numpy(), kernel.K(X, X2).numpy(), kernel.K_diag(X).numpy()
+    assert full.shape == (2, 3, 4, 4) and cross.shape == (2, 3, 4, 5, 2) and diag.shape == (2, 3, 4)
+    feature = ActivationFeature(rng.normal(size=(6, 3 + bias)), "relu", 10)
+    Kuf = gpflow.covariances.Kuf(feature, kernel, X).numpy()
+    assert Kuf.shape == (6, 2, 3, 4)
+    for i in range(2):
+        for j in range(3):
+            np.testing.assert_allclose(full[i, j], kernel.K(X[i, j]).numpy(), rtol=1e-12, atol=1e-14)
+            np.testing.assert_allclose(diag[i, j], np.diag(kernel.K(X[i, j]).numpy()), rtol=1e-12)
+            np.testing.assert_allclose(Kuf[:, i, j], gpflow.covariances.Kuf(feature, kernel, X[i, j]).numpy(), rtol=1e-12, atol=1e-14)
+            for k in range(5):
+                np.testing.assert_allclose(cross[i, j, :, k], kernel.K(X[i, j], X2[k]).numpy(), rtol=1e-12, atol=1e-14)

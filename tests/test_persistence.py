@@ -173,16 +173,6 @@ json.dump(info, open(f"{root}/loaded.json", "w"))
 """
 
 
-class InterruptAfter(tf_keras.callbacks.Callback):
-    def __init__(self, epochs):
-        super().__init__()
-        self.epochs = epochs
-
-    def on_epoch_end(self, epoch, logs=None):
-        if epoch + 1 == self.epochs:
-            raise KeyboardInterrupt("simulated interruption")
-
-
 def _halve_learning_rate_after_first_epoch(epoch, learning_rate):
     return 0.02 if epoch >= 1 else 0.05
 
@@ -197,7 +187,7 @@ def _train_1_layer(dgp, X, Y, epochs, initial_epoch=0, callbacks=()):
 
 
 @pytest.fixture(scope="module")
-def fresh_process(tmp_path_factory):
+def fresh_process(tmp_path_factory, interrupt_after):
     """Write every artefact, load them all in ONE fresh Python process; returns (expected, loaded, info, extra)."""
     gpflow.config.set_default_float(np.float64)
     root = tmp_path_factory.mktemp("persistence")
@@ -238,7 +228,7 @@ def fresh_process(tmp_path_factory):
         tf_keras.utils.set_random_seed(0)
         twin = build_activated_nn(3, **meta["twin"], seed=1)
         twin.compile(tf_keras.optimizers.Adam(0.05), loss="mse")
-        callbacks = [tf_keras.callbacks.BackupAndRestore(meta["backup"]), InterruptAfter(2)] if interrupted else []
+        callbacks = [tf_keras.callbacks.BackupAndRestore(meta["backup"]), interrupt_after(2)] if interrupted else []
         try:
             twin.fit(Xt, Yt, epochs=4, batch_size=N, shuffle=False, verbose=0, callbacks=callbacks)
         except KeyboardInterrupt:
@@ -267,7 +257,7 @@ def fresh_process(tmp_path_factory):
     expected["resume/resumed"] = np.concatenate([p.unconstrained_variable.numpy().ravel() for p in straight.trainable_parameters])
     interrupted = build_activated_dgp(config, N, seed=3)
     try:
-        _train_1_layer(interrupted, X_fit, Y_fit, epochs=4, callbacks=[DGPCheckpoint(meta["checkpoint"], interrupted), InterruptAfter(2)])
+        _train_1_layer(interrupted, X_fit, Y_fit, epochs=4, callbacks=[DGPCheckpoint(meta["checkpoint"], interrupted), interrupt_after(2)])
     except KeyboardInterrupt:
         pass
 

@@ -133,9 +133,32 @@ def test_rotation_matches_rot90_and_turns_counter_clockwise(rng):
     blob[0, 2:6, 22:26] = 255
     rows, cols = np.nonzero(rotate_images(blob, 90)[0] > 128)
     assert rows.max() < 8 and cols.max() < 8
-    # a real (non-grid) rotation keeps the mass near the centre and stays within 0..255
     turned = rotate_images(images, 45)
     assert turned.dtype == np.uint8 and turned.shape == images.shape
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.float64])
+def test_real_rotation_keeps_mass_moves_the_centre_of_mass_geometrically_and_stays_in_range(dtype):
+    """A 45° rotation of a smooth blob that stays inside the frame: its mass is kept (to interpolation
+    error), its centre of mass moves to where the rotation matrix sends it, and the values stay within the
+    input's range (cubic interpolation overshoots; the result is clipped)."""
+    rows, cols = np.mgrid[0:28, 0:28]
+    centre = 13.5  # the frame's centre in pixel coordinates
+    r0, c0 = 9.0, 17.0  # a blob up and to the right of the centre
+    blob = np.exp(-((rows - r0) ** 2 + (cols - c0) ** 2) / (2 * 1.5**2))
+    image = (255 * blob).round().astype(np.uint8) if dtype == np.uint8 else blob
+    turned = rotate_images(image[None], 45)[0].astype(np.float64)
+    original = image.astype(np.float64)
+    assert abs(turned.sum() - original.sum()) < 0.02 * original.sum()
+    # expected centre: (x, y) = (c − centre, centre − r) turned counter-clockwise by 45° (y up, as displayed)
+    x, y = c0 - centre, centre - r0
+    theta = np.deg2rad(45)
+    x2, y2 = x * np.cos(theta) - y * np.sin(theta), x * np.sin(theta) + y * np.cos(theta)
+    weights = turned / turned.sum()
+    assert np.sum(weights * rows) == pytest.approx(centre - y2, abs=0.2)
+    assert np.sum(weights * cols) == pytest.approx(centre + x2, abs=0.2)
+    assert turned.min() >= original.min() and turned.max() <= original.max()
+    assert turned.max() > 0.8 * original.max()  # the peak is moved, not smeared away
 
 
 def test_rotated_test_sets_are_cached(tmp_path, rng):

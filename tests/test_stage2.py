@@ -7,7 +7,15 @@ import pytest
 import tensorflow as tf
 import tf_keras
 
-from activated_dgp import build_activated_nn, dgp_from_keras, propagate_means, predictive_log_density
+from activated_dgp import (
+    build_activated_nn,
+    dgp_from_keras,
+    evaluate_elbo,
+    layer_moments,
+    predict_y,
+    predictive_log_density,
+    propagate_means,
+)
 from activated_dgp.conversion import posterior_mean_weights, rescale_kernel_variance, select_kernel_variances
 from activated_dgp.diagnostics import elbo_terms, residual_fraction
 from activated_dgp.training import RestoreBest, TrainingSchedule, split_validation, train_dgp, train_network, train_two_stage
@@ -54,7 +62,16 @@ def test_one_layer_elbo_and_density_match_gpflow_svgp(whiten):
     terms = elbo_terms(dgp, X, Y, num_samples=1)
     assert terms.elbo == pytest.approx(float(svgp.elbo((X, Y))), rel=1e-9)
     assert terms.kl[0] == pytest.approx(float(svgp.prior_kl()), rel=1e-9)
-    np.testing.assert_allclose(predictive_log_density(dgp, X, Y, num_samples=1, seed=0), svgp.predict_log_density((X, Y)).numpy(), rtol=1e-9)
+    # the public functions: one layer has no sampled layer, so every sample is the exact SVGP answer
+    np.testing.assert_allclose(predictive_log_density(dgp, X, Y, num_samples=3, seed=0), svgp.predict_log_density((X, Y)).numpy(), rtol=1e-9)
+    assert evaluate_elbo(dgp, X, Y, batch_size=32) == pytest.approx(float(svgp.elbo((X, Y))), rel=1e-9)  # 3 uneven batches
+    (mean, var), = layer_moments(dgp, X, num_samples=3, seed=0)
+    f_mean, f_var = svgp.predict_f(X)
+    np.testing.assert_allclose(mean, f_mean.numpy(), rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(var, f_var.numpy(), rtol=1e-9, atol=1e-15)
+    y_mean, y_var = predict_y(dgp, X, num_samples=2, seed=0)
+    np.testing.assert_allclose(y_var, svgp.predict_y(X)[1].numpy(), rtol=1e-9)
+    np.testing.assert_allclose(y_mean, svgp.predict_y(X)[0].numpy(), rtol=1e-9, atol=1e-12)
 
 
 def test_rescaled_variance_keeps_the_forward_pass_and_moves_kl_and_residual():
@@ -151,3 +168,37 @@ def test_two_stage_with_validation_options_and_errors():
         train_two_stage(X, Y, likelihood="poisson")
     with pytest.raises(ValueError, match="patience"):
         train_dgp(_converted(num_layers=1)[3], X, Y, TrainingSchedule(epochs=1, patience=2))
+
+
+def test_train_dgp_resumes_from_a_checkpoint_with_its_optimizer(tmp_path, interrupt_after):
+    """An uninterrupted 4-epoch stage 2 vs one interrupted after epoch 2 (DGPCheckpoint), loaded and resumed
+    with ``train_dgp(optimizer=load_optimizer(…), initial_epoch=…)``: the same parameters. Full batches on a
+    one-layer DGP make the ELBO deterministic; a fresh Adam (control) does not continue the trajectory."""
+    from activated_dgp import DGPCheckpoint, build_activated_dgp, load_dgp, load_optimizer, load_state
+
+    X, Y = _data(60)
+    schedule = TrainingSchedule(epochs=4, batch_size=len(X), learning_rate=0.05)
+
+    def fresh():
+        return build_activated_dgp(3, len(X), num_layers=1, num_units=8, truncation_level=6, seed=0)
+
+    def values(dgp):
+        return np.concatenate([p.unconstrained_variable.numpy().ravel() for p in dgp.trainable_parameters])
+
+    straight = fresh()
+    train_dgp(straight, X, Y, schedule)
+    interrupted = fresh()
+    with pytest.raises(KeyboardInterrupt):
+        train_dgp(interrupted, X, Y, schedule, callbacks=[DGPCheckpoint(tmp_path, interrupted), interrupt_after(2)])
+    assert load_state(tmp_path)["epoch"] == 2
+    results = {}
+    for label in ("resumed", "fresh_optimizer"):
+        dgp = load_dgp(tmp_path)
+        optimizer = load_optimizer(tmp_path, dgp) if label == "resumed" else None
+        history = train_dgp(dgp, X, Y, schedule, optimizer=optimizer, initial_epoch=load_state(tmp_path)["epoch"])
+        assert len(history["loss"]) == 2  # epochs 2 and 3 only
+        results[label] = values(dgp)
+    np.testing.assert_allclose(results["resumed"], values(straight), rtol=1e-8, atol=1e-10)
+    assert np.max(np.abs(results["fresh_optimizer"] - values(straight))) > 1e-3
+    with pytest.raises(ValueError, match="initial_epoch"):
+        train_dgp(fresh(), X, Y, schedule, initial_epoch=5)

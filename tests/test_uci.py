@@ -200,6 +200,39 @@ def test_resume_after_interruption(tmp_path, monkeypatch):
     assert calls == [] and (tmp_path / "records.jsonl").read_text().splitlines() == lines
 
 
+def test_adgp_interrupted_after_stage_1_resumes_from_the_saved_network(tmp_path, monkeypatch):
+    """Interrupt an ADGP cell after stage 1, resume in a clean state (no in-process cache): the network is
+    loaded from its checkpoint, not trained again, and the record equals that of an uninterrupted run."""
+    import experiments.uci_methods as methods
+
+    real_two_stage, real_train_network, trained = methods.train_two_stage, methods.train_network, []
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt("simulated interruption after stage 1")
+
+    def counting(*args, **kwargs):
+        trained.append(1)
+        return real_train_network(*args, **kwargs)
+
+    monkeypatch.setattr(methods, "train_network", counting)
+    monkeypatch.setattr(methods, "train_two_stage", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        _run(tmp_path / "resumed", "--method", "adgp", "--splits", "1")
+    assert trained == [1] and len(list((tmp_path / "resumed" / "networks").glob("*.json"))) == 1
+    assert not (tmp_path / "resumed" / "records.jsonl").exists() or not (tmp_path / "resumed" / "records.jsonl").read_text()
+    monkeypatch.setattr(methods, "train_two_stage", real_two_stage)
+    methods._NETWORK_CACHE.clear()  # as in a new process
+    _run(tmp_path / "resumed", "--method", "adgp", "--splits", "1")
+    assert trained == [1]  # stage 1 came from the checkpoint
+    methods._NETWORK_CACHE.clear()
+    _run(tmp_path / "straight", "--method", "adgp", "--splits", "1")
+    assert trained == [1, 1]
+    resumed, straight = (json.loads((tmp_path / name / "records.jsonl").read_text()) for name in ("resumed", "straight"))
+    for name in ("rmse", "nlpd"):
+        assert resumed[name] == pytest.approx(straight[name], rel=1e-12)
+    assert resumed["extra"]["init_rmse"] == straight["extra"]["init_rmse"]  # the identical network
+
+
 def test_converged_protocol_records_steps_and_shares_the_network(tmp_path):
     from experiments.uci_methods import BUDGETS
 

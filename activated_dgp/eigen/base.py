@@ -14,11 +14,60 @@ All state lives in ``tf.Variable``s, so ``tf.train.Checkpoint`` saves and restor
 from __future__ import annotations
 
 import abc
+from typing import Callable, Union
 
+import gpflow
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["EigenApproximation", "as_float64_matrix"]
+__all__ = ["EigenApproximation", "as_float64_matrix", "require_float64", "ELEMENTWISE_ACTIVATIONS", "elementwise_activation"]
+
+
+def require_float64(what: str) -> None:
+    """The eigen module and the kernel machines compute in float64 (eigen-decompositions and solves of
+    ill-conditioned Gram matrices, whose small eigenvalues float32 cannot resolve): a TypeError naming
+    ``what`` when ``gpflow.default_float()`` is another type, instead of a mixed-dtype failure deep in
+    TensorFlow."""
+    if np.dtype(gpflow.default_float()) != np.float64:
+        raise TypeError(
+            f"{what} computes in float64, but gpflow.default_float() is {np.dtype(gpflow.default_float()).name}; "
+            "call gpflow.config.set_default_float(np.float64) first"
+        )
+
+
+def _sin_cos(h: tf.Tensor) -> tf.Tensor:
+    """Half of the units sin, the other half cos (the activation of NeuralEF's App. B)."""
+    half = h.shape[-1] // 2
+    return tf.concat([tf.sin(h[..., :half]), tf.cos(h[..., half:])], axis=-1)
+
+
+#: The one registry of elementwise network activations of the eigen module (NeuralEF's networks, IKA's
+#: bases). Not to be confused with :data:`activated_dgp.ACTIVATIONS`, the zonal activations σ(t) on
+#: [−1, 1] of activated inducing variables, which have Funk–Hecke coefficients.
+ELEMENTWISE_ACTIVATIONS = {
+    "sin_cos": _sin_cos,
+    "sin": tf.sin,
+    "cos": tf.cos,
+    "tanh": tf.tanh,
+    "relu": tf.nn.relu,
+    "softplus": tf.nn.softplus,
+    "gelu": tf.nn.gelu,
+    "sigmoid": tf.sigmoid,
+    "exp": tf.exp,
+    "erf": tf.math.erf,
+    "linear": tf.identity,
+}
+
+
+def elementwise_activation(activation: Union[str, Callable]) -> Callable:
+    """A name from :data:`ELEMENTWISE_ACTIVATIONS` or a callable on tensors; a ValueError otherwise."""
+    if isinstance(activation, str):
+        if activation not in ELEMENTWISE_ACTIVATIONS:
+            raise ValueError(f"unknown activation {activation!r}; use one of {sorted(ELEMENTWISE_ACTIVATIONS)} or a callable")
+        return ELEMENTWISE_ACTIVATIONS[activation]
+    if not callable(activation):
+        raise ValueError(f"activation must be a name or a callable, got {activation!r}")
+    return activation
 
 
 def as_float64_matrix(X, what: str = "the inputs") -> np.ndarray:
@@ -43,6 +92,7 @@ def as_float64_matrix(X, what: str = "the inputs") -> np.ndarray:
 class EigenApproximation(tf.Module, abc.ABC):
     def __init__(self, num_eigenpairs: int, name=None):
         super().__init__(name=name)
+        require_float64(type(self).__name__)
         if int(num_eigenpairs) != num_eigenpairs or num_eigenpairs < 1:
             raise ValueError(f"num_eigenpairs must be a positive integer, got {num_eigenpairs!r}")
         self.num_eigenpairs = int(num_eigenpairs)

@@ -27,6 +27,7 @@ import numpy as np
 import scipy.linalg
 import tensorflow as tf
 
+from .base import require_float64
 from .kernel_sources import as_kernel_source
 
 __all__ = ["ridge_regression", "FeatureRidge", "KernelRidge", "kernel_ridge_regression"]
@@ -80,6 +81,7 @@ class FeatureRidge:
     """
 
     def __init__(self, feature_map: Callable, regularisation: float):
+        require_float64("FeatureRidge")
         if not callable(feature_map):
             raise ValueError("feature_map must be callable X → Φ [N, k]")
         self.feature_map = feature_map
@@ -109,6 +111,7 @@ class KernelRidge:
     """
 
     def __init__(self, kernel, regularisation: float):
+        require_float64("KernelRidge")
         self.source = as_kernel_source(kernel)
         self.regularisation = _check_regularisation(regularisation)
         self.inputs = None

@@ -37,7 +37,7 @@ import numpy as np
 import tensorflow as tf
 from gpflow.covariances import Kuf, Kuu
 
-from .base import as_float64_matrix
+from .base import as_float64_matrix, require_float64
 
 __all__ = ["EigenfunctionFeature", "FORMS"]
 
@@ -56,6 +56,7 @@ class EigenfunctionFeature(gpflow.inducing_variables.InducingVariables):
 
     def __init__(self, eigenfunctions: Callable, samples=None, form: str = "monte_carlo", eigenvalues=None, name: Optional[str] = None):
         super().__init__(name=name)
+        require_float64("EigenfunctionFeature")
         if form not in FORMS:
             raise ValueError(f"unknown form {form!r}; use one of {FORMS}")
         if not callable(eigenfunctions):

@@ -39,23 +39,12 @@ import numpy as np
 import scipy.linalg
 import tensorflow as tf
 
-from .base import EigenApproximation, as_float64_matrix
+from .base import EigenApproximation, as_float64_matrix, elementwise_activation, require_float64
 from .kernel_sources import as_kernel_source
 
 __all__ = ["IKA", "ActivationBasis", "activation_basis", "random_data_filters", "kmeans_filters"]
 
 _CONDITION_LIMIT = 1e10
-
-_ACTIVATIONS = {
-    "relu": tf.nn.relu,
-    "sigmoid": tf.sigmoid,
-    "tanh": tf.tanh,
-    "exp": tf.exp,
-    "cos": tf.cos,
-    "erf": tf.math.erf,
-    "softplus": tf.nn.softplus,
-    "linear": tf.identity,
-}
 
 
 def _normalise_rows(W: np.ndarray) -> np.ndarray:
@@ -138,15 +127,9 @@ class ActivationBasis(tf.Module):
 
     def __init__(self, filters, activation: Union[str, Callable] = "relu", offsets=None, name: Optional[str] = None):
         super().__init__(name=name)
+        require_float64("ActivationBasis")
         W = as_float64_matrix(filters, "the filters")
-        if isinstance(activation, str):
-            if activation not in _ACTIVATIONS:
-                raise ValueError(f"unknown activation {activation!r}; use one of {sorted(_ACTIVATIONS)} or a callable")
-            self._activation = _ACTIVATIONS[activation]
-        elif callable(activation):
-            self._activation = activation
-        else:
-            raise ValueError(f"activation must be a name or a callable, got {activation!r}")
+        self._activation = elementwise_activation(activation)
         self.activation = activation
         c = np.zeros(W.shape[0]) if offsets is None else np.asarray(offsets, dtype=np.float64).reshape(-1)
         if c.shape != (W.shape[0],):

@@ -20,6 +20,8 @@ import gpflow
 import numpy as np
 import tensorflow as tf
 
+from .base import require_float64
+
 __all__ = ["KernelSource", "GPflowKernel", "PrecomputedGram", "FeatureKernel", "nngp_kernel", "ntk_kernel", "as_kernel_source"]
 
 
@@ -37,6 +39,7 @@ class GPflowKernel(KernelSource):
     """Any ``gpflow.kernels.Kernel`` (ZonalArcCosine included)."""
 
     def __init__(self, kernel: gpflow.kernels.Kernel):
+        require_float64("a gpflow kernel as an eigen-module kernel source")
         self.kernel = kernel
 
     def gram(self, A, B=None):

@@ -72,7 +72,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from .base import EigenApproximation, as_float64_matrix
+from .base import EigenApproximation, as_float64_matrix, elementwise_activation
 from .kernel_sources import FeatureKernel, GPflowKernel, KernelSource, PrecomputedGram, as_kernel_source
 from .rayleigh_ritz import generalised_eigh, span_products
 
@@ -80,32 +80,6 @@ __all__ = ["NeuralEF", "StackedMLP", "neural_eigenfunction", "minibatch_rayleigh
 
 ESTIMATORS = ("paper", "unbiased")
 SCHEDULES = ("constant", "cosine")
-
-
-def _sin_cos(h: tf.Tensor) -> tf.Tensor:
-    """Half of the units sin, the other half cos (the activation of the paper's App. B)."""
-    half = h.shape[-1] // 2
-    return tf.concat([tf.sin(h[..., :half]), tf.cos(h[..., half:])], axis=-1)
-
-
-_ACTIVATIONS = {
-    "sin_cos": _sin_cos,
-    "sin": tf.sin,
-    "tanh": tf.tanh,
-    "relu": tf.nn.relu,
-    "softplus": tf.nn.softplus,
-    "gelu": tf.nn.gelu,
-}
-
-
-def _resolve_activation(activation):
-    if isinstance(activation, str):
-        if activation not in _ACTIVATIONS:
-            raise ValueError(f"unknown activation {activation!r}; use one of {sorted(_ACTIVATIONS)} or a callable")
-        return _ACTIVATIONS[activation]
-    if not callable(activation):
-        raise ValueError(f"activation must be a name or a callable, got {activation!r}")
-    return activation
 
 
 def _check_sizes(**sizes) -> None:
@@ -128,7 +102,7 @@ def neural_eigenfunction(
 
     :param activation: one of ``sin_cos, sin, tanh, relu, softplus, gelu`` or a callable.
     """
-    activation = _resolve_activation(activation)
+    activation = elementwise_activation(activation)
     _check_sizes(input_dim=input_dim, width=width, hidden_layers=hidden_layers)
     dtype = dtype or gpflow.default_float()
     initializer = lambda offset: tf_keras.initializers.GlorotUniform(seed=None if seed is None else seed + offset)  # noqa: E731
@@ -160,7 +134,7 @@ class StackedMLP(tf.Module):
         name: Optional[str] = None,
     ):
         super().__init__(name=name)
-        self._activation = _resolve_activation(activation)
+        self._activation = elementwise_activation(activation)
         self.activation = activation
         _check_sizes(input_dim=input_dim, width=width, hidden_layers=hidden_layers)
         k = int(num_networks)
@@ -302,7 +276,7 @@ class NeuralEF(EigenApproximation):
         self.stacked: Optional[StackedMLP] = None  # the default networks
         self.networks: Optional[List[Callable]] = None  # user networks
         if networks is None:
-            _resolve_activation(activation)  # validates the options now
+            elementwise_activation(activation)  # validates the options now
             _check_sizes(width=width, hidden_layers=hidden_layers)
         else:
             networks = list(networks)

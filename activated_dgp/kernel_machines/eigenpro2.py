@@ -22,6 +22,7 @@ import gpflow
 import numpy as np
 import tensorflow as tf
 
+from ..eigen.base import require_float64
 from .blocks import DEFAULT_BLOCK, BasisGram, IndexedGramSource, KernelCenters, KernelGram, check_data, check_targets
 from .preconditioner import Preconditioner, batch_step, fit_nystrom, step_schedule
 from .training_loop import TrainedWeights, TrainingState, run_epochs
@@ -115,6 +116,7 @@ class EigenPro2(TrainedWeights, tf.Module):
 
     def __init__(self, kernel: gpflow.kernels.Kernel, subsample_size: int = 2000, num_eigenpairs: int = 100, max_batch: int = 4096, block_size: int = DEFAULT_BLOCK, seed: int = 0, name=None):
         super().__init__(name=name)
+        require_float64("EigenPro2")
         if not isinstance(kernel, gpflow.kernels.Kernel):
             raise ValueError(f"the kernel must be a gpflow kernel, got {type(kernel).__name__}")
         self.kernel = kernel

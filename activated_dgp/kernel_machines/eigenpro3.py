@@ -44,6 +44,7 @@ import numpy as np
 import tensorflow as tf
 
 from ..eigen import EigenApproximation
+from ..eigen.base import require_float64
 from .blocks import DEFAULT_BLOCK, ActivatedBasis, KernelCenters, check_data, check_targets
 from .centers import choose_centers
 from .eigenpro2 import EigenPro2Solver, _positive_int
@@ -115,6 +116,7 @@ class EigenPro3(TrainedWeights, tf.Module):
         name=None,
     ):
         super().__init__(name=name)
+        require_float64("EigenPro3")
         if not isinstance(kernel, gpflow.kernels.Kernel):
             raise ValueError(f"the kernel must be a gpflow kernel, got {type(kernel).__name__}")
         if projection not in PROJECTIONS:
