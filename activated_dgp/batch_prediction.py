@@ -23,6 +23,7 @@ import numpy as np
 import tensorflow as tf
 
 from .prediction import propagate_samples
+from .validation import dgp_input_width
 
 __all__ = ["BatchPredictor"]
 
@@ -75,6 +76,9 @@ class BatchPredictor:
         X = X if isinstance(X, np.ndarray) else np.asarray(X)
         if X.ndim != 2:
             raise ValueError(f"X must be a matrix [N, D], got shape {X.shape}")
+        width = dgp_input_width(self.dgp)
+        if width is not None and X.shape[1] != width:
+            raise ValueError(f"X has {X.shape[1]} columns but the DGP's first layer takes D = {width}")
         if Y is not None and (np.ndim(Y) != 2 or len(Y) != len(X)):
             raise ValueError(f"Y must be [N, P] with N = {len(X)}, got shape {np.shape(Y)}")
         dtype = self.dgp.f_layers[0].q_mu.dtype.as_numpy_dtype
