@@ -111,7 +111,6 @@ def test_paper_update_has_a_biased_fixed_point_and_the_consistent_and_span_ones_
                           batch_size=160, power_iterations=10)
         model.fit(X, y, epochs=150 if preconditioner is None else 60, progress=False)
         errors[name] = np.linalg.norm(model.predict(X) - fitted) / np.linalg.norm(fitted)
-    print(errors)
     assert errors["consistent"] < 1e-2 and errors["paper"] > 3 * errors["consistent"] and errors["span"] < 1e-2
 
 
