@@ -338,8 +338,9 @@ def predict_dropout(data: SplitData, budget: Budget) -> Prediction:
         validation_means = mc_means(network, validation[0])
         noise = mixture_noise_variance(validation_means, validation[1][:, 0])
         score = float(np.mean(gaussian_mixture_log_density(validation[1][:, 0], validation_means, np.full_like(validation_means, noise))))
-        candidates.append((score, rate, noise, history, mc_means(network, data.X_test)))
-    score, rate, noise, history, means = max(candidates, key=lambda candidate: candidate[0])
+        candidates.append((score, rate, noise, history, network))
+    score, rate, noise, history, network = max(candidates, key=lambda candidate: candidate[0])
+    means = mc_means(network, data.X_test)  # test passes for the chosen rate only
     return means, np.full_like(means, noise), {
         "noise_variance": noise, "tau": 1.0 / noise, "network": history, "dropout_rate": rate,
         "validation_log_likelihood": {str(c[1]): c[0] for c in candidates},
