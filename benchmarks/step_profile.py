@@ -16,9 +16,11 @@ times are not meaningful. Run with one thread per pool so that op times add up t
     TF_NUM_INTRAOP_THREADS=1 TF_NUM_INTEROP_THREADS=1 python -m benchmarks.step_profile
     python -m benchmarks.step_profile --count-ops        (ops of the step's graph by type, no profiling)
     python -m benchmarks.step_profile --flops            (multiply-adds of a step's forward pass, per layer)
+    python -m benchmarks.step_profile --compare-with DIR (this checkout's step against the checkout in DIR's, and
+                                                          GPflux's, taking turns in one process)
 
-The script runs on older checkouts too (it uses only ``build_activated_dgp`` and gpflux), so that two versions can
-be compared: ``PYTHONPATH=DIR_OF_OTHER_CHECKOUT python benchmarks/step_profile.py --time-steps 200``.
+The script runs on older checkouts too (it uses only ``build_activated_dgp`` and gpflux):
+``PYTHONPATH=DIR python benchmarks/step_profile.py --count-ops`` counts the ops of DIR's step.
 """
 
 from __future__ import annotations
@@ -288,6 +290,54 @@ def time_steps(model, X, Y, steps: int, repeats: int) -> list[float]:
     return times
 
 
+def import_other_checkout(directory: str):
+    """The ``activated_dgp`` package of another checkout, imported under the name ``activated_dgp_other`` (a copy
+    in a temporary folder, its Keras registrations renamed), so that two versions train side by side in one process."""
+    import importlib
+    import pathlib
+    import shutil
+    import sys
+
+    target = pathlib.Path(tempfile.mkdtemp()) / "activated_dgp_other"
+    shutil.copytree(pathlib.Path(directory) / "activated_dgp", target)
+    for path in target.rglob("*.py"):
+        text = path.read_text()
+        path.write_text(text.replace('package="activated_dgp"', 'package="activated_dgp_other"'))
+    sys.path.insert(0, str(target.parent))
+    return importlib.import_module("activated_dgp_other")
+
+
+def compare_steps(X, Y, models: dict, chunks: int, steps: int) -> str:
+    """Seconds per step of each model's compiled train function, in ``chunks`` rounds of ``steps`` steps taking
+    turns (the order reversed every other round); ratios of minima and the median of the per-round ratios."""
+    data = tf.data.Dataset.from_tensor_slices({"inputs": X, "targets": Y}).repeat().batch(BATCH, drop_remainder=True)
+    functions = {}
+    for name, model in models.items():
+        model.fit(data.take(5), epochs=1, verbose=0)
+        function, iterator = model.make_train_function(), iter(data)
+        for _ in range(10):
+            function(iterator)
+        functions[name] = (function, iterator)
+    times = {name: [] for name in functions}
+    for index in range(chunks):
+        for name in list(functions)[:: 1 if index % 2 == 0 else -1]:
+            function, iterator = functions[name]
+            start = time.perf_counter()
+            for _ in range(steps):
+                logs = function(iterator)
+            float(logs["loss"])
+            times[name].append((time.perf_counter() - start) / steps)
+    names = list(times)
+    lines = [f"{name}: fastest round {1e3 * min(times[name]):.2f} ms per step" for name in names]
+    for other in names[1:]:
+        ratios = [a / b for a, b in zip(times[names[0]], times[other])]
+        lines.append(
+            f"{names[0]} / {other}: {min(times[names[0]]) / min(times[other]):.3f} (fastest rounds), "
+            f"{statistics.median(ratios):.3f} (median of the per-round ratios)"
+        )
+    return "\n".join(lines)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=30, help="profiled steps per model")
@@ -296,6 +346,8 @@ def main():
     parser.add_argument("--time-steps", type=int, default=0, help="time this many steps per fit instead (3 fits)")
     parser.add_argument("--top", type=int, default=8)
     parser.add_argument("--flops", action="store_true", help="print the multiply-add count of a step and exit")
+    parser.add_argument("--compare-with", metavar="DIR", help="time this checkout's activated DGP step against DIR's, in one process")
+    parser.add_argument("--chunks", type=int, default=40, help="with --compare-with: rounds of 10 steps per model")
     args = parser.parse_args()
     if args.flops:
         print(flop_table())
@@ -303,6 +355,18 @@ def main():
     _threads()
     add_name_scopes()
     X, Y = _data()
+    if args.compare_with:
+        import activated_dgp
+
+        other = import_other_checkout(args.compare_with)
+        models = build_models(X)
+        dgp = other.build_activated_dgp(INPUT_DIM, NUM_DATA, num_layers=NUM_LAYERS, num_units=NUM_UNITS, seed=0)
+        models["activated DGP, other checkout"] = dgp.as_training_model()
+        models["activated DGP, other checkout"].compile(tf_keras.optimizers.Adam(0.01))
+        print(f"this checkout: {activated_dgp.__file__}; other: {args.compare_with}")
+        order = ("activated DGP", "activated DGP, other checkout", "GPflux DGP (SE)")
+        print(compare_steps(X, Y, {name: models[name] for name in order}, args.chunks, 10))
+        return
     models = {name: model for name, model in build_models(X).items() if name in args.models.split(",")}
     for name, model in models.items():
         if args.count_ops:
