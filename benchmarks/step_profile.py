@@ -1,0 +1,386 @@
+"""Where the time of one DGP training step goes: op self-times of a few compiled steps, by op type and by part.
+
+Models as in :mod:`benchmarks.dgp_epoch` (10,000 × 8 data, minibatch 128, 3 layers of 128 units / inducing
+variables, float64, Adam through ``keras.Model.fit``): the activated DGP and GPflux's SE DGP. After one warm-up
+epoch, ``--steps`` steps of each run under ``tf.profiler.experimental``; the host trace (XPlane) is read back and
+each op's *self* time (its duration less that of the ops nested in it on the same thread) is summed
+
+* by op type (MatMul, Cholesky, MatrixTriangularSolve, the XLA-compiled Clenshaw sums, …), and
+* by part of the step, from the op's name scope and type: the covariances (Kuu, Kuf, K_diag), Cholesky, the
+  triangular solves, the other matrix products (the q_sqrt products L_pᵀA of the conditional), KL, likelihood,
+  optimizer, and the rest (elementwise ops, reshapes, dispatch of small ops).
+
+Only fractions of one model's op time within one run are meant to be quoted: on a shared machine the absolute
+times are not meaningful. Run with one thread per pool so that op times add up to the step:
+
+    TF_NUM_INTRAOP_THREADS=1 TF_NUM_INTEROP_THREADS=1 python -m benchmarks.step_profile
+    python -m benchmarks.step_profile --count-ops        (ops of the step's graph by type, no profiling)
+    python -m benchmarks.step_profile --flops            (multiply-adds of a step's forward pass, per layer)
+    python -m benchmarks.step_profile --compare-with DIR (this checkout's step against the checkout in DIR's, and
+                                                          GPflux's, taking turns in one process)
+
+The script runs on older checkouts too (it uses only ``build_activated_dgp`` and gpflux):
+``PYTHONPATH=DIR python benchmarks/step_profile.py --count-ops`` counts the ops of DIR's step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import glob
+import gzip
+import os
+import statistics
+import tempfile
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+import tf_keras  # noqa: E402
+
+NUM_DATA, INPUT_DIM, NUM_LAYERS, NUM_UNITS, BATCH = 10_000, 8, 3, 128, 128
+
+
+def _threads():
+    intra, inter = os.environ.get("TF_NUM_INTRAOP_THREADS"), os.environ.get("TF_NUM_INTEROP_THREADS")
+    if intra:
+        tf.config.threading.set_intra_op_parallelism_threads(int(intra))
+    if inter:
+        tf.config.threading.set_inter_op_parallelism_threads(int(inter))
+
+
+def _data(seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((NUM_DATA, INPUT_DIM))
+    Y = np.sin(X[:, :1] * 2.0) + 0.5 * X[:, 1:2] * X[:, 2:3] + 0.1 * rng.standard_normal((NUM_DATA, 1))
+    return X, Y
+
+
+def build_models(X):
+    """name → compiled gpflux training model."""
+    import gpflux
+    from gpflux.architectures import Config, build_constant_input_dim_deep_gp
+
+    from activated_dgp import build_activated_dgp
+
+    config = Config(num_inducing=NUM_UNITS, inner_layer_qsqrt_factor=1e-5, likelihood_noise_variance=1e-2, whiten=True)
+    gpflux_dgp = build_constant_input_dim_deep_gp(X, num_layers=NUM_LAYERS, config=config)
+    assert isinstance(gpflux_dgp, gpflux.models.DeepGP)
+    activated = build_activated_dgp(INPUT_DIM, NUM_DATA, num_layers=NUM_LAYERS, num_units=NUM_UNITS, seed=0)
+    models = {}
+    for name, dgp in (("activated DGP", activated), ("GPflux DGP (SE)", gpflux_dgp)):
+        model = dgp.as_training_model()
+        model.compile(tf_keras.optimizers.Adam(0.01))
+        models[name] = model
+    return models
+
+
+def _dataset(X, Y, steps):
+    data = tf.data.Dataset.from_tensor_slices({"inputs": X, "targets": Y}).repeat().batch(BATCH, drop_remainder=True)
+    return data.take(steps)
+
+
+# ------------------------------------------------------------------------------------------------
+# op counts of the compiled step
+# ------------------------------------------------------------------------------------------------
+
+
+def count_ops(model, X, Y) -> tuple[collections.Counter, collections.Counter]:
+    """Ops of one training step's graph by type: (top-level graph, graph plus every function in its library)."""
+    spec = {
+        "inputs": tf.TensorSpec([BATCH, X.shape[1]], tf.float64),
+        "targets": tf.TensorSpec([BATCH, Y.shape[1]], tf.float64),
+    }
+    graph = tf.function(model.train_step).get_concrete_function(spec).graph
+    top = collections.Counter(op.type for op in graph.get_operations())
+    total = collections.Counter(top)
+    for function in graph.as_graph_def().library.function:
+        total.update(node.op for node in function.node_def)
+    return top, total
+
+
+# ------------------------------------------------------------------------------------------------
+# profile: op self-times from the XPlane trace
+# ------------------------------------------------------------------------------------------------
+
+SCOPES = ("Kuf", "Kuu", "prior_kl", "likelihood", "conditional")
+
+
+def add_name_scopes() -> None:
+    """Give the parts of a step name scopes (trace time only; no ops): GPflow's Kuf, Kuu, conditional and prior_kl
+    dispatchers and the likelihood's variational expectations, so that op names, and the names of their gradients,
+    say which part they belong to."""
+    import functools
+
+    import gpflow
+
+    def scoped(scope, function):
+        @functools.wraps(function)
+        def wrapper(*args, **kwargs):
+            with tf.name_scope(scope):
+                return function(*args, **kwargs)
+
+        return wrapper
+
+    dispatchers = {
+        "Kuf": gpflow.covariances.Kuf,
+        "Kuu": gpflow.covariances.Kuu,
+        "conditional": gpflow.conditionals.conditional,
+        "prior_kl": gpflow.kullback_leiblers.prior_kl,
+    }
+    for scope, dispatcher in dispatchers.items():
+        for key, function in list(dispatcher.funcs.items()):
+            dispatcher.funcs[key] = scoped(scope, function)
+        dispatcher._cache.clear()
+    likelihood = gpflow.likelihoods.Likelihood
+    likelihood.variational_expectations = scoped("likelihood", likelihood.variational_expectations)
+
+
+def _scope(component: str):
+    """"Kuf", "Kuf_1" → "Kuf"; "prior_kl_2" → "prior_kl"; anything else → None."""
+    base = component.rstrip("0123456789").rstrip("_") if component[-1:].isdigit() else component
+    return base if base in SCOPES else None
+
+
+def part_of(name: str, kind: str) -> str:
+    """The part of the step an op belongs to, from its innermost known name scope, then its type."""
+    path = name.split("/")
+    scopes = [_scope(component) for component in path if _scope(component)]
+    scope = scopes[-1] if scopes else None
+    if name.startswith("ExecutorState"):
+        return "executor (scheduling between ops)"
+    if name.startswith("CpuExecutable"):
+        return "Kuu, Kuf: XLA Clenshaw sums"
+    if "fill_triangular" in name:  # the q_sqrt parameter's transform, evaluated where q_sqrt is read (conditional, KL)
+        return "q_sqrt transform (fill_triangular)"
+    if scope in ("Kuf", "Kuu"):
+        return "Kuu, Kuf: other ops"
+    if scope == "prior_kl":
+        return "KL"
+    if scope == "likelihood":
+        return "likelihood"
+    if kind.startswith("ResourceApply") or any(part.lower().startswith(("adam", "optimizer")) for part in path):
+        return "optimizer (Adam)"
+    if scope == "conditional":
+        if kind == "Cholesky" or "Cholesky" in name:
+            return "conditional: Cholesky"
+        if kind == "MatrixTriangularSolve" or "triangular_solve" in name:
+            return "conditional: triangular solves"
+        if kind.startswith("BatchMatMul"):
+            return "conditional: q_sqrt products L_pᵀA"
+        if kind == "MatMul":
+            return "conditional: other matrix products"
+        return "conditional: elementwise, broadcasting"
+    return "other (sampling, mean functions, loss, small ops)"
+
+
+def _events(logdir):
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    (path,) = glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True)
+    space = xplane_pb2.XSpace()
+    space.ParseFromString(open(path, "rb").read())
+    for plane in space.planes:
+        if not plane.name.startswith("/host:CPU"):
+            continue
+        names = {key: meta.name for key, meta in plane.event_metadata.items()}
+        for line in plane.lines:
+            spans = sorted(
+                ((event.offset_ps, event.offset_ps + event.duration_ps, names.get(event.metadata_id, "?")) for event in line.events),
+                key=lambda span: (span[0], -span[1]),
+            )
+            yield line.name, spans
+
+
+def op_self_times(logdir) -> collections.Counter:
+    """(op name, op type) → total self time (s) of the TensorFlow op kernels in the trace.
+
+    Op kernels appear as events "name:type" on the executor threads; an event's self time is its duration less
+    that of the events nested in it (a function call op, or an XLA launch, contains its ops)."""
+    totals = collections.Counter()
+    for line, spans in _events(logdir):
+        if not line.startswith("tf_Compute"):
+            continue
+        stack = []  # [end, label, start, nested op time, is an op]
+
+        def close(until):
+            while stack and stack[-1][0] <= until:
+                end, label, start, nested, is_op = stack.pop()
+                if not is_op:
+                    continue
+                name, kind = label.rsplit(":", 1)
+                totals[(name, kind.split("#")[0])] += (end - start - nested) * 1e-12
+                for outer in reversed(stack):  # the nearest enclosing op loses this op's time
+                    if outer[4]:
+                        outer[3] += end - start
+                        break
+
+        for start, end, label in spans:
+            close(start)
+            stack.append([end, label, start, 0, _is_op(label)])
+        close(float("inf"))
+    return totals
+
+
+def _is_op(label: str) -> bool:
+    """An op kernel's event is "op name:OpType" (XLA's and the runtime's own events are not)."""
+    if ":" not in label or " " in label:
+        return False
+    name, kind = label.rsplit(":", 1)
+    return bool(name) and kind[:1].isupper() and name not in ("KernelAndDeviceFunc", "CpuExecutable")
+
+
+def profile(model, X, Y, steps: int) -> collections.Counter:
+    model.fit(_dataset(X, Y, 20), epochs=1, verbose=0)  # tracing
+    with tempfile.TemporaryDirectory() as logdir:
+        tf.profiler.experimental.start(logdir)
+        model.fit(_dataset(X, Y, steps), epochs=1, verbose=0)
+        tf.profiler.experimental.stop()
+        return op_self_times(logdir)
+
+
+def report(name, totals: collections.Counter, top: int) -> str:
+    total = sum(totals.values())
+    by_type, by_part = collections.Counter(), collections.Counter()
+    for (op, kind), seconds in totals.items():
+        by_type[kind] += seconds
+        by_part[part_of(op, kind)] += seconds
+    lines = [f"## {name}: op self time, fractions of the step's total", "", "| part | fraction |", "|---|---|"]
+    lines += [f"| {part} | {seconds / total:.1%} |" for part, seconds in by_part.most_common()]
+    lines += ["", "| op type | fraction | | op type | fraction |", "|---|---|---|---|---|"]
+    rows = by_type.most_common(2 * top)
+    for left, right in zip(rows[:top], rows[top:] + [("", 0.0)] * top):
+        lines.append(f"| {left[0]} | {left[1] / total:.1%} | | {right[0]} | {right[1] / total:.1%} |" if right[0] else f"| {left[0]} | {left[1] / total:.1%} | | | |")
+    return "\n".join(lines)
+
+
+def flop_table(widths=(INPUT_DIM, INPUT_DIM, 1), M=NUM_UNITS, B=BATCH, d=INPUT_DIM + 1, truncation=20) -> str:
+    """Multiply-adds of one step's forward pass, per layer (P outputs, M inducing, B rows): the gradient costs
+    about twice the products again. Whitened layers: the KL needs no Cholesky and only O(P M²) sums of squares."""
+    rows = []
+    for index, P in enumerate(widths):
+        terms = {
+            "Cholesky of Kuu (M³/6)": M**3 / 6,
+            "triangular solve L⁻¹Kuf (M² B / 2)": M**2 * B / 2,
+            "q_sqrt products L_pᵀA (P M² B)": P * M**2 * B,
+            "Kuf: cosines (M B d) + Clenshaw (2 Ñ M B)": M * B * d + 2 * truncation * M * B,
+            "KL, whitened (P M²)": P * M**2,
+        }
+        rows.append((index, P, terms))
+    names = list(rows[0][2])
+    lines = ["| term | " + " | ".join(f"layer {i} (P = {P})" for i, P, _ in rows) + " | all layers | share |", "|---" * (len(rows) + 3) + "|"]
+    total = sum(sum(t.values()) for _, _, t in rows)
+    for name in names:
+        values = [t[name] for _, _, t in rows]
+        lines.append(f"| {name} | " + " | ".join(f"{v / 1e6:.2f} M" for v in values) + f" | {sum(values) / 1e6:.2f} M | {sum(values) / total:.0%} |")
+    lines.append(f"| forward total | " + " | ".join(f"{sum(t.values()) / 1e6:.2f} M" for _, _, t in rows) + f" | {total / 1e6:.1f} M | 100% |")
+    return "\n".join(lines)
+
+
+def time_steps(model, X, Y, steps: int, repeats: int) -> list[float]:
+    """Seconds per step of ``repeats`` fits of ``steps`` steps each, after one warm-up fit."""
+    model.fit(_dataset(X, Y, 20), epochs=1, verbose=0)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        model.fit(_dataset(X, Y, steps), epochs=1, verbose=0)
+        times.append((time.perf_counter() - start) / steps)
+    return times
+
+
+def import_other_checkout(directory: str):
+    """The ``activated_dgp`` package of another checkout, imported under the name ``activated_dgp_other`` (a copy
+    in a temporary folder, its Keras registrations renamed), so that two versions train side by side in one process."""
+    import importlib
+    import pathlib
+    import shutil
+    import sys
+
+    target = pathlib.Path(tempfile.mkdtemp()) / "activated_dgp_other"
+    shutil.copytree(pathlib.Path(directory) / "activated_dgp", target)
+    for path in target.rglob("*.py"):
+        text = path.read_text()
+        path.write_text(text.replace('package="activated_dgp"', 'package="activated_dgp_other"'))
+    sys.path.insert(0, str(target.parent))
+    return importlib.import_module("activated_dgp_other")
+
+
+def compare_steps(X, Y, models: dict, chunks: int, steps: int) -> str:
+    """Seconds per step of each model's compiled train function, in ``chunks`` rounds of ``steps`` steps taking
+    turns (the order reversed every other round); ratios of minima and the median of the per-round ratios."""
+    data = tf.data.Dataset.from_tensor_slices({"inputs": X, "targets": Y}).repeat().batch(BATCH, drop_remainder=True)
+    functions = {}
+    for name, model in models.items():
+        model.fit(data.take(5), epochs=1, verbose=0)
+        function, iterator = model.make_train_function(), iter(data)
+        for _ in range(10):
+            function(iterator)
+        functions[name] = (function, iterator)
+    times = {name: [] for name in functions}
+    for index in range(chunks):
+        for name in list(functions)[:: 1 if index % 2 == 0 else -1]:
+            function, iterator = functions[name]
+            start = time.perf_counter()
+            for _ in range(steps):
+                logs = function(iterator)
+            float(logs["loss"])
+            times[name].append((time.perf_counter() - start) / steps)
+    names = list(times)
+    lines = [f"{name}: fastest round {1e3 * min(times[name]):.2f} ms per step" for name in names]
+    for other in names[1:]:
+        ratios = [a / b for a, b in zip(times[names[0]], times[other])]
+        lines.append(
+            f"{names[0]} / {other}: {min(times[names[0]]) / min(times[other]):.3f} (fastest rounds), "
+            f"{statistics.median(ratios):.3f} (median of the per-round ratios)"
+        )
+    return "\n".join(lines)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=30, help="profiled steps per model")
+    parser.add_argument("--models", default="activated DGP,GPflux DGP (SE)")
+    parser.add_argument("--count-ops", action="store_true", help="count the ops of the step's graph instead")
+    parser.add_argument("--time-steps", type=int, default=0, help="time this many steps per fit instead (3 fits)")
+    parser.add_argument("--top", type=int, default=8)
+    parser.add_argument("--flops", action="store_true", help="print the multiply-add count of a step and exit")
+    parser.add_argument("--compare-with", metavar="DIR", help="time this checkout's activated DGP step against DIR's, in one process")
+    parser.add_argument("--chunks", type=int, default=40, help="with --compare-with: rounds of 10 steps per model")
+    args = parser.parse_args()
+    if args.flops:
+        print(flop_table())
+        return
+    _threads()
+    add_name_scopes()
+    X, Y = _data()
+    if args.compare_with:
+        import activated_dgp
+
+        other = import_other_checkout(args.compare_with)
+        models = build_models(X)
+        dgp = other.build_activated_dgp(INPUT_DIM, NUM_DATA, num_layers=NUM_LAYERS, num_units=NUM_UNITS, seed=0)
+        models["activated DGP, other checkout"] = dgp.as_training_model()
+        models["activated DGP, other checkout"].compile(tf_keras.optimizers.Adam(0.01))
+        print(f"this checkout: {activated_dgp.__file__}; other: {args.compare_with}")
+        order = ("activated DGP", "activated DGP, other checkout", "GPflux DGP (SE)")
+        print(compare_steps(X, Y, {name: models[name] for name in order}, args.chunks, 10))
+        return
+    models = {name: model for name, model in build_models(X).items() if name in args.models.split(",")}
+    for name, model in models.items():
+        if args.count_ops:
+            top, total = count_ops(model, X, Y)
+            print(f"{name}: {sum(top.values())} ops in the step's graph, {sum(total.values())} with its functions")
+            print("  top level: " + ", ".join(f"{kind} {count}" for kind, count in top.most_common(25)))
+            print("  with functions: " + ", ".join(f"{kind} {count}" for kind, count in total.most_common(25)))
+        elif args.time_steps:
+            times = time_steps(model, X, Y, args.time_steps, 3)
+            print(f"{name}: step (ms) {', '.join(f'{1e3 * t:.2f}' for t in times)}; median {1e3 * statistics.median(times):.2f}")
+        else:
+            print(report(name, profile(model, X, Y, args.steps), args.top), flush=True)
+            print()
+
+
+if __name__ == "__main__":
+    main()
