@@ -104,6 +104,26 @@ def test_variance_selection_keeps_the_forward_pass(objective):
         select_kernel_variances(dgp, X, Y, candidates=[0.1, -1.0])
 
 
+def test_default_variance_grid_extends_below_its_floor_when_the_data_want_it():
+    # targets that are the network's outputs up to a noise of 1e-5: every unit of variance a sample picks up in
+    # the hidden layers costs density, so the best v lies below the default grid's floor 1e-3 (as on naval)
+    X, _, network, dgp = _converted(num_layers=2)
+    Y = network(X).numpy()
+    dgp.likelihood_layer.likelihood.variance.assign(1e-5)
+    selection = select_kernel_variances(dgp, X, Y, objective="validation")
+    assert max(selection.variances) < 1e-3 and min(v for _, v, _ in selection.evaluations) < 1e-3
+    np.testing.assert_allclose(propagate_means(dgp, X)[-1].numpy(), network(X).numpy(), atol=1e-8)
+    # the extension is worth it by the objective itself, evaluated directly: the chosen v against all at 1e-3
+    chosen = float(np.mean(predictive_log_density(dgp, X, Y, num_samples=16, seed=0)))
+    for layer in dgp.f_layers:
+        rescale_kernel_variance(layer, 1e-3)
+    at_floor = float(np.mean(predictive_log_density(dgp, X, Y, num_samples=16, seed=0)))
+    assert chosen > at_floor + 1.0
+    # explicit candidates are taken as given, never extended
+    explicit = select_kernel_variances(dgp, X, Y, objective="validation", candidates=[1e-3, 1e-2])
+    assert {v for _, v, _ in explicit.evaluations} <= {1e-3, 1e-2}
+
+
 class _Recorder(tf_keras.callbacks.Callback):
     def __init__(self, module):
         super().__init__()
