@@ -602,6 +602,12 @@ def report_markdown(records: List[Dict], dataset: str, figure: Path) -> str:
             + " | ".join(_cell(values[m].mean(1), 3) for m in METRICS)
             + f" | {np.mean([r.get('train_seconds', np.nan) for r in rows]):.0f} | {np.mean([r['eval_seconds'] for r in rows]):.0f} |"
         )
+    stage2 = [r for r in records if r["dataset"] == dataset and ("best_epoch" in r or "variance_selection" in r)]
+    if stage2:
+        lines += ["", "**Stage 2** (kernel variances per GP layer after conversion; early stopping: best epoch restored / epochs run)", ""]
+        for r in sorted(stage2, key=lambda r: (r["model"], r["seed"])):
+            stop = f"epoch {r['best_epoch']} of {r['epochs_run']}" if "best_epoch" in r else "no early stopping"
+            lines.append(f"- {LABELS[r['model']]}, seed {r['seed']}: v = {', '.join(f'{v:.3g}' for v in r['kernel_variances'])}; {stop}")
     for metric in METRICS:
         lines += ["", f"**{METRIC_LABELS[metric]}**", "", "| angle | " + " | ".join(LABELS[m] for m in table) + " |",
                   "|---" * (len(table) + 1) + "|"]
