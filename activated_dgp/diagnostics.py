@@ -19,7 +19,7 @@ import gpflux
 import numpy as np
 import tensorflow as tf
 
-from .prediction import propagate_means, sample_layers
+from .prediction import integrate_likelihood, likelihood_draws, propagate_means, sample_layers
 
 __all__ = ["residual_fraction", "layer_residual_fractions", "ElboTerms", "elbo_terms"]
 
@@ -68,8 +68,8 @@ def elbo_terms(dgp: gpflux.models.DeepGP, X, Y, *, num_samples: int = 8, seed: O
     Layers 1..L−1 are sampled as in doubly stochastic VI (``num_samples`` draws per point,
     :func:`activated_dgp.prediction.sample_layers`); the last layer's Gaussian q(f_L | h) is
     integrated against the likelihood by ``variational_expectations`` (closed form for a Gaussian
-    likelihood, quadrature otherwise). ``seed`` fixes the draws, so two models can be compared on the
-    same noise (common random numbers).
+    likelihood, quadrature otherwise). ``seed`` fixes the draws, a Monte Carlo likelihood's (softmax)
+    included, so two models can be compared on the same noise (common random numbers).
     """
     X = np.asarray(X, dtype=np.float64)
     Y = np.asarray(Y, dtype=np.float64)
@@ -79,9 +79,13 @@ def elbo_terms(dgp: gpflux.models.DeepGP, X, Y, *, num_samples: int = 8, seed: O
     total = 0.0
     for start in range(0, len(X), batch_size):
         x, y = X[start : start + batch_size], Y[start : start + batch_size]
-        _, mean, var = sample_layers(dgp, x, num_samples, None if seed is None else seed + start)
+        batch_seed = None if seed is None else seed + start
+        _, mean, var = sample_layers(dgp, x, num_samples, batch_seed)
         y = tf.convert_to_tensor(y, dtype=mean.dtype)
-        per_sample = [tf.reduce_sum(likelihood.variational_expectations(None, mean[s], var[s], y)) for s in range(num_samples)]
+        draws = likelihood_draws(batch_seed)
+        per_sample = [
+            tf.reduce_sum(integrate_likelihood(likelihood, "variational_expectations", mean[s], var[s], y, draws)) for s in range(num_samples)
+        ]
         total += float(tf.reduce_mean(tf.stack(per_sample)))
     num_data = dgp.num_data if dgp.num_data is not None else len(X)
     expected = total * num_data / len(X)

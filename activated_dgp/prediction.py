@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import List, Optional, Tuple
 
+import gpflow
 import gpflux
 import numpy as np
 import tensorflow as tf
@@ -135,13 +136,39 @@ def predictive_log_density(dgp: gpflux.models.DeepGP, X, Y, num_samples: int = 1
 
     Each sample s propagates through layers 1..L−1; the last layer's Gaussian q(f_L | h^(s)) is
     integrated against the likelihood analytically or by GPflow's quadrature
-    (``likelihood.predict_log_density``); then log-mean-exp over s.
+    (``likelihood.predict_log_density``); then log-mean-exp over s. With a ``seed`` a Monte Carlo
+    likelihood's (softmax) own draws are seeded too (:func:`integrate_likelihood`): the result repeats exactly.
     """
     likelihood = dgp.likelihood_layer.likelihood
     _, mean, var = sample_layers(dgp, X, num_samples, seed)
     Y = tf.convert_to_tensor(_checked_targets(dgp, Y, int(mean.shape[1])), dtype=mean.dtype)
-    log_densities = tf.stack([likelihood.predict_log_density(None, mean[s], var[s], Y) for s in range(num_samples)])
+    draws = likelihood_draws(seed)
+    log_densities = tf.stack([integrate_likelihood(likelihood, "predict_log_density", mean[s], var[s], Y, draws) for s in range(num_samples)])
     return (tf.reduce_logsumexp(log_densities, axis=0) - np.log(num_samples)).numpy()
+
+
+def likelihood_draws(seed: Optional[int]) -> Optional[tf.random.Generator]:
+    """The generator of a Monte Carlo likelihood's own draws for a seeded prediction (None: unseeded).
+
+    It is split off ``seed``'s generator, so its stream is independent of the layer samples' draws."""
+    return None if seed is None else tf.random.Generator.from_seed(seed).split(1)[0]
+
+
+def integrate_likelihood(likelihood, method: str, mean, var, Y, draws: Optional[tf.random.Generator] = None) -> tf.Tensor:
+    """``likelihood.<method>(None, mean, var, Y)`` for ``method`` "predict_log_density" or
+    "variational_expectations", [N].
+
+    A Monte Carlo likelihood (GPflow's ``MonteCarloLikelihood``, e.g. the softmax) integrates with
+    ``num_monte_carlo_points`` standard normal draws per point, which GPflow takes from TensorFlow's global
+    random state: two evaluations of the same model differ. With ``draws`` (:func:`likelihood_draws`) those
+    draws come from that generator instead, so that a seeded evaluation repeats exactly and two models
+    evaluated with the same seed see the same draws (common random numbers)."""
+    if method not in ("predict_log_density", "variational_expectations"):
+        raise ValueError(f"method must be 'predict_log_density' or 'variational_expectations', got {method!r}")
+    if draws is not None and isinstance(likelihood, gpflow.likelihoods.MonteCarloLikelihood):
+        shape = tf.concat([[likelihood.num_monte_carlo_points], tf.shape(mean)], 0)
+        return getattr(likelihood, "_" + method)(None, mean, var, Y, epsilon=draws.normal(shape, dtype=mean.dtype))
+    return getattr(likelihood, method)(None, mean, var, Y)
 
 
 @check_shapes(

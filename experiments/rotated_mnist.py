@@ -20,6 +20,17 @@ Dense(128, no bias), ActivatedLayer(128), Dense(10, no bias)] — so that it con
 * ``adgp_ft`` (``--finetune-conv``): as ``adgp``, but stage 2 trains the convolutional layers together with
   the DGP on the ELBO (:func:`finetune_dgp_and_extractor`), to measure fine-tuning against freezing.
 
+Stage-2 remedies (docs/results/stage2.md), for ``adgp`` and ``adgp_ft`` alike, on the held-out validation
+images (the ``--validation-fraction`` part of the training images, which NN + TS also uses):
+
+* ``--kernel-variance validation`` (a2): each GP layer's kernel variance chosen on the validation log density
+  with the mean propagation kept (:func:`activated_dgp.conversion.select_kernel_variances` on the validation
+  images' conv features); ``elbo`` (a) chooses it on the ELBO; a number sets it. Default 1.
+* ``--dgp-patience P`` (e): stage 2 stops once the validation NLPD has not improved for P epochs (checked
+  before training and after every epoch), and the parameters of the best check are restored — for
+  ``adgp_ft`` the convolutional layers' with the DGP's.
+* ``--stage2-remedies``: both, (a2) + (e) with a patience of 5 epochs; ``--dgp-epochs`` is then the cap.
+
 Metrics per angle (:mod:`activated_dgp.metrics`): accuracy, test log-likelihood, ECE (15 bins) and mean
 predictive entropy. One record per (dataset, model, seed) in ``<out>/records.jsonl`` (resumable: finished
 cells are skipped; trained networks and DGPs are checkpointed under ``--cache-dir`` so an interrupted seed
@@ -36,9 +47,9 @@ import os
 import shlex
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Union
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -85,9 +96,46 @@ class Config:
     train_size: Optional[int] = None  # None: every training image the source has
     test_size: Optional[int] = None  # None: the whole test set
     angles: tuple = ANGLES
+    # stage-2 remedies (docs/results/stage2.md): "validation" (a2) / "elbo" (a) / a number, and (e) early stopping
+    kernel_variance: Union[str, float] = 1.0
+    dgp_patience: Optional[int] = None  # epochs without a better validation NLPD; None: every dgp_epochs epoch
+
+    def __post_init__(self):
+        variance = self.kernel_variance
+        if isinstance(variance, str):
+            if variance not in KERNEL_VARIANCE_CHOICES:
+                raise ValueError(f"kernel_variance must be a positive number or one of {KERNEL_VARIANCE_CHOICES}, got {variance!r}")
+        elif isinstance(variance, bool) or not (isinstance(variance, (int, float)) and np.isfinite(variance) and variance > 0):
+            raise ValueError(f"kernel_variance must be a positive number or one of {KERNEL_VARIANCE_CHOICES}, got {variance!r}")
+        else:
+            object.__setattr__(self, "kernel_variance", float(variance))
+        patience = self.dgp_patience
+        if patience is not None and (isinstance(patience, bool) or int(patience) != patience or patience < 1):
+            raise ValueError(f"dgp_patience must be an integer ≥ 1 or None, got {patience!r}")
+
+    def as_record(self) -> dict:
+        """The fields as stored in the records and hashed by :meth:`digest`. Fields added after records were
+        made are left out while they hold their defaults, so that those records (and their checkpoints)
+        still match the configuration they were made with."""
+        fields = asdict(self)
+        for name, default in LATER_DEFAULTS.items():
+            if fields[name] == default:
+                del fields[name]
+        return json.loads(json.dumps(fields))
 
     def digest(self) -> str:
-        return hashlib.sha1(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
+        return hashlib.sha1(json.dumps(self.as_record(), sort_keys=True).encode()).hexdigest()[:12]
+
+    def stage1_digest(self) -> str:
+        """The digest without the stage-2 remedies, which do not change the networks: runs that differ only
+        in them share the stage-1 checkpoints."""
+        return replace(self, **LATER_DEFAULTS).digest()
+
+
+KERNEL_VARIANCE_CHOICES = ("validation", "elbo")
+LATER_DEFAULTS = {"kernel_variance": 1.0, "dgp_patience": None}
+REMEDIES = {"kernel_variance": "validation", "dgp_patience": 5}  # --stage2-remedies: (a2) + (e)
+VALIDATION_SAMPLES = 16  # samples of the validation NLPD (train_dgp's default), seeded with 0
 
 
 def log(message: str) -> None:
@@ -178,10 +226,12 @@ def _lengthscales(input_dim: int) -> np.ndarray:
     return np.concatenate([np.full(input_dim, np.sqrt(input_dim)), [1.0]])
 
 
-def _schedule(config: Config, epochs: int, learning_rate: float):
+def _schedule(config: Config, epochs: int, learning_rate: float, patience: Optional[int] = None):
     from activated_dgp import TrainingSchedule
 
-    return TrainingSchedule(epochs=epochs, batch_size=config.batch_size, learning_rate=learning_rate, verbose=2)
+    return TrainingSchedule(
+        epochs=epochs, batch_size=config.batch_size, learning_rate=learning_rate, verbose=2, patience=patience, validation_every=1
+    )
 
 
 def trained_classifier(config: Config, splits: Splits, seed: int, dropout: float, checkpoint: Path):
@@ -225,11 +275,28 @@ def fit_temperature(logits: np.ndarray, labels: np.ndarray) -> float:
     return float(np.exp(minimize_scalar(nll, bounds=(-5.0, 5.0), method="bounded").x))
 
 
-def finetune_dgp_and_extractor(dgp, extractor, x: np.ndarray, y: np.ndarray, config: Config, seed: int) -> dict:
+def validation_nlpd(dgp, feats: np.ndarray, labels: np.ndarray) -> float:
+    """−mean log p(y | x) on the validation features, with ``VALIDATION_SAMPLES`` samples seeded with 0 — the
+    score of :func:`activated_dgp.train_dgp`'s early stopping, so that both ADGPs stop on the same criterion."""
+    from activated_dgp import predictive_log_density
+
+    return -float(np.mean(predictive_log_density(dgp, feats, labels, num_samples=VALIDATION_SAMPLES, seed=0)))
+
+
+def finetune_dgp_and_extractor(dgp, extractor, x: np.ndarray, y: np.ndarray, config: Config, seed: int, validation=None) -> dict:
     """Stage 2 with the convolutional layers trained too: Adam on −ELBO/N over the DGP's variables and the
-    extractor's (the ELBO of :meth:`gpflux.models.DeepGP.elbo` on minibatches of features extractor(x))."""
+    extractor's (the ELBO of :meth:`gpflux.models.DeepGP.elbo` on minibatches of features extractor(x)).
+
+    With ``config.dgp_patience`` (remedy e), ``validation`` = (x_val, y_val) images: the validation NLPD of the
+    DGP on extractor(x_val) (:func:`validation_nlpd`) is checked before training and after every epoch, training
+    stops after ``dgp_patience`` epochs without improvement, and the DGP's and the extractor's parameters of the
+    best check are restored (:class:`activated_dgp.training.RestoreBest`, as in :func:`activated_dgp.train_dgp`)."""
+    from types import SimpleNamespace
+
     import tensorflow as tf
     import tf_keras
+
+    from activated_dgp.training import RestoreBest
 
     optimizer = tf_keras.optimizers.Adam(config.dgp_learning_rate)
     variables = list(dgp.trainable_variables) + list(extractor.trainable_variables)
@@ -242,22 +309,78 @@ def finetune_dgp_and_extractor(dgp, extractor, x: np.ndarray, y: np.ndarray, con
         optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
         return loss
 
+    stopper = None
+    if config.dgp_patience is not None:
+        if validation is None or len(validation[0]) == 0:
+            raise ValueError("dgp_patience (early stopping) needs validation images")
+        x_val, y_val = validation
+        stopper = RestoreBest(
+            lambda: validation_nlpd(dgp, features(extractor, x_val), y_val),
+            SimpleNamespace(variables=list(dgp.variables) + list(extractor.variables)),  # every parameter stage 2 changes
+            every=1, patience=config.dgp_patience,
+        )
+        stopper.set_model(SimpleNamespace(stop_training=False))  # the loop below reads the stop flag
+        stopper.on_train_begin()
+        log(f"  fine-tune epoch 0: validation NLPD = {stopper.checks[-1][1]:.4f}")
     rng = np.random.default_rng(seed)
     x32, losses = x.astype(np.float32), []
     for epoch in range(config.dgp_epochs):
         order = rng.permutation(len(x))
         batches = [order[i : i + config.batch_size] for i in range(0, len(x) - config.batch_size + 1, config.batch_size)]
         losses.append(float(np.mean([step(x32[b], y[b]).numpy() for b in batches])))
-        log(f"  fine-tune epoch {epoch + 1}/{config.dgp_epochs}: −ELBO/N = {losses[-1]:.4f}")
-    return {"loss": losses}
+        line = f"  fine-tune epoch {epoch + 1}/{config.dgp_epochs}: −ELBO/N = {losses[-1]:.4f}"
+        if stopper is not None:
+            stopper.on_epoch_end(epoch)
+            line += f", validation NLPD = {stopper.checks[-1][1]:.4f}"
+        log(line)
+        if stopper is not None and stopper.model.stop_training:
+            break
+    record = {"loss": losses}
+    if stopper is not None:
+        stopper.on_train_end()  # the best check's parameters back in the DGP and the extractor
+        record.update(validation_nlpd=[[int(e), float(v)] for e, v in stopper.checks], best_epoch=int(stopper.best_epoch),
+                      epochs_run=int(stopper.epochs_run))
+    return record
+
+
+def converted_dgp(config: Config, head, train, validation, seed: int):
+    """The twin's dense part converted to an activated DGP whose mean propagation is the network's logits, with
+    each layer's kernel variance set by ``config.kernel_variance`` (q_μ re-solved so that the mean propagation is
+    kept): (dgp, info). ``train`` and ``validation`` are (conv features [N, 1024] float64, labels [N, 1])."""
+    from activated_dgp import dgp_from_keras, propagate_means
+    from activated_dgp.conversion import rescale_kernel_variance, select_kernel_variances
+
+    train_features = train[0]
+    conversion = dgp_from_keras(head, len(train_features), X=train_features[:512], likelihood="softmax")
+    dgp = conversion.dgp
+    info = {"conversion_mismatch": conversion.max_abs_mismatch}
+    log(f"  converted: max |DGP mean − network logits| = {conversion.max_abs_mismatch:.2e}")
+    variance = config.kernel_variance
+    if variance in KERNEL_VARIANCE_CHOICES:
+        data = validation if variance == "validation" else train
+        if len(data[0]) == 0:
+            raise ValueError(f"kernel_variance={variance!r} needs {variance} images; none are left (--train-size too small?)")
+        selection = select_kernel_variances(dgp, *data, objective=variance, seed=seed)
+        info["variance_selection"] = [[int(layer), float(v), float(score)] for layer, v, score in selection.evaluations]
+    elif variance != 1.0:
+        for layer in dgp.f_layers:
+            rescale_kernel_variance(layer, variance)
+    info["kernel_variances"] = [float(layer.kernel.kernel.variance.numpy()) for layer in dgp.f_layers]
+    if variance != 1.0:
+        check = train_features[:512]
+        info["variance_mismatch"] = float(np.max(np.abs(propagate_means(dgp, check)[-1].numpy() - head(check).numpy())))
+        log(f"  kernel variances {info['kernel_variances']}: max |DGP mean − network logits| = {info['variance_mismatch']:.2e}")
+    return dgp, info
 
 
 def trained_adgp(config: Config, splits: Splits, extractor, head, seed: int, checkpoint: Path, finetune: bool = False):
-    """Stage 2, or its checkpoint: the twin's dense part converted and trained on the ELBO, on frozen
-    features or (``finetune``) together with ``extractor``, which is then changed in place."""
+    """Stage 2, or its checkpoint: the twin's dense part converted (:func:`converted_dgp`) and trained on the
+    ELBO, on frozen features or (``finetune``) together with ``extractor``, which is then changed in place.
+    With ``config.dgp_patience``, early stopping on the validation images' NLPD with the best epoch's parameters
+    restored; the info records the checks, the best epoch and the epochs run."""
     import tensorflow as tf
 
-    from activated_dgp import dgp_from_keras, load_dgp, save_dgp, train_dgp
+    from activated_dgp import load_dgp, save_dgp, train_dgp
 
     extractor_weights = checkpoint.parent / (checkpoint.name + "_extractor.weights.h5")
     record = checkpoint.parent / (checkpoint.name + ".json")
@@ -268,25 +391,38 @@ def trained_adgp(config: Config, splits: Splits, extractor, head, seed: int, che
             extractor.load_weights(extractor_weights)
         return load_dgp(checkpoint), info
     train_features = features(extractor, splits.x_train)
-    conversion = dgp_from_keras(head, len(train_features), X=train_features[:512], likelihood="softmax")
-    log(f"  converted: max |DGP mean − network logits| = {conversion.max_abs_mismatch:.2e}")
+    val_features = features(extractor, splits.x_val) if len(splits.x_val) else np.zeros((0, train_features.shape[1]))
+    dgp, info = converted_dgp(config, head, (train_features, splits.y_train), (val_features, splits.y_val), seed)
+    stopping = config.dgp_patience is not None
+    if stopping and len(splits.x_val) == 0:
+        raise ValueError("dgp_patience (early stopping) needs validation images; none are left (--train-size too small?)")
     tf.random.set_seed(seed)
     start = time.time()
     if finetune:
-        history = finetune_dgp_and_extractor(conversion.dgp, extractor, splits.x_train, splits.y_train, config, seed)
+        history = finetune_dgp_and_extractor(
+            dgp, extractor, splits.x_train, splits.y_train, config, seed, validation=(splits.x_val, splits.y_val) if stopping else None
+        )
         extractor_weights.parent.mkdir(parents=True, exist_ok=True)
         extractor.save_weights(extractor_weights)
     else:
-        history = train_dgp(conversion.dgp, train_features, splits.y_train, _schedule(config, config.dgp_epochs, config.dgp_learning_rate))
-    info = {
-        "seconds": time.time() - start,
-        "conversion_mismatch": conversion.max_abs_mismatch,
-        "elbo_loss": [float(v) for v in history.get("loss", [])],
-    }
+        schedule = _schedule(config, config.dgp_epochs, config.dgp_learning_rate, config.dgp_patience)
+        history = train_dgp(
+            dgp, train_features, splits.y_train, schedule, validation_data=(val_features, splits.y_val) if stopping else None,
+            validation_samples=VALIDATION_SAMPLES,
+        )
+        if stopping:  # train_dgp counts steps; the records count epochs, as the fine-tuning loop does
+            per_epoch = schedule.steps_per_epoch(len(train_features))
+            history.update(validation_nlpd=[[int(s // per_epoch), float(v)] for s, v in history["validation_checks"]],
+                           best_epoch=int(history["best_step"] // per_epoch), epochs_run=int(history["steps_run"] // per_epoch))
+    info.update({"seconds": time.time() - start, "elbo_loss": [float(v) for v in history.get("loss", [])]})
+    if stopping:
+        info.update({key: history[key] for key in ("validation_nlpd", "best_epoch", "epochs_run")})
+        log(f"  early stopping: best validation NLPD {min(v for _, v in info['validation_nlpd']):.4f} at epoch "
+            f"{info['best_epoch']} of {info['epochs_run']} (restored)")
     record.parent.mkdir(parents=True, exist_ok=True)
     record.write_text(json.dumps(info))
-    save_dgp(conversion.dgp, checkpoint)  # its config.json, written last and atomically, marks a complete checkpoint
-    return conversion.dgp, info
+    save_dgp(dgp, checkpoint)  # its config.json, written last and atomically, marks a complete checkpoint
+    return dgp, info
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
@@ -319,13 +455,14 @@ def run_seed(config: Config, splits: Splits, seed: int, models: Sequence[str], s
     """Train what ``models`` need for one seed, evaluate them at every angle, and append one record per model."""
     from activated_dgp.metrics import classification_metrics
 
-    tag = f"{config.dataset}_{config.digest()}_seed{seed}"
+    tag = f"{config.dataset}_{config.digest()}_seed{seed}"  # stage 2
+    stage1 = f"{config.dataset}_{config.stage1_digest()}_seed{seed}"  # the networks: the same without stage-2 remedies
     results = {model: {metric: [] for metric in METRICS} for model in models}
     info = {model: {} for model in models}
     groups = []  # (extractor, {model: predict(features) -> probabilities})
     if any(m in models for m in ("nn", "nn_ts", "adgp", "adgp_ft")):
         log(f"seed {seed}: stage 1, NN")
-        extractor, head, seconds = trained_classifier(config, splits, seed, 0.0, cache / f"{tag}_nn")
+        extractor, head, seconds = trained_classifier(config, splits, seed, 0.0, cache / f"{stage1}_nn")
         predictors = {}
         logits = lambda f: head(f).numpy()  # noqa: E731
         if "nn" in models:
@@ -344,13 +481,13 @@ def run_seed(config: Config, splits: Splits, seed: int, models: Sequence[str], s
         groups.append((extractor, predictors))
         if "adgp_ft" in models:
             log(f"seed {seed}: stage 2, ADGP (ELBO, convolutional layers fine-tuned)")
-            extractor_ft, head_ft, _ = trained_classifier(config, splits, seed, 0.0, cache / f"{tag}_nn")  # a copy to tune
+            extractor_ft, head_ft, _ = trained_classifier(config, splits, seed, 0.0, cache / f"{stage1}_nn")  # a copy to tune
             dgp_ft, ft_info = trained_adgp(config, splits, extractor_ft, head_ft, seed, cache / f"{tag}_adgp_ft", finetune=True)
             groups.append((extractor_ft, {"adgp_ft": lambda f: adgp_probabilities(dgp_ft, f, config.dgp_samples, seed)}))
             info["adgp_ft"] = {"train_seconds": seconds + ft_info["seconds"], **ft_info}
     if "nn_dropout" in models:
         log(f"seed {seed}: stage 1, NN + Dropout({config.dropout})")
-        extractor_d, head_d, seconds = trained_classifier(config, splits, seed, config.dropout, cache / f"{tag}_dropout")
+        extractor_d, head_d, seconds = trained_classifier(config, splits, seed, config.dropout, cache / f"{stage1}_dropout")
         groups.append((extractor_d, {"nn_dropout": lambda f: dropout_probabilities(head_d, f, config.dropout_samples)}))
         info["nn_dropout"] = {"train_seconds": seconds}
     eval_seconds = {model: 0.0 for model in models}
@@ -372,7 +509,7 @@ def run_seed(config: Config, splits: Splits, seed: int, models: Sequence[str], s
     for model in models:
         record = dict(
             dataset=config.dataset, model=model, seed=seed, angles=list(config.angles), **results[model],
-            **info[model], eval_seconds=eval_seconds[model], config=asdict(config), **extra,
+            **info[model], eval_seconds=eval_seconds[model], config=config.as_record(), **extra,
             train_size=len(splits.x_train), validation_size=len(splits.x_val), num_test=len(splits.y_test),
         )
         store.append(record)
@@ -381,7 +518,7 @@ def run_seed(config: Config, splits: Splits, seed: int, models: Sequence[str], s
 
 def check_config(store: ResultStore, config: Config) -> None:
     for record in store.records():
-        if record.get("dataset") == config.dataset and record.get("config") != json.loads(json.dumps(asdict(config))):
+        if record.get("dataset") == config.dataset and record.get("config") != config.as_record():
             raise ValueError(
                 f"{store.path} holds {config.dataset} records made with another configuration "
                 f"({record.get('config')}); use another --out or the same flags"
@@ -465,6 +602,12 @@ def report_markdown(records: List[Dict], dataset: str, figure: Path) -> str:
             + " | ".join(_cell(values[m].mean(1), 3) for m in METRICS)
             + f" | {np.mean([r.get('train_seconds', np.nan) for r in rows]):.0f} | {np.mean([r['eval_seconds'] for r in rows]):.0f} |"
         )
+    stage2 = [r for r in records if r["dataset"] == dataset and ("best_epoch" in r or "variance_selection" in r)]
+    if stage2:
+        lines += ["", "**Stage 2** (kernel variances per GP layer after conversion; early stopping: best epoch restored / epochs run)", ""]
+        for r in sorted(stage2, key=lambda r: (r["model"], r["seed"])):
+            stop = f"epoch {r['best_epoch']} of {r['epochs_run']}" if "best_epoch" in r else "no early stopping"
+            lines.append(f"- {LABELS[r['model']]}, seed {r['seed']}: v = {', '.join(f'{v:.3g}' for v in r['kernel_variances'])}; {stop}")
     for metric in METRICS:
         lines += ["", f"**{METRIC_LABELS[metric]}**", "", "| angle | " + " | ".join(LABELS[m] for m in table) + " |",
                   "|---" * (len(table) + 1) + "|"]
@@ -516,6 +659,30 @@ def write_report(store: ResultStore, dataset: str, doc: Path = DOC, figure: Path
 # ---------------------------------------------------------------- command line
 
 
+def kernel_variance_option(text: str) -> Union[str, float]:
+    """--kernel-variance: 'validation', 'elbo' or a positive number (argparse reports anything else)."""
+    if text in KERNEL_VARIANCE_CHOICES:
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (np.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a positive number or one of {', '.join(KERNEL_VARIANCE_CHOICES)}, got {text!r}")
+    return value
+
+
+def patience_option(text: str) -> int:
+    """--dgp-patience: an integer ≥ 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer ≥ 1 (epochs), got {text!r}")
+    return value
+
+
 def main(argv: Optional[Sequence[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", default=None, help="directory with MNIST IDX files or mnist.npz (or $ADGP_DATA_DIR)")
@@ -534,6 +701,15 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--dgp-samples", type=int, default=Config.dgp_samples)
     parser.add_argument("--dropout-samples", type=int, default=Config.dropout_samples)
     parser.add_argument("--angles", type=int, nargs="+", default=list(ANGLES))
+    parser.add_argument("--kernel-variance", type=kernel_variance_option, default=None,
+                        help="stage 2, each GP layer's kernel variance at conversion, mean propagation kept: 'validation' "
+                             "(remedy a2: chosen on the validation images' log density), 'elbo' (a) or a positive number; default 1")
+    parser.add_argument("--dgp-patience", type=patience_option, default=None,
+                        help="stage 2 early stopping (remedy e): stop after this many epochs without a better validation NLPD "
+                             "and restore the best epoch's parameters (conv layers included for adgp_ft); default off")
+    parser.add_argument("--stage2-remedies", action="store_true",
+                        help=f"the stage-2 remedies of docs/results/stage2.md: --kernel-variance {REMEDIES['kernel_variance']} "
+                             f"--dgp-patience {REMEDIES['dgp_patience']} (an explicit --kernel-variance / --dgp-patience wins)")
     parser.add_argument("--doc", default=str(DOC), help="results markdown whose generated block is rewritten")
     parser.add_argument("--figure", default=str(FIGURE))
     parser.add_argument("--report-only", action="store_true", help="only rewrite the doc and figure from the records")
@@ -541,10 +717,15 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
 
     from activated_dgp.data.mnist import default_cache_dir
 
+    remedies = dict(LATER_DEFAULTS, **(REMEDIES if args.stage2_remedies else {}))
+    if args.kernel_variance is not None:
+        remedies["kernel_variance"] = args.kernel_variance
+    if args.dgp_patience is not None:
+        remedies["dgp_patience"] = args.dgp_patience
     config = Config(
         dataset=args.dataset, epochs=args.epochs, dgp_epochs=args.dgp_epochs if args.dgp_epochs is not None else args.epochs,
         train_size=args.train_size, test_size=args.test_size, dgp_samples=args.dgp_samples,
-        dropout_samples=args.dropout_samples, angles=tuple(args.angles), truncation_level=args.truncation_level,
+        dropout_samples=args.dropout_samples, angles=tuple(args.angles), truncation_level=args.truncation_level, **remedies,
     )
     if args.finetune_conv and "adgp_ft" not in args.models:
         args.models = [*args.models, "adgp_ft"]

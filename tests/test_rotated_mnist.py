@@ -317,3 +317,93 @@ def test_interrupted_after_each_stage_resumes_from_its_checkpoint(tmp_path, rng,
     records = ResultStore(out / "records.jsonl", rotated_mnist.KEY_FIELDS).records()
     assert sorted(r["model"] for r in records) == ["adgp", "nn"]
     assert all(np.all(np.isfinite(r["accuracy"])) for r in records)
+
+
+def _tiny_splits(rng, num_train=48, num_val=24):
+    from experiments.rotated_mnist import Splits
+
+    images = lambda n: rng.uniform(0.0, 1.0, size=(n, 784))  # noqa: E731
+    labels = lambda n: rng.integers(0, 10, size=(n, 1)).astype(np.float64)  # noqa: E731
+    return Splits(images(num_train), labels(num_train), images(num_val), labels(num_val),
+                  np.zeros((2, 4, 28, 28), np.uint8), np.zeros(4, np.int64), "random", "random")
+
+
+@pytest.mark.parametrize("finetune", [False, True])
+def test_stage2_remedies_keep_the_logits_and_restore_the_best_epoch(tmp_path, rng, finetune):
+    """(a2) the kernel variances chosen on the validation images keep the converted DGP's mean propagation equal
+    to the network's forward pass (the independent truth); (e) early stopping restores the parameters of the best
+    validation check: the restored model's validation NLPD is the minimum recorded, for frozen and fine-tuned conv
+    layers alike."""
+    from activated_dgp import propagate_means
+    from experiments import rotated_mnist as rm
+
+    config = rm.Config(num_units=8, width=6, truncation_level=3, batch_size=16, dgp_epochs=6, dgp_learning_rate=0.05,
+                       kernel_variance="validation", dgp_patience=2)
+    splits = _tiny_splits(rng)
+    _, extractor, head = rm.build_classifier(config, seed=0)
+    initial_conv = [w.copy() for w in extractor.get_weights()]
+    train_features, val_features = rm.features(extractor, splits.x_train), rm.features(extractor, splits.x_val)
+
+    if not finetune:  # the conversion is the same for both
+        dgp, info = rm.converted_dgp(config, head, (train_features, splits.y_train), (val_features, splits.y_val), seed=0)
+        grid = 10.0 ** np.arange(-3.0, 0.51, 0.5)  # select_kernel_variances' default candidates
+        assert all(np.isclose(v, grid, rtol=1e-9).any() for v in info["kernel_variances"])
+        assert len(info["variance_selection"]) == 2 * 8  # two layers × the default grid of 8 candidates
+        for feats in (train_features, val_features):  # the validation images were not used by the conversion's check
+            logits = head(feats).numpy()
+            assert np.max(np.abs(propagate_means(dgp, feats)[-1].numpy() - logits)) < 1e-8
+        assert info["variance_mismatch"] < 1e-8
+
+    dgp, info = rm.trained_adgp(config, splits, extractor, head, 0, tmp_path / "adgp", finetune=finetune)
+    checks = info["validation_nlpd"]
+    assert [e for e, _ in checks] == list(range(len(checks)))  # before training, then after every epoch
+    best = int(np.argmin([v for _, v in checks]))
+    assert info["best_epoch"] == best and info["epochs_run"] == min(config.dgp_epochs, best + config.dgp_patience)
+    restored = rm.validation_nlpd(dgp, rm.features(extractor, splits.x_val), splits.y_val)
+    assert restored == pytest.approx(min(v for _, v in checks), abs=1e-9, rel=1e-9)
+    assert any(abs(v - restored) > 1e-6 for _, v in checks)  # other checks differ: the restore is not vacuous
+    if finetune and best == 0:
+        for w, w0 in zip(extractor.get_weights(), initial_conv):
+            np.testing.assert_array_equal(w, w0)  # the conv layers came back too
+    # the checkpoint gives the same model and record back
+    again, info_again = rm.trained_adgp(config, splits, extractor, head, 0, tmp_path / "adgp", finetune=finetune)
+    assert info_again == json.loads(json.dumps(info))
+    assert rm.validation_nlpd(again, rm.features(extractor, splits.x_val), splits.y_val) == pytest.approx(restored, abs=1e-12)
+
+
+def test_stage2_remedies_options_records_and_errors(tmp_path, rng, capsys):
+    from experiments import rotated_mnist as rm
+    from experiments.records import ResultStore
+
+    data = tmp_path / "data"
+    write_split(data, "t10k", rng.integers(0, 256, size=(8, 28, 28)), rng.integers(0, 10, 8), gz=True)
+    out = tmp_path / "out"
+    args = [
+        "--data-dir", str(data), "--out", str(out), "--cache-dir", str(tmp_path / "cache"), "--seeds", "0",
+        "--models", "adgp", "--finetune-conv", "--epochs", "1", "--dgp-epochs", "2", "--train-size", "40",
+        "--angles", "0", "90", "--truncation-level", "3", "--dgp-samples", "2",
+        "--doc", str(tmp_path / "doc.md"), "--figure", str(tmp_path / "fig.png"),
+    ]
+    rm.main(args + ["--stage2-remedies"])
+    records = {r["model"]: r for r in ResultStore(out / "records.jsonl", rm.KEY_FIELDS).records()}
+    assert sorted(records) == ["adgp", "adgp_ft"]
+    for record in records.values():
+        assert record["config"]["kernel_variance"] == "validation" and record["config"]["dgp_patience"] == 5
+        assert len(record["kernel_variances"]) == 2 and record["variance_mismatch"] < 1e-8
+        assert 0 <= record["best_epoch"] <= record["epochs_run"] <= 2 and len(record["validation_nlpd"]) == record["epochs_run"] + 1
+    assert "ADGP + conv fine-tuned, seed 0: v = " in (tmp_path / "doc.md").read_text()  # the report lists them
+    with pytest.raises(ValueError, match="another configuration"):
+        rm.main(args)  # the same flags without the remedies into the same records
+    # defaults leave the record's config as before the options existed; the remedies change the stage-2 digest only
+    assert "kernel_variance" not in rm.Config().as_record() and "dgp_patience" not in rm.Config().as_record()
+    remedied = rm.Config(kernel_variance="validation", dgp_patience=5)
+    assert remedied.digest() != rm.Config().digest() and remedied.stage1_digest() == rm.Config().digest()
+    assert rm.Config(kernel_variance=1).as_record() == rm.Config().as_record()
+    for flags, message in ((["--kernel-variance", "valid"], "--kernel-variance"), (["--kernel-variance", "-1"], "--kernel-variance"),
+                           (["--dgp-patience", "0"], "--dgp-patience")):
+        with pytest.raises(SystemExit):
+            rm.main(args + flags)
+        assert f"argument {message}: expected" in capsys.readouterr().err
+    for bad in (dict(kernel_variance="valid"), dict(kernel_variance=0.0), dict(dgp_patience=0), dict(dgp_patience=1.5)):
+        with pytest.raises(ValueError, match="kernel_variance|dgp_patience"):
+            rm.Config(**bad)

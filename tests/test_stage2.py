@@ -124,6 +124,56 @@ def test_default_variance_grid_extends_below_its_floor_when_the_data_want_it():
     assert {v for _, v, _ in explicit.evaluations} <= {1e-3, 1e-2}
 
 
+def test_softmax_scores_repeat_with_a_seed_and_match_gauss_hermite_sums():
+    """The softmax's Monte Carlo integral is seeded with the prediction (common random numbers for variance
+    selection and early stopping), and the seeded log density is the integral: against a tensor-product
+    Gauss–Hermite sum in NumPy over the one layer's Gaussian marginals, computed densely."""
+    from scipy.special import logsumexp
+
+    rng = np.random.default_rng(3)
+    X, labels = rng.normal(size=(30, 3)), rng.integers(0, 3, size=(30, 1)).astype(np.float64)
+    network = build_activated_nn(3, num_layers=1, num_units=12, output_dim=3, truncation_level=8, lengthscales=[2.0], seed=0)
+    dgp = dgp_from_keras(network, len(X), X=X, likelihood="softmax").dgp
+    layer = dgp.f_layers[0]
+    layer.q_sqrt.assign(0.5 * layer.q_sqrt.numpy() / 1e-5)  # a spread q(u): variances of order the prior's
+    dgp.likelihood_layer.likelihood.num_monte_carlo_points = 20000
+    first = predictive_log_density(dgp, X, labels, num_samples=2, seed=5)
+    tf.random.set_seed(123)  # the global random state must not matter
+    np.testing.assert_array_equal(predictive_log_density(dgp, X, labels, num_samples=2, seed=5), first)
+    assert np.max(np.abs(predictive_log_density(dgp, X, labels, num_samples=2, seed=6) - first)) > 1e-6  # the seed is used
+    terms = elbo_terms(dgp, X, labels, num_samples=2, seed=5)
+    assert elbo_terms(dgp, X, labels, num_samples=2, seed=5).expected_log_likelihood == terms.expected_log_likelihood
+    # independent: whitened marginals mean Φ(x)V (the network), var k − aᵀa + ‖Sᵀa‖², a = L⁻¹ Kuf
+    kernel, feature = layer.kernel.kernel, layer.inducing_variable.inducing_variable
+    Kuu = gpflow.covariances.Kuu(feature, kernel).numpy() + gpflow.config.default_jitter() * np.eye(12)
+    A = np.linalg.solve(np.linalg.cholesky(Kuu), gpflow.covariances.Kuf(feature, kernel, X).numpy())
+    S = layer.q_sqrt.numpy()  # [3, M, M]
+    mean = network(X).numpy()
+    var = kernel.K_diag(X).numpy()[:, None] - np.sum(A**2, 0)[:, None] + np.stack([np.sum((S[p].T @ A) ** 2, 0) for p in range(3)], 1)
+    nodes, weights = np.polynomial.hermite.hermgauss(30)
+    grid = np.stack(np.meshgrid(nodes, nodes, nodes, indexing="ij"), -1).reshape(-1, 3) * np.sqrt(2.0)
+    w = np.prod(np.stack(np.meshgrid(weights, weights, weights, indexing="ij"), -1).reshape(-1, 3), 1) / np.pi**1.5
+    expected = []
+    for i in range(len(X)):
+        F = mean[i] + np.sqrt(var[i]) * grid
+        expected.append(np.log(w @ np.exp(F[:, int(labels[i, 0])] - logsumexp(F, axis=1))))
+    assert np.min(var) > 0.05  # the integral differs from the plug-in log softmax(μ): the comparison can fail
+    np.testing.assert_allclose(first, expected, atol=0.03)  # 20,000 draws per point
+    assert abs(np.mean(first) - np.mean(expected)) < 0.01
+
+
+def test_softmax_variance_selection_is_reproducible_and_keeps_the_logits():
+    rng = np.random.default_rng(4)
+    X, labels = rng.normal(size=(40, 3)), rng.integers(0, 3, size=(40, 1)).astype(np.float64)
+    network = build_activated_nn(3, num_layers=2, num_units=10, layer_widths=[4], output_dim=3, truncation_level=6, seed=1)
+    runs = []
+    for _ in range(2):
+        dgp = dgp_from_keras(network, len(X), X=X, likelihood="softmax").dgp
+        runs.append(select_kernel_variances(dgp, X, labels, objective="validation", candidates=[0.01, 0.1, 1.0], seed=2))
+        np.testing.assert_allclose(propagate_means(dgp, X)[-1].numpy(), network(X).numpy(), atol=1e-8)
+    assert runs[0].evaluations == runs[1].evaluations and runs[0].variances == runs[1].variances
+
+
 class _Recorder(tf_keras.callbacks.Callback):
     def __init__(self, module):
         super().__init__()
