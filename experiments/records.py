@@ -12,13 +12,17 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Dict, Iterable, List, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 
 class ResultStore:
-    def __init__(self, path, key_fields: Sequence[str]):
+    """:param upgrade: applied to every record read, e.g. to carry a record of an older protocol version
+    over to the current one where its method did not change (the file itself is never rewritten)."""
+
+    def __init__(self, path, key_fields: Sequence[str], upgrade: Optional[Callable[[Dict], Dict]] = None):
         self.path = Path(path)
         self.key_fields = tuple(key_fields)
+        self.upgrade = upgrade
         self.path.parent.mkdir(parents=True, exist_ok=True)
 
     def key(self, record: Dict) -> Tuple:
@@ -37,6 +41,8 @@ class ResultStore:
                 record = json.loads(line)
             except json.JSONDecodeError:
                 continue  # a torn line from an interrupted write
+            if self.upgrade is not None:
+                record = self.upgrade(record)
             key = self.key(record)
             if key not in seen:
                 seen.add(key)

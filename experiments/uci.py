@@ -147,9 +147,9 @@ def prepare_split(dataset, split_index: int, args):
 def run(args) -> ResultStore:
     from activated_dgp.data import load_regression_dataset
     from experiments import uci_methods
-    from experiments.uci_methods import METHODS, run_method
+    from experiments.uci_methods import METHODS, run_method, upgrade_record
 
-    store = ResultStore(Path(args.out) / "records.jsonl", KEY_FIELDS)
+    store = ResultStore(Path(args.out) / "records.jsonl", KEY_FIELDS, upgrade=upgrade_record)
     uci_methods.NETWORK_DIR = Path(args.out) / "networks"  # stage-1 checkpoints: a resumed cell reuses its network
     datasets = canonical_datasets(_split_list(args.dataset, DATASET_ORDER[1:]))
     methods = _split_list(args.method, METHOD_ORDER) or list(METHOD_ORDER)
@@ -409,7 +409,9 @@ def figure(rows: Sequence[Dict], path: Path) -> None:
 def report(out: Path, doc: Optional[str] = None, protocol: Optional[str] = None) -> str:
     """Table, CSV and figure from the records of one ``protocol`` (budget key; default: the one with
     the most records), so that records of other settings never mix into a table."""
-    store = ResultStore(Path(out) / "records.jsonl", KEY_FIELDS)
+    from experiments.uci_methods import upgrade_record
+
+    store = ResultStore(Path(out) / "records.jsonl", KEY_FIELDS, upgrade=upgrade_record)
     everything = store.records()
     if not everything:
         raise FileNotFoundError(f"no records in {store.path}; run the benchmark first")

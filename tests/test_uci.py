@@ -266,3 +266,22 @@ def test_dropout_precision_maximises_the_validation_likelihood():
     # brute force with scipy's normal density: mean over points of log (1/T) Σ_t N(y; μ_t, σ²)
     scores = [np.mean(np.log(np.mean(norm.pdf(y[None], means, np.sqrt(g)), axis=0))) for g in grid]
     assert noise == pytest.approx(grid[int(np.argmax(scores))], rel=5e-3)
+
+
+def test_records_of_an_older_version_count_only_for_methods_it_did_not_change(tmp_path, monkeypatch):
+    """A v(K−1) record is reused under vK unless vK changed its method: rerunning a resumable benchmark
+    after a version bump reruns exactly the changed methods' cells."""
+    import experiments.uci_methods as methods
+
+    _run(tmp_path, "--method", "nn,nn_ts", "--splits", "1")
+    path = tmp_path / "records.jsonl"
+    older = int(methods.PROTOCOL_VERSION[1:]) - 1
+    rewritten = [dict(r, protocol=r["protocol"].rpartition(":")[0] + f":v{older}") for r in map(json.loads, path.read_text().splitlines())]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rewritten))  # as written by the older version
+    monkeypatch.setitem(methods.METHOD_CHANGES, methods.PROTOCOL_VERSION, ("nn_ts",))
+    real, calls = methods.run_method, []
+    monkeypatch.setattr(methods, "run_method", lambda method, data, budget: calls.append(method) or real(method, data, budget))
+    _run(tmp_path, "--method", "nn,nn_ts", "--splits", "1")
+    assert calls == ["nn_ts"]  # nn's older record still counts; nn_ts changed, so it reran
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(lines) == 3 and lines[:2] == rewritten  # the file is appended to, never rewritten
