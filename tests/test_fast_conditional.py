@@ -14,8 +14,9 @@ from gpflow.conditionals.util import base_conditional
 from gpflow.config import default_jitter
 from gpflow.covariances import Kuf, Kuu
 
-from activated_dgp import ActivationFeature, SharedActivationFeature, ZonalArcCosine, build_activated_dgp
+from activated_dgp import ActivationFeature, ZonalArcCosine, build_activated_dgp
 from activated_dgp import conditionals as fast
+from activated_dgp.conditionals import SharedActivationFeature
 from activated_dgp.models import activated_gp_layer
 
 TOLERANCE = 1e-10
