@@ -4,7 +4,8 @@ Public API:
 
 * :class:`ZonalArcCosine`, :class:`ZonalKernel` — truncated zonal kernels on bias-extended inputs.
 * :class:`ActivationFeature` — activated interdomain inducing variables (Kuu/Kuf registered with
-  ``gpflow.covariances``).
+  ``gpflow.covariances``); :class:`activated_dgp.conditionals.SharedActivationFeature` shares one across
+  a layer's outputs, with a batched conditional.
 * :func:`build_activated_dgp`, :func:`build_activated_nn`, :func:`dgp_from_keras`,
   :func:`train_two_stage` — activated DGPs in GPflux, their network twin, and the converter.
 * :mod:`activated_dgp.spherical`, :mod:`activated_dgp.spectra` — Gegenbauer machinery and
@@ -12,6 +13,7 @@ Public API:
 """
 
 from . import covariances as _covariances  # noqa: F401  (registers Kuu/Kuf)
+from . import conditionals as _conditionals  # noqa: F401  (registers the activated layers' conditional)
 from .conversion import Conversion, dgp_from_keras
 from .covariances import basis_coefficients, inducing_coefficients
 from .inducing_variables import ActivationFeature

@@ -11,7 +11,8 @@ integrated against the likelihood:
 One ``tf.function`` evaluates a whole batch (all S samples at once, [S·B, ·] tensors); the draws are
 stateless normals seeded by (seed, first row of the batch, layer), so results do not depend on the
 order in which batches are evaluated, and the same seed gives the same numbers. Memory is
-O(S · B · M · P) for the batch (GPflow forms the per-output q_sqrt products L_pᵀA of every layer, [P_ℓ, M_ℓ, S·B]) plus the outputs [N, P]; inputs may be a memmap. The cost per point is dominated by those products, S · Σ_ℓ P_ℓ M_ℓ² multiply-adds.
+O(S · B · M · P) for the batch (the per-output q_sqrt products L_pᵀA of every layer, one [S·B, P_ℓ·M_ℓ] matrix in
+:mod:`activated_dgp.conditionals`) plus the outputs [N, P]; inputs may be a memmap. The cost per point is dominated by those products, S · Σ_ℓ P_ℓ M_ℓ² multiply-adds.
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ class BatchPredictor:
     :param dgp: a gpflux DeepGP (float64 or float32 parameters).
     :param num_samples: S ≥ 1.
     :param batch_size: B ≥ 1 points per call; memory ∝ S · B. The default, 64, keeps the per-layer
-        [P, M, S·B] tensors of GPflow's conditional (16 MiB at P = 8, M = 128, S = 32, float64) near the
-        caches: on 2 CPU cores B = 32–64 predicted about 1.8× as many points per second as B = 1,024
+        q_sqrt products, [S·B, P·M] (16 MiB at P = 8, M = 128, S = 32, float64), near the caches: with GPflow's
+        conditional, on 2 CPU cores B = 32–64 predicted about 1.8× as many points per second as B = 1,024
         (``python -m benchmarks.prediction`` has a row for B = 1,024).
     """
 

@@ -13,6 +13,7 @@ import tf_keras
 import tensorflow_probability as tfp
 from gpflow.likelihoods.utils import inv_probit
 
+from .conditionals import SharedActivationFeature
 from .inducing_variables import ActivationFeature
 from .kernels import ZonalArcCosine
 from .config import ArchitectureConfig, as_config
@@ -259,7 +260,10 @@ def activated_gp_layer(
     q_sqrt_scale: float = 1e-5,
     name: Optional[str] = None,
 ) -> gpflux.layers.GPLayer:
-    """One activated GP layer: ``GPLayer(SharedIndependent(ZonalArcCosine), SharedIndependentInducingVariables(ActivationFeature(W)))``.
+    """One activated GP layer: ``GPLayer(SharedIndependent(ZonalArcCosine), SharedActivationFeature(ActivationFeature(W)))``.
+
+    :class:`~activated_dgp.conditionals.SharedActivationFeature` is GPflow's SharedIndependentInducingVariables with
+    the P per-output q_sqrt products of the conditional computed as one matrix product.
 
     W is [M, D+1]; the layer maps [N, D] → [N, output_dim]. q_μ = 0 and q_sqrt = q_sqrt_scale · I
     (the paper's 1e-5); the mean function is Zero unless given, so that the mean propagation is
@@ -271,9 +275,7 @@ def activated_gp_layer(
         ZonalArcCosine(input_dim, truncation_level, variance=kernel_variance, lengthscales=lengthscales),
         output_dim=output_dim,
     )
-    inducing = gpflow.inducing_variables.SharedIndependentInducingVariables(
-        ActivationFeature(W, activation, truncation_level)
-    )
+    inducing = SharedActivationFeature(ActivationFeature(W, activation, truncation_level))
     layer = gpflux.layers.GPLayer(
         kernel,
         inducing,

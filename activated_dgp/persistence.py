@@ -36,6 +36,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from .conditionals import SharedActivationFeature
 from .config import ArchitectureConfig
 from .inducing_variables import ActivationFeature
 from .kernels import ZonalArcCosine
@@ -56,6 +57,8 @@ __all__ = [
 ]
 
 FORMAT = "activated_dgp/2"
+# DGPs built by hand with GPflow's wrapper are saved too; they are rebuilt with the package's.
+_SHARED_INDUCING_TYPES = (gpflow.inducing_variables.SharedIndependentInducingVariables, SharedActivationFeature)
 _GP_LAYER_DEFAULTS = dict(full_cov=False, full_output_cov=False, num_samples=None)
 
 
@@ -143,9 +146,7 @@ def architecture_of_dgp(dgp: gpflux.models.DeepGP) -> ArchitectureConfig:
         if type(layer.kernel) is not gpflow.kernels.SharedIndependent or type(kernel) is not ZonalArcCosine:
             raise ValueError(f"{where}: kernel {_name(layer.kernel, kernel)} is not SharedIndependent(ZonalArcCosine)")
         feature = getattr(layer.inducing_variable, "inducing_variable", None)
-        if type(layer.inducing_variable) is not gpflow.inducing_variables.SharedIndependentInducingVariables or not isinstance(
-            feature, ActivationFeature
-        ):
+        if type(layer.inducing_variable) not in _SHARED_INDUCING_TYPES or not isinstance(feature, ActivationFeature):
             raise ValueError(
                 f"{where}: inducing variable {_name(layer.inducing_variable, feature)} is not "
                 "SharedIndependentInducingVariables(ActivationFeature)"

@@ -5,7 +5,7 @@ the cost does not depend on the values). Inputs are a memmap in a temporary dire
 count towards memory. Reported, for the compiled batched predictor (``activated_dgp.BatchPredictor``):
 points per second of ``predict_y`` and of ``predictive_log_density``, the same with B = ``--large-batch`` (on
 the first ``--baseline-points`` · 4 points), and the growth of the process's peak RSS during the run (bounded by the
-batch: the per-output products [P, M, S·B] of GPflow's conditional dominate). Baseline in the same run: the eager
+batch: the per-output q_sqrt products, [S·B, P·M] per layer, dominate). Baseline in the same run: the eager
 ``predict_y(..., batch_size=B)`` on the first ``--baseline-points`` points.
 
 The multiply-adds per point (:func:`multiply_adds_per_point`) turn points per second into the arithmetic rate

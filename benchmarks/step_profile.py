@@ -18,6 +18,8 @@ times are not meaningful. Run with one thread per pool so that op times add up t
     python -m benchmarks.step_profile --flops            (multiply-adds of a step's forward pass, per layer)
     python -m benchmarks.step_profile --compare-with DIR (this checkout's step against the checkout in DIR's, and
                                                           GPflux's, taking turns in one process)
+    python -m benchmarks.step_profile --compare-fast-conditional   (the activated DGP's step and BatchPredictor
+        with the batched conditional of activated_dgp.conditionals against GPflow's, taking turns in one process)
 
 The script runs on older checkouts too (it uses only ``build_activated_dgp`` and gpflux):
 ``PYTHONPATH=DIR python benchmarks/step_profile.py --count-ops`` counts the ops of DIR's step.
@@ -168,8 +170,8 @@ def part_of(name: str, kind: str) -> str:
             return "conditional: Cholesky"
         if kind == "MatrixTriangularSolve" or "triangular_solve" in name:
             return "conditional: triangular solves"
-        if kind.startswith("BatchMatMul"):
-            return "conditional: q_sqrt products L_pᵀA"
+        if kind.startswith("BatchMatMul") or (kind == "MatMul" and "q_sqrt_products" in name):
+            return "conditional: q_sqrt products L_pᵀA"  # GPflow's batched product, or activated_dgp.conditionals' 2-D one
         if kind == "MatMul":
             return "conditional: other matrix products"
         return "conditional: elementwise, broadcasting"
@@ -307,16 +309,20 @@ def import_other_checkout(directory: str):
     return importlib.import_module("activated_dgp_other")
 
 
-def compare_steps(X, Y, models: dict, chunks: int, steps: int) -> str:
+def compare_steps(X, Y, models: dict, chunks: int, steps: int, trace_contexts: dict | None = None) -> str:
     """Seconds per step of each model's compiled train function, in ``chunks`` rounds of ``steps`` steps taking
-    turns (the order reversed every other round); ratios of minima and the median of the per-round ratios."""
+    turns (the order reversed every other round); ratios of minima and the median of the per-round ratios.
+    ``trace_contexts``: name → context manager factory entered while that model's step is traced."""
+    import contextlib
+
     data = tf.data.Dataset.from_tensor_slices({"inputs": X, "targets": Y}).repeat().batch(BATCH, drop_remainder=True)
     functions = {}
     for name, model in models.items():
-        model.fit(data.take(5), epochs=1, verbose=0)
-        function, iterator = model.make_train_function(), iter(data)
-        for _ in range(10):
-            function(iterator)
+        with (trace_contexts or {}).get(name, contextlib.nullcontext)():
+            model.fit(data.take(5), epochs=1, verbose=0)
+            function, iterator = model.make_train_function(), iter(data)
+            for _ in range(10):
+                function(iterator)
         functions[name] = (function, iterator)
     times = {name: [] for name in functions}
     for index in range(chunks):
@@ -338,6 +344,43 @@ def compare_steps(X, Y, models: dict, chunks: int, steps: int) -> str:
     return "\n".join(lines)
 
 
+def compare_fast_conditional(X, Y, chunks: int, steps: int, prediction_points: int, prediction_batches=(64, 1024)) -> str:
+    """The activated DGP's training step, and ``BatchPredictor.predict_y`` (S = 32), with the batched conditional
+    (:mod:`activated_dgp.conditionals`) against GPflow's (traced inside ``gpflow_conditional()``), taking turns in
+    one process: ratios new / old of step time and of prediction time (the inverse of the throughput ratio)."""
+    from activated_dgp import BatchPredictor, build_activated_dgp
+    from activated_dgp.conditionals import gpflow_conditional
+
+    models = {}
+    for name in ("batched conditional", "GPflow's conditional"):
+        dgp = build_activated_dgp(INPUT_DIM, NUM_DATA, num_layers=NUM_LAYERS, num_units=NUM_UNITS, seed=0)
+        models[name] = dgp.as_training_model()
+        models[name].compile(tf_keras.optimizers.Adam(0.01))
+    lines = ["training step (activated DGP):", compare_steps(X, Y, models, chunks, steps, {"GPflow's conditional": gpflow_conditional})]
+    dgp = build_activated_dgp(INPUT_DIM, NUM_DATA, num_layers=NUM_LAYERS, num_units=NUM_UNITS, seed=0)
+    for batch in prediction_batches:
+        points = X[: max(prediction_points, batch)]
+        new, old = BatchPredictor(dgp, 32, batch), BatchPredictor(dgp, 32, batch)
+        new.predict_y(points[:batch])  # tracing
+        with gpflow_conditional():
+            old.predict_y(points[:batch])
+        difference = np.max(np.abs(new.predict_y(points[:batch])[1] - old.predict_y(points[:batch])[1]))
+        times = {"new": [], "old": []}
+        for index in range(max(chunks // 4, 4)):
+            for name, predictor in (("new", new), ("old", old))[:: 1 if index % 2 == 0 else -1]:
+                start = time.perf_counter()
+                predictor.predict_y(points)
+                times[name].append(time.perf_counter() - start)
+        ratios = [a / b for a, b in zip(times["new"], times["old"])]
+        lines.append(
+            f"BatchPredictor.predict_y, S = 32, B = {batch}, {len(points)} points: {len(points) / min(times['new']):,.0f} "
+            f"vs {len(points) / min(times['old']):,.0f} points/s (fastest rounds); time new / old "
+            f"{min(times['new']) / min(times['old']):.3f} (fastest rounds), {statistics.median(ratios):.3f} (median of "
+            f"{len(ratios)} per-round ratios); largest variance difference {difference:.1e}"
+        )
+    return "\n".join(lines)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=30, help="profiled steps per model")
@@ -348,13 +391,21 @@ def main():
     parser.add_argument("--flops", action="store_true", help="print the multiply-add count of a step and exit")
     parser.add_argument("--compare-with", metavar="DIR", help="time this checkout's activated DGP step against DIR's, in one process")
     parser.add_argument("--chunks", type=int, default=40, help="with --compare-with: rounds of 10 steps per model")
+    parser.add_argument(
+        "--compare-fast-conditional", action="store_true", help="time the activated DGP's step and predictions with the batched conditional against GPflow's"
+    )
+    parser.add_argument("--prediction-points", type=int, default=2048, help="with --compare-fast-conditional: points per prediction round")
     args = parser.parse_args()
     if args.flops:
         print(flop_table())
         return
     _threads()
+    import activated_dgp  # noqa: F401  (registers its conditional and covariances before their dispatchers get name scopes)
     add_name_scopes()
     X, Y = _data()
+    if args.compare_fast_conditional:
+        print(compare_fast_conditional(X, Y, args.chunks, 10, args.prediction_points))
+        return
     if args.compare_with:
         import activated_dgp
 
