@@ -75,6 +75,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--max-splits", action="append", default=[], metavar="DATASET=K", help="fewer splits for one dataset, e.g. protein=3")
     parser.add_argument("--report-only", action="store_true", help="only regenerate table, CSV and figure from the records")
     parser.add_argument("--doc", default=None, help="Markdown page whose generated block is replaced by the table")
+    parser.add_argument("--as-recorded", action="store_true",
+                        help="with --report-only: every record under the protocol version it was made with (no carry-over of unchanged methods to the current version)")
     parser.add_argument("--quiet", action="store_true", help="no per-cell progress lines")
     return parser.parse_args(argv)
 
@@ -406,12 +408,12 @@ def figure(rows: Sequence[Dict], path: Path) -> None:
     plt.close(fig)
 
 
-def report(out: Path, doc: Optional[str] = None, protocol: Optional[str] = None) -> str:
+def report(out: Path, doc: Optional[str] = None, protocol: Optional[str] = None, as_recorded: bool = False) -> str:
     """Table, CSV and figure from the records of one ``protocol`` (budget key; default: the one with
     the most records), so that records of other settings never mix into a table."""
     from experiments.uci_methods import upgrade_record
 
-    store = ResultStore(Path(out) / "records.jsonl", KEY_FIELDS, upgrade=upgrade_record)
+    store = ResultStore(Path(out) / "records.jsonl", KEY_FIELDS, upgrade=None if as_recorded else upgrade_record)
     everything = store.records()
     if not everything:
         raise FileNotFoundError(f"no records in {store.path}; run the benchmark first")
@@ -444,7 +446,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if not args.report_only:
         run(args)
-    text = report(Path(args.out), args.doc, None if args.report_only else _budget(args).key())
+    text = report(Path(args.out), args.doc, None if args.report_only else _budget(args).key(), as_recorded=args.as_recorded)
     print(text)
     print(f"wrote {Path(args.out) / 'table.md'}, summary.csv and uci.png")
     return 0
