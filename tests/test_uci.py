@@ -285,3 +285,7 @@ def test_records_of_an_older_version_count_only_for_methods_it_did_not_change(tm
     assert calls == ["nn_ts"]  # nn's older record still counts; nn_ts changed, so it reran
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     assert len(lines) == 3 and lines[:2] == rewritten  # the file is appended to, never rewritten
+    from experiments.uci import report
+
+    assert f":v{older}." in report(tmp_path, as_recorded=True)  # the records as made: two of the older version
+    assert f":{methods.PROTOCOL_VERSION}." in report(tmp_path)  # carried over: all three under the current one
