@@ -32,6 +32,7 @@ __all__ = [
     "split_validation",
     "train_network",
     "train_dgp",
+    "validation_nlpd",
     "train_two_stage",
     "evaluate_elbo",
 ]
@@ -240,13 +241,12 @@ def train_network(
     return record
 
 
-def _validation_nlpd(dgp: gpflux.models.DeepGP, X_val, Y_val, num_samples: int, seed: int) -> Callable[[], float]:
+def validation_nlpd(dgp: gpflux.models.DeepGP, X_val, Y_val, num_samples: int = 16, seed: int = 0) -> float:
+    """−mean log p(y | x) on held-out (X_val, Y_val) by :func:`activated_dgp.predictive_log_density` with
+    ``num_samples`` seeded samples: the score of stage 2's early stopping (:func:`train_dgp`)."""
     from .prediction import predictive_log_density
 
-    def score() -> float:
-        return -float(np.mean(predictive_log_density(dgp, X_val, Y_val, num_samples=num_samples, seed=seed)))
-
-    return score
+    return -float(np.mean(predictive_log_density(dgp, X_val, Y_val, num_samples=num_samples, seed=seed)))
 
 
 def train_dgp(
@@ -361,7 +361,8 @@ def _train_dgp(dgp, data, schedule, validation_data, validation_samples, warmup_
                 variable._trainable = flag
     score = None
     if validation_data is not None:
-        score = _validation_nlpd(dgp, *_check_data(*validation_data), validation_samples, 0)
+        X_val, Y_val = _check_data(*validation_data)
+        score = lambda: validation_nlpd(dgp, X_val, Y_val, validation_samples, 0)  # noqa: E731
     stopper = _early_stopping(schedule, score, dgp)
     record.update(_fit_elbo(dgp, data, schedule, stopper, callbacks, strategy=strategy, seed=seed, optimizer=optimizer, initial_epoch=initial_epoch))
     if stopper is not None:

@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import collections
 import glob
-import gzip
 import os
 import statistics
 import tempfile
@@ -42,7 +41,8 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tf_keras  # noqa: E402
 
-NUM_DATA, INPUT_DIM, NUM_LAYERS, NUM_UNITS, BATCH = 10_000, 8, 3, 128, 128
+from benchmarks.dgp_epoch import BATCH, INPUT_DIM, NUM_DATA, NUM_LAYERS, NUM_UNITS  # noqa: E402  (the same model)
+from benchmarks.dgp_epoch import _data, activated_dgp_model, gpflux_dgp_model  # noqa: E402
 
 
 def _threads():
@@ -53,26 +53,10 @@ def _threads():
         tf.config.threading.set_inter_op_parallelism_threads(int(inter))
 
 
-def _data(seed=0):
-    rng = np.random.default_rng(seed)
-    X = rng.standard_normal((NUM_DATA, INPUT_DIM))
-    Y = np.sin(X[:, :1] * 2.0) + 0.5 * X[:, 1:2] * X[:, 2:3] + 0.1 * rng.standard_normal((NUM_DATA, 1))
-    return X, Y
-
-
 def build_models(X):
-    """name → compiled gpflux training model."""
-    import gpflux
-    from gpflux.architectures import Config, build_constant_input_dim_deep_gp
-
-    from activated_dgp import build_activated_dgp
-
-    config = Config(num_inducing=NUM_UNITS, inner_layer_qsqrt_factor=1e-5, likelihood_noise_variance=1e-2, whiten=True)
-    gpflux_dgp = build_constant_input_dim_deep_gp(X, num_layers=NUM_LAYERS, config=config)
-    assert isinstance(gpflux_dgp, gpflux.models.DeepGP)
-    activated = build_activated_dgp(INPUT_DIM, NUM_DATA, num_layers=NUM_LAYERS, num_units=NUM_UNITS, seed=0)
+    """name → compiled gpflux training model (benchmarks.dgp_epoch's two DGPs)."""
     models = {}
-    for name, dgp in (("activated DGP", activated), ("GPflux DGP (SE)", gpflux_dgp)):
+    for name, dgp in (("activated DGP", activated_dgp_model()), ("GPflux DGP (SE)", gpflux_dgp_model(X))):
         model = dgp.as_training_model()
         model.compile(tf_keras.optimizers.Adam(0.01))
         models[name] = model
@@ -348,16 +332,16 @@ def compare_fast_conditional(X, Y, chunks: int, steps: int, prediction_points: i
     """The activated DGP's training step, and ``BatchPredictor.predict_y`` (S = 32), with the batched conditional
     (:mod:`activated_dgp.conditionals`) against GPflow's (traced inside ``gpflow_conditional()``), taking turns in
     one process: ratios new / old of step time and of prediction time (the inverse of the throughput ratio)."""
-    from activated_dgp import BatchPredictor, build_activated_dgp
+    from activated_dgp import BatchPredictor
     from activated_dgp.conditionals import gpflow_conditional
 
     models = {}
     for name in ("batched conditional", "GPflow's conditional"):
-        dgp = build_activated_dgp(INPUT_DIM, NUM_DATA, num_layers=NUM_LAYERS, num_units=NUM_UNITS, seed=0)
+        dgp = activated_dgp_model()
         models[name] = dgp.as_training_model()
         models[name].compile(tf_keras.optimizers.Adam(0.01))
     lines = ["training step (activated DGP):", compare_steps(X, Y, models, chunks, steps, {"GPflow's conditional": gpflow_conditional})]
-    dgp = build_activated_dgp(INPUT_DIM, NUM_DATA, num_layers=NUM_LAYERS, num_units=NUM_UNITS, seed=0)
+    dgp = activated_dgp_model()
     for batch in prediction_batches:
         points = X[: max(prediction_points, batch)]
         new, old = BatchPredictor(dgp, 32, batch), BatchPredictor(dgp, 32, batch)

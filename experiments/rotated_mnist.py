@@ -275,20 +275,12 @@ def fit_temperature(logits: np.ndarray, labels: np.ndarray) -> float:
     return float(np.exp(minimize_scalar(nll, bounds=(-5.0, 5.0), method="bounded").x))
 
 
-def validation_nlpd(dgp, feats: np.ndarray, labels: np.ndarray) -> float:
-    """−mean log p(y | x) on the validation features, with ``VALIDATION_SAMPLES`` samples seeded with 0 — the
-    score of :func:`activated_dgp.train_dgp`'s early stopping, so that both ADGPs stop on the same criterion."""
-    from activated_dgp import predictive_log_density
-
-    return -float(np.mean(predictive_log_density(dgp, feats, labels, num_samples=VALIDATION_SAMPLES, seed=0)))
-
-
 def finetune_dgp_and_extractor(dgp, extractor, x: np.ndarray, y: np.ndarray, config: Config, seed: int, validation=None) -> dict:
     """Stage 2 with the convolutional layers trained too: Adam on −ELBO/N over the DGP's variables and the
     extractor's (the ELBO of :meth:`gpflux.models.DeepGP.elbo` on minibatches of features extractor(x)).
 
     With ``config.dgp_patience`` (remedy e), ``validation`` = (x_val, y_val) images: the validation NLPD of the
-    DGP on extractor(x_val) (:func:`validation_nlpd`) is checked before training and after every epoch, training
+    DGP on extractor(x_val) (:func:`activated_dgp.training.validation_nlpd`, as in :func:`activated_dgp.train_dgp`) is checked before training and after every epoch, training
     stops after ``dgp_patience`` epochs without improvement, and the DGP's and the extractor's parameters of the
     best check are restored (:class:`activated_dgp.training.RestoreBest`, as in :func:`activated_dgp.train_dgp`)."""
     from types import SimpleNamespace
@@ -296,7 +288,7 @@ def finetune_dgp_and_extractor(dgp, extractor, x: np.ndarray, y: np.ndarray, con
     import tensorflow as tf
     import tf_keras
 
-    from activated_dgp.training import RestoreBest
+    from activated_dgp.training import RestoreBest, validation_nlpd
 
     optimizer = tf_keras.optimizers.Adam(config.dgp_learning_rate)
     variables = list(dgp.trainable_variables) + list(extractor.trainable_variables)
@@ -315,7 +307,7 @@ def finetune_dgp_and_extractor(dgp, extractor, x: np.ndarray, y: np.ndarray, con
             raise ValueError("dgp_patience (early stopping) needs validation images")
         x_val, y_val = validation
         stopper = RestoreBest(
-            lambda: validation_nlpd(dgp, features(extractor, x_val), y_val),
+            lambda: validation_nlpd(dgp, features(extractor, x_val), y_val, VALIDATION_SAMPLES, 0),
             SimpleNamespace(variables=list(dgp.variables) + list(extractor.variables)),  # every parameter stage 2 changes
             every=1, patience=config.dgp_patience,
         )

@@ -133,27 +133,29 @@ class Budget:
         )
 
 
-PROTOCOL_VERSION = "v3"  # bump when a method's definition changes, and list the methods it changed below
-#: The methods whose definition changed in each version. A record of an older version still counts for the
-#: current one when its method has not changed since (:func:`upgrade_record`); every other record is kept
-#: apart by its protocol key. v3: ADGP's kernel-variance grid extends past 1e-3 while the validation NLPD
-#: improves (it sat at the floor on most layers; naval wants ~1e-5).
-METHOD_CHANGES = {"v3": ("adgp", "plain_adgp")}
-NETWORK_VERSION = "v2"  # the protocol version in which stage-1 network training last changed (checkpoint keys)
+PROTOCOL_VERSION = "v3"  # bump when a method's definition changes, and list what it changed in METHOD_CHANGES
+#: What each protocol version changed: method names, "network" (stage-1 training, which keys the network
+#: checkpoints) or "*" (everything; v2 is the first version these records carry over from). A record still counts
+#: under the current version when its method has not changed since its own (:func:`upgrade_record`); every other
+#: record is kept apart by its protocol key. v3: ADGP's kernel-variance grid extends past 1e-3 while the validation
+#: NLPD improves (it sat at the floor on most layers; naval wants ~1e-5).
+METHOD_CHANGES = {"v2": ("*",), "v3": ("adgp", "plain_adgp")}
+
+
+def last_change(name: str) -> int:
+    """The latest protocol version, up to the current one, that changed ``name`` (a method or "network")."""
+    current = int(PROTOCOL_VERSION[1:])
+    return max(int(v[1:]) for v, names in METHOD_CHANGES.items() if int(v[1:]) <= current and (name in names or "*" in names))
 
 
 def upgrade_record(record: Dict) -> Dict:
-    """``record`` with its protocol key moved to :data:`PROTOCOL_VERSION` if its method is unchanged since
+    """``record`` with its protocol key moved to :data:`PROTOCOL_VERSION` if its method has not changed since
     the record's version (``upgraded_from`` says from which); otherwise unchanged."""
     protocol = record.get("protocol")
-    if not isinstance(protocol, str) or ":v" not in protocol:
+    head, _, version = protocol.rpartition(":") if isinstance(protocol, str) else ("", "", "")
+    if not (version[:1] == "v" and version[1:].isdigit()):
         return record
-    head, _, version = protocol.rpartition(":")
-    current = int(PROTOCOL_VERSION[1:])
-    if not (version[:1] == "v" and version[1:].isdigit()) or int(version[1:]) >= current:
-        return record
-    changed = {m for v in range(int(version[1:]) + 1, current + 1) for m in METHOD_CHANGES.get(f"v{v}", ())}
-    if record.get("method") in changed:
+    if not last_change(str(record.get("method"))) <= int(version[1:]) < int(PROTOCOL_VERSION[1:]):
         return record
     return {**record, "protocol": f"{head}:{PROTOCOL_VERSION}", "upgraded_from": version}
 
@@ -269,8 +271,8 @@ def _fit_network(kind: str, data: SplitData, budget: Budget, seed: int, dropout_
     The fits of the current split are cached (weights and history), so NN, ensemble member 0, NN+TS and
     ADGP of one split share one network instead of training the same seeded network again."""
     (X, y), validation = _fit_parts(data, budget)
-    # the networks are unchanged since v2, so v2's checkpoints still serve (the key holds that version)
-    network_protocol = budget.key().rpartition(":")[0] + ":" + NETWORK_VERSION
+    # keyed by the version that last changed stage 1, so checkpoints outlive versions that did not
+    network_protocol = budget.key().rpartition(":")[0] + f":v{last_change('network')}"
     key = (kind if kind != "dropout" else f"dropout{dropout_rate}", seed, network_protocol, X.shape, float(np.sum(X)), float(np.sum(y)))
     tf.random.set_seed(seed)
     input_dim = X.shape[1]

@@ -335,6 +335,7 @@ def test_stage2_remedies_keep_the_logits_and_restore_the_best_epoch(tmp_path, rn
     validation check: the restored model's validation NLPD is the minimum recorded, for frozen and fine-tuned conv
     layers alike."""
     from activated_dgp import propagate_means
+    from activated_dgp.training import validation_nlpd
     from experiments import rotated_mnist as rm
 
     config = rm.Config(num_units=8, width=6, truncation_level=3, batch_size=16, dgp_epochs=6, dgp_learning_rate=0.05,
@@ -360,7 +361,7 @@ def test_stage2_remedies_keep_the_logits_and_restore_the_best_epoch(tmp_path, rn
     assert [e for e, _ in checks] == list(range(len(checks)))  # before training, then after every epoch
     best = int(np.argmin([v for _, v in checks]))
     assert info["best_epoch"] == best and info["epochs_run"] == min(config.dgp_epochs, best + config.dgp_patience)
-    restored = rm.validation_nlpd(dgp, rm.features(extractor, splits.x_val), splits.y_val)
+    restored = validation_nlpd(dgp, rm.features(extractor, splits.x_val), splits.y_val)
     assert restored == pytest.approx(min(v for _, v in checks), abs=1e-9, rel=1e-9)
     assert any(abs(v - restored) > 1e-6 for _, v in checks)  # other checks differ: the restore is not vacuous
     if finetune and best == 0:
@@ -369,7 +370,7 @@ def test_stage2_remedies_keep_the_logits_and_restore_the_best_epoch(tmp_path, rn
     # the checkpoint gives the same model and record back
     again, info_again = rm.trained_adgp(config, splits, extractor, head, 0, tmp_path / "adgp", finetune=finetune)
     assert info_again == json.loads(json.dumps(info))
-    assert rm.validation_nlpd(again, rm.features(extractor, splits.x_val), splits.y_val) == pytest.approx(restored, abs=1e-12)
+    assert validation_nlpd(again, rm.features(extractor, splits.x_val), splits.y_val) == pytest.approx(restored, abs=1e-12)
 
 
 def test_stage2_remedies_options_records_and_errors(tmp_path, rng, capsys):
