@@ -85,6 +85,21 @@ def _least_squares(kernel, X, Z, y):
     return Kxz @ scipy.linalg.lstsq(Kxz, y)[0]
 
 
+def test_kmeans_centers_are_a_lloyd_fixed_point_at_the_blob_means():
+    """Four blobs 1,000 σ apart: D²-weighted seeding puts a second center in an occupied blob with probability
+    ~1e-5 (at 20 σ it is ~4 %, a k-means++ fact, not a bug), so the centers returned are a fixed point of
+    Lloyd's algorithm (each is the mean of the points closest to it) at the blob means."""
+    rng = np.random.default_rng(3)
+    means = 1000.0 * np.array([[0.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
+    X = np.concatenate([m + rng.normal(size=(50, 3)) for m in means])
+    Z = choose_centers(X, 4, "kmeans", seed=0)
+    closest = np.argmin(((X[:, None, :] - Z[None]) ** 2).sum(-1), axis=1)
+    np.testing.assert_allclose(Z, [X[closest == j].mean(axis=0) for j in range(4)], atol=1e-12)
+    order = np.argmin(((Z[:, None, :] - means[None]) ** 2).sum(-1), axis=1)
+    assert sorted(order) == [0, 1, 2, 3]
+    np.testing.assert_allclose(Z, [X[50 * k : 50 * (k + 1)].mean(axis=0) for k in order], atol=1e-12)
+
+
 @pytest.mark.parametrize("projection", ["exact", "inexact"])
 def test_eigenpro3_converges_to_least_squares_over_the_centers(projection):
     X, y = _problem(160)
