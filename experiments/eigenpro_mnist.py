@@ -74,10 +74,12 @@ def run_cell(X, y, X_test, y_test, p, method, args) -> dict:
     model = EigenPro3(kernel, Z, subsample_size=min(2000, X.shape[0]), num_eigenpairs=args.q, projection="inexact",
                       projection_epochs=1, projection_subsample=min(2000, p), projection_eigenpairs=min(args.q, p // 10), seed=0)
     accuracies = []
-    for epoch in range(1, args.epochs + 1):
-        model.fit(X, Y, epochs=epoch, progress=args.progress)
+
+    def evaluate(epoch):
         accuracies.append(accuracy(model.predict(X_test), y_test))
         print(f"  p={p} {method} epoch {epoch}: test accuracy {accuracies[-1]:.2f} %", flush=True)
+
+    model.fit(X, Y, epochs=args.epochs, progress=args.progress, callback=evaluate)
     record.update(ep3_accuracy=accuracies, ep3_seconds=[float(t) for t in model.history["seconds"]], ep3_loss=[float(v) for v in model.history["loss"]],
                   batch_size=model.batch_size, step_size=model.step_size, peak_rss_mb_after_ep3=peak_rss_mb())
     basis = KernelCenters(kernel, Z)

@@ -157,6 +157,10 @@ def test_checkpoint_resume_equals_uninterrupted_training(tmp_path):
     assert len(resumed.history["seconds"]) == 4
     continued = EigenPro3(kernel, **options).fit(X, y, epochs=2, progress=False).fit(X, y, epochs=4, progress=False)
     np.testing.assert_allclose(continued.weights, full.weights, rtol=1e-10, atol=1e-12)  # a second fit continues, no restart
+    seen = []
+    stopped = EigenPro3(kernel, **options).fit(X, y, epochs=10, progress=False, callback=lambda epoch: seen.append(epoch) or epoch == 4)
+    assert seen == [1, 2, 3, 4]  # called after every epoch; True stops training
+    np.testing.assert_allclose(stopped.weights, full.weights, rtol=1e-10, atol=1e-12)
 
 
 def test_ragged_last_minibatch_gets_its_own_step():

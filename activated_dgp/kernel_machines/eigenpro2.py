@@ -126,7 +126,7 @@ class EigenPro2(TrainedWeights, tf.Module):
         self.solver: Optional[EigenPro2Solver] = None
         self._X = None
 
-    def fit(self, X, y, epochs: int = 10, *, checkpoint_dir=None, progress: bool = True, tolerance: Optional[float] = None) -> "EigenPro2":
+    def fit(self, X, y, epochs: int = 10, *, checkpoint_dir=None, progress: bool = True, tolerance: Optional[float] = None, callback=None) -> "EigenPro2":
         """Run EigenPro 2 until ``epochs`` epochs in total (see :func:`run_epochs`); y [n] or [n, L]."""
         X = check_data(X)
         y = check_targets(y, X.shape[0])
@@ -140,7 +140,7 @@ class EigenPro2(TrainedWeights, tf.Module):
             self.state.weights.assign(theta)
             return loss
 
-        run_epochs(self.state, tf.train.Checkpoint(state=self.state), epoch_fn, epochs, self.seed, checkpoint_dir=checkpoint_dir, progress=progress, tolerance=tolerance, label="EigenPro2")
+        run_epochs(self.state, tf.train.Checkpoint(state=self.state), epoch_fn, epochs, self.seed, checkpoint_dir=checkpoint_dir, progress=progress, tolerance=tolerance, callback=callback, label="EigenPro2")
         return self
 
     def predict(self, X) -> np.ndarray:

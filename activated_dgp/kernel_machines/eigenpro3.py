@@ -289,7 +289,7 @@ class EigenPro3(TrainedWeights, tf.Module):
 
     # -- public --------------------------------------------------------------------------------
 
-    def fit(self, X, y, epochs: int = 10, *, checkpoint_dir=None, progress: bool = True, tolerance: Optional[float] = None) -> "EigenPro3":
+    def fit(self, X, y, epochs: int = 10, *, checkpoint_dir=None, progress: bool = True, tolerance: Optional[float] = None, callback=None) -> "EigenPro3":
         """Train until ``epochs`` epochs in total; y [n] or [n, L]. Checkpoints (α, centers, epoch,
         history) go to ``checkpoint_dir`` after every epoch and are resumed from when present."""
         X = check_data(X)
@@ -302,7 +302,7 @@ class EigenPro3(TrainedWeights, tf.Module):
         self._setup(X)
         p = self.basis.num_functions
         self.state.ensure_weights((p, y.shape[1]))
-        run_epochs(self.state, checkpoint, lambda rng: self._epoch(X, y, rng), epochs, self.seed, checkpoint_dir=checkpoint_dir, progress=progress, tolerance=tolerance, label="EigenPro3")
+        run_epochs(self.state, checkpoint, lambda rng: self._epoch(X, y, rng), epochs, self.seed, checkpoint_dir=checkpoint_dir, progress=progress, tolerance=tolerance, callback=callback, label="EigenPro3")
         return self
 
     def predict(self, X) -> np.ndarray:

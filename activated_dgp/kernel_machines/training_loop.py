@@ -62,12 +62,17 @@ def run_epochs(
     checkpoint_dir=None,
     progress: bool = True,
     tolerance: Optional[float] = None,
+    callback: Optional[Callable[[int], bool]] = None,
     label: str = "EigenPro",
 ) -> None:
-    """Train until ``state.epoch`` reaches ``epochs`` (or the epoch loss falls below ``tolerance``).
+    """Train until ``state.epoch`` reaches ``epochs`` (or the epoch loss falls below ``tolerance``, or
+    ``callback`` returns True).
 
     :param epoch_fn: runs one epoch given its generator and returns the epoch's mean squared
         residual (averaged over its minibatches, measured before each step).
+    :param callback: called after every epoch (after its checkpoint) with the number of epochs trained so
+        far; a true return value stops training, like ``stop_training`` in a Keras callback. Use it to
+        evaluate the model per epoch without a ``fit`` call (and its preconditioner setup) per epoch.
     :param checkpoint_dir: if given, the latest checkpoint there is restored first and a new one
         written after every epoch.
     Raises ValueError when the loss becomes non-finite (divergence).
@@ -95,6 +100,8 @@ def run_epochs(
             manager.save(checkpoint_number=epoch + 1)
         if progress:
             print(f"{label} epoch {epoch + 1:4d}/{epochs}  train mse {loss:.4e}  {seconds:7.2f} s", flush=True)
+        if callback is not None and callback(epoch + 1):
+            break
 
 
 class TrainedWeights:
