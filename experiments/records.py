@@ -79,3 +79,26 @@ def pending(store: ResultStore, cells: Iterable[Dict]) -> List[Dict]:
     """The cells (dicts holding the key fields) that have no record yet, in order."""
     finished = {store.key(record) for record in store.records()}
     return [cell for cell in cells if store.key(cell) not in finished]
+
+
+def portable_command(module: str, argv: Sequence[str]) -> str:
+    """The command line to store in a record, without the paths of the machine that ran it: an absolute path
+    argument (or ``--opt=/abs/path``) becomes ``DIR/<its last component>``, so records and the reports made from
+    them name no machine's directories (rerun with your own ``DIR``)."""
+    import shlex
+
+    def strip(arg: str) -> str:
+        option, equals, value = arg.partition("=") if arg.startswith("--") else ("", "", arg)
+        if os.path.isabs(value):
+            value = "DIR/" + Path(value).name
+        return f"{option}{equals}{value}"
+
+    return f"python -m {module} " + " ".join(shlex.quote(strip(a)) for a in argv)
+
+
+def portable_path(path: str, data_dir: Optional[str]) -> str:
+    """``path`` with the data directory's absolute prefix written as ``$ADGP_DATA_DIR``."""
+    if data_dir:
+        root = str(Path(data_dir).resolve())
+        path = str(path).replace(root, "$ADGP_DATA_DIR")
+    return str(path)

@@ -44,7 +44,6 @@ import argparse
 import hashlib
 import json
 import os
-import shlex
 import sys
 import time
 from dataclasses import asdict, dataclass, replace
@@ -55,7 +54,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np  # noqa: E402
 
-from experiments.records import ResultStore, pending  # noqa: E402
+from experiments.records import ResultStore, pending, portable_command, portable_path  # noqa: E402
 
 MODELS = ("nn", "nn_dropout", "nn_ts", "adgp", "adgp_ft")
 LABELS = {"nn": "NN", "nn_dropout": "NN + Dropout", "nn_ts": "NN + TS", "adgp": "ADGP", "adgp_ft": "ADGP + conv fine-tuned"}
@@ -727,7 +726,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     if not args.report_only:
         check_config(store, config)
         cache = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
-        command = "python -m experiments.rotated_mnist " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+        command = portable_command("experiments.rotated_mnist", argv if argv is not None else sys.argv[1:])
         cells = [dict(dataset=config.dataset, model=m, seed=s) for s in args.seeds for m in args.models]
         todo = pending(store, cells)
         log(f"{len(cells) - len(todo)} of {len(cells)} (model, seed) cells already recorded in {store.path}")
@@ -737,7 +736,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                 continue
             start = time.time()
             splits = prepare_data(config, args.data_dir, seed, cache)
-            extra = dict(train_source=splits.train_source, test_source=splits.test_source, command=command)
+            data_root = args.data_dir or os.environ.get("ADGP_DATA_DIR")
+            extra = dict(train_source=portable_path(splits.train_source, data_root), test_source=portable_path(splits.test_source, data_root), command=command)
             log(f"seed {seed}: {len(splits.x_train)} train / {len(splits.x_val)} validation images, "
                 f"{len(splits.y_test)} test images × {len(config.angles)} angles; models {models}")
             run_seed(config, splits, seed, models, store, cache / "rotated_mnist", extra)

@@ -234,6 +234,8 @@ def test_runner_end_to_end_every_model_resumes_and_reports(tmp_path, rng):
     assert adgp["conversion_mismatch"] < 1e-8  # the ADGP starts at the NN's logits
     assert figure.is_file() and "ADGP" in doc.read_text()
     lines = (out / "records.jsonl").read_text().splitlines()
+    assert str(tmp_path) not in "\n".join(lines)  # no path of this machine in the records (DIR/…, $ADGP_DATA_DIR/…)
+    assert "--out DIR/out" in adgp["command"] and adgp["test_source"].startswith("$ADGP_DATA_DIR/")
     rotated_mnist.main(args)  # resumed: nothing left to do, nothing duplicated
     assert (out / "records.jsonl").read_text().splitlines() == lines
     with pytest.raises(ValueError, match="another configuration"):
