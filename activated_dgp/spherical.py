@@ -171,21 +171,52 @@ def set_xla(enabled: bool) -> None:
     _XLA["enabled"] = bool(enabled)
 
 
-def _clenshaw(cosine: tf.Tensor, coefficients: tf.Tensor, a: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
-    """Σ_n c_n Ĉ_n(t) by Clenshaw's backward recurrence.
+def _parity_recurrence(levels: int, alpha: float, parity: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(P_j, Q_j, R_j), j < ``levels``, of the recurrence in s = t² between levels of one parity, n = parity + 2j:
 
-    b_k = c_k + A_k t b_(k+1) − B_(k+1) b_(k+2), b_Ñ = b_(Ñ+1) = 0, and the sum is b_0.
-    The loop length is static (the length of ``coefficients``), so XLA unrolls it.
+        Ĉ_(n+2)(t) = (P_j s − Q_j) Ĉ_n(t) − R_j Ĉ_(n−2)(t),
+
+    with P_j = A_(n+1) A_n, Q_j = A_(n+1) B_n / A_(n−1) + B_(n+1), R_j = A_(n+1) B_n B_(n−1) / A_(n−1) and the
+    (A_k, B_k) of :func:`_recurrence_coefficients` (the t-recurrence applied twice, the odd level in between
+    eliminated; the B_n / A_(n−1) terms vanish at n = 0, where B_0 = 0). Even levels are polynomials in s, odd
+    levels t times polynomials in s (Gegenbauer's quadratic transformation to Jacobi polynomials in 2s − 1).
     """
+    a, b = _recurrence_coefficients(2 * levels + parity + 3, alpha)
+    n = parity + 2 * np.arange(levels)
+    previous = np.maximum(n - 1, 0)
+    ratio = np.where(n >= 1, b[n] / a[previous], 0.0)
+    return a[n + 1] * a[n], a[n + 1] * ratio + b[n + 1], a[n + 1] * ratio * np.where(n >= 1, b[previous], 0.0)
+
+
+def _clenshaw_in_squares(squares: tf.Tensor, coefficients: tf.Tensor, p: tf.Tensor, q: tf.Tensor, r: tf.Tensor) -> tf.Tensor:
+    """Σ_j c_j Ĉ_(parity+2j)(t) / t^parity by Clenshaw's backward recurrence in s = t² (``squares``):
+    b_j = c_j + (P_j s − Q_j) b_(j+1) − R_(j+1) b_(j+2), b_J = b_(J+1) = 0, and the sum is b_0."""
     length = coefficients.shape[0]
-    next_b = tf.zeros_like(cosine)
-    next_next_b = tf.zeros_like(cosine)
-    for k in range(length - 1, -1, -1):
-        current = coefficients[k] + a[k] * cosine * next_b
-        if k + 1 < length:
-            current = current - b[k + 1] * next_next_b
+    next_b = tf.zeros_like(squares)
+    next_next_b = tf.zeros_like(squares)
+    for j in range(length - 1, -1, -1):
+        current = coefficients[j] + (p[j] * squares - q[j]) * next_b
+        if j + 1 < length:
+            current = current - r[j + 1] * next_next_b
         next_next_b, next_b = next_b, current
     return next_b
+
+
+def _clenshaw(cosine: tf.Tensor, even: Sequence[tf.Tensor], odd: Sequence[tf.Tensor]) -> tf.Tensor:
+    """S(t) = E(t²) + t O(t²): the even and the odd levels each summed by Clenshaw's recurrence in s = t².
+
+    ``even`` and ``odd`` are (coefficients, P, Q, R) of each parity (:func:`_parity_recurrence`), either possibly
+    of length 0. The loop lengths are static, so XLA unrolls them. A series whose levels of one parity stop early
+    costs only the other parity's steps: the activations with a linear odd part (ReLU, Softplus, Swish: odd levels
+    ≥ 3 vanish) take about half the steps of a Clenshaw sum over all Ñ levels in t.
+    """
+    squares = cosine * cosine
+    result = tf.zeros_like(cosine)
+    if even[0].shape[0]:
+        result = _clenshaw_in_squares(squares, *even)
+    if odd[0].shape[0]:
+        result = result + cosine * _clenshaw_in_squares(squares, *odd)
+    return result
 
 
 _clenshaw_xla = tf.function(_clenshaw, jit_compile=True, autograph=False)
@@ -203,10 +234,12 @@ def _derivative_coefficients(coefficients: np.ndarray, alpha: float) -> np.ndarr
 
 def _series(cosine: tf.Tensor, coefficients: np.ndarray, alpha: float) -> tf.Tensor:
     dtype = cosine.dtype
-    a, b = _recurrence_coefficients(len(coefficients), alpha)
-    args = [tf.constant(v, dtype=dtype) for v in (coefficients, a, b)]
+    parts = []
+    for parity in (0, 1):
+        part = np.trim_zeros(coefficients[parity::2], "b")
+        parts.append([tf.constant(v, dtype=dtype) for v in (part, *_parity_recurrence(len(part), alpha, parity))])
     fn = _clenshaw_xla if _XLA["enabled"] else _clenshaw
-    return fn(cosine, *args)
+    return fn(cosine, *parts)
 
 
 def gegenbauer_series(cosine: tf.Tensor, coefficients, alpha: float) -> tf.Tensor:
@@ -217,7 +250,7 @@ def gegenbauer_series(cosine: tf.Tensor, coefficients, alpha: float) -> tf.Tenso
     :param alpha: Gegenbauer parameter α = (d − 2)/2 ≥ 0.
     :return: a tensor of the shape of ``cosine``.
 
-    Memory stays O(size of ``cosine``): Clenshaw's recurrence keeps two running terms, and the
+    Memory stays O(size of ``cosine``): Clenshaw's recurrence keeps two running terms per parity, and the
     gradient is a custom one that evaluates S'(t) as another Clenshaw sum (in the basis of
     α + 1) instead of storing Ñ intermediate tensors for back-propagation.
     """
