@@ -91,7 +91,10 @@ class ActivatedLayer(tf_keras.layers.Layer):
             setattr(self, name, module)
 
     def call(self, inputs):
-        return tf.transpose(gpflow.covariances.Kuf(self.feature, self.kernel, inputs))
+        """[batch..., N, D] → [batch..., N, M], like a Dense layer on inputs of any leading shape."""
+        features = gpflow.covariances.Kuf(self.feature, self.kernel, inputs)  # [M, batch..., N]
+        rank = tf.rank(features)
+        return tf.transpose(features, tf.concat([tf.range(1, rank), [0]], axis=0))
 
     def get_config(self):
         config = super().get_config()

@@ -54,6 +54,10 @@ def test_activated_layer_is_the_relu_network_for_large_truncation(rng):
     W = network.layers[0].feature.W.numpy()
     reference = np.maximum(0.0, np.concatenate([X, np.ones((30, 1))], 1) @ W.T)
     assert np.max(np.abs(hidden - reference)) < 0.03 * np.abs(reference).max()
+    # leading batch axes, as a Dense layer takes them: [B, N, D] → [B, N, M], each slice its own rows' features
+    batched = network.layers[0](X.reshape(5, 6, 2)).numpy()
+    assert batched.shape == (5, 6, 8)
+    np.testing.assert_allclose(batched.reshape(30, 8), hidden, rtol=1e-12, atol=1e-12)
 
 
 def test_converted_dgp_elbo_improves_and_variances_are_positive(rng):
