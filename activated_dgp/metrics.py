@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Tuple
 
 import numpy as np
+import scipy.special
 
 __all__ = [
     "accuracy",
@@ -31,6 +32,8 @@ __all__ = [
     "predictive_entropy",
     "classification_metrics",
     "gaussian_mixture_log_density",
+    "probability_integral_transform",
+    "regression_calibration",
     "regression_metrics",
 ]
 
@@ -129,13 +132,38 @@ def gaussian_mixture_log_density(y, means, variances) -> np.ndarray:
     return top + np.log(np.mean(np.exp(log_components - top[None]), axis=0))
 
 
+def probability_integral_transform(y, means, variances) -> np.ndarray:
+    """u_i = F_i(y_i) = (1/S) Σ_s Φ((y_i − μ_si)/σ_si), [N]: each target's value under its predictive CDF (the
+    PIT). Under a calibrated predictive the u_i are uniform on [0, 1] (Dawid 1984; Gneiting, Balabdaoui and
+    Raftery 2007). Shapes as :func:`gaussian_mixture_log_density`."""
+    y, mu, var = _mixture_moments(y, means, variances)
+    return np.mean(scipy.special.ndtr((y[None] - mu) / np.sqrt(var)), axis=0)
+
+
+def regression_calibration(y, means, variances, levels=None) -> dict:
+    """Calibration of a (mixture-)Gaussian regression prediction from its PIT values u_i:
+
+    * ``coverage_90``: the fraction of targets inside the central 90 % predictive interval, i.e. with
+      0.05 ≤ u_i ≤ 0.95 (0.90 when calibrated; below it, over-confident);
+    * ``calibration_error``: mean over the levels p_j (default 0.05, 0.10, …, 0.95) of |#{u_i ≤ p_j}/N − p_j|,
+      the mean absolute gap of the PIT's empirical CDF from the uniform one (Kuleshov, Fenner and Ermon 2018
+      use the squared gap; the absolute one reads in probability units).
+    """
+    u = probability_integral_transform(y, means, variances)
+    levels = np.linspace(0.05, 0.95, 19) if levels is None else np.asarray(levels, dtype=np.float64)
+    empirical = np.mean(u[None, :] <= levels[:, None], axis=1)
+    return {"coverage_90": float(np.mean((u >= 0.05) & (u <= 0.95))), "calibration_error": float(np.mean(np.abs(empirical - levels)))}
+
+
 def regression_metrics(y, means, variances, scale: float = 1.0) -> dict:
     """rmse and nlpd of a (mixture-)Gaussian prediction on the given scale, and rmse_original,
     nlpd_original in original units for targets standardised by ``scale`` = s_y (a density picks
-    up the Jacobian 1/s_y: NLPD_orig = NLPD + log s_y)."""
+    up the Jacobian 1/s_y: NLPD_orig = NLPD + log s_y); with the ``coverage_90`` and
+    ``calibration_error`` of :func:`regression_calibration` (scale-free)."""
     if not np.isfinite(scale) or scale <= 0:
         raise ValueError(f"scale must be positive, got {scale!r}")
     y_flat, mu, _ = _mixture_moments(y, means, variances)
     rmse = float(np.sqrt(np.mean((y_flat - mu.mean(0)) ** 2)))
     nlpd = float(-np.mean(gaussian_mixture_log_density(y, means, variances)))
-    return {"rmse": rmse, "nlpd": nlpd, "rmse_original": rmse * scale, "nlpd_original": nlpd + float(np.log(scale))}
+    return {"rmse": rmse, "nlpd": nlpd, "rmse_original": rmse * scale, "nlpd_original": nlpd + float(np.log(scale)),
+            **regression_calibration(y, means, variances)}

@@ -32,6 +32,7 @@ from experiments.records import ResultStore, pending  # noqa: E402
 
 KEY_FIELDS = ("dataset", "method", "split", "protocol")
 METRICS = ("rmse", "nlpd", "rmse_original", "nlpd_original")
+CALIBRATION_METRICS = ("coverage_90", "calibration_error")
 METHOD_ORDER = ("nn", "dropout", "ensemble", "nn_ts", "dgp", "adgp", "plain", "plain_adgp")
 # small to large (rows), as in the shared data README; the embedded Boston first
 DATASET_ORDER = (
@@ -219,6 +220,9 @@ def summarise(records: Sequence[Dict]) -> List[Dict]:
         for metric in ("rmse", "nlpd"):
             values = np.array([r[metric] for r in group])
             row[f"{metric}_q25"], row[f"{metric}_median"], row[f"{metric}_q75"] = (float(q) for q in np.quantile(values, [0.25, 0.5, 0.75]))
+        for metric in CALIBRATION_METRICS:  # recorded since 2026-11-23; older records lack them
+            values = [r[metric] for r in group if metric in r]
+            row[f"{metric}_mean"], row[f"{metric}_splits"] = (float(np.mean(values)) if values else float("nan")), len(values)
         row["seconds_mean"] = float(np.mean([r["seconds"] for r in group]))
         row["budgets"] = sorted({r["budget"]["name"] for r in group})
         rows.append(row)
@@ -301,6 +305,20 @@ def markdown(rows: Sequence[Dict], records: Sequence[Dict]) -> str:
             cells = [_cell(p, metric, p is not None and p[f"{metric}_mean"] == best) for p in present]
             out.append(f"| {d} ({first['num_data']}, {first['input_dim']}) | {'/'.join(map(str, splits))} | " + " | ".join(cells) + " |")
         out.append("")
+    if any(r["coverage_90_splits"] for r in rows):
+        out += ["**Calibration**: coverage of the central 90 % predictive interval (0.90 when calibrated) / mean absolute "
+                "gap of the PIT's CDF from uniform (`activated_dgp.metrics.regression_calibration`); mean over the splits "
+                "whose records have them (their number in brackets; recorded since 2026-11-23)", ""]
+        out.append("| dataset | " + " | ".join(LABELS[m] for m in methods) + " |")
+        out.append("|---|" + "---|" * len(methods))
+        for d in datasets:
+            cells = []
+            for m in methods:
+                row = table.get((d, m))
+                cells.append(f"{row['coverage_90_mean']:.3f} / {row['calibration_error_mean']:.3f} ({row['coverage_90_splits']})"
+                             if row is not None and row["coverage_90_splits"] else "—")
+            out.append(f"| {d} | " + " | ".join(cells) + " |")
+        out.append("")
     out += ["**Mean seconds per cell** (fit + prediction, one split)", ""]
     out.append("| dataset | " + " | ".join(LABELS[m] for m in methods) + " |")
     out.append("|---|" + "---|" * len(methods))
@@ -355,6 +373,7 @@ def _steps_used(records: Sequence[Dict]) -> Dict[tuple, str]:
 def write_csv(rows: Sequence[Dict], path: Path) -> None:
     fields = ["dataset", "method", "splits", "num_data", "input_dim"] + [f"{m}_{s}" for m in METRICS for s in ("mean", "se")]
     fields += ["rmse_q25", "rmse_median", "rmse_q75", "nlpd_q25", "nlpd_median", "nlpd_q75", "seconds_mean"]
+    fields += [f"{m}_{s}" for m in CALIBRATION_METRICS for s in ("mean", "splits")]
     with open(path, "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=fields, extrasaction="ignore")
         writer.writeheader()

@@ -131,6 +131,27 @@ def test_mixture_scores_against_scipy(rng):
         regression_metrics(y, means, -variances)
 
 
+def test_calibration_of_a_predictive_against_its_own_draws_and_scipy(rng):
+    """PIT = the mixture CDF at y (scipy's norm.cdf); targets drawn from the predictive itself are calibrated
+    (PIT uniform: 90 % coverage, a small CDF gap), while a predictive with a third of the true spread covers far
+    less: the metrics can fail."""
+    from activated_dgp.metrics import probability_integral_transform, regression_calibration
+
+    S, N = 4, 20000
+    means, variances = rng.normal(size=(S, N)), rng.uniform(0.2, 2.0, size=(S, N))
+    component = rng.integers(S, size=N)
+    y = rng.normal(means[component, np.arange(N)], np.sqrt(variances[component, np.arange(N)]))
+    expected = np.mean(norm.cdf(y[None], means, np.sqrt(variances)), axis=0)
+    np.testing.assert_allclose(probability_integral_transform(y, means, variances), expected, rtol=1e-12, atol=1e-15)
+    calibrated = regression_calibration(y, means, variances)
+    assert abs(calibrated["coverage_90"] - 0.90) < 0.01 and calibrated["calibration_error"] < 0.01  # binomial sd 0.002–0.0035
+    overconfident = regression_calibration(y, means, variances / 9.0)
+    assert overconfident["coverage_90"] < 0.75 and overconfident["calibration_error"] > 0.05
+    one = regression_calibration([1.0], [0.0], 1.0, levels=[0.5, 0.95])  # u = Φ(1) = 0.84: inside, above 0.5
+    assert one == {"coverage_90": 1.0, "calibration_error": pytest.approx(0.5 * (0.5 + 0.05))}
+    assert regression_calibration([2.0], [0.0], 1.0)["coverage_90"] == 0.0  # Φ(2) = 0.977 > 0.95
+
+
 def test_embedded_boston():
     data = load_boston_embedded()
     assert data.X.shape == (506, 13) and data.y.shape == (506, 1)
@@ -161,6 +182,7 @@ def test_every_method_end_to_end(tmp_path):
     assert sorted(r["method"] for r in records) == sorted(["nn", "dropout", "ensemble", "nn_ts", "dgp", "adgp", "plain", "plain_adgp"])
     for r in records:
         assert np.isfinite(r["rmse"]) and np.isfinite(r["nlpd"]) and r["num_test"] == 51 and r["num_train"] == 455
+        assert 0.0 <= r["coverage_90"] <= 1.0 and 0.0 <= r["calibration_error"] <= 1.0
         # original units: RMSE scales by s_y and NLPD shifts by log s_y, the same s_y for every method
         assert r["rmse_original"] / r["rmse"] == pytest.approx(records[0]["rmse_original"] / records[0]["rmse"])
     by_method = {r["method"]: r for r in records}
@@ -169,7 +191,7 @@ def test_every_method_end_to_end(tmp_path):
     assert by_method["adgp"]["extra"]["conversion_mismatch"] < 1e-6
     for name in ("table.md", "summary.csv", "uci.png"):
         assert (tmp_path / name).stat().st_size > 0
-    assert "ADGP" in (tmp_path / "table.md").read_text()
+    assert "ADGP" in (tmp_path / "table.md").read_text() and "**Calibration**" in (tmp_path / "table.md").read_text()
 
 
 def test_resume_after_interruption(tmp_path, monkeypatch):
