@@ -489,6 +489,7 @@ def rescore(args) -> int:
 
     path = Path(args.out) / "records.jsonl"
     uci_methods.NETWORK_DIR = Path(args.out) / "networks"
+    uci_methods._NETWORK_CACHE.clear()  # the saved networks only, not ones this process happens to hold
     real_training = uci_methods.train_network
 
     def no_training(*_, **__):
