@@ -330,7 +330,7 @@ def _tiny_splits(rng, num_train=48, num_val=24):
                   np.zeros((2, 4, 28, 28), np.uint8), np.zeros(4, np.int64), "random", "random")
 
 
-@pytest.mark.parametrize("finetune", [False, True])
+@pytest.mark.parametrize("finetune", [False, pytest.param(True, marks=pytest.mark.slow)])  # keeps the suite under 15 min
 def test_stage2_remedies_keep_the_logits_and_restore_the_best_epoch(tmp_path, rng, finetune):
     """(a2) the kernel variances chosen on the validation images keep the converted DGP's mean propagation equal
     to the network's forward pass (the independent truth); (e) early stopping restores the parameters of the best
@@ -375,6 +375,7 @@ def test_stage2_remedies_keep_the_logits_and_restore_the_best_epoch(tmp_path, rn
     assert validation_nlpd(again, rm.features(extractor, splits.x_val), splits.y_val) == pytest.approx(restored, abs=1e-12)
 
 
+@pytest.mark.slow  # 50 s; the suite's 15-minute budget
 def test_stage2_remedies_options_records_and_errors(tmp_path, rng, capsys):
     from experiments import rotated_mnist as rm
     from experiments.records import ResultStore
