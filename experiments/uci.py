@@ -465,10 +465,6 @@ def report(out: Path, doc: Optional[str] = None, protocol: Optional[str] = None,
     return text
 
 
-class _NetworkMissing(Exception):
-    pass
-
-
 def _rescorable(record: Dict) -> bool:
     """A method whose prediction is a deterministic function of its saved stage-1 network."""
     converged = bool(record.get("budget", {}).get("converged"))
@@ -490,14 +486,9 @@ def rescore(args) -> int:
     path = Path(args.out) / "records.jsonl"
     uci_methods.NETWORK_DIR = Path(args.out) / "networks"
     uci_methods._NETWORK_CACHE.clear()  # the saved networks only, not ones this process happens to hold
-    real_training = uci_methods.train_network
-
-    def no_training(*_, **__):
-        raise _NetworkMissing
-
     log = (lambda *a: None) if args.quiet else (lambda *a: print(*a, flush=True))
     lines, amended, loaded = [], 0, {}
-    uci_methods.train_network = no_training
+    uci_methods.SAVED_NETWORKS_ONLY = True
     try:
         for line in path.read_text().splitlines():
             try:
@@ -516,7 +507,7 @@ def rescore(args) -> int:
             cell = f"{name} {record['method']} split {record['split']}"
             try:
                 result = run_method(record["method"], data, budget)
-            except _NetworkMissing:
+            except uci_methods.NetworkMissing:
                 log(f"{cell}: no saved network, left as recorded")
                 lines.append(line)
                 continue
@@ -529,7 +520,7 @@ def rescore(args) -> int:
             amended += 1
             log(f"{cell}: coverage {result['coverage_90']:.3f}, calibration error {result['calibration_error']:.3f}")
     finally:
-        uci_methods.train_network = real_training
+        uci_methods.SAVED_NETWORKS_ONLY = False
     partial = path.with_name(path.name + ".partial")
     partial.write_text("".join(f"{line}\n" for line in lines))
     os.replace(partial, path)

@@ -234,6 +234,12 @@ _NETWORK_CACHE: Dict[tuple, tuple] = {}
 #: network is saved there under a digest of its cache key, so a run interrupted after stage 1 (e.g. during
 #: ADGP's stage 2) resumes the cell from the saved network instead of training it again.
 NETWORK_DIR: Optional[Path] = None
+# True: a network with no saved checkpoint raises NetworkMissing instead of being trained (the UCI runner's --rescore)
+SAVED_NETWORKS_ONLY = False
+
+
+class NetworkMissing(LookupError):
+    """No saved stage-1 network for a cell while ``SAVED_NETWORKS_ONLY`` is set."""
 
 
 def _network_path(key: tuple) -> Optional[Path]:
@@ -288,6 +294,8 @@ def _fit_network(kind: str, data: SplitData, budget: Budget, seed: int, dropout_
         network.set_weights(weights)
         return network, history
     history = _load_checkpoint(network, key)
+    if history is None and SAVED_NETWORKS_ONLY:
+        raise NetworkMissing(f"no saved network for {key[:2]} under {NETWORK_DIR}")
     if history is None:
         history = train_network(network, X, y, "gaussian", budget.schedule(budget.nn_steps, len(X)), validation_data=validation)
         history = {"steps_run": history.get("steps_run", budget.epochs(budget.nn_steps, len(X)) * math.ceil(len(X) / BATCH_SIZE)),
