@@ -91,6 +91,11 @@ class VarianceSelection:
     variances: list
     elbo: float
     evaluations: list
+    noise_variance: Optional[float] = None
+
+
+# Multiples of the entry noise variance tried with each output-layer v by a joint search (2^-4 … 2).
+NOISE_FACTORS = tuple(2.0 ** np.arange(-4.0, 1.01, 0.5))
 
 
 def select_kernel_variances(
@@ -104,6 +109,7 @@ def select_kernel_variances(
     num_samples: int = 4,
     seed: int = 0,
     max_points: int = 1024,
+    noise_factors=None,
 ) -> VarianceSelection:
     """Choose each layer's kernel variance v, keeping the mean propagation (the network's forward pass).
 
@@ -122,6 +128,12 @@ def select_kernel_variances(
       inducing span, ∝ v, is noise in every sample passed through the layer.
     * ``objective="validation"``: the predictive log density on held-out (X, Y) (−NLPD,
       :func:`activated_dgp.predictive_log_density` with ``4·num_samples`` samples): the v that predicts best.
+
+    ``noise_factors`` (a Gaussian likelihood only; e.g. :data:`NOISE_FACTORS`): the output layer's v is
+    searched *jointly* with the noise variance σ², trying σ² = factor × (σ² on entry) at every candidate v.
+    The two trade off — the output layer's residual prior variance k(x, x) − Qff(x) ∝ v is an input-dependent
+    share of the predictive variance that a smaller σ² must make room for — so a search over v at a fixed σ²
+    never finds the pair where both move (measured on yacht: docs/results/stage2.md, "Joint noise").
     """
     from .diagnostics import elbo_terms
     from .prediction import predictive_log_density
@@ -141,6 +153,15 @@ def select_kernel_variances(
         raise ValueError(f"candidates must be a non-empty list of positive variances, got {candidates!r}")
     grid = np.sort(grid)
     step, lowest, highest = 10.0**0.5, 10.0**-9, 10.0**3
+    likelihood = dgp.likelihood_layer.likelihood
+    if noise_factors is not None:
+        if not isinstance(likelihood, gpflow.likelihoods.Gaussian):
+            raise ValueError(f"noise_factors need a Gaussian likelihood, the model has {type(likelihood).__name__}")
+        noise_factors = np.asarray(noise_factors, dtype=np.float64)
+        if noise_factors.ndim != 1 or noise_factors.size == 0 or np.any(~(noise_factors > 0)):
+            raise ValueError(f"noise_factors must be a non-empty list of positive numbers, got {noise_factors!r}")
+        entry_noise = float(likelihood.variance.numpy())
+    chosen_noise = float(likelihood.variance.numpy()) if noise_factors is not None else None
 
     def score():
         if objective == "elbo":
@@ -154,15 +175,22 @@ def select_kernel_variances(
             kernel = getattr(layer.kernel, "kernel", layer.kernel)
             chosen = float(kernel.variance.numpy())
 
+            joint = noise_factors is not None and index == len(dgp.f_layers) - 1
+
             def evaluate(v: float) -> bool:
-                nonlocal best, chosen
+                nonlocal best, chosen, chosen_noise
                 rescale_kernel_variance(layer, v)
-                value = score()
-                evaluations.append((index, v, value))
-                if value > best:
-                    best, chosen = value, v
-                    return True
-                return False
+                improved = False
+                for noise in entry_noise * noise_factors if joint else [None]:
+                    if noise is not None:
+                        likelihood.variance.assign(noise)
+                    value = score()
+                    evaluations.append((index, v, value))
+                    if value > best:
+                        best, chosen, improved = value, v, True
+                        if noise is not None:
+                            chosen_noise = float(noise)
+                return improved
 
             for v in grid:
                 evaluate(float(v))
@@ -174,8 +202,10 @@ def select_kernel_variances(
                 while chosen == v and v * step <= highest and evaluate(v * step):
                     v = v * step
             rescale_kernel_variance(layer, chosen)
+            if joint:
+                likelihood.variance.assign(chosen_noise)
     variances = [float(getattr(layer.kernel, "kernel", layer.kernel).variance.numpy()) for layer in dgp.f_layers]
-    return VarianceSelection(variances, best, evaluations)
+    return VarianceSelection(variances, best, evaluations, chosen_noise)
 
 
 def _pairs(network: tf_keras.Model):

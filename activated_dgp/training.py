@@ -17,7 +17,7 @@ import tensorflow as tf
 import tf_keras
 
 from .config import ArchitectureConfig
-from .conversion import dgp_from_keras, rescale_kernel_variance, select_kernel_variances
+from .conversion import NOISE_FACTORS, dgp_from_keras, rescale_kernel_variance, select_kernel_variances
 from .distributed import check_global_batch, copy_values, distributed_dataset, replicate
 from .models import likelihood_name, network_loss, output_width
 from .streaming import ArraySource, CsvSource, DatasetSource, as_source, data_errors, global_batches
@@ -469,7 +469,8 @@ def train_two_stage(
         the DGP's kernels by the converter.
     :param noise_variance: initial Gaussian noise: a number, "train" (the network's training MSE, the
         default without validation data) or "validation" (its MSE on the validation part, the default
-        with it).
+        with it), or "selected": the validation MSE, then chosen jointly with the output layer's kernel
+        variance by the ``kernel_variance`` search (``noise_factors`` of :func:`select_kernel_variances`).
     :param kernel_variance: each layer's kernel variance at conversion, or "elbo" / "validation" to
         choose it by maximising the ELBO / the validation log density, with the mean propagation kept
         (:func:`select_kernel_variances`).
@@ -495,8 +496,11 @@ def train_two_stage(
         truncation_level=truncation_level, lengthscales=lengthscales, whiten=whiten, likelihood=likelihood,
     )
     gaussian = likelihood_name(config.likelihood) == "gaussian"
-    if isinstance(noise_variance, str) and noise_variance not in ("train", "validation"):
-        raise ValueError(f"noise_variance must be a number, 'train' or 'validation', got {noise_variance!r}")
+    if isinstance(noise_variance, str) and noise_variance not in ("train", "validation", "selected"):
+        raise ValueError(f"noise_variance must be a number, 'train', 'validation' or 'selected', got {noise_variance!r}")
+    select_noise = noise_variance == "selected"
+    if select_noise and not (gaussian and kernel_variance in ("elbo", "validation")):
+        raise ValueError("noise_variance='selected' needs a Gaussian likelihood and kernel_variance='elbo' or 'validation'")
     if validation_data is None and validation_fraction > 0:
         (X, Y), validation_data = split_validation(X, Y, validation_fraction, seed)
     if validation_data is not None:
@@ -509,7 +513,7 @@ def train_two_stage(
     if isinstance(kernel_variance, str) and kernel_variance not in ("elbo", "validation"):
         raise ValueError(f"kernel_variance must be a positive number, 'elbo' or 'validation', got {kernel_variance!r}")
     for name, value in (("noise_variance", noise_variance), ("kernel_variance", kernel_variance)):
-        if value == "validation" and validation_data is None:
+        if value in ("validation", "selected") and validation_data is None:
             raise ValueError(f"{name}='validation' needs validation_data or a validation_fraction")
     if seed is not None:
         tf.random.set_seed(seed)
@@ -521,18 +525,21 @@ def train_two_stage(
             network, X, Y, config.likelihood, network_schedule, validation_data=validation_data if stop_network else None
         )
     if gaussian and not isinstance(noise_variance, (int, float)):
-        source = validation_data if (noise_variance == "validation" or (noise_variance is None and validation_data is not None)) else (X, Y)
+        source = validation_data if (noise_variance in ("validation", "selected") or (noise_variance is None and validation_data is not None)) else (X, Y)
         noise_variance = float(max(np.mean((network(source[0]).numpy() - source[1]) ** 2), 1e-4))
     conversion = dgp_from_keras(
         network, len(X), X=X[:2048], likelihood=config.likelihood, whiten=config.whiten, noise_variance=noise_variance or 0.01
     )
+    noise_factors = NOISE_FACTORS if select_noise else None
     if kernel_variance == "elbo":
-        select_kernel_variances(conversion.dgp, X, Y, seed=seed or 0)
+        select_kernel_variances(conversion.dgp, X, Y, seed=seed or 0, noise_factors=noise_factors)
     elif kernel_variance == "validation":
-        select_kernel_variances(conversion.dgp, *validation_data, objective="validation", seed=seed or 0)
+        select_kernel_variances(conversion.dgp, *validation_data, objective="validation", seed=seed or 0, noise_factors=noise_factors)
     elif kernel_variance != 1.0:
         for layer in conversion.dgp.f_layers:
             rescale_kernel_variance(layer, float(kernel_variance))
+    if select_noise:  # the noise stage 2 starts from, as the joint search left it
+        noise_variance = float(conversion.dgp.likelihood_layer.likelihood.variance.numpy())
     variances = [float(layer.kernel.kernel.variance.numpy()) for layer in conversion.dgp.f_layers]
     initial_elbo = evaluate_elbo(conversion.dgp, X, Y, num_samples=elbo_samples) if elbo_samples > 0 else None
     for callback in dgp_callbacks:  # e.g. diagnostics that want to see the converted model

@@ -133,7 +133,7 @@ class Budget:
         )
 
 
-PROTOCOL_VERSION = "v3"  # bump when a method's definition changes, and list what it changed in METHOD_CHANGES
+PROTOCOL_VERSION = "v4"  # bump when a method's definition changes, and list what it changed in METHOD_CHANGES
 #: What each protocol version changed: method names, "network" (stage-1 training, which keys the network
 #: checkpoints) or "*" (everything; v2 is the first version these records carry over from). A record still counts
 #: under the current version when its method has not changed since its own (:func:`upgrade_record`); every other
@@ -428,7 +428,7 @@ def dgp_mixture(dgp: gpflux.models.DeepGP, X, num_samples: int, seed: int) -> Tu
 
 # Stage-2 options of the ADGP in this benchmark (train_two_stage keywords); chosen from the stage-2
 # diagnosis (docs/results/stage2.md). Used only with a converged budget (they need the validation part).
-ADGP_OPTIONS = dict(kernel_variance="validation", noise_variance="validation")
+ADGP_OPTIONS = dict(kernel_variance="validation", noise_variance="selected")
 
 
 def _adgp(kind: str, data: SplitData, budget: Budget) -> Prediction:

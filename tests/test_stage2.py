@@ -272,3 +272,34 @@ def test_train_dgp_resumes_from_a_checkpoint_with_its_optimizer(tmp_path, interr
     assert np.max(np.abs(results["fresh_optimizer"] - values(straight))) > 1e-3
     with pytest.raises(ValueError, match="initial_epoch"):
         train_dgp(fresh(), X, Y, schedule, initial_epoch=5)
+
+
+def test_joint_noise_search_picks_the_closed_form_best_noise_and_keeps_the_forward_pass():
+    """With every layer's v at 1e-12 the predictive is N(f(x), σ²) to within ~1e-12, whose mean log density
+    −½ log 2πσ² − MSE/(2σ²) is maximised at σ² = MSE: the joint search must pick the factor whose σ² is best by
+    that closed form (computed here in NumPy), and must leave the network's forward pass unchanged."""
+    X, Y, network, dgp = _converted(num_layers=2)
+    X_val, Y_val = _data(60, seed=5)
+    mse = float(np.mean((network(X_val).numpy() - Y_val) ** 2))
+    entry = 0.37
+    dgp.likelihood_layer.likelihood.variance.assign(entry)
+    factors = 2.0 ** np.arange(-4.0, 1.01, 0.5)
+    selection = select_kernel_variances(dgp, X_val, Y_val, objective="validation", candidates=[1e-12], noise_factors=factors)
+    closed_form = -0.5 * np.log(2 * np.pi * entry * factors) - mse / (2 * entry * factors)
+    assert selection.noise_variance == pytest.approx(entry * factors[np.argmax(closed_form)], rel=1e-12)
+    assert float(dgp.likelihood_layer.likelihood.variance.numpy()) == pytest.approx(selection.noise_variance, rel=1e-12)
+    assert selection.elbo == pytest.approx(closed_form.max(), abs=1e-6)
+    np.testing.assert_allclose(propagate_means(dgp, X)[-1].numpy(), network(X).numpy(), atol=1e-8)
+    # the hidden layer is searched at the entry noise only; the output layer at every factor
+    assert sum(1 for index, _, _ in selection.evaluations if index == 1) == len(factors)
+    assert sum(1 for index, _, _ in selection.evaluations if index == 0) == 1
+    with pytest.raises(ValueError, match="noise_factors"):
+        select_kernel_variances(dgp, X_val, Y_val, objective="validation", candidates=[1e-12], noise_factors=[0.5, -1.0])
+
+
+def test_two_stage_noise_selected_needs_a_variance_search():
+    X, Y = _data(90)
+    with pytest.raises(ValueError, match="selected"):
+        train_two_stage(X, Y, num_layers=1, num_units=4, validation_fraction=0.2, noise_variance="selected")
+    with pytest.raises(ValueError, match="noise_variance"):
+        train_two_stage(X, Y, num_layers=1, num_units=4, noise_variance="loudest")
