@@ -291,7 +291,7 @@ def test_converged_protocol_records_steps_and_shares_the_network(tmp_path):
     # ADGP's stage 1 is the NN's network: same test predictions, hence the same RMSE
     assert records["adgp"]["extra"]["init_rmse"] == pytest.approx(records["nn"]["rmse"], rel=1e-9)
     assert records["nn_ts"]["rmse"] == pytest.approx(records["nn"]["rmse"], rel=1e-9)
-    assert records["adgp"]["extra"]["options"] == {"kernel_variance": "validation", "noise_variance": "validation"}
+    assert records["adgp"]["extra"]["options"] == {"kernel_variance": "validation", "noise_variance": "selected"}
     assert records["dropout"]["extra"]["tau"] > 0
     # MC dropout's rate: Gal & Ghahramani's grid, the one whose network scores best on the validation part
     scores = records["dropout"]["extra"]["validation_log_likelihood"]
