@@ -333,3 +333,15 @@ def test_records_of_an_older_version_count_only_for_methods_it_did_not_change(tm
 
     assert f":v{older}." in report(tmp_path, as_recorded=True)  # the records as made: two of the older version
     assert f":{methods.PROTOCOL_VERSION}." in report(tmp_path)  # carried over: all three under the current one
+
+
+def test_every_protocol_version_lists_what_it_changed():
+    """A version bump without its METHOD_CHANGES entry would carry every older record over as if nothing had
+    changed (it happened once: the v4 bump first reused all v3 ADGP cells)."""
+    import experiments.uci_methods as methods
+
+    current = int(methods.PROTOCOL_VERSION[1:])
+    assert {f"v{k}" for k in range(2, current + 1)} <= set(methods.METHOD_CHANGES)
+    assert methods.last_change("adgp") == current  # v4 changed the ADGP (joint noise search)
+    record = {"method": "adgp", "protocol": f"converged-long:x:v{current - 1}"}
+    assert methods.upgrade_record(record) == record
