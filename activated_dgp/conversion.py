@@ -69,6 +69,39 @@ def posterior_mean_weights(layer: gpflux.layers.GPLayer) -> np.ndarray:
     return tf.linalg.solve(Kmm, tf.convert_to_tensor(layer.q_mu)).numpy()
 
 
+def set_optimal_output_covariance(dgp: gpflux.models.DeepGP, X, noise_variance: Optional[float] = None) -> np.ndarray:
+    """Set the output layer's q(u) covariance to the one that maximises the ELBO for its fixed q_μ.
+
+    With a Gaussian likelihood the ELBO is separable in S = Cov q(u): for inputs H of the output layer (here the
+    hidden layers' mean propagation of X) and A = L⁻¹ Kuf(H), Kuu = L Lᵀ, the whitened optimum is
+    S = (I + c σ⁻² A Aᵀ)⁻¹, i.e. Kuu (Kuu + c σ⁻² Kuf Kfu)⁻¹ Kuu unwhitened (Titsias, 2009, the optimal q(u) of
+    the collapsed bound; it does not depend on the mean), with c = N / len(X) the model's minibatch scaling.
+    It is exact for a one-layer model, and for a deep one whose hidden layers are deterministic (v → 0).
+    Every output head gets the same S. Returns S, [M, M]."""
+    likelihood = dgp.likelihood_layer.likelihood
+    if not isinstance(likelihood, gpflow.likelihoods.Gaussian):
+        raise ValueError(f"the optimal q(u) covariance needs a Gaussian likelihood, the model has {type(likelihood).__name__}")
+    noise = float(likelihood.variance.numpy()) if noise_variance is None else float(noise_variance)
+    if not noise > 0:
+        raise ValueError(f"noise_variance must be positive, got {noise_variance!r}")
+    X = np.asarray(X, dtype=np.float64)
+    H = propagate_means(dgp, X)[-2] if len(dgp.f_layers) > 1 else tf.convert_to_tensor(X)
+    layer = dgp.f_layers[-1]
+    kernel = getattr(layer.kernel, "kernel", layer.kernel)
+    feature = getattr(layer.inducing_variable, "inducing_variable", layer.inducing_variable)
+    Kmm = gpflow.covariances.Kuu(feature, kernel, jitter=gpflow.config.default_jitter())
+    L = tf.linalg.cholesky(Kmm)
+    A = tf.linalg.triangular_solve(L, gpflow.covariances.Kuf(feature, kernel, H), lower=True).numpy()
+    scale = (dgp.num_data or len(X)) / len(X)
+    S = np.linalg.inv(np.eye(A.shape[0]) + scale / noise * (A @ A.T))
+    S = 0.5 * (S + S.T)
+    if not layer.whiten:
+        S = L.numpy() @ S @ L.numpy().T
+    root = np.linalg.cholesky(S + 1e-12 * np.trace(S) / len(S) * np.eye(len(S)))
+    layer.q_sqrt.assign(np.broadcast_to(root, layer.q_sqrt.shape))
+    return S
+
+
 def rescale_kernel_variance(layer: gpflux.layers.GPLayer, variance: float) -> None:
     """Set the layer's kernel variance v and re-solve q_μ so that the posterior mean Φ(x) B is unchanged.
 

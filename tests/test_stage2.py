@@ -303,3 +303,29 @@ def test_two_stage_noise_selected_needs_a_variance_search():
         train_two_stage(X, Y, num_layers=1, num_units=4, validation_fraction=0.2, noise_variance="selected")
     with pytest.raises(ValueError, match="noise_variance"):
         train_two_stage(X, Y, num_layers=1, num_units=4, noise_variance="loudest")
+
+
+@pytest.mark.parametrize("whiten", [True, False])
+def test_optimal_output_covariance_matches_gpflow_sgpr(whiten):
+    """One layer: the ELBO-optimal q(u) covariance for a fixed mean is SGPR's q(u) covariance
+    (gpflow.models.SGPR.compute_qu, the collapsed bound's optimum), with the same kernel, features and noise."""
+    from activated_dgp.conversion import set_optimal_output_covariance
+
+    X, Y, _, dgp = _converted(num_layers=1, whiten=whiten)
+    layer = dgp.f_layers[0]
+    kernel, feature = layer.kernel.kernel, layer.inducing_variable.inducing_variable
+    kernel.variance.assign(0.3)
+    noise = 0.05
+    S = set_optimal_output_covariance(dgp, X, noise_variance=noise)
+    sgpr = gpflow.models.SGPR((X, Y), kernel, feature, noise_variance=noise)
+    _, cov_u = sgpr.compute_qu()
+    cov_u = cov_u.numpy()
+    if whiten:  # q(v) with u = L v
+        Kuu = gpflow.covariances.Kuu(feature, kernel, jitter=gpflow.config.default_jitter()).numpy()
+        L = np.linalg.cholesky(Kuu)
+        cov_u_model = L @ S @ L.T
+    else:
+        cov_u_model = S
+    np.testing.assert_allclose(cov_u_model, cov_u, rtol=1e-5, atol=1e-8 * np.abs(cov_u).max())
+    q_sqrt = layer.q_sqrt.numpy()[0]
+    np.testing.assert_allclose(q_sqrt @ q_sqrt.T, S, rtol=1e-6, atol=1e-9 * np.abs(S).max())
