@@ -94,6 +94,25 @@ def run_cell(name: str, dataset, split: int) -> dict:
     return record
 
 
+VARIANTS = ("nn_ts", "fixed_noise", "joint_noise", "joint_noise_optimal_q")
+
+
+def report(records) -> str:
+    """Markdown table: per cell the test NLPD of each state, and the joint search's output-layer v and σ² factor."""
+    lines = [
+        "| set, split (validation rows) | NN+TS | v at fixed σ² (v3) | v and σ² jointly (v4) | v4 + optimal q(u) | v4's output v, σ² / validation MSE |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in records:
+        joint = r["joint_noise"]
+        cells = " | ".join(f"{r[k]['nlpd']:.3f}" for k in VARIANTS)
+        lines.append(
+            f"| {r['dataset']} {r['split']} ({r['num_validation']}) | {cells} | "
+            f"{joint['kernel_variances'][-1]:.1e}, {joint['noise_variance'] / r['validation_mse']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
 def main(argv=None) -> None:
     from activated_dgp.data import load_regression_dataset
     from experiments import uci_methods
@@ -105,7 +124,11 @@ def main(argv=None) -> None:
     parser.add_argument("--data-dir", default=None, help="directory holding uci/<folder> (default $ADGP_DATA_DIR)")
     parser.add_argument("--networks", default="docs/results/uci_long/networks", help="the UCI benchmark's saved networks")
     parser.add_argument("--out", default="docs/results/stage2/output_layer.jsonl")
+    parser.add_argument("--report-only", action="store_true", help="print the Markdown table of the records")
     args = parser.parse_args(argv)
+    if args.report_only:
+        print(report(ResultStore(Path(args.out), KEY_FIELDS).records()))
+        return
     uci_methods.NETWORK_DIR = Path(args.networks)
     uci_methods.SAVED_NETWORKS_ONLY = True  # never trains: a missing network is an error, not a silent refit
     store = ResultStore(Path(args.out), KEY_FIELDS)
