@@ -345,3 +345,18 @@ def test_every_protocol_version_lists_what_it_changed():
     assert methods.last_change("adgp") == current  # v4 changed the ADGP (joint noise search)
     record = {"method": "adgp", "protocol": f"converged-long:x:v{current - 1}"}
     assert methods.upgrade_record(record) == record
+
+
+def test_claims_compare_methods_over_the_splits_they_share():
+    """ADGP has split 0 only; the network has splits 0 and 1, and split 1 is far worse. Over the shared split the
+    ADGP loses (0.5 > 0.4); against the network's mean over both splits (0.9) it would wrongly win."""
+    from experiments.uci import claims
+
+    def record(method, split, value):
+        return {"dataset": "yacht", "method": method, "split": split, "rmse": value, "nlpd": value, "num_train": 9,
+                "num_test": 1, "input_dim": 6, "seconds": 1.0, "budget": {"name": "t"}, "rmse_original": value, "nlpd_original": value}
+
+    records = [record("adgp", 0, 0.5), record("nn", 0, 0.4), record("nn", 1, 1.4)]
+    lines = claims(records)
+    nlpd = next(line for line in lines if line.startswith("- ADGP NLPD < NN:"))
+    assert "0 of 1 datasets (not on: yacht)" in nlpd and "shared splits: yacht 1" in nlpd
