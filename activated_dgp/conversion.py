@@ -22,6 +22,7 @@ import tensorflow as tf
 import tf_keras
 
 from .config import ArchitectureConfig
+from .diagnostics import whitened_cross_covariance
 from .models import build_activated_dgp
 from .nn import ActivatedLayer
 from .persistence import architecture_of_network
@@ -87,16 +88,12 @@ def set_optimal_output_covariance(dgp: gpflux.models.DeepGP, X, noise_variance: 
     X = np.asarray(X, dtype=np.float64)
     H = propagate_means(dgp, X)[-2] if len(dgp.f_layers) > 1 else tf.convert_to_tensor(X)
     layer = dgp.f_layers[-1]
-    kernel = getattr(layer.kernel, "kernel", layer.kernel)
-    feature = getattr(layer.inducing_variable, "inducing_variable", layer.inducing_variable)
-    Kmm = gpflow.covariances.Kuu(feature, kernel, jitter=gpflow.config.default_jitter())
-    L = tf.linalg.cholesky(Kmm)
-    A = tf.linalg.triangular_solve(L, gpflow.covariances.Kuf(feature, kernel, H), lower=True).numpy()
+    L, A = (t.numpy() for t in whitened_cross_covariance(layer, H))
     scale = (dgp.num_data or len(X)) / len(X)
     S = np.linalg.inv(np.eye(A.shape[0]) + scale / noise * (A @ A.T))
     S = 0.5 * (S + S.T)
     if not layer.whiten:
-        S = L.numpy() @ S @ L.numpy().T
+        S = L @ S @ L.T
     root = np.linalg.cholesky(S + 1e-12 * np.trace(S) / len(S) * np.eye(len(S)))
     layer.q_sqrt.assign(np.broadcast_to(root, layer.q_sqrt.shape))
     return S
@@ -193,8 +190,7 @@ def select_kernel_variances(
         noise_factors = np.asarray(noise_factors, dtype=np.float64)
         if noise_factors.ndim != 1 or noise_factors.size == 0 or np.any(~(noise_factors > 0)):
             raise ValueError(f"noise_factors must be a non-empty list of positive numbers, got {noise_factors!r}")
-        entry_noise = float(likelihood.variance.numpy())
-    chosen_noise = float(likelihood.variance.numpy()) if noise_factors is not None else None
+    entry_noise = chosen_noise = float(likelihood.variance.numpy()) if noise_factors is not None else None
 
     def score():
         if objective == "elbo":

@@ -12,7 +12,7 @@ Salimbeni & Deisenroth, 2017, eq. 5).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import gpflow
 import gpflux
@@ -32,14 +32,21 @@ def _inner(layer: gpflux.layers.GPLayer):
     return kernel, inducing
 
 
+def whitened_cross_covariance(layer: gpflux.layers.GPLayer, X) -> Tuple[tf.Tensor, tf.Tensor]:
+    """(L, A): Kuu + jitter·I = L Lᵀ (GPflow's default jitter, the one its conditionals use) and A = L⁻¹ Kuf(X),
+    [M, M] and [M, N]; Aᵀ A = Kfu Kuu⁻¹ Kuf."""
+    kernel, inducing = _inner(layer)
+    X = tf.convert_to_tensor(X, dtype=gpflow.default_float())
+    L = tf.linalg.cholesky(gpflow.covariances.Kuu(inducing, kernel, jitter=gpflow.config.default_jitter()))
+    return L, tf.linalg.triangular_solve(L, gpflow.covariances.Kuf(inducing, kernel, X), lower=True)
+
+
 def residual_fraction(layer: gpflux.layers.GPLayer, X) -> np.ndarray:
     """(k(x_i, x_i) − Kfu Kuu⁻¹ Kuf |_(ii)) / k(x_i, x_i), [N], with GPflow's default jitter in Kuu
     (the one its conditionals use). 0: the inducing variables explain all prior variance at x_i."""
-    kernel, inducing = _inner(layer)
+    kernel, _ = _inner(layer)
     X = tf.convert_to_tensor(X, dtype=gpflow.default_float())
-    Kmm = gpflow.covariances.Kuu(inducing, kernel, jitter=gpflow.config.default_jitter())
-    Kmn = gpflow.covariances.Kuf(inducing, kernel, X)
-    A = tf.linalg.triangular_solve(tf.linalg.cholesky(Kmm), Kmn, lower=True)
+    _, A = whitened_cross_covariance(layer, X)
     Kdiag = kernel(X, full_cov=False)
     return ((Kdiag - tf.reduce_sum(A**2, axis=0)) / Kdiag).numpy()
 

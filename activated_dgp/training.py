@@ -514,7 +514,7 @@ def train_two_stage(
         raise ValueError(f"kernel_variance must be a positive number, 'elbo' or 'validation', got {kernel_variance!r}")
     for name, value in (("noise_variance", noise_variance), ("kernel_variance", kernel_variance)):
         if value in ("validation", "selected") and validation_data is None:
-            raise ValueError(f"{name}='validation' needs validation_data or a validation_fraction")
+            raise ValueError(f"{name}={value!r} needs validation_data or a validation_fraction")
     if seed is not None:
         tf.random.set_seed(seed)
     network_history = {}

@@ -54,6 +54,7 @@ def _state(dgp):
 
 def run_cell(name: str, dataset, split: int) -> dict:
     from activated_dgp import dgp_from_keras, predictive_log_density
+    from activated_dgp.metrics import regression_metrics
     from activated_dgp.conversion import NOISE_FACTORS, rescale_kernel_variance, select_kernel_variances, set_optimal_output_covariance
     from experiments import uci_methods
     from experiments.uci import prepare_split
@@ -63,13 +64,12 @@ def run_cell(name: str, dataset, split: int) -> dict:
     (X, y), (X_val, y_val) = data.validation_split()
     val_mse = float(np.mean((network(X_val).numpy() - y_val) ** 2))
     record = {"dataset": name, "split": split, "num_validation": len(X_val), "validation_mse": val_mse}
-    residual = y_val - network(X_val).numpy()
-    test_residual = data.y_test - network(data.X_test).numpy()
-    record["nn_ts"] = {
-        "validation_nlpd": float(np.mean(0.5 * np.log(2 * np.pi * val_mse) + residual**2 / (2 * val_mse))),
-        "nlpd": float(np.mean(0.5 * np.log(2 * np.pi * val_mse) + test_residual**2 / (2 * val_mse))),
-        "rmse": float(np.sqrt(np.mean(test_residual**2))),
-    }
+    def network_scores(X_part, y_part):  # N(f(x), validation MSE): temperature scaling
+        mean = network(X_part).numpy().T
+        return regression_metrics(y_part, mean, np.full_like(mean, val_mse))
+
+    test = network_scores(data.X_test, data.y_test)
+    record["nn_ts"] = {"validation_nlpd": network_scores(X_val, y_val)["nlpd"], "nlpd": test["nlpd"], "rmse": test["rmse"]}
     for variant, factors in (("fixed_noise", None), ("joint_noise", NOISE_FACTORS)):
         dgp = dgp_from_keras(network, len(X), X=X[:2048], noise_variance=val_mse).dgp
         selection = select_kernel_variances(dgp, X_val, y_val, objective="validation", seed=data.seed, noise_factors=factors)
