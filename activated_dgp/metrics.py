@@ -35,6 +35,7 @@ __all__ = [
     "probability_integral_transform",
     "regression_calibration",
     "regression_metrics",
+    "homoscedastic_gaussian_nlpd",
 ]
 
 # Probabilities are floored here before taking logs, so that a (numerically) zero probability of the
@@ -153,6 +154,17 @@ def regression_calibration(y, means, variances, levels=None) -> dict:
     levels = np.linspace(0.05, 0.95, 19) if levels is None else np.asarray(levels, dtype=np.float64)
     empirical = np.mean(u[None, :] <= levels[:, None], axis=1)
     return {"coverage_90": float(np.mean((u >= 0.05) & (u <= 0.95))), "calibration_error": float(np.mean(np.abs(empirical - levels)))}
+
+
+def homoscedastic_gaussian_nlpd(rmse) -> np.ndarray:
+    """½ log(2π e · RMSE²): the NLPD of N(y_i; μ_i, σ²) at its best constant variance σ² = MSE, given the means'
+    RMSE. Two predictions' NLPD difference thus splits into an accuracy part, log(RMSE_a / RMSE_b), and the
+    difference of each one's NLPD above this reference (what its predictive variances gain, or lose, against the
+    best constant variance around the same means)."""
+    rmse = np.asarray(rmse, dtype=np.float64)
+    if not np.all(np.isfinite(rmse)) or np.any(rmse <= 0):
+        raise ValueError(f"rmse must be positive and finite, got {rmse!r}")
+    return 0.5 * np.log(2 * np.pi * np.e * rmse**2)
 
 
 def regression_metrics(y, means, variances, scale: float = 1.0) -> dict:

@@ -360,3 +360,36 @@ def test_claims_compare_methods_over_the_splits_they_share():
     lines = claims(records)
     nlpd = next(line for line in lines if line.startswith("- ADGP NLPD < NN:"))
     assert "0 of 1 datasets (not on: yacht)" in nlpd and "shared splits: yacht 1" in nlpd
+
+
+def test_nlpd_gap_splits_accuracy_from_the_variance_against_scipy(rng):
+    """½ log(2πe·MSE) is scipy's NLPD of N(μ_i, σ²) at σ² = MSE, and no constant σ² does better. A homoscedastic
+    prediction at its own MSE sits exactly on that reference, so against it the whole NLPD difference of a second
+    prediction with input-dependent variances is log(RMSE ratio) + that one's excess."""
+    from scipy.optimize import minimize_scalar
+
+    from activated_dgp.metrics import homoscedastic_gaussian_nlpd
+    from experiments.uci import nlpd_gap
+
+    y = rng.normal(size=200)
+    mean_a, mean_b = y + 0.3 * rng.normal(size=200), y + 0.5 * rng.normal(size=200)
+    mse_a = np.mean((y - mean_a) ** 2)
+    nlpd_a = -np.mean(norm.logpdf(y, mean_a, np.sqrt(mse_a)))
+    np.testing.assert_allclose(homoscedastic_gaussian_nlpd(np.sqrt(mse_a)), nlpd_a, rtol=1e-12)
+    best = minimize_scalar(lambda s: -np.mean(norm.logpdf(y, mean_a, s)), bounds=(0.01, 3.0), method="bounded")
+    assert best.fun >= nlpd_a - 1e-9 and abs(best.x - np.sqrt(mse_a)) < 1e-4
+    variances_b = rng.uniform(0.1, 0.5, size=200)
+    b = regression_metrics(y, mean_b, variances_b)
+    records = [
+        {"dataset": "yacht", "method": "adgp", "split": 0, "rmse": float(np.sqrt(mse_a)), "nlpd": float(nlpd_a)},
+        {"dataset": "yacht", "method": "dgp", "split": 0, "rmse": b["rmse"], "nlpd": b["nlpd"]},
+        {"dataset": "yacht", "method": "dgp", "split": 1, "rmse": 9.0, "nlpd": 9.0},  # not shared: left out
+    ]
+    (row,) = nlpd_gap(records)
+    assert row["splits"] == 1
+    np.testing.assert_allclose(row["gap"], nlpd_a - b["nlpd"], rtol=1e-12)
+    np.testing.assert_allclose(row["accuracy"], np.log(np.sqrt(mse_a) / b["rmse"]), rtol=1e-12)
+    np.testing.assert_allclose(row["excess"][0], 0.0, atol=1e-12)
+    np.testing.assert_allclose(row["gap"] - row["accuracy"], -row["excess"][1], atol=1e-12)
+    with pytest.raises(ValueError, match="rmse must be positive"):
+        homoscedastic_gaussian_nlpd(0.0)
