@@ -86,7 +86,7 @@ def set_optimal_output_covariance(dgp: gpflux.models.DeepGP, X, noise_variance: 
     if not noise > 0:
         raise ValueError(f"noise_variance must be positive, got {noise_variance!r}")
     X = np.asarray(X, dtype=np.float64)
-    H = propagate_means(dgp, X)[-2] if len(dgp.f_layers) > 1 else tf.convert_to_tensor(X)
+    H = propagate_means(dgp, X, num_layers=len(dgp.f_layers) - 1)[-1] if len(dgp.f_layers) > 1 else tf.convert_to_tensor(X)
     layer = dgp.f_layers[-1]
     L, A = (t.numpy() for t in whitened_cross_covariance(layer, H))
     scale = (dgp.num_data or len(X)) / len(X)

@@ -53,7 +53,7 @@ def residual_fraction(layer: gpflux.layers.GPLayer, X) -> np.ndarray:
 
 def layer_residual_fractions(dgp: gpflux.models.DeepGP, X) -> List[float]:
     """Mean residual fraction of each layer on the inputs it sees under mean propagation."""
-    hidden = [tf.convert_to_tensor(X, dtype=gpflow.default_float())] + propagate_means(dgp, X)[:-1]
+    hidden = [tf.convert_to_tensor(X, dtype=gpflow.default_float())] + propagate_means(dgp, X, num_layers=len(dgp.f_layers) - 1)
     return [float(np.mean(residual_fraction(layer, h))) for layer, h in zip(dgp.f_layers, hidden)]
 
 

@@ -57,14 +57,15 @@ def _checked_targets(dgp: gpflux.models.DeepGP, Y, num_rows: int) -> np.ndarray:
 @check_shapes(
     "X: [N, D]",
 )
-def propagate_means(dgp: gpflux.models.DeepGP, X) -> List[tf.Tensor]:
-    """Each layer's posterior mean evaluated at the previous layer's mean: [N, P_ℓ] for ℓ = 1..L.
+def propagate_means(dgp: gpflux.models.DeepGP, X, num_layers: Optional[int] = None) -> List[tf.Tensor]:
+    """Each layer's posterior mean evaluated at the previous layer's mean: [N, P_ℓ] for ℓ = 1..L, or for
+    ℓ = 1..``num_layers`` only (e.g. L − 1: the inputs of the output layer).
 
     For activated GP layers with zero mean functions this is the forward pass of the network twin
     (Sec. 5.1): μ_ℓ(h) = Φ_ℓ(h) Kuu⁻¹ μ_u.
     """
     outputs, hidden = [], checked_inputs(dgp, X)
-    for layer in dgp.f_layers:
+    for layer in dgp.f_layers[:num_layers]:
         hidden, _ = layer.predict(hidden, full_cov=False, full_output_cov=False)
         outputs.append(hidden)
     return outputs
