@@ -52,7 +52,10 @@ def _state(dgp):
     }
 
 
-def run_cell(name: str, dataset, split: int) -> dict:
+def run_cell(name: str, dataset, split: int, budget: str = "converged-long", candidates=None, noise_factors=None) -> dict:
+    """One cell's record. ``candidates`` (kernel variances) and ``noise_factors`` narrow the searches' grids
+    (default: :func:`select_kernel_variances`' extending grid and :data:`NOISE_FACTORS`; the optimal-q(u) grid
+    over the output layer's v is 10^(−6, −5.5, …, 0.5) unless ``candidates`` is given)."""
     from activated_dgp import dgp_from_keras, predictive_log_density
     from activated_dgp.metrics import regression_metrics
     from activated_dgp.conversion import NOISE_FACTORS, rescale_kernel_variance, select_kernel_variances, set_optimal_output_covariance
@@ -60,7 +63,7 @@ def run_cell(name: str, dataset, split: int) -> dict:
     from experiments.uci import prepare_split
 
     data = prepare_split(dataset, split, types.SimpleNamespace(fixed_splits=False, random_splits=False, seed=0))
-    network, _ = uci_methods._fit_network("twin", data, uci_methods.BUDGETS["converged-long"], data.seed)
+    network, _ = uci_methods._fit_network("twin", data, uci_methods.BUDGETS[budget], data.seed)
     (X, y), (X_val, y_val) = data.validation_split()
     val_mse = float(np.mean((network(X_val).numpy() - y_val) ** 2))
     record = {"dataset": name, "split": split, "num_validation": len(X_val), "validation_mse": val_mse}
@@ -70,16 +73,18 @@ def run_cell(name: str, dataset, split: int) -> dict:
 
     test = network_scores(data.X_test, data.y_test)
     record["nn_ts"] = {"validation_nlpd": network_scores(X_val, y_val)["nlpd"], "nlpd": test["nlpd"], "rmse": test["rmse"]}
-    for variant, factors in (("fixed_noise", None), ("joint_noise", NOISE_FACTORS)):
+    noise_factors = NOISE_FACTORS if noise_factors is None else tuple(noise_factors)
+    for variant, factors in (("fixed_noise", None), ("joint_noise", noise_factors)):
         dgp = dgp_from_keras(network, len(X), X=X[:2048], noise_variance=val_mse).dgp
-        selection = select_kernel_variances(dgp, X_val, y_val, objective="validation", seed=data.seed, noise_factors=factors)
+        selection = select_kernel_variances(dgp, X_val, y_val, objective="validation", seed=data.seed, noise_factors=factors, candidates=candidates)
         record[variant] = {"validation_nlpd": -selection.elbo, **_state(dgp), **_scores(dgp, data.X_test, data.y_test)}
     # joint_noise_optimal_q: from the joint_noise state, the output layer's (v, σ²) grid with the optimal q(u)
     layer, likelihood = dgp.f_layers[-1], dgp.likelihood_layer.likelihood
     best = None  # the joint_noise state is a candidate too; below v = 1e-6 the output layer adds nothing measurable
-    for v in [record["joint_noise"]["kernel_variances"][-1]] + list(10.0 ** np.arange(-6.0, 0.51, 0.5)):
+    grid = list(10.0 ** np.arange(-6.0, 0.51, 0.5)) if candidates is None else list(candidates)
+    for v in [record["joint_noise"]["kernel_variances"][-1]] + grid:
         rescale_kernel_variance(layer, float(v))
-        for factor in NOISE_FACTORS:
+        for factor in noise_factors:
             if best is None:  # first: exactly the joint_noise state's noise
                 factor = record["joint_noise"]["noise_variance"] / val_mse
             likelihood.variance.assign(val_mse * factor)
@@ -124,6 +129,8 @@ def main(argv=None) -> None:
     parser.add_argument("--data-dir", default=None, help="directory holding uci/<folder> (default $ADGP_DATA_DIR)")
     parser.add_argument("--networks", default="docs/results/uci_long/networks", help="the UCI benchmark's saved networks")
     parser.add_argument("--out", default="docs/results/stage2/output_layer.jsonl")
+    parser.add_argument("--budget", default="converged-long", choices=sorted(uci_methods.BUDGETS),
+                        help="the UCI runner's budget whose saved networks are read (default converged-long)")
     parser.add_argument("--report-only", action="store_true", help="print the Markdown table of the records")
     args = parser.parse_args(argv)
     if args.report_only:
@@ -140,7 +147,7 @@ def main(argv=None) -> None:
                 continue
             start = time.perf_counter()
             try:
-                record = run_cell(name, dataset, split)
+                record = run_cell(name, dataset, split, args.budget)
             except uci_methods.NetworkMissing as error:
                 print(f"{name} split {split}: skipped, {error}", flush=True)
                 continue

@@ -329,3 +329,44 @@ def test_optimal_output_covariance_matches_gpflow_sgpr(whiten):
     np.testing.assert_allclose(cov_u_model, cov_u, rtol=1e-5, atol=1e-8 * np.abs(cov_u).max())
     q_sqrt = layer.q_sqrt.numpy()[0]
     np.testing.assert_allclose(q_sqrt @ q_sqrt.T, S, rtol=1e-6, atol=1e-9 * np.abs(S).max())
+
+
+def test_output_layer_study_reads_the_benchmarks_networks_and_scores_them(tmp_path, capsys, monkeypatch):
+    """experiments.stage2_output_layer on a network the UCI runner saved: its NN+TS score is scipy's Gaussian NLPD
+    of the saved network's predictions at the validation MSE; the joint (v, σ²) search, a superset of the
+    fixed-noise one, is no worse on the validation part; a rerun resumes; without saved networks nothing is
+    trained and the cell is reported as skipped. (Small grids keep it short.)"""
+    import functools
+    import json
+
+    from scipy.stats import norm
+
+    from activated_dgp.data import load_regression_dataset
+    from experiments import stage2_output_layer, uci, uci_methods
+
+    runs = tmp_path / "uci"
+    uci.main(["--dataset", "boston-embedded", "--method", "nn", "--splits", "1", "--budget", "converged-tiny", "--out", str(runs), "--quiet"])
+    monkeypatch.setattr(stage2_output_layer, "run_cell", functools.partial(stage2_output_layer.run_cell, candidates=(1e-6, 1e-2), noise_factors=(0.5, 1.0)))
+    monkeypatch.setattr(uci_methods, "NETWORK_DIR", None)  # main sets these module globals; restored afterwards
+    monkeypatch.setattr(uci_methods, "SAVED_NETWORKS_ONLY", False)
+    monkeypatch.setattr(uci_methods, "_NETWORK_CACHE", {})  # the study must read the network from disk
+    out = tmp_path / "study.jsonl"
+    argv = ["--dataset", "boston-embedded", "--splits", "1", "--networks", str(runs / "networks"), "--out", str(out), "--budget", "converged-tiny"]
+    stage2_output_layer.main(argv)
+    (record,) = [json.loads(line) for line in out.read_text().splitlines()]
+    data = uci.prepare_split(load_regression_dataset("boston-embedded"), 0, type("A", (), dict(fixed_splits=False, random_splits=False, seed=0)))
+    network, _ = uci_methods._fit_network("twin", data, uci_methods.BUDGETS["converged-tiny"], data.seed)  # the saved one
+    mean = network(data.X_test).numpy()[:, 0]
+    expected = -np.mean(norm.logpdf(data.y_test[:, 0], mean, np.sqrt(record["validation_mse"])))
+    np.testing.assert_allclose(record["nn_ts"]["nlpd"], expected, rtol=1e-10)
+    (nn,) = [json.loads(line) for line in (runs / "records.jsonl").read_text().splitlines()]
+    np.testing.assert_allclose(record["nn_ts"]["rmse"], nn["rmse"], rtol=1e-10)  # the runner's own score of that network
+    assert record["joint_noise"]["validation_nlpd"] <= record["fixed_noise"]["validation_nlpd"] + 1e-9
+    for state in stage2_output_layer.VARIANTS:
+        assert np.isfinite(record[state]["nlpd"]) and np.isfinite(record[state]["rmse"])
+    stage2_output_layer.main(argv)  # resumes: nothing to add
+    assert len(out.read_text().splitlines()) == 1
+    empty = tmp_path / "none.jsonl"
+    uci_methods._NETWORK_CACHE.clear()
+    stage2_output_layer.main(argv[:5] + [str(tmp_path / "no-networks"), "--out", str(empty), "--budget", "converged-tiny"])
+    assert "skipped, no saved network" in capsys.readouterr().out and not empty.exists()
