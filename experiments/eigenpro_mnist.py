@@ -70,9 +70,10 @@ def run_cell(X, y, X_test, y_test, p, method, args) -> dict:
     Y = np.eye(10)[y]
     start = time.perf_counter()
     Z = centers_for(X, p, method)
-    record = {"p": p, "centers": method, "n": X.shape[0], "center_seconds": time.perf_counter() - start}
+    record = {"p": p, "centers": method, "average_after": args.average_after, "n": X.shape[0], "center_seconds": time.perf_counter() - start}
     model = EigenPro3(kernel, Z, subsample_size=min(2000, X.shape[0]), num_eigenpairs=args.q, projection="inexact",
-                      projection_epochs=1, projection_subsample=min(2000, p), projection_eigenpairs=min(args.q, p // 10), seed=0)
+                      projection_epochs=1, projection_subsample=min(2000, p), projection_eigenpairs=min(args.q, p // 10), seed=0,
+                      average_after=args.average_after)
     accuracies = []
 
     def evaluate(epoch):
@@ -108,11 +109,12 @@ def epochs_to_converge(record, tolerance=0.5):
 
 
 def report(store) -> str:
-    rows = ["| p | centers | EigenPro 3 acc. (%) | exact lstsq acc. (%) | SGPR acc. (%) | epochs to within 0.5 % | s / epoch (loaded machine) | peak RSS (MB) |",
-            "|---|---|---|---|---|---|---|---|"]
+    rows = ["| p | centers | iterate | EigenPro 3 acc. (%) | exact lstsq acc. (%) | SGPR acc. (%) | epochs to within 0.5 % | s / epoch (loaded machine) | peak RSS (MB) |",
+            "|---|---|---|---|---|---|---|---|---|"]
     fmt = lambda v: "—" if v is None else f"{v:.2f}"  # noqa: E731
-    for r in sorted(store.records(), key=lambda r: (r["p"], r["centers"])):
-        rows.append(f"| {r['p']:,} | {r['centers']} | {r['ep3_accuracy'][-1]:.2f} | {fmt(r.get('direct_accuracy'))} | {fmt(r.get('sgpr_accuracy'))} | "
+    for r in sorted(store.records(), key=lambda r: (r["p"], r["centers"], r["average_after"] or -1)):
+        iterate = "last" if r["average_after"] is None else f"mean after epoch {r['average_after']}"
+        rows.append(f"| {r['p']:,} | {r['centers']} | {iterate} | {r['ep3_accuracy'][-1]:.2f} | {fmt(r.get('direct_accuracy'))} | {fmt(r.get('sgpr_accuracy'))} | "
                     f"{epochs_to_converge(r) or '>' + str(len(r['ep3_accuracy']))} | {np.median(r['ep3_seconds']):.1f} | {r['peak_rss_mb']:.0f} |")
     return "\n".join(rows)
 
@@ -128,15 +130,19 @@ def main(argv=None):
     parser.add_argument("--direct-max", type=int, default=5000)
     parser.add_argument("--sgpr-max", type=int, default=1000)
     parser.add_argument("--p", type=int, nargs="*", help="only these p")
+    parser.add_argument("--centers", nargs="*", choices=sorted({m for _, m in CELLS}), help="only these center rules")
     parser.add_argument("--progress", action="store_true", help="per-epoch progress lines of EigenPro 3")
+    parser.add_argument("--average-after", type=int, default=None,
+                        help="predict with the tail average of the iterates after this many epochs (EigenPro3 average_after); default the last iterate, as the paper")
     parser.add_argument("--report", action="store_true", help="print the table of the recorded cells and stop")
     args = parser.parse_args(argv)
-    store = ResultStore(args.records, ("p", "centers"))
+    store = ResultStore(args.records, ("p", "centers", "average_after"), upgrade=lambda r: {"average_after": None, **r})
     if not args.report:
         X, y, X_test, y_test = load(args.data_dir)
-        cells = [{"p": p, "centers": m} for p, m in CELLS if not args.p or p in args.p]
+        cells = [{"p": p, "centers": m, "average_after": args.average_after} for p, m in CELLS
+                 if (not args.p or p in args.p) and (not args.centers or m in args.centers)]
         for cell in pending(store, cells):
-            print(f"cell p = {cell['p']}, centers = {cell['centers']}", flush=True)
+            print(f"cell p = {cell['p']}, centers = {cell['centers']}, average after = {cell['average_after']}", flush=True)
             store.append(run_cell(X, y, X_test, y_test, cell["p"], cell["centers"], args))
     print(report(store))
 

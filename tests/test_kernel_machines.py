@@ -163,6 +163,35 @@ def test_checkpoint_resume_equals_uninterrupted_training(tmp_path):
     np.testing.assert_allclose(stopped.weights, full.weights, rtol=1e-10, atol=1e-12)
 
 
+def test_tail_averaging_reaches_least_squares_where_the_last_iterate_stalls():
+    """p < n is not interpolated: with minibatches of 20 a constant step leaves the last iterate at a noise floor
+    several % from scipy's least-squares fit; the Polyak–Ruppert average of the iterates converges to it."""
+    X, y = _problem(400)
+    kernel = gpflow.kernels.Exponential(**LAPLACE)
+    Z = choose_centers(X, 15, "kmeans", seed=0)
+    fitted = _least_squares(kernel, X, Z, y)
+    errors = {}
+    for average_after in (None, 5):
+        model = EigenPro3(kernel, Z, subsample_size=80, num_eigenpairs=6, projection="exact", batch_size=20, power_iterations=10,
+                          average_after=average_after).fit(X, y, epochs=40, progress=False)
+        errors[average_after] = np.linalg.norm(model.predict(X) - fitted) / np.linalg.norm(fitted)
+    assert errors[5] < 1e-2 and errors[None] > 5 * errors[5]
+
+
+def test_averaged_training_resumes_from_a_checkpoint_exactly(tmp_path):
+    X, y = _problem(120)
+    kernel = gpflow.kernels.Exponential(**LAPLACE)
+    options = dict(num_centers=20, center_method="random", subsample_size=60, num_eigenpairs=5, projection="exact",
+                   max_batch=40, power_iterations=5, average_after=1)
+    full = EigenPro3(kernel, **options).fit(X, y, epochs=4, progress=False)
+    EigenPro3(kernel, **options).fit(X, y, epochs=2, checkpoint_dir=tmp_path, progress=False)
+    resumed = EigenPro3(kernel, **options).fit(X, y, epochs=4, checkpoint_dir=tmp_path, progress=False)
+    np.testing.assert_allclose(resumed.weights, full.weights, rtol=1e-10, atol=1e-12)
+    assert not np.allclose(full.weights, full.state.weights.numpy())  # it predicts with the average, not the iterate
+    with pytest.raises(ValueError, match="average_after"):
+        EigenPro3(kernel, num_centers=5, average_after=-1)
+
+
 def test_ragged_last_minibatch_gets_its_own_step():
     """η(m)/m per point for an m-point batch; a 1-point remainder at η(m) would multiply its residual by ≈ m/2."""
     X, y = _problem(161)

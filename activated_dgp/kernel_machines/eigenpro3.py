@@ -89,6 +89,11 @@ class EigenPro3(TrainedWeights, tf.Module):
     :param max_batch: the largest minibatch m (otherwise m = β/λ).
     :param batch_size: a fixed m instead (m = n: full-batch preconditioned gradient descent, Algorithm 2).
     :param estimate_size: data points used to estimate β and the top eigenvalue (power iteration).
+    :param average_after: None (the paper: predict with the last iterate), or a number of epochs k after which
+        the model predicts with the Polyak–Ruppert tail average ᾱ = (1/T) Σ_t α_t of every step from epoch k + 1
+        on. When p < n the least-squares problem is not interpolated, and a constant step stalls at a noise floor
+        ∝ η around the solution; the average of constant-step least-squares SGD converges to it (Bach and
+        Moulines 2013, "Non-strongly-convex smooth stochastic approximation with convergence rate O(1/n)").
     """
 
     def __init__(
@@ -113,6 +118,7 @@ class EigenPro3(TrainedWeights, tf.Module):
         power_iterations: int = 20,
         block_size: int = DEFAULT_BLOCK,
         seed: int = 0,
+        average_after: Optional[int] = None,
         name=None,
     ):
         super().__init__(name=name)
@@ -143,6 +149,9 @@ class EigenPro3(TrainedWeights, tf.Module):
         self.estimate_size = _positive_int(estimate_size, "estimate_size")
         self.power_iterations = _positive_int(power_iterations, "power_iterations")
         self.block_size, self.seed = block_size, int(seed)
+        if average_after is not None and (isinstance(average_after, bool) or int(average_after) != average_after or average_after < 0):
+            raise ValueError(f"average_after must be None or a number of epochs ≥ 0, got {average_after!r}")
+        self.average_after = None if average_after is None else int(average_after)
         self.state = TrainingState()
         self.centers = tf.Variable(np.zeros((0, 0)), dtype=tf.float64, shape=tf.TensorShape(None), trainable=False, name="centers")
         self.basis = None
@@ -276,6 +285,10 @@ class EigenPro3(TrainedWeights, tf.Module):
     def _epoch(self, X, y, rng) -> float:
         order = rng.permutation(X.shape[0])
         alpha = self.state.weights.numpy()
+        averaging = self.average_after is not None and int(self.state.epoch.numpy()) >= self.average_after
+        mean, count = self.state.averaged.numpy(), int(self.state.averaged_steps.numpy())
+        if mean.shape != alpha.shape:  # e.g. restored from a checkpoint written without averaging
+            mean, count = np.zeros_like(alpha), 0
         losses = []
         for start in range(0, len(order), self.batch_size):
             rows = np.sort(order[start : start + self.batch_size])
@@ -284,7 +297,13 @@ class EigenPro3(TrainedWeights, tf.Module):
             Psi_m = self.data_preconditioner.eigenfunctions(X_m) if (self.update == "paper" and self.data_preconditioner.q) else None
             alpha = alpha - batch_step(self.beta, self.top_eigenvalue, len(rows)) * self._direction(X_m, g, Psi_m)
             losses.append(float(tf.reduce_mean(tf.reduce_sum(g**2, axis=1))))
+            if averaging:  # running mean of the iterates: ᾱ_(T+1) = ᾱ_T + (α_(T+1) − ᾱ_T) / (T + 1)
+                count += 1
+                mean = mean + (alpha - mean) / count
         self.state.weights.assign(alpha)
+        if averaging:
+            self.state.averaged.assign(mean)
+            self.state.averaged_steps.assign(count)
         return float(np.mean(losses))
 
     # -- public --------------------------------------------------------------------------------

@@ -19,7 +19,8 @@ __all__ = ["TrainingState", "TrainedWeights", "run_epochs"]
 
 
 class TrainingState(tf.Module):
-    """Weights α [p, L], the epoch counter and the per-epoch history, all ``tf.Variable``s."""
+    """Weights α [p, L], the epoch counter and the per-epoch history, all ``tf.Variable``s; with tail averaging,
+    also the running mean ᾱ of the iterates and the number of steps it holds."""
 
     def __init__(self, name: Optional[str] = None):
         super().__init__(name=name)
@@ -27,12 +28,16 @@ class TrainingState(tf.Module):
         self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
         self.losses = tf.Variable(np.zeros(0), dtype=tf.float64, shape=tf.TensorShape(None), trainable=False, name="losses")
         self.times = tf.Variable(np.zeros(0), dtype=tf.float64, shape=tf.TensorShape(None), trainable=False, name="times")
+        self.averaged = tf.Variable(np.zeros((0, 0)), dtype=tf.float64, shape=tf.TensorShape(None), trainable=False, name="averaged")
+        self.averaged_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="averaged_steps")
 
     def ensure_weights(self, shape) -> None:
         """Zero weights of ``shape`` unless the held ones (trained or restored) already have it. (The
         variable's static shape is unknown, so the held shape is read from its value.)"""
         if self.weights.numpy().shape != tuple(shape):
             self.weights.assign(np.zeros(shape))
+            self.averaged.assign(np.zeros(shape))
+            self.averaged_steps.assign(0)
 
     def record(self, loss: float, seconds: float) -> None:
         self.losses.assign(np.append(self.losses.numpy(), loss))
@@ -111,7 +116,10 @@ class TrainedWeights:
 
     @property
     def weights(self) -> np.ndarray:
-        """The coefficients [p, L] (θ for EigenPro 2, α for EigenPro 3)."""
+        """The coefficients [p, L] (θ for EigenPro 2, α for EigenPro 3): the tail average ᾱ once it holds
+        any step, otherwise the last iterate."""
+        if int(self.state.averaged_steps.numpy()) > 0:
+            return self.state.averaged.numpy()
         return self.state.weights.numpy()
 
     @property
