@@ -342,9 +342,13 @@ def test_every_protocol_version_lists_what_it_changed():
 
     current = int(methods.PROTOCOL_VERSION[1:])
     assert {f"v{k}" for k in range(2, current + 1)} <= set(methods.METHOD_CHANGES)
-    assert methods.last_change("adgp") == current  # v4 changed the ADGP (joint noise search)
-    record = {"method": "adgp", "protocol": f"converged-long:x:v{current - 1}"}
-    assert methods.upgrade_record(record) == record
+    (changed, *_) = methods.METHOD_CHANGES[methods.PROTOCOL_VERSION]
+    assert methods.last_change(changed) == current
+    record = {"method": changed, "protocol": f"converged-long:x:v{current - 1}"}
+    assert methods.upgrade_record(record) == record  # a changed method's older record is not carried over
+    unchanged = next(m for m in methods.METHODS if methods.last_change(m) < current)
+    carried = methods.upgrade_record({"method": unchanged, "protocol": f"converged-long:x:v{current - 1}"})
+    assert carried["protocol"].endswith(methods.PROTOCOL_VERSION) and carried["upgraded_from"] == f"v{current - 1}"
 
 
 def test_claims_compare_methods_over_the_splits_they_share():
