@@ -26,7 +26,7 @@ from .diagnostics import whitened_cross_covariance
 from .models import build_activated_dgp
 from .nn import ActivatedLayer
 from .persistence import architecture_of_network
-from .prediction import propagate_means
+from .prediction import layer_inputs, propagate_means
 from .validation import check_inputs
 
 __all__ = [
@@ -86,7 +86,7 @@ def set_optimal_output_covariance(dgp: gpflux.models.DeepGP, X, noise_variance: 
     if not noise > 0:
         raise ValueError(f"noise_variance must be positive, got {noise_variance!r}")
     X = np.asarray(X, dtype=np.float64)
-    H = propagate_means(dgp, X, num_layers=len(dgp.f_layers) - 1)[-1] if len(dgp.f_layers) > 1 else tf.convert_to_tensor(X)
+    H = layer_inputs(dgp, X)[-1]
     layer = dgp.f_layers[-1]
     L, A = (t.numpy() for t in whitened_cross_covariance(layer, H))
     scale = (dgp.num_data or len(X)) / len(X)

@@ -19,7 +19,7 @@ import gpflux
 import numpy as np
 import tensorflow as tf
 
-from .prediction import integrate_likelihood, likelihood_draws, propagate_means, sample_layers
+from .prediction import integrate_likelihood, layer_inputs, likelihood_draws, sample_layers
 
 __all__ = ["residual_fraction", "layer_residual_fractions", "ElboTerms", "elbo_terms"]
 
@@ -53,8 +53,7 @@ def residual_fraction(layer: gpflux.layers.GPLayer, X) -> np.ndarray:
 
 def layer_residual_fractions(dgp: gpflux.models.DeepGP, X) -> List[float]:
     """Mean residual fraction of each layer on the inputs it sees under mean propagation."""
-    hidden = [tf.convert_to_tensor(X, dtype=gpflow.default_float())] + propagate_means(dgp, X, num_layers=len(dgp.f_layers) - 1)
-    return [float(np.mean(residual_fraction(layer, h))) for layer, h in zip(dgp.f_layers, hidden)]
+    return [float(np.mean(residual_fraction(layer, h))) for layer, h in zip(dgp.f_layers, layer_inputs(dgp, X))]
 
 
 @dataclass

@@ -71,6 +71,13 @@ def propagate_means(dgp: gpflux.models.DeepGP, X, num_layers: Optional[int] = No
     return outputs
 
 
+def layer_inputs(dgp: gpflux.models.DeepGP, X) -> List[tf.Tensor]:
+    """The input each layer sees under mean propagation: [X, μ_1(X), …, μ_(L−1)(…)], one [N, D_ℓ] per layer
+    (the last one is the output layer's input)."""
+    X = checked_inputs(dgp, X)
+    return [X] + propagate_means(dgp, X, num_layers=len(dgp.f_layers) - 1)
+
+
 @check_shapes(
     "X: [N, D]",
     "return[1]: [S, N, P]",

@@ -119,7 +119,12 @@ def canonical_datasets(names: Sequence[str]) -> List[str]:
         key = EMBEDDED_DATASET if name.strip().lower() == EMBEDDED_DATASET else uci_folder_name(name)
         if key not in canonical:
             canonical.append(key)
-    return sorted(canonical, key=lambda n: DATASET_ORDER.index(n) if n in DATASET_ORDER else len(DATASET_ORDER))
+    return _in_order(canonical)
+
+
+def _in_order(names) -> List[str]:
+    """Dataset names in :data:`DATASET_ORDER` (unknown names last)."""
+    return sorted(names, key=lambda n: DATASET_ORDER.index(n) if n in DATASET_ORDER else len(DATASET_ORDER))
 
 
 def _use_fixed(dataset, args) -> bool:
@@ -242,10 +247,15 @@ def _cell(row: Optional[Dict], metric: str, best: bool) -> str:
     return f"**{text}**" if best else text
 
 
+def _shared_splits(records: Sequence[Dict], dataset: str, methods: Sequence[str]) -> set:
+    """The splits of ``dataset`` that every one of ``methods`` has a record for."""
+    splits = [{r["split"] for r in records if r["dataset"] == dataset and r["method"] == m} for m in methods]
+    return set.intersection(*splits) if splits else set()
+
+
 def _paired(records: Sequence[Dict], dataset: str, methods: Sequence[str]) -> Dict[str, Dict]:
     """:func:`summarise` rows of ``methods`` on ``dataset``, over only the splits that all of them have."""
-    splits = [{r["split"] for r in records if r["dataset"] == dataset and r["method"] == m} for m in methods]
-    common = set.intersection(*splits) if splits else set()
+    common = _shared_splits(records, dataset, methods)
     subset = [r for r in records if r["dataset"] == dataset and r["method"] in methods and r["split"] in common]
     return {row["method"]: row for row in summarise(subset)}
 
@@ -254,7 +264,7 @@ def claims(records: Sequence[Dict]) -> List[str]:
     """The paper's Sec. 5.2 claims, checked on split means (lower is better for both metrics). Each comparison
     averages both methods over the splits they share, so a method with fewer splits so far is never compared
     with another's mean over other splits."""
-    datasets = sorted({r["dataset"] for r in records}, key=lambda n: DATASET_ORDER.index(n) if n in DATASET_ORDER else 99)
+    datasets = _in_order({r["dataset"] for r in records})
     lines = []
     for metric, other, text in (
         ("rmse", "nn", "ADGP RMSE ≤ its NN initialisation (NN)"),
@@ -306,10 +316,9 @@ def nlpd_gap(records: Sequence[Dict], method: str = "adgp", other: str = "dgp") 
     from activated_dgp.metrics import homoscedastic_gaussian_nlpd
 
     out = []
-    datasets = sorted({r["dataset"] for r in records}, key=lambda n: DATASET_ORDER.index(n) if n in DATASET_ORDER else 99)
-    for d in datasets:
+    for d in _in_order({r["dataset"] for r in records}):
         by_split = {m: {r["split"]: r for r in records if r["dataset"] == d and r["method"] == m} for m in (method, other)}
-        shared = sorted(set(by_split[method]) & set(by_split[other]))
+        shared = sorted(_shared_splits(records, d, (method, other)))
         if not shared:
             continue
         a = [by_split[method][k] for k in shared]
