@@ -370,3 +370,39 @@ def test_output_layer_study_reads_the_benchmarks_networks_and_scores_them(tmp_pa
     uci_methods._NETWORK_CACHE.clear()
     stage2_output_layer.main(argv[:5] + [str(tmp_path / "no-networks"), "--out", str(empty), "--budget", "converged-tiny"])
     assert "skipped, no saved network" in capsys.readouterr().out and not empty.exists()
+
+
+def test_twin_weight_decay_study_starts_from_the_benchmarks_network_and_its_penalty_shrinks_the_weights(tmp_path, capsys, monkeypatch):
+    """experiments.twin_weight_decay: at λ = 0 its test RMSE is the UCI runner's own NN record for the split
+    (the same seeded twin, fit rows and early stopping); a large λ trains smaller weights; λ < 0 and a
+    budget without a validation part are refused; a rerun resumes; the report chooses λ by the validation MSE."""
+    import json
+
+    from experiments import twin_weight_decay, uci, uci_methods
+
+    monkeypatch.setattr(uci_methods, "_NETWORK_CACHE", {})
+    monkeypatch.setattr(uci_methods, "NETWORK_DIR", None)
+    runs = tmp_path / "uci"
+    uci.main(["--dataset", "boston-embedded", "--method", "nn", "--splits", "1", "--budget", "converged-quick", "--out", str(runs), "--quiet"])
+    (nn,) = [json.loads(line) for line in (runs / "records.jsonl").read_text().splitlines()]
+    out = tmp_path / "study.jsonl"
+    argv = ["--dataset", "boston-embedded", "--splits", "1", "--weight-decays", "0,1", "--budget", "converged-quick",
+            "--out", str(out), "--uci-records", str(runs / "records.jsonl")]
+    twin_weight_decay.main(argv)
+    records = {r["weight_decay"]: r for r in map(json.loads, out.read_text().splitlines())}
+    np.testing.assert_allclose(records[0.0]["test_rmse"], nn["rmse"], rtol=1e-10)
+    chosen = min(records.values(), key=lambda r: r["validation_mse"])
+    assert f"| boston-embedded 0 | {records[0.0]['test_rmse']:.4f} | {chosen['weight_decay']:g} | {chosen['test_rmse']:.4f} | — |" in capsys.readouterr().out
+
+    from activated_dgp.data import load_regression_dataset
+
+    data = uci.prepare_split(load_regression_dataset("boston-embedded"), 0, type("A", (), dict(fixed_splits=False, random_splits=False, seed=0)))
+    budget = uci_methods.BUDGETS["tiny"]  # fixed steps: early stopping could restore the initial weights
+    norms = [np.sqrt(sum(np.sum(w.numpy() ** 2) for w in twin_weight_decay.fit_penalised_twin(data, lam, budget)[0].trainable_weights)) for lam in (0.0, 1.0)]
+    assert norms[1] < 0.9 * norms[0]
+    with pytest.raises(ValueError, match="weight_decay must be a finite number"):
+        twin_weight_decay.fit_penalised_twin(data, -1e-3, budget)
+    with pytest.raises(ValueError, match="give a converged budget"):
+        twin_weight_decay.run_cell("boston-embedded", load_regression_dataset("boston-embedded"), 0, 0.0, "tiny")
+    twin_weight_decay.main(argv)  # resumes: nothing to add
+    assert len(out.read_text().splitlines()) == 2
