@@ -48,7 +48,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -647,6 +647,63 @@ def write_report(store: ResultStore, dataset: str, doc: Path = DOC, figure: Path
     log(f"wrote {doc}")
 
 
+def run_label(config: Dict) -> str:
+    """A short name for a run's configuration: its truncation level and stage-2 options."""
+    variance = config.get("kernel_variance", LATER_DEFAULTS["kernel_variance"])
+    patience = config.get("dgp_patience", LATER_DEFAULTS["dgp_patience"])
+    label = f"Ñ = {config['truncation_level']}, v {variance if isinstance(variance, str) else f'= {variance:g}'}"
+    return label + (f", stop after {patience}" if patience is not None else "")
+
+
+def compare_runs(runs: Sequence[Tuple[List[Dict], Optional[Sequence[str]]]], dataset: str, figure: Optional[Path] = None) -> str:
+    """Markdown (and optionally a figure) setting several runs' records side by side — e.g. Ñ = 8 against
+    Ñ = 20 with and without the stage-2 remedies. ``runs``: (records, models to show or None for all). Per
+    angle, the seed mean of the test log-likelihood and of the accuracy of every shown (run, model); the
+    columns are named by :func:`run_label` and say how many seeds each mean has."""
+    columns = []  # (name, table entry)
+    for records, models in runs:
+        rows = [r for r in records if r["dataset"] == dataset]
+        if not rows:
+            continue
+        table, label = aggregate(rows, dataset), run_label(rows[0]["config"])
+        for model, values in table.items():
+            if models is None or model in models:
+                columns.append((f"{LABELS[model]} ({label}; {len(values['seeds'])} seeds)", values, rows[0]["angles"]))
+    if not columns:
+        return "No finished records yet.\n"
+    angles = columns[0][2]
+    mismatched = [name for name, _, other in columns if list(other) != list(angles)]
+    if mismatched:
+        raise ValueError(f"runs evaluated at other angles than {angles} cannot share a table: {mismatched}")
+    lines = []
+    for metric in ("log_likelihood", "accuracy"):
+        lines += ["", f"**{METRIC_LABELS[metric]}** (seed means)", "", "| angle | " + " | ".join(name for name, _, _ in columns) + " |",
+                  "|---" * (len(columns) + 1) + "|"]
+        for index, angle in enumerate(angles):
+            lines.append(f"| {angle}° | " + " | ".join(f"{values[metric][:, index].mean():.3f}" for _, values, _ in columns) + " |")
+        lines.append("| mean | " + " | ".join(f"{values[metric].mean():.3f}" for _, values, _ in columns) + " |")
+    if figure is not None:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, axes = plt.subplots(1, 2, figsize=(14, 4.5))
+        for axis, metric in zip(axes, ("log_likelihood", "accuracy")):
+            for name, values, _ in columns:
+                axis.plot(angles, values[metric].mean(0), marker="o", markersize=3, label=name)
+            axis.set_xlabel("rotation (degrees)")
+            axis.set_title(METRIC_LABELS[metric] + " (seed means)", fontsize=10)
+            axis.set_xticks(angles[::2])
+            axis.grid(alpha=0.3)
+        axes[0].legend(fontsize=7)
+        fig.tight_layout()
+        figure.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(figure, dpi=120)
+        plt.close(fig)
+    return "\n".join(lines).lstrip("\n") + "\n"
+
+
 # ---------------------------------------------------------------- command line
 
 
@@ -704,7 +761,23 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--doc", default=str(DOC), help="results markdown whose generated block is rewritten")
     parser.add_argument("--figure", default=str(FIGURE))
     parser.add_argument("--report-only", action="store_true", help="only rewrite the doc and figure from the records")
+    parser.add_argument("--compare", nargs="+", metavar="DIR[:MODEL,…]", default=None,
+                        help="print a table setting these records directories side by side (optionally only the named "
+                             "models of each) and draw --figure; nothing is run")
     args = parser.parse_args(argv)
+    if args.compare:
+        runs = []
+        for entry in args.compare:
+            folder, _, models = entry.partition(":")
+            unknown = [m for m in models.split(",") if models and m not in MODELS]
+            if unknown:
+                raise SystemExit(f"--compare {entry!r}: unknown models {unknown}; choose from {', '.join(MODELS)}")
+            store = ResultStore(Path(folder) / "records.jsonl", KEY_FIELDS)
+            if not store.path.exists():
+                raise SystemExit(f"--compare: no records at {store.path}")
+            runs.append((store.records(), models.split(",") if models else None))
+        print(compare_runs(runs, args.dataset, Path(args.figure)), end="")
+        return
 
     from activated_dgp.data.mnist import default_cache_dir
 

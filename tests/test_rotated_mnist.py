@@ -412,3 +412,40 @@ def test_stage2_remedies_options_records_and_errors(tmp_path, rng, capsys):
     for bad in (dict(kernel_variance="valid"), dict(kernel_variance=0.0), dict(dgp_patience=0), dict(dgp_patience=1.5)):
         with pytest.raises(ValueError, match="kernel_variance|dgp_patience"):
             rm.Config(**bad)
+
+
+def test_compare_runs_sets_record_directories_side_by_side(tmp_path):
+    """--compare: per angle the mean over seeds of each shown (run, model), columns named by the run's
+    truncation level and stage-2 options; runs at other angles are refused; unknown models are named."""
+    from experiments import rotated_mnist
+    from experiments.records import ResultStore
+
+    rng = np.random.default_rng(0)
+    angles = [0, 90, 180]
+
+    def run(folder, config, models, seeds):
+        store = ResultStore(tmp_path / folder / "records.jsonl", rotated_mnist.KEY_FIELDS)
+        for seed in seeds:
+            for model in models:
+                store.append(dict(dataset="mnist", model=model, seed=seed, angles=angles, config=config,
+                                  **{m: rng.uniform(-3, 1, size=len(angles)).tolist() for m in rotated_mnist.METRICS}))
+        return store.records()
+
+    low = run("n8", dict(truncation_level=8), ["nn", "adgp"], [0, 1])
+    high = run("n20", dict(truncation_level=20, kernel_variance="validation", dgp_patience=5), ["nn", "adgp"], [0])
+    text = rotated_mnist.compare_runs([(low, None), (high, ["adgp"])], "mnist", tmp_path / "cmp.png")
+    header = next(line for line in text.splitlines() if line.startswith("| angle"))
+    assert header == "| angle | NN (Ñ = 8, v = 1; 2 seeds) | ADGP (Ñ = 8, v = 1; 2 seeds) | ADGP (Ñ = 20, v validation, stop after 5; 1 seeds) |"
+    row = next(line for line in text.splitlines() if line.startswith("| 90°"))
+    expected = [np.mean([r["log_likelihood"][1] for r in low if r["model"] == "nn"]),
+                np.mean([r["log_likelihood"][1] for r in low if r["model"] == "adgp"]),
+                next(r["log_likelihood"][1] for r in high if r["model"] == "adgp")]
+    assert row == "| 90° | " + " | ".join(f"{v:.3f}" for v in expected) + " |"
+    assert (tmp_path / "cmp.png").stat().st_size > 0
+    other = run("other", dict(truncation_level=20), ["nn"], [0])
+    for record in other:
+        record["angles"] = [0, 45, 90]
+    with pytest.raises(ValueError, match="other angles"):
+        rotated_mnist.compare_runs([(low, None), (other, None)], "mnist")
+    with pytest.raises(SystemExit, match="unknown models"):
+        rotated_mnist.main(["--compare", f"{tmp_path / 'n8'}:adgp,bnn"])
