@@ -155,28 +155,33 @@ def predictive_log_density(dgp: gpflux.models.DeepGP, X, Y, num_samples: int = 1
     return (tf.reduce_logsumexp(log_densities, axis=0) - np.log(num_samples)).numpy()
 
 
-def likelihood_draws(seed: Optional[int]) -> Optional[tf.random.Generator]:
-    """The generator of a Monte Carlo likelihood's own draws for a seeded prediction (None: unseeded).
+def likelihood_draws(seed: Optional[int]) -> tf.random.Generator:
+    """The generator of a Monte Carlo likelihood's own draws: for a seeded prediction it is split off
+    ``seed``'s generator, so its stream is independent of the layer samples' draws; unseeded, it is
+    TensorFlow's global generator.
 
-    It is split off ``seed``'s generator, so its stream is independent of the layer samples' draws."""
-    return None if seed is None else tf.random.Generator.from_seed(seed).split(1)[0]
+    Never GPflow's own ``tf.random.normal``: in eager mode, after ``tf.random.set_seed``, every call of an
+    unseeded random op gets a fresh op seed, and TensorFlow caches one kernel per seed. Predicting 10,000
+    rotated-MNIST images (softmax, 10 samples) leaked ≈ 1.7 GB that way, and the three-seed run ran out of memory."""
+    return tf.random.get_global_generator() if seed is None else tf.random.Generator.from_seed(seed).split(1)[0]
 
 
-def integrate_likelihood(likelihood, method: str, mean, var, Y, draws: Optional[tf.random.Generator] = None) -> tf.Tensor:
-    """``likelihood.<method>(None, mean, var, Y)`` for ``method`` "predict_log_density" or
-    "variational_expectations", [N].
+def integrate_likelihood(likelihood, method: str, mean, var, Y=None, draws: Optional[tf.random.Generator] = None):
+    """``likelihood.<method>(None, mean, var[, Y])`` for ``method`` "predict_log_density" or
+    "variational_expectations" ([N]), or "predict_mean_and_var" (no Y; the moments of y, [N, P] each).
 
     A Monte Carlo likelihood (GPflow's ``MonteCarloLikelihood``, e.g. the softmax) integrates with
     ``num_monte_carlo_points`` standard normal draws per point, which GPflow takes from TensorFlow's global
     random state: two evaluations of the same model differ. With ``draws`` (:func:`likelihood_draws`) those
     draws come from that generator instead, so that a seeded evaluation repeats exactly and two models
     evaluated with the same seed see the same draws (common random numbers)."""
-    if method not in ("predict_log_density", "variational_expectations"):
-        raise ValueError(f"method must be 'predict_log_density' or 'variational_expectations', got {method!r}")
+    if method not in ("predict_log_density", "variational_expectations", "predict_mean_and_var"):
+        raise ValueError(f"method must be 'predict_log_density', 'variational_expectations' or 'predict_mean_and_var', got {method!r}")
+    targets = () if method == "predict_mean_and_var" else (Y,)
     if draws is not None and isinstance(likelihood, gpflow.likelihoods.MonteCarloLikelihood):
         shape = tf.concat([[likelihood.num_monte_carlo_points], tf.shape(mean)], 0)
-        return getattr(likelihood, "_" + method)(None, mean, var, Y, epsilon=draws.normal(shape, dtype=mean.dtype))
-    return getattr(likelihood, method)(None, mean, var, Y)
+        return getattr(likelihood, "_" + method)(None, mean, var, *targets, epsilon=draws.normal(shape, dtype=mean.dtype))
+    return getattr(likelihood, method)(None, mean, var, *targets)
 
 
 @check_shapes(
@@ -204,7 +209,8 @@ def predict_y(
         return np.concatenate([m for m, _ in parts]), np.concatenate([v for _, v in parts])
     likelihood = dgp.likelihood_layer.likelihood
     _, mean, var = sample_layers(dgp, X, num_samples, seed)
-    moments = [likelihood.predict_mean_and_var(None, mean[s], var[s]) for s in range(num_samples)]
+    draws = likelihood_draws(seed)
+    moments = [integrate_likelihood(likelihood, "predict_mean_and_var", mean[s], var[s], draws=draws) for s in range(num_samples)]
     y_mean = tf.stack([m for m, _ in moments]).numpy()
     y_var = tf.stack([v for _, v in moments]).numpy()
     return y_mean.mean(0), y_var.mean(0) + y_mean.var(0)

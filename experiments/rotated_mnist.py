@@ -482,21 +482,36 @@ def run_seed(config: Config, splits: Splits, seed: int, models: Sequence[str], s
         groups.append((extractor_d, {"nn_dropout": lambda f: dropout_probabilities(head_d, f, config.dropout_samples)}))
         info["nn_dropout"] = {"train_seconds": seconds}
     eval_seconds = {model: 0.0 for model in models}
+    # the finished angles of an interrupted evaluation, per model (the tag's digest covers the angles and test set)
+    progress = cache / f"{tag}_evaluation.json"
+    if progress.is_file():
+        saved = json.loads(progress.read_text())
+        for model in models:
+            if model in saved["results"]:
+                results[model], eval_seconds[model] = saved["results"][model], saved["eval_seconds"][model]
+        log(f"  resumed the evaluation: {', '.join(f'{m} {len(results[m][METRICS[0]])} angles' for m in models)}")
     for index, angle in enumerate(config.angles):
         x = as_inputs(splits.rotated[index])
         line = []
         for extractor, predictors in groups:
+            todo = {model: predict for model, predict in predictors.items() if len(results[model][METRICS[0]]) == index}
+            if not todo:
+                continue
             start = time.time()
             feats = features(extractor, x)
-            shared = (time.time() - start) / len(predictors)
-            for model, predict in predictors.items():
+            shared = (time.time() - start) / len(todo)
+            for model, predict in todo.items():
                 start = time.time()
                 scores = classification_metrics(predict(feats), splits.y_test)
                 eval_seconds[model] += shared + time.time() - start
                 for metric in METRICS:
                     results[model][metric].append(scores[metric])
                 line.append(f"{model} acc {scores['accuracy']:.3f} tll {scores['log_likelihood']:.3f}")
-        log(f"  seed {seed} angle {angle:3d}°: " + "; ".join(line))
+        if line:
+            log(f"  seed {seed} angle {angle:3d}°: " + "; ".join(line))
+            partial = progress.with_suffix(".partial.json")
+            partial.write_text(json.dumps({"results": results, "eval_seconds": eval_seconds}))
+            os.replace(partial, progress)  # an interrupted write leaves the previous angle's file intact
     for model in models:
         record = dict(
             dataset=config.dataset, model=model, seed=seed, angles=list(config.angles), **results[model],

@@ -248,9 +248,9 @@ def test_runner_end_to_end_every_model_resumes_and_reports(tmp_path, rng):
 
 
 def test_interrupted_after_each_stage_resumes_from_its_checkpoint(tmp_path, rng, monkeypatch):
-    """Run 1 is interrupted when stage 2 starts, run 2 after stage 2 is saved, run 3 finishes. Each resumed run
-    must restore the previous stage exactly (the twin's trained W, the DGP with its per-dimension lengthscales)
-    and train nothing again."""
+    """Run 1 is interrupted when stage 2 starts, run 2 after stage 2 is saved and the first angle evaluated, run 3
+    finishes. Each resumed run must restore the previous stage exactly (the twin's trained W, the DGP with its
+    per-dimension lengthscales), train nothing again and evaluate no finished angle again."""
     import activated_dgp
     from activated_dgp import ActivatedLayer, propagate_means
     from experiments import rotated_mnist
@@ -302,7 +302,15 @@ def test_interrupted_after_each_stage_resumes_from_its_checkpoint(tmp_path, rng,
         return dgp, info
 
     monkeypatch.setattr(rotated_mnist, "trained_adgp", adgp)
-    monkeypatch.setattr(rotated_mnist, "adgp_probabilities", stop)  # evaluation starts: interrupted
+    calls = []
+
+    def second_angle_stops(*args, **kwargs):  # the evaluation is interrupted after its first angle
+        calls.append(1)
+        if len(calls) > 1:
+            stop()
+        return real_probabilities(*args, **kwargs)
+
+    monkeypatch.setattr(rotated_mnist, "adgp_probabilities", second_angle_stops)
     with pytest.raises(KeyboardInterrupt):
         rotated_mnist.main(args)
     for restored, trained in zip(seen["heads"][1], trained_W):
@@ -311,8 +319,10 @@ def test_interrupted_after_each_stage_resumes_from_its_checkpoint(tmp_path, rng,
 
     # run 3: both stages from their checkpoints; the DGP (per-dimension lengthscales) loads and predicts as trained
     monkeypatch.setattr(activated_dgp, "train_dgp", no_training)
-    monkeypatch.setattr(rotated_mnist, "adgp_probabilities", real_probabilities)
+    calls.clear()
+    monkeypatch.setattr(rotated_mnist, "adgp_probabilities", lambda *a, **k: calls.append(1) or real_probabilities(*a, **k))
     rotated_mnist.main(args)
+    assert len(calls) == 1  # the first angle's evaluation was kept: only 90° is evaluated again
     assert seen["lengthscales"][1].shape == (1025,)
     np.testing.assert_array_equal(seen["lengthscales"][1], seen["lengthscales"][0])
     np.testing.assert_array_equal(seen["dgps"][1], seen["dgps"][0])

@@ -124,42 +124,73 @@ def test_default_variance_grid_extends_below_its_floor_when_the_data_want_it():
     assert {v for _, v, _ in explicit.evaluations} <= {1e-3, 1e-2}
 
 
-def test_softmax_scores_repeat_with_a_seed_and_match_gauss_hermite_sums():
-    """The softmax's Monte Carlo integral is seeded with the prediction (common random numbers for variance
-    selection and early stopping), and the seeded log density is the integral: against a tensor-product
-    Gauss–Hermite sum in NumPy over the one layer's Gaussian marginals, computed densely."""
-    from scipy.special import logsumexp
-
+def _spread_softmax_dgp():
+    """A one-layer softmax DGP with a spread q(u) (variances of order the prior's), 20,000 Monte Carlo points
+    per likelihood integral, and its Gaussian marginals computed densely in NumPy (whitened: mean Φ(x)V, the
+    network; var k − aᵀa + ‖Sᵀa‖², a = L⁻¹ Kuf) with a tensor-product Gauss–Hermite rule over the 3 logits."""
     rng = np.random.default_rng(3)
     X, labels = rng.normal(size=(30, 3)), rng.integers(0, 3, size=(30, 1)).astype(np.float64)
     network = build_activated_nn(3, num_layers=1, num_units=12, output_dim=3, truncation_level=8, lengthscales=[2.0], seed=0)
     dgp = dgp_from_keras(network, len(X), X=X, likelihood="softmax").dgp
     layer = dgp.f_layers[0]
-    layer.q_sqrt.assign(0.5 * layer.q_sqrt.numpy() / 1e-5)  # a spread q(u): variances of order the prior's
+    layer.q_sqrt.assign(0.5 * layer.q_sqrt.numpy() / 1e-5)
     dgp.likelihood_layer.likelihood.num_monte_carlo_points = 20000
-    first = predictive_log_density(dgp, X, labels, num_samples=2, seed=5)
-    tf.random.set_seed(123)  # the global random state must not matter
-    np.testing.assert_array_equal(predictive_log_density(dgp, X, labels, num_samples=2, seed=5), first)
-    assert np.max(np.abs(predictive_log_density(dgp, X, labels, num_samples=2, seed=6) - first)) > 1e-6  # the seed is used
-    terms = elbo_terms(dgp, X, labels, num_samples=2, seed=5)
-    assert elbo_terms(dgp, X, labels, num_samples=2, seed=5).expected_log_likelihood == terms.expected_log_likelihood
-    # independent: whitened marginals mean Φ(x)V (the network), var k − aᵀa + ‖Sᵀa‖², a = L⁻¹ Kuf
     kernel, feature = layer.kernel.kernel, layer.inducing_variable.inducing_variable
     Kuu = gpflow.covariances.Kuu(feature, kernel).numpy() + gpflow.config.default_jitter() * np.eye(12)
     A = np.linalg.solve(np.linalg.cholesky(Kuu), gpflow.covariances.Kuf(feature, kernel, X).numpy())
     S = layer.q_sqrt.numpy()  # [3, M, M]
     mean = network(X).numpy()
     var = kernel.K_diag(X).numpy()[:, None] - np.sum(A**2, 0)[:, None] + np.stack([np.sum((S[p].T @ A) ** 2, 0) for p in range(3)], 1)
+    assert np.min(var) > 0.05  # the integrals differ from plug-in values at μ: the comparisons can fail
     nodes, weights = np.polynomial.hermite.hermgauss(30)
     grid = np.stack(np.meshgrid(nodes, nodes, nodes, indexing="ij"), -1).reshape(-1, 3) * np.sqrt(2.0)
     w = np.prod(np.stack(np.meshgrid(weights, weights, weights, indexing="ij"), -1).reshape(-1, 3), 1) / np.pi**1.5
-    expected = []
-    for i in range(len(X)):
-        F = mean[i] + np.sqrt(var[i]) * grid
-        expected.append(np.log(w @ np.exp(F[:, int(labels[i, 0])] - logsumexp(F, axis=1))))
-    assert np.min(var) > 0.05  # the integral differs from the plug-in log softmax(μ): the comparison can fail
+    logits = [mean[i] + np.sqrt(var[i]) * grid for i in range(len(X))]  # [nodes, 3] per point
+    return X, labels, dgp, w, logits
+
+
+def test_softmax_scores_repeat_with_a_seed_and_match_gauss_hermite_sums():
+    """The softmax's Monte Carlo integral is seeded with the prediction (common random numbers for variance
+    selection and early stopping), and the seeded log density is the integral: against a tensor-product
+    Gauss–Hermite sum in NumPy over the one layer's Gaussian marginals, computed densely."""
+    from scipy.special import logsumexp
+
+    X, labels, dgp, w, logits = _spread_softmax_dgp()
+    first = predictive_log_density(dgp, X, labels, num_samples=2, seed=5)
+    tf.random.set_seed(123)  # the global random state must not matter
+    np.testing.assert_array_equal(predictive_log_density(dgp, X, labels, num_samples=2, seed=5), first)
+    assert np.max(np.abs(predictive_log_density(dgp, X, labels, num_samples=2, seed=6) - first)) > 1e-6  # the seed is used
+    terms = elbo_terms(dgp, X, labels, num_samples=2, seed=5)
+    assert elbo_terms(dgp, X, labels, num_samples=2, seed=5).expected_log_likelihood == terms.expected_log_likelihood
+    expected = [np.log(w @ np.exp(F[:, int(labels[i, 0])] - logsumexp(F, axis=1))) for i, F in enumerate(logits)]
     np.testing.assert_allclose(first, expected, atol=0.03)  # 20,000 draws per point
     assert abs(np.mean(first) - np.mean(expected)) < 0.01
+
+
+def test_softmax_class_probabilities_are_seeded_match_gauss_hermite_and_never_use_the_global_random_op(monkeypatch):
+    """predict_class_probabilities with a softmax: the likelihood's Monte Carlo draws come from the prediction's
+    generator, so a seeded call repeats exactly whatever the global random state; the probabilities are
+    E[softmax(f)] (Gauss–Hermite in NumPy). GPflow's own unseeded ``tf.random.normal`` is never called: in eager
+    mode after ``tf.random.set_seed`` each such call caches a kernel, which leaked ≈ 1.7 GB per 10,000 images."""
+    from scipy.special import softmax
+
+    from activated_dgp import predict_class_probabilities
+
+    X, labels, dgp, w, logits = _spread_softmax_dgp()
+
+    def refused(*args, **kwargs):
+        raise AssertionError("GPflow's unseeded tf.random.normal was called")
+
+    monkeypatch.setattr(tf.random, "normal", refused)
+    tf.random.set_seed(7)
+    first = predict_class_probabilities(dgp, X, num_samples=2, seed=5, batch_size=16)
+    tf.random.set_seed(123)
+    np.testing.assert_array_equal(predict_class_probabilities(dgp, X, num_samples=2, seed=5, batch_size=16), first)
+    unseeded = predict_class_probabilities(dgp, X, num_samples=2)  # the global generator: works, and differs
+    assert 1e-6 < np.max(np.abs(unseeded - first)) < 0.05
+    expected = np.stack([w @ softmax(F, axis=1) for F in logits])
+    np.testing.assert_allclose(first, expected, atol=0.01)  # 20,000 draws per point
+    assert np.max(np.abs(expected - softmax(np.stack([w @ F for F in logits]), axis=1))) > 0.02  # ≠ softmax(μ)
 
 
 def test_softmax_variance_selection_is_reproducible_and_keeps_the_logits():
