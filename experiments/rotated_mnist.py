@@ -778,7 +778,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--report-only", action="store_true", help="only rewrite the doc and figure from the records")
     parser.add_argument("--compare", nargs="+", metavar="DIR[:MODEL,…]", default=None,
                         help="print a table setting these records directories side by side (optionally only the named "
-                             "models of each) and draw --figure; nothing is run")
+                             "models of each; only the records of --seeds) and draw --figure; nothing is run")
     args = parser.parse_args(argv)
     if args.compare:
         runs = []
@@ -790,7 +790,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             store = ResultStore(Path(folder) / "records.jsonl", KEY_FIELDS)
             if not store.path.exists():
                 raise SystemExit(f"--compare: no records at {store.path}")
-            runs.append((store.records(), models.split(",") if models else None))
+            runs.append(([r for r in store.records() if r["seed"] in args.seeds], models.split(",") if models else None))
         print(compare_runs(runs, args.dataset, Path(args.figure)), end="")
         return
 
