@@ -55,6 +55,10 @@ def test_blockwise_products_equal_dense():
     rows = np.array([3, 50, 129])
     theta = np.random.default_rng(3).normal(size=(130, 2))
     np.testing.assert_allclose(gram.matmul(rows, theta).numpy(), kernel(X).numpy()[rows] @ theta, rtol=1e-12, atol=1e-12)
+    cached = KernelCenters(kernel, Z, block_size=16, cache_gram=True)  # K(Z, Z) held once computed
+    assert cached.cached_gram() is not None and basis.cached_gram() is None
+    np.testing.assert_allclose(cached.dense_gram(), kernel(Z).numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(cached.gram_operator().matmul(np.array([0, 36]), alpha).numpy(), kernel(Z).numpy()[[0, 36]] @ alpha, rtol=1e-12, atol=1e-12)
 
 
 def test_eigenpro2_solves_the_kernel_system():
@@ -111,6 +115,20 @@ def test_eigenpro3_converges_to_least_squares_over_the_centers(projection):
         projection_eigenpairs=10, projection_epochs=2, batch_size=160, power_iterations=10,
     ).fit(X, y, epochs=60, progress=False)
     assert np.linalg.norm(model.predict(X) - fitted) / np.linalg.norm(fitted) < 1e-2
+
+
+def test_held_gram_matrix_trains_the_same_model_as_recomputed_blocks():
+    """gram_cache_bytes only changes where K(Z, Z) comes from: the weights agree to round-off."""
+    X, y = _problem(160)
+    kernel = gpflow.kernels.Exponential(**LAPLACE)
+    Z = choose_centers(X, 15, "random", seed=0)
+    options = dict(subsample_size=80, num_eigenpairs=6, projection_subsample=15, projection_eigenpairs=10, power_iterations=10)
+    held = EigenPro3(kernel, Z, **options).fit(X, y, epochs=5, progress=False)
+    blocks = EigenPro3(kernel, Z, gram_cache_bytes=0, **options).fit(X, y, epochs=5, progress=False)
+    assert held.basis.cached_gram() is not None and blocks.basis.cached_gram() is None
+    np.testing.assert_allclose(np.asarray(held.weights), np.asarray(blocks.weights), rtol=1e-9, atol=1e-12)
+    with pytest.raises(ValueError, match="gram_cache_bytes must be"):
+        EigenPro3(kernel, Z, gram_cache_bytes=-1)
 
 
 def test_paper_update_has_a_biased_fixed_point_and_the_consistent_and_span_ones_not():

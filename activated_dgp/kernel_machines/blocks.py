@@ -122,9 +122,12 @@ class KernelCenters(_Basis):
     :param kernel: any ``gpflow.kernels.Kernel`` (e.g. ``Exponential(lengthscales=5.0)``, the
         paper's Laplacian kernel).
     :param centers: Z [p, D].
+    :param cache_gram: compute K(Z, Z) [p, p] once, at its first use, and serve ``gram`` from it: for a
+        model's centers whose p² entries fit in memory (EigenPro 3's projection then costs a p × p product per
+        step instead of p² kernel evaluations in D dimensions). Off for a data set's K(X, X).
     """
 
-    def __init__(self, kernel: gpflow.kernels.Kernel, centers, block_size: int = DEFAULT_BLOCK):
+    def __init__(self, kernel: gpflow.kernels.Kernel, centers, block_size: int = DEFAULT_BLOCK, cache_gram: bool = False):
         if not isinstance(kernel, gpflow.kernels.Kernel):
             raise ValueError(f"the kernel must be a gpflow kernel, got {type(kernel).__name__}")
         self.kernel = kernel
@@ -136,11 +139,22 @@ class KernelCenters(_Basis):
         # compiled once: an eager gpflow kernel call costs ~0.1 s of Python overhead per block
         self._cross = tf.function(lambda A, B: tf.cast(kernel(A, B), tf.float64), input_signature=[spec, spec])
         self._diag = tf.function(lambda A: tf.cast(kernel(A, full_cov=False), tf.float64), input_signature=[spec])
+        self.cache_gram = bool(cache_gram)
+        self._gram: Optional[tf.Tensor] = None
 
     def values(self, X, start, stop):
         return self._cross(tf.convert_to_tensor(X, tf.float64), self.centers[start:stop])
 
+    def cached_gram(self) -> Optional[tf.Tensor]:
+        """K(Z, Z) [p, p], computed in row blocks at the first call, when ``cache_gram``; otherwise None."""
+        if self.cache_gram and self._gram is None:
+            self._gram = tf.concat([self._cross(self.centers[a:b], self.centers) for a, b in self._column_blocks()], axis=0)
+        return self._gram
+
     def gram(self, rows, cols):
+        cached = self.cached_gram()
+        if cached is not None:
+            return tf.gather(tf.gather(cached, rows), cols, axis=1)
         return self._cross(tf.gather(self.centers, rows), tf.gather(self.centers, cols))
 
     def diagonal(self, rows) -> tf.Tensor:
@@ -212,6 +226,9 @@ class BasisGram:
         """G[rows, :] V [len(rows), L], over blocks of rows and columns."""
         V = tf.convert_to_tensor(V, tf.float64)
         rows = np.asarray(rows)
+        cached = self.basis.cached_gram() if hasattr(self.basis, "cached_gram") else None
+        if cached is not None:
+            return tf.matmul(tf.gather(cached, rows), V)
         out = []
         for r in range(0, max(len(rows), 1), self.block_size):
             chunk = rows[r : r + self.block_size]

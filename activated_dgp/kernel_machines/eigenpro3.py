@@ -55,6 +55,7 @@ from .training_loop import TrainedWeights, TrainingState, run_epochs
 __all__ = ["EigenPro3", "PROJECTIONS", "UPDATES", "ExactProjection"]
 
 PROJECTIONS = ("inexact", "exact")
+GRAM_CACHE_BYTES = 1 << 30  # EigenPro3's default gram_cache_bytes
 UPDATES = ("consistent", "paper")
 
 
@@ -89,6 +90,10 @@ class EigenPro3(TrainedWeights, tf.Module):
     :param max_batch: the largest minibatch m (otherwise m = β/λ).
     :param batch_size: a fixed m instead (m = n: full-batch preconditioned gradient descent, Algorithm 2).
     :param estimate_size: data points used to estimate β and the top eigenvalue (power iteration).
+    :param gram_cache_bytes: the model's Gram matrix K(Z, Z) [p, p] is computed once and held when its 8·p² bytes
+        fit in this many (default 1 GiB: p ≤ 11,585); then each projection step is a p × p product instead of p²
+        kernel evaluations in D dimensions. 0: recomputed in blocks at every use, as the paper must for p in the
+        millions. (Activated features hold Kuu [M, M] anyway.)
     :param average_after: None (the paper: predict with the last iterate), or a number of epochs k after which
         the model predicts with the Polyak–Ruppert tail average ᾱ = (1/T) Σ_t α_t of every step from epoch k + 1
         on. When p < n the least-squares problem is not interpolated, and a constant step stalls at a noise floor
@@ -119,6 +124,7 @@ class EigenPro3(TrainedWeights, tf.Module):
         block_size: int = DEFAULT_BLOCK,
         seed: int = 0,
         average_after: Optional[int] = None,
+        gram_cache_bytes: int = GRAM_CACHE_BYTES,
         name=None,
     ):
         super().__init__(name=name)
@@ -152,6 +158,9 @@ class EigenPro3(TrainedWeights, tf.Module):
         if average_after is not None and (isinstance(average_after, bool) or int(average_after) != average_after or average_after < 0):
             raise ValueError(f"average_after must be None or a number of epochs ≥ 0, got {average_after!r}")
         self.average_after = None if average_after is None else int(average_after)
+        if isinstance(gram_cache_bytes, bool) or int(gram_cache_bytes) != gram_cache_bytes or gram_cache_bytes < 0:
+            raise ValueError(f"gram_cache_bytes must be a number of bytes ≥ 0, got {gram_cache_bytes!r}")
+        self.gram_cache_bytes = int(gram_cache_bytes)
         self.state = TrainingState()
         self.centers = tf.Variable(np.zeros((0, 0)), dtype=tf.float64, shape=tf.TensorShape(None), trainable=False, name="centers")
         self.basis = None
@@ -171,7 +180,7 @@ class EigenPro3(TrainedWeights, tf.Module):
         else:
             Z = choose_centers(X, self.num_centers, self.center_method, seed=self.seed)
         self.centers.assign(Z)
-        self.basis = KernelCenters(self.kernel, Z, self.block_size)
+        self.basis = KernelCenters(self.kernel, Z, self.block_size, cache_gram=8 * Z.shape[0] ** 2 <= self.gram_cache_bytes)
 
     def _build_preconditioner(self, X: np.ndarray, rng) -> Preconditioner:
         option, q = self.preconditioner_option, self.num_eigenpairs
