@@ -82,7 +82,8 @@ def run_cell(X, y, X_test, y_test, p, method, args) -> dict:
 
     model.fit(X, Y, epochs=args.epochs, progress=args.progress, callback=evaluate)
     record.update(ep3_accuracy=accuracies, ep3_seconds=[float(t) for t in model.history["seconds"]], ep3_loss=[float(v) for v in model.history["loss"]],
-                  batch_size=model.batch_size, step_size=model.step_size, peak_rss_mb_after_ep3=peak_rss_mb())
+                  batch_size=model.batch_size, step_size=model.step_size, peak_rss_mb_after_ep3=peak_rss_mb(),
+                  gram_held=bool(model.basis.cache_gram))
     basis = KernelCenters(kernel, Z)
     if p <= args.direct_max:
         start = time.perf_counter()
@@ -109,13 +110,14 @@ def epochs_to_converge(record, tolerance=0.5):
 
 
 def report(store) -> str:
-    rows = ["| p | centers | iterate | EigenPro 3 acc. (%) | exact lstsq acc. (%) | SGPR acc. (%) | epochs to within 0.5 % | s / epoch (loaded machine) | peak RSS (MB) |",
-            "|---|---|---|---|---|---|---|---|---|"]
+    rows = ["| p | centers | iterate | EigenPro 3 acc. (%) | exact lstsq acc. (%) | SGPR acc. (%) | epochs to within 0.5 % | s / epoch (loaded machine) | K(Z, Z) | peak RSS (MB) |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
     fmt = lambda v: "—" if v is None else f"{v:.2f}"  # noqa: E731
     for r in sorted(store.records(), key=lambda r: (r["p"], r["centers"], r["average_after"] or -1)):
         iterate = "last" if r["average_after"] is None else f"mean after epoch {r['average_after']}"
         rows.append(f"| {r['p']:,} | {r['centers']} | {iterate} | {r['ep3_accuracy'][-1]:.2f} | {fmt(r.get('direct_accuracy'))} | {fmt(r.get('sgpr_accuracy'))} | "
-                    f"{epochs_to_converge(r) or '>' + str(len(r['ep3_accuracy']))} | {np.median(r['ep3_seconds']):.1f} | {r['peak_rss_mb']:.0f} |")
+                    f"{epochs_to_converge(r) or '>' + str(len(r['ep3_accuracy']))} | {np.median(r['ep3_seconds']):.1f} | "
+                    f"{'held' if r.get('gram_held') else 'blocks'} | {r['peak_rss_mb']:.0f} |")
     return "\n".join(rows)
 
 
