@@ -545,6 +545,13 @@ def aggregate(records: List[Dict], dataset: str) -> Dict[str, Dict[str, np.ndarr
     return table
 
 
+def _style_axis(axis, angles, title: str) -> None:
+    axis.set_xlabel("rotation (degrees)")
+    axis.set_title(title, fontsize=10)
+    axis.set_xticks(angles[::2])
+    axis.grid(alpha=0.3)
+
+
 def plot(table, angles, path: Path, title: str) -> Path:
     import matplotlib
 
@@ -557,10 +564,7 @@ def plot(table, angles, path: Path, title: str) -> Path:
             mean, std = values[metric].mean(0), values[metric].std(0)
             axis.plot(angles, mean, marker="o", markersize=3, label=f"{LABELS[model]} ({len(values['seeds'])} seeds)")
             axis.fill_between(angles, mean - std, mean + std, alpha=0.2)
-        axis.set_xlabel("rotation (degrees)")
-        axis.set_title(METRIC_LABELS[metric], fontsize=10)
-        axis.set_xticks(angles[::2])
-        axis.grid(alpha=0.3)
+        _style_axis(axis, angles, METRIC_LABELS[metric])
     axes[0].legend(fontsize=8)
     fig.suptitle(title, fontsize=11)
     fig.tight_layout()
@@ -707,10 +711,7 @@ def compare_runs(runs: Sequence[Tuple[List[Dict], Optional[Sequence[str]]]], dat
         for axis, metric in zip(axes, ("log_likelihood", "accuracy")):
             for name, values, _ in columns:
                 axis.plot(angles, values[metric].mean(0), marker="o", markersize=3, label=name)
-            axis.set_xlabel("rotation (degrees)")
-            axis.set_title(METRIC_LABELS[metric] + " (seed means)", fontsize=10)
-            axis.set_xticks(angles[::2])
-            axis.grid(alpha=0.3)
+            _style_axis(axis, angles, METRIC_LABELS[metric] + " (seed means)")
         axes[0].legend(fontsize=7)
         fig.tight_layout()
         figure.parent.mkdir(parents=True, exist_ok=True)
@@ -774,7 +775,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                         help=f"the stage-2 remedies of docs/results/stage2.md: --kernel-variance {REMEDIES['kernel_variance']} "
                              f"--dgp-patience {REMEDIES['dgp_patience']} (an explicit --kernel-variance / --dgp-patience wins)")
     parser.add_argument("--doc", default=str(DOC), help="results markdown whose generated block is rewritten")
-    parser.add_argument("--figure", default=str(FIGURE))
+    parser.add_argument("--figure", default=None, help=f"figure to write (default {FIGURE.relative_to(REPO)}; with --compare: none)")
     parser.add_argument("--report-only", action="store_true", help="only rewrite the doc and figure from the records")
     parser.add_argument("--compare", nargs="+", metavar="DIR[:MODEL,…]", default=None,
                         help="print a table setting these records directories side by side (optionally only the named "
@@ -791,7 +792,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             if not store.path.exists():
                 raise SystemExit(f"--compare: no records at {store.path}")
             runs.append(([r for r in store.records() if r["seed"] in args.seeds], models.split(",") if models else None))
-        print(compare_runs(runs, args.dataset, Path(args.figure)), end="")
+        print(compare_runs(runs, args.dataset, Path(args.figure) if args.figure else None), end="")
         return
 
     from activated_dgp.data.mnist import default_cache_dir
@@ -830,7 +831,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                 f"{len(splits.y_test)} test images × {len(config.angles)} angles; models {models}")
             run_seed(config, splits, seed, models, store, cache / "rotated_mnist", extra)
             log(f"seed {seed} done in {time.time() - start:.0f} s")
-    write_report(store, config.dataset, Path(args.doc), Path(args.figure))
+    write_report(store, config.dataset, Path(args.doc), Path(args.figure or FIGURE))
 
 
 if __name__ == "__main__":

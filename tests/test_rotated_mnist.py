@@ -424,7 +424,7 @@ def test_stage2_remedies_options_records_and_errors(tmp_path, rng, capsys):
             rm.Config(**bad)
 
 
-def test_compare_runs_sets_record_directories_side_by_side(tmp_path):
+def test_compare_runs_sets_record_directories_side_by_side(tmp_path, capsys):
     """--compare: per angle the mean over seeds of each shown (run, model), columns named by the run's
     truncation level and stage-2 options; runs at other angles are refused; unknown models are named."""
     from experiments import rotated_mnist
@@ -459,3 +459,7 @@ def test_compare_runs_sets_record_directories_side_by_side(tmp_path):
         rotated_mnist.compare_runs([(low, None), (other, None)], "mnist")
     with pytest.raises(SystemExit, match="unknown models"):
         rotated_mnist.main(["--compare", f"{tmp_path / 'n8'}:adgp,bnn"])
+    before = rotated_mnist.FIGURE.stat().st_mtime_ns if rotated_mnist.FIGURE.exists() else None
+    rotated_mnist.main(["--compare", str(tmp_path / "n8"), "--seeds", "1"])  # no --figure: the page's figure is left alone
+    assert "| angle | NN (Ñ = 8, v = 1; 1 seeds) | ADGP (Ñ = 8, v = 1; 1 seeds) |" in capsys.readouterr().out
+    assert (rotated_mnist.FIGURE.stat().st_mtime_ns if rotated_mnist.FIGURE.exists() else None) == before
