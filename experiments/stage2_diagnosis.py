@@ -134,11 +134,11 @@ class Diagnose(tf_keras.callbacks.Callback):
 def run(args):
     import tensorflow as tf
 
-    from activated_dgp import build_activated_nn, train_network, train_two_stage
+    from activated_dgp import train_network, train_two_stage
     from activated_dgp.data import load_regression_dataset
     from activated_dgp.training import split_validation
     from experiments.uci import canonical_datasets, prepare_split
-    from experiments.uci_methods import BATCH_SIZE, NUM_LAYERS, NUM_UNITS, protocol_schedule, twin_lengthscales
+    from experiments.uci_methods import BATCH_SIZE, build_twin_network, protocol_schedule
 
     store = ResultStore(Path(args.out) / "records.jsonl", KEY_FIELDS)
     variants = list(VARIANTS) if args.variant == "all" else [v.strip() for v in args.variant.split(",") if v.strip()]
@@ -159,7 +159,7 @@ def run(args):
             view = SimpleNamespace(X_fit=X_fit, y_fit=y_fit, X_val=X_val, y_val=y_val, X_test=data.X_test, y_test=data.y_test)
             tf_keras.backend.clear_session()
             tf.random.set_seed(data.seed)
-            network = build_activated_nn(X_fit.shape[1], num_layers=NUM_LAYERS, num_units=NUM_UNITS, lengthscales=twin_lengthscales(X_fit.shape[1]), seed=data.seed)
+            network = build_twin_network(X_fit.shape[1], data.seed)
             start = time.perf_counter()
             history = train_network(network, X_fit, y_fit, "gaussian", protocol_schedule(args.nn_steps, len(X_fit)), validation_data=(X_val, y_val))
             weights = network.get_weights()

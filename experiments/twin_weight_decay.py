@@ -36,7 +36,6 @@ def fit_penalised_twin(data, weight_decay: float, budget):
     (network, training history)."""
     import tensorflow as tf
 
-    from activated_dgp import build_activated_nn
     from activated_dgp.training import train_network
     from experiments import uci_methods
 
@@ -44,8 +43,7 @@ def fit_penalised_twin(data, weight_decay: float, budget):
         raise ValueError(f"weight_decay must be a finite number ≥ 0, got {weight_decay!r}")
     (X, y), validation = uci_methods._fit_parts(data, budget)
     tf.random.set_seed(data.seed)
-    network = build_activated_nn(X.shape[1], num_layers=uci_methods.NUM_LAYERS, num_units=uci_methods.NUM_UNITS,
-                                 lengthscales=uci_methods.twin_lengthscales(X.shape[1]), seed=data.seed)
+    network = uci_methods.build_twin_network(X.shape[1], data.seed)
     network(X[:1])
     if weight_decay > 0:
         for weight in network.trainable_weights:
@@ -100,13 +98,14 @@ def report(records, uci_records=()) -> str:
 
 
 def _uci_records(path: Path, budget: str = "converged-long"):
-    """The UCI benchmark's records of ``budget`` under the current protocol (older versions carried over
-    where their method did not change)."""
-    from experiments.uci import KEY_FIELDS as UCI_KEY_FIELDS
-    from experiments.uci_methods import BUDGETS, upgrade_record
+    """The UCI benchmark's records of ``budget`` under the current protocol (none when there are none)."""
+    from experiments.uci import load_records
+    from experiments.uci_methods import BUDGETS
 
-    protocol = BUDGETS[budget].key()
-    return [r for r in ResultStore(path, UCI_KEY_FIELDS, upgrade=upgrade_record).records() if r["protocol"] == protocol] if path.exists() else []
+    try:
+        return load_records(path.parent, BUDGETS[budget].key())
+    except (FileNotFoundError, ValueError):
+        return []
 
 
 def main(argv=None) -> None:

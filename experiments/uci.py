@@ -510,9 +510,10 @@ def figure(rows: Sequence[Dict], path: Path) -> None:
     plt.close(fig)
 
 
-def report(out: Path, doc: Optional[str] = None, protocol: Optional[str] = None, as_recorded: bool = False) -> str:
-    """Table, CSV and figure from the records of one ``protocol`` (budget key; default: the one with
-    the most records), so that records of other settings never mix into a table."""
+def load_records(out: Path, protocol: Optional[str] = None, as_recorded: bool = False) -> List[Dict]:
+    """The records in ``out``/records.jsonl of one ``protocol`` (budget key; default: the one with the most
+    records). Older versions' records count for methods the current version did not change, unless
+    ``as_recorded``."""
     from experiments.uci_methods import upgrade_record
 
     store = ResultStore(Path(out) / "records.jsonl", KEY_FIELDS, upgrade=None if as_recorded else upgrade_record)
@@ -526,6 +527,13 @@ def report(out: Path, doc: Optional[str] = None, protocol: Optional[str] = None,
     records = [r for r in everything if r["protocol"] == protocol]
     if not records:
         raise ValueError(f"no records of protocol {protocol!r} in {store.path}; it has {sorted(counts)}")
+    return records
+
+
+def report(out: Path, doc: Optional[str] = None, protocol: Optional[str] = None, as_recorded: bool = False) -> str:
+    """Table, CSV and figure from the records of one ``protocol`` (budget key; default: the one with
+    the most records), so that records of other settings never mix into a table."""
+    records = load_records(out, protocol, as_recorded)
     rows = summarise(records)
     text = markdown(rows, records)
     (Path(out) / "table.md").write_text(text)

@@ -219,6 +219,12 @@ def _fit_parts(data: SplitData, budget: Budget):
     return (data.X_train, data.y_train), None
 
 
+def build_twin_network(input_dim: int, seed: int) -> tf_keras.Model:
+    """The benchmark's activated twin (module docstring): :func:`activated_dgp.build_activated_nn` with
+    :data:`NUM_LAYERS` layers of :data:`NUM_UNITS` units and :func:`twin_lengthscales`, seeded."""
+    return build_activated_nn(input_dim, num_layers=NUM_LAYERS, num_units=NUM_UNITS, lengthscales=twin_lengthscales(input_dim), seed=seed)
+
+
 def build_plain_network(input_dim: int, seed: int) -> tf_keras.Sequential:
     """An ordinary network of the twin's shape: [Dense(128, softplus), Dense(D, no bias)] × 2,
     [Dense(128, softplus), Dense(1, no bias)], Glorot-normal initialisation (seeded), float64."""
@@ -289,7 +295,7 @@ def _fit_network(kind: str, data: SplitData, budget: Budget, seed: int, dropout_
     if kind == "plain":
         network = build_plain_network(input_dim, seed)
     else:
-        network = build_activated_nn(input_dim, num_layers=NUM_LAYERS, num_units=NUM_UNITS, lengthscales=twin_lengthscales(input_dim), seed=seed)
+        network = build_twin_network(input_dim, seed)
         if kind == "dropout":
             network = with_dropout(network, dropout_rate, seed=seed)
     network(X[:1])
@@ -314,7 +320,7 @@ def _fit_network(kind: str, data: SplitData, budget: Budget, seed: int, dropout_
 def _fit_twin(X, y, budget: Budget, seed: int) -> tf_keras.Model:
     """The activated twin trained on MSE on all of (X, y) with ``budget``'s fixed schedule."""
     tf.random.set_seed(seed)
-    network = build_activated_nn(X.shape[1], num_layers=NUM_LAYERS, num_units=NUM_UNITS, lengthscales=twin_lengthscales(X.shape[1]), seed=seed)
+    network = build_twin_network(X.shape[1], seed)
     train_network(network, X, y, "gaussian", budget.schedule(budget.nn_steps, len(X)))
     return network
 
@@ -344,7 +350,7 @@ def predict_plain(data: SplitData, budget: Budget) -> Prediction:
 
 def build_dropout_twin(input_dim: int, seed: int, rate: float = DROPOUT_RATE) -> tf_keras.Model:
     """The activated twin with Dropout(rate) after every activated (wide) layer."""
-    twin = build_activated_nn(input_dim, num_layers=NUM_LAYERS, num_units=NUM_UNITS, lengthscales=twin_lengthscales(input_dim), seed=seed)
+    twin = build_twin_network(input_dim, seed)
     return with_dropout(twin, rate, seed=seed)
 
 

@@ -74,6 +74,10 @@ class _Basis:
         """[⟨b_r, b_c⟩_H] [len(rows), len(cols)] for index arrays."""
         raise NotImplementedError
 
+    def cached_gram(self) -> Optional[tf.Tensor]:
+        """The whole Gram matrix [p, p] where the basis holds it (then products with it are one matmul), else None."""
+        return None
+
     def _column_blocks(self):
         for start in range(0, self.num_functions, self.block_size):
             yield start, min(start + self.block_size, self.num_functions)
@@ -186,6 +190,9 @@ class ActivatedBasis(_Basis):
     def values(self, X, start, stop):
         return tf.transpose(self._kuf(tf.convert_to_tensor(X, tf.float64))[start:stop])
 
+    def cached_gram(self) -> tf.Tensor:
+        return self._kuu
+
     def gram(self, rows, cols):
         return tf.gather(tf.gather(self._kuu, rows), cols, axis=1)
 
@@ -226,7 +233,7 @@ class BasisGram:
         """G[rows, :] V [len(rows), L], over blocks of rows and columns."""
         V = tf.convert_to_tensor(V, tf.float64)
         rows = np.asarray(rows)
-        cached = self.basis.cached_gram() if hasattr(self.basis, "cached_gram") else None
+        cached = self.basis.cached_gram()
         if cached is not None:
             return tf.matmul(tf.gather(cached, rows), V)
         out = []
