@@ -258,14 +258,20 @@ def _network_path(key: tuple) -> Optional[Path]:
     return Path(NETWORK_DIR) / f"{key[0]}-seed{key[1]}-{hashlib.sha1(repr(key).encode()).hexdigest()[:16]}"
 
 
+def _with_suffix(stem: Path, suffix: str) -> Path:
+    """``stem`` + ``suffix``. Not ``Path.with_suffix``: a stem such as "dropout0.005-seed0-…" has a dot, and
+    ``with_suffix`` would cut it there, so every dropout rate and split would share one file "dropout0.h5"."""
+    return stem.parent / f"{stem.name}{suffix}"
+
+
 def _load_checkpoint(network: tf_keras.Model, key: tuple) -> Optional[Dict]:
     """The history of the network saved under ``key`` after loading its weights into ``network``; None
     when there is no complete checkpoint (its JSON, written last, marks it complete)."""
     stem = _network_path(key)
-    if stem is None or not stem.with_suffix(".json").exists():
+    if stem is None or not _with_suffix(stem, ".json").exists():
         return None
-    network.load_weights(str(stem.with_suffix(".h5")))
-    return json.loads(stem.with_suffix(".json").read_text())
+    network.load_weights(str(_with_suffix(stem, ".h5")))
+    return json.loads(_with_suffix(stem, ".json").read_text())
 
 
 def _save_checkpoint(network: tf_keras.Model, key: tuple, history: Dict) -> None:
@@ -277,7 +283,7 @@ def _save_checkpoint(network: tf_keras.Model, key: tuple, history: Dict) -> None
     for suffix, write in ((".h5", lambda path: network.save_weights(str(path))), (".json", lambda path: path.write_text(json.dumps(history)))):
         partial = stem.parent / f"{stem.name}.partial{suffix}"
         write(partial)
-        os.replace(partial, stem.with_suffix(suffix))
+        os.replace(partial, _with_suffix(stem, suffix))
 
 
 def _fit_network(kind: str, data: SplitData, budget: Budget, seed: int, dropout_rate: float = DROPOUT_RATE) -> Tuple[tf_keras.Model, Dict]:

@@ -297,6 +297,9 @@ def test_converged_protocol_records_steps_and_shares_the_network(tmp_path):
     scores = records["dropout"]["extra"]["validation_log_likelihood"]
     assert sorted(map(float, scores)) == [0.005, 0.01, 0.05, 0.1]
     assert records["dropout"]["extra"]["dropout_rate"] == float(max(scores, key=scores.get))
+    # one saved network per dropout rate (the rate's dot must not end the file name: "dropout0.005-…")
+    saved = sorted(path.name for path in (tmp_path / "networks").glob("dropout*.json"))
+    assert [name.split("-seed")[0] for name in saved] == ["dropout0.005", "dropout0.01", "dropout0.05", "dropout0.1"]
 
 
 def test_dropout_precision_maximises_the_validation_likelihood():
