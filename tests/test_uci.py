@@ -400,3 +400,20 @@ def test_nlpd_gap_splits_accuracy_from_the_variance_against_scipy(rng):
     np.testing.assert_allclose(row["gap"] - row["accuracy"], -row["excess"][1], atol=1e-12)
     with pytest.raises(ValueError, match="rmse must be positive"):
         homoscedastic_gaussian_nlpd(0.0)
+
+
+def test_published_dropout_table_pairs_splits_and_turns_nlpd_into_log_likelihood():
+    """Only the splits with a record are averaged on the published side; the test log-likelihood is −NLPD."""
+    from experiments.uci import PUBLISHED_MC_DROPOUT, published_dropout_markdown
+
+    rmse, ll = PUBLISHED_MC_DROPOUT["energy"]
+    records = [
+        {"dataset": "energy", "method": "dropout", "split": k, "rmse_original": 0.5 + k, "nlpd_original": 1.0 + k, "extra": {"dropout_rate": 0.01}}
+        for k in (0, 3)
+    ] + [{"dataset": "energy", "method": "nn", "split": 1, "rmse_original": 9.0, "nlpd_original": 9.0, "extra": {}}]
+    row = next(line for line in published_dropout_markdown(records) if line.startswith("| energy |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1] == "2"
+    assert float(cells[2]) == pytest.approx(2.0, rel=1e-3) and float(cells[3]) == pytest.approx((rmse[0] + rmse[3]) / 2, rel=1e-3)
+    assert float(cells[5]) == pytest.approx(-2.5, abs=1e-3) and float(cells[6]) == pytest.approx((ll[0] + ll[3]) / 2, abs=1e-3)
+    assert published_dropout_markdown([r for r in records if r["method"] == "nn"]) == []
