@@ -2,7 +2,7 @@
 
     python -m experiments.uci --dataset boston-embedded --method nn,adgp --budget small
     python -m experiments.uci --dataset all --method all --data-dir ../shared/data --out docs/results/uci
-    python -m experiments.uci --report-only --out docs/results/uci --doc docs/results/uci.md
+    python -m experiments.uci --report-only --out docs/results/uci_long --doc docs/results/uci.md
 
 Each (dataset, method, split) cell is one record appended atomically to ``<out>/records.jsonl``
 (experiments/records.py), so an interrupted run resumes where it stopped and never repeats a finished cell.
