@@ -751,7 +751,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", default=None, help="directory with MNIST IDX files or mnist.npz (or $ADGP_DATA_DIR)")
     parser.add_argument("--dataset", choices=("mnist", "fashion_mnist"), default="mnist")
-    parser.add_argument("--out", default=str(REPO / "docs" / "results" / "rotated_mnist"), help="records directory")
+    parser.add_argument("--out", default="runs/rotated_mnist",
+                        help="records directory (default runs/rotated_mnist: a new run never meets the committed records of another configuration)")
     parser.add_argument("--cache-dir", default=None, help="rotated test sets and checkpoints (default ~/.cache/activated_dgp)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--models", nargs="+", choices=MODELS, default=[m for m in MODELS if m != "adgp_ft"])
@@ -774,8 +775,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--stage2-remedies", action="store_true",
                         help=f"the stage-2 remedies of docs/results/stage2.md: --kernel-variance {REMEDIES['kernel_variance']} "
                              f"--dgp-patience {REMEDIES['dgp_patience']} (an explicit --kernel-variance / --dgp-patience wins)")
-    parser.add_argument("--doc", default=str(DOC), help="results markdown whose generated block is rewritten")
-    parser.add_argument("--figure", default=None, help=f"figure to write (default {FIGURE.relative_to(REPO)}; with --compare: none)")
+    parser.add_argument("--doc", default=None, help="results markdown whose generated block is rewritten (default <out>/report.md)")
+    parser.add_argument("--figure", default=None, help="figure to write (default <out>/rotated_mnist.png; with --compare: none)")
     parser.add_argument("--report-only", action="store_true", help="only rewrite the doc and figure from the records")
     parser.add_argument("--compare", nargs="+", metavar="DIR[:MODEL,…]", default=None,
                         help="print a table setting these records directories side by side (optionally only the named "
@@ -831,7 +832,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                 f"{len(splits.y_test)} test images × {len(config.angles)} angles; models {models}")
             run_seed(config, splits, seed, models, store, cache / "rotated_mnist", extra)
             log(f"seed {seed} done in {time.time() - start:.0f} s")
-    write_report(store, config.dataset, Path(args.doc), Path(args.figure or FIGURE))
+    out = Path(args.out)
+    write_report(store, config.dataset, Path(args.doc) if args.doc else out / "report.md", Path(args.figure) if args.figure else out / "rotated_mnist.png")
 
 
 if __name__ == "__main__":
