@@ -286,6 +286,10 @@ def claims(records: Sequence[Dict]) -> List[str]:
             f"- {text}: {len(wins)} of {len(pairs)} datasets" + (f" (not on: {', '.join(losses)})" if losses else "")
             + f"; shared splits: {counts}"
         )
+    for other in ("nn", "dgp", "nn_ts"):
+        line = _calibration_claim(records, datasets, other)
+        if line:
+            lines.append(line)
     # the stage-2 issue's accuracy target: ADGP's RMSE better than its network's, or within one standard
     # error (over the shared splits) of the network's mean RMSE
     within, unknown, total = [], [], 0
@@ -355,6 +359,27 @@ def published_dropout_markdown(records: Sequence[Dict]) -> List[str]:
         *rows,
         "",
     ]
+
+
+def _calibration_claim(records: Sequence[Dict], datasets: Sequence[str], other: str) -> Optional[str]:
+    """ADGP's PIT calibration error against ``other``'s, per dataset over the splits where both records have it."""
+    from experiments.uci_methods import LABELS
+
+    pairs = []
+    for d in datasets:
+        by_split = {m: {r["split"]: r["calibration_error"] for r in records
+                        if r["dataset"] == d and r["method"] == m and "calibration_error" in r} for m in ("adgp", other)}
+        shared = sorted(set(by_split["adgp"]) & set(by_split[other]))
+        if shared:
+            pairs.append((d, np.mean([by_split["adgp"][k] for k in shared]), np.mean([by_split[other][k] for k in shared]), len(shared)))
+    if not pairs:
+        return None
+    losses = [d for d, a, b, _ in pairs if a > b]
+    return (
+        f"- ADGP calibration error (PIT) < {LABELS[other]}'s: {len(pairs) - len(losses)} of {len(pairs)} datasets"
+        + (f" (not on: {', '.join(losses)})" if losses else "")
+        + "; " + ", ".join(f"{d} {a:.3f} vs {b:.3f} ({k})" for d, a, b, k in pairs)
+    )
 
 
 def nlpd_gap(records: Sequence[Dict], method: str = "adgp", other: str = "dgp") -> List[Dict]:

@@ -417,3 +417,17 @@ def test_published_dropout_table_pairs_splits_and_turns_nlpd_into_log_likelihood
     assert float(cells[2]) == pytest.approx(2.0, rel=1e-3) and float(cells[3]) == pytest.approx((rmse[0] + rmse[3]) / 2, rel=1e-3)
     assert float(cells[5]) == pytest.approx(-2.5, abs=1e-3) and float(cells[6]) == pytest.approx((ll[0] + ll[3]) / 2, abs=1e-3)
     assert published_dropout_markdown([r for r in records if r["method"] == "nn"]) == []
+
+
+def test_calibration_claim_pairs_only_splits_where_both_have_the_metric():
+    from experiments.uci import claims
+
+    def record(method, split, error):
+        r = {"dataset": "yacht", "method": method, "split": split, "rmse": 1.0, "nlpd": 1.0, "num_train": 9, "num_test": 1,
+             "input_dim": 6, "seconds": 1.0, "budget": {"name": "t"}, "rmse_original": 1.0, "nlpd_original": 1.0}
+        return r if error is None else dict(r, calibration_error=error, coverage_90=0.9)
+
+    # split 1's DGP record predates the metric: only split 0 is compared (0.05 < 0.08), not 0.05 against the mean
+    records = [record("adgp", 0, 0.05), record("adgp", 1, 0.30), record("dgp", 0, 0.08), record("dgp", 1, None)]
+    line = next(l for l in claims(records) if l.startswith("- ADGP calibration error (PIT) < DGP"))
+    assert "1 of 1 datasets" in line and "yacht 0.050 vs 0.080 (1)" in line
