@@ -431,3 +431,19 @@ def test_calibration_claim_pairs_only_splits_where_both_have_the_metric():
     records = [record("adgp", 0, 0.05), record("adgp", 1, 0.30), record("dgp", 0, 0.08), record("dgp", 1, None)]
     line = next(l for l in claims(records) if l.startswith("- ADGP calibration error (PIT) < DGP"))
     assert "1 of 1 datasets" in line and "yacht 0.050 vs 0.080 (1)" in line
+
+
+def test_stage2_effect_groups_splits_by_the_restored_step():
+    from experiments.uci import stage2_effect_markdown
+
+    def record(method, split, rmse, nlpd, best=None):
+        extra = {"dgp": {"best_step": best}} if best is not None else {}
+        return {"dataset": "energy", "method": method, "split": split, "rmse": rmse, "nlpd": nlpd, "extra": extra}
+
+    records = [
+        record("adgp", 0, 0.10, 0.0, best=0), record("nn", 0, 0.10, 0.5), record("nn_ts", 0, 0.10, 0.1),
+        record("adgp", 1, 0.05, -1.0, best=300), record("nn", 1, 0.09, 0.5), record("nn_ts", 1, 0.09, -0.2),
+        record("adgp", 2, 0.01, -9.0, best=300), record("nn", 2, 0.09, 0.5),  # no NN+TS record: left out
+    ]
+    row = next(line for line in stage2_effect_markdown(records) if line.startswith("| energy |"))
+    assert row == "| energy | 1: +0.0000 / -0.100 | 1: -0.0400 / -0.800 |"
