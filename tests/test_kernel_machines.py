@@ -10,6 +10,7 @@ import tensorflow as tf
 from activated_dgp import ActivationFeature, IKA, NeuralEF, ZonalArcCosine, eigen
 from activated_dgp.kernel_machines import (
     EigenPro2,
+    EigenPro2Solver,
     EigenPro3,
     KernelCenters,
     KernelGram,
@@ -17,6 +18,7 @@ from activated_dgp.kernel_machines import (
     batch_step,
     choose_centers,
 )
+from activated_dgp.kernel_machines.training_loop import DIVERGENCE_FACTOR, TrainingState, run_epochs
 
 
 def _problem(n=200, d=2, seed=0):
@@ -115,6 +117,63 @@ def test_eigenpro3_converges_to_least_squares_over_the_centers(projection):
         projection_eigenpairs=10, projection_epochs=2, batch_size=160, power_iterations=10,
     ).fit(X, y, epochs=60, progress=False)
     assert np.linalg.norm(model.predict(X) - fitted) / np.linalg.norm(fitted) < 1e-2
+
+
+@pytest.mark.parametrize("cache_gram", [True, False])
+def test_eigenpro2_adjoint_solve_is_the_transpose_of_the_solve(cache_gram):
+    """S: b ↦ 2 epochs of EigenPro 2 from θ = 0 is linear; solve_adjoint must give Sᵀ (numpy's transpose of the
+    dense S), through the held K(Z, Z) and through blocks. S itself is far from symmetric, so Sᵀ ≠ S."""
+    Z = np.random.default_rng(0).normal(size=(90, 3))
+    operator = KernelCenters(gpflow.kernels.Exponential(**LAPLACE), Z, block_size=16, cache_gram=cache_gram).gram_operator()
+    solver = EigenPro2Solver(operator, 40, 8, max_batch=25, seed=1)
+    S = solver.solve(np.eye(90), epochs=2, rng=np.random.default_rng(5))
+    adjoint = solver.solve_adjoint(np.eye(90), epochs=2, rng=np.random.default_rng(5))
+    np.testing.assert_allclose(adjoint, S.T, rtol=1e-10, atol=1e-12)
+    assert np.linalg.norm(S - S.T) > 0.05 * np.linalg.norm(S)
+
+
+def test_eigenpro3_inexact_projection_converges_at_p_equal_n():
+    """Centers = all training points (p = n, interpolation), inexact projection by one EigenPro 2 epoch. With S ≈ G⁻¹
+    in both places (θ = S P S u) the iteration operator had a dominant negative eigenvalue and the loss grew to
+    ×1e70 in 100 epochs; θ = S P Sᵀ u is symmetric positive semi-definite and reaches scipy's least-squares fit."""
+    rng = np.random.default_rng(0)
+    means = 3.0 * rng.normal(size=(5, 10))
+    labels = rng.integers(5, size=200)
+    X = means[labels] + rng.normal(size=(200, 10))  # 5 clusters in 10 dimensions, a near-diagonal Laplacian Gram like MNIST's
+    y = np.eye(5)[labels]
+    kernel = gpflow.kernels.Exponential(lengthscales=5.0)
+    fitted = _least_squares(kernel, X, X, y)
+    model = EigenPro3(kernel, X, subsample_size=100, num_eigenpairs=25, projection="inexact", projection_epochs=1,
+                      projection_subsample=200, projection_eigenpairs=20, max_batch=32, power_iterations=20)
+    model.fit(X, y, epochs=100, progress=False)
+    losses = model.history["loss"]
+    assert losses.size == 100 and np.all(np.isfinite(losses)) and losses.max() <= losses[0]
+    assert np.linalg.norm(model.predict(X) - fitted) / np.linalg.norm(fitted) < 1e-2
+
+
+def test_divergence_check_stops_when_the_loss_grows_by_orders_of_magnitude():
+    """Richardson steps x ← x − η(Ax − b) with η = 2.1/λ_max multiply the top residual by −1.1 per step: finite but
+    diverging. Training must stop in the first epoch whose loss exceeds DIVERGENCE_FACTOR × the first epoch's
+    (found here by running the same arithmetic in numpy), long before the loss is inf, with nothing recorded for it."""
+    A, b, eta = np.diag([1.0, 0.3, 0.05]), np.ones(3), 2.1
+
+    def richardson_epoch(x, steps=10):
+        """``steps`` steps in place on x [3]; returns the mean squared residual before each step."""
+        residuals = []
+        for _ in range(steps):
+            residuals.append(np.sum((A @ x - b) ** 2))
+            x -= eta * (A @ x - b)
+        return np.mean(residuals)
+
+    x = np.zeros(3)
+    reference = np.array([richardson_epoch(x) for _ in range(60)])
+    expected = int(np.argmax(reference > DIVERGENCE_FACTOR * reference[0])) + 1  # first epoch beyond the limit
+    assert 2 < expected < 60 and np.all(np.isfinite(reference))
+    state, x = TrainingState(), np.zeros(3)
+    epoch_fn = lambda rng: richardson_epoch(x)  # noqa: E731
+    with pytest.raises(ValueError, match=rf"diverged in epoch {expected}: training loss .* the first epoch's"):
+        run_epochs(state, tf.train.Checkpoint(state=state), epoch_fn, 60, seed=0, progress=False)
+    np.testing.assert_allclose(state.history["loss"], reference[: expected - 1], rtol=1e-12)
 
 
 def test_held_gram_matrix_trains_the_same_model_as_recomputed_blocks():

@@ -246,6 +246,22 @@ class BasisGram:
             out.append(total)
         return tf.concat(out, axis=0)
 
+    def matmul_transpose(self, rows, R) -> tf.Tensor:
+        """G[rows, :]ᵀ R = G[:, rows] R [N, L] for R [len(rows), L] (G is symmetric), over blocks of columns."""
+        R = tf.convert_to_tensor(R, tf.float64)
+        rows = np.asarray(rows)
+        cached = self.basis.cached_gram()
+        if cached is not None:
+            return tf.matmul(tf.gather(cached, rows), R, transpose_a=True)
+        out = []
+        for start in range(0, self.size, self.block_size):
+            cols = np.arange(start, min(start + self.block_size, self.size))
+            total = tf.zeros([len(cols), R.shape[1]], tf.float64)
+            for r in range(0, len(rows), self.block_size):
+                total += tf.matmul(self.block(rows[r : r + self.block_size], cols), R[r : r + self.block_size], transpose_a=True)
+            out.append(total)
+        return tf.concat(out, axis=0)
+
 
 class KernelGram(BasisGram):
     """K(X, X) [n, n] of a data set, as a block operator (EigenPro 2 on data)."""

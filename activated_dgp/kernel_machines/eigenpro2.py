@@ -88,11 +88,15 @@ class EigenPro2Solver:
             theta[self.subsample] += rate * tf.matmul(self._C, self.preconditioner.correction(Psi, g)).numpy()
         return float(tf.reduce_mean(tf.reduce_sum(g**2, axis=1)))
 
+    def _minibatches(self, rng: np.random.Generator):
+        """One epoch's minibatches: a permutation of all N indices drawn from ``rng``, cut into sorted
+        index arrays of m (the last one ragged)."""
+        order = rng.permutation(self.operator.size)
+        return [np.sort(order[i : i + self.batch_size]) for i in range(0, len(order), self.batch_size)]
+
     def epoch(self, theta: np.ndarray, b: np.ndarray, rng: np.random.Generator) -> float:
         """One pass over all N indices in minibatches of m; returns the mean squared residual."""
-        order = rng.permutation(self.operator.size)
-        losses = [self.step(theta, np.sort(order[i : i + self.batch_size]), b[np.sort(order[i : i + self.batch_size])]) for i in range(0, len(order), self.batch_size)]
-        return float(np.mean(losses))
+        return float(np.mean([self.step(theta, rows, b[rows]) for rows in self._minibatches(rng)]))
 
     def solve(self, b, epochs: int = 1, rng: Optional[np.random.Generator] = None, theta=None) -> np.ndarray:
         """θ ≈ K⁻¹ b [N, L] after ``epochs`` passes (T = epochs · ⌈N/m⌉ iterations), from θ = 0 or ``theta``."""
@@ -102,6 +106,29 @@ class EigenPro2Solver:
         for _ in range(int(epochs)):
             self.epoch(theta, b, rng)
         return theta
+
+    def solve_adjoint(self, b, epochs: int = 1, rng: Optional[np.random.Generator] = None) -> np.ndarray:
+        """Sᵀ b [N, L], where S is the linear map b ↦ ``solve(b, epochs, rng)`` from θ = 0 (``rng`` in the same state).
+
+        Step k on minibatch M_k is θ ← A_k θ + R_k b with A_k = I − R_k K and
+        R_k x = (η_k/m_k) (E_k x_(M_k) − E_S C D ψ(M_k)ᵀ x_(M_k)) (E_k, E_S: the columns of I at M_k, S), so
+        S = Σ_k A_(T−1) ⋯ A_(k+1) R_k and Sᵀ b = Σ_k R_kᵀ v_(k+1), with v_T = b, v_k = (I − K R_kᵀ) v_(k+1) and
+        R_kᵀ v = (η_k/m_k) E_k (v_(M_k) − ψ(M_k) D Cᵀ v_S): the same minibatches in reverse order, each costing
+        one K[M_k, :] block as in ``solve``. S is not symmetric (SGD steps in one order, the correction on S only),
+        although K⁻¹ is; EigenPro 3's consistent update needs S P Sᵀ, not S P S (eigenpro3.py)."""
+        b = np.asarray(b, dtype=np.float64)
+        rng = np.random.default_rng(0) if rng is None else rng
+        batches = [rows for _ in range(int(epochs)) for rows in self._minibatches(rng)]
+        v, out = b.copy(), np.zeros_like(b)
+        for rows in reversed(batches):
+            r = v[rows]
+            if self.preconditioner.q:
+                Psi = self.preconditioner.eigenfunctions(rows[:, None].astype(np.float64)).numpy()
+                r = r - Psi @ (self.preconditioner.weights.numpy()[:, None] * (self._C.numpy().T @ v[self.subsample]))
+            r = batch_step(self.beta, self.top_eigenvalue, len(rows)) / len(rows) * r
+            out[rows] += r
+            v -= self.operator.matmul_transpose(rows, r).numpy()
+        return out
 
 
 class EigenPro2(TrainedWeights, tf.Module):

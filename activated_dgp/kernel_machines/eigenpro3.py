@@ -25,6 +25,22 @@ EigenPro 2 on G, whose own Nyström preconditioner depends on the basis only). T
 (ψ, μ) is the Nyström one on s data points (the paper's) or any eigen-module approximation (IKA,
 NeuralEF; :class:`Preconditioner`).
 
+Inexact projection in the consistent update. EigenPro 2 from θ = 0 with a fixed minibatch order is one
+linear map S ≈ G⁻¹, but not a symmetric one (SGD steps in one order; the correction touches the Nyström
+subsample only). The full-batch iteration is α ↦ T H α with H = B(X)ᵀB(X)/n and T the update's
+preconditioner. Exactly, T = G⁻¹ P G⁻¹ (P = G − Ψ_Z D Ψ_Zᵀ), symmetric positive semi-definite, so T H has
+real eigenvalues ≥ 0 and (m, η) from β and its top eigenvalue λ converge (Ma, Bassily & Belkin 2018). With
+S in both places, T = S P S is not symmetric and T H can have negative eigenvalues, for which
+|1 − ηλ| > 1 at every η > 0: no step size converges. Measured at p = n = 1,000 MNIST digits (Laplacian,
+lengthscale 5; s = 400, q = 20; EigenPro 2 on 400 of the centers, q = 20, one epoch): S P S H has
+eigenvalues from −1.05e-2 to +5.3e-3, the negative one dominant (the power iteration found it: its
+spectral radius 1.05e-2 is the estimate), and the loss grew ×1e9 per epoch. Hence
+θ = S (G − Ψ_Z D Ψ_Zᵀ) Sᵀ u: T = S P Sᵀ is symmetric positive semi-definite for any S
+(:meth:`EigenPro2Solver.solve_adjoint` applies Sᵀ at the cost of S), the eigenvalues of T H are real in
+[8e-7, 6.6e-3] there, and the fixed point is still the least-squares solution (T non-singular). The price
+of a rough S remains: T H's small eigenvalues are the exact ones times ≈ λ_min(SG)² (0.085² after one
+epoch there), so at p = n the iteration converges more slowly than with the exact projection.
+
 Step size. (m, η) follow Algorithm 3's rule (:func:`step_schedule`) with β the largest one-point
 curvature of the actual (projected, preconditioned) step over ≤ 256 data points and λ the top eigenvalue of the full-batch iteration
 operator α ↦ θ(α) on that subsample, estimated by power iteration (for the paper's Nyström update it
@@ -241,12 +257,13 @@ class EigenPro3(TrainedWeights, tf.Module):
             if preconditioned:
                 u = u - tf.matmul(self._Psi_Z, self.data_preconditioner.correction(Psi_m, g)) / m
             return self._solve(u)
-        theta = self._solve(u)
         if not preconditioned:
-            return theta
+            return self._solve(u)
         if self.projection == "exact":
+            theta = self._solve(u)
             return theta - self._W @ self.data_preconditioner.correction(self._Psi_Z, theta).numpy()
-        # proj P proj with inexact projections: θ = S (G θ_g − Ψ_Z D Ψ_Zᵀ θ_g), the same S twice
+        # proj P proj with inexact projections: θ = S (G − Ψ_Z D Ψ_Zᵀ) Sᵀ u (module docstring, "Inexact projection")
+        theta = self.projector.solve_adjoint(np.asarray(u), epochs=self.projection_epochs, rng=np.random.default_rng([self.seed, 3]))
         operator = self.basis.gram_operator()
         P_theta = operator.matmul(np.arange(operator.size), theta) - tf.matmul(self._Psi_Z, self.data_preconditioner.correction(self._Psi_Z, theta))
         return self._solve(P_theta)

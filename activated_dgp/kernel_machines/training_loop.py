@@ -15,7 +15,14 @@ from typing import Callable, Optional
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["TrainingState", "TrainedWeights", "run_epochs"]
+__all__ = ["TrainingState", "TrainedWeights", "run_epochs", "DIVERGENCE_FACTOR"]
+
+# run_epochs stops when an epoch's loss exceeds this multiple of the first epoch's. The epoch loss is the mean
+# squared residual measured before each step, so the first epoch's includes the starting residual; a stable
+# iteration decreases it in expectation (interpolation) or hovers at a noise floor below it (p < n), and a
+# diverging one grows geometrically (MNIST, p = n: ×1e84 per epoch), so 1e3 is far above any stable
+# fluctuation and stops a divergence a few epochs after it starts, before it reaches inf.
+DIVERGENCE_FACTOR = 1e3
 
 
 class TrainingState(tf.Module):
@@ -80,7 +87,8 @@ def run_epochs(
         evaluate the model per epoch without a ``fit`` call (and its preconditioner setup) per epoch.
     :param checkpoint_dir: if given, the latest checkpoint there is restored first and a new one
         written after every epoch.
-    Raises ValueError when the loss becomes non-finite (divergence).
+    Raises ValueError (divergence) when an epoch's loss is non-finite or exceeds ``DIVERGENCE_FACTOR`` = 1e3
+    times the first epoch's; that epoch's loss is not recorded and no checkpoint is written for it.
     """
     epochs = _check_epochs(epochs)
     manager = None
@@ -100,6 +108,12 @@ def run_epochs(
         seconds = time.perf_counter() - start
         if not np.isfinite(loss):
             raise ValueError(f"{label} diverged in epoch {epoch + 1} (non-finite loss); reduce the step size or q")
+        first = state.losses.numpy()[0] if state.losses.numpy().size else None
+        if first is not None and first > 0 and loss > DIVERGENCE_FACTOR * first:
+            raise ValueError(
+                f"{label} diverged in epoch {epoch + 1}: training loss {loss:.3e} is {loss / first:.1e}× the first epoch's "
+                f"{first:.3e} (limit {DIVERGENCE_FACTOR:.0e}×); reduce the step size or q"
+            )
         state.record(loss, seconds)
         if manager is not None:
             manager.save(checkpoint_number=epoch + 1)
