@@ -253,6 +253,11 @@ def _shared_splits(records: Sequence[Dict], dataset: str, methods: Sequence[str]
     return set.intersection(*splits) if splits else set()
 
 
+def _by_split(records: Sequence[Dict], dataset: str, method: str, field: Optional[str] = None) -> Dict[int, Dict]:
+    """``method``'s records on ``dataset`` by split (only those that have ``field``, when given)."""
+    return {r["split"]: r for r in records if r["dataset"] == dataset and r["method"] == method and (field is None or field in r)}
+
+
 def _paired(records: Sequence[Dict], dataset: str, methods: Sequence[str]) -> Dict[str, Dict]:
     """:func:`summarise` rows of ``methods`` on ``dataset``, over only the splits that all of them have."""
     common = _shared_splits(records, dataset, methods)
@@ -340,7 +345,7 @@ def stage2_effect_markdown(records: Sequence[Dict]) -> List[str]:
     against the recalibrated network (NLPD, against NN+TS), over the splits that have all three records."""
     rows = []
     for d in _in_order({r["dataset"] for r in records if r["method"] == "adgp"}):
-        cells = {m: {r["split"]: r for r in records if r["dataset"] == d and r["method"] == m} for m in ("adgp", "nn", "nn_ts")}
+        cells = {m: _by_split(records, d, m) for m in ("adgp", "nn", "nn_ts")}
         shared = sorted(set(cells["adgp"]) & set(cells["nn"]) & set(cells["nn_ts"]))
         groups = {"kept": [], "moved": []}
         for k in shared:
@@ -408,11 +413,10 @@ def _calibration_claim(records: Sequence[Dict], datasets: Sequence[str], other: 
 
     pairs = []
     for d in datasets:
-        by_split = {m: {r["split"]: r["calibration_error"] for r in records
-                        if r["dataset"] == d and r["method"] == m and "calibration_error" in r} for m in ("adgp", other)}
+        by_split = {m: _by_split(records, d, m, "calibration_error") for m in ("adgp", other)}
         shared = sorted(set(by_split["adgp"]) & set(by_split[other]))
         if shared:
-            pairs.append((d, np.mean([by_split["adgp"][k] for k in shared]), np.mean([by_split[other][k] for k in shared]), len(shared)))
+            pairs.append((d, *(np.mean([by_split[m][k]["calibration_error"] for k in shared]) for m in ("adgp", other)), len(shared)))
     if not pairs:
         return None
     losses = [d for d, a, b, _ in pairs if a > b]
@@ -431,7 +435,7 @@ def nlpd_gap(records: Sequence[Dict], method: str = "adgp", other: str = "dgp") 
 
     out = []
     for d in _in_order({r["dataset"] for r in records}):
-        by_split = {m: {r["split"]: r for r in records if r["dataset"] == d and r["method"] == m} for m in (method, other)}
+        by_split = {m: _by_split(records, d, m) for m in (method, other)}
         shared = sorted(_shared_splits(records, d, (method, other)))
         if not shared:
             continue

@@ -252,38 +252,35 @@ class NetworkMissing(LookupError):
     """No saved stage-1 network for a cell while ``SAVED_NETWORKS_ONLY`` is set."""
 
 
-def _network_path(key: tuple) -> Optional[Path]:
+def _network_file(key: tuple, suffix: str) -> Optional[Path]:
+    """The checkpoint file ``<kind>-seed<k>-<digest><suffix>`` of the network under ``key`` (None without a
+    :data:`NETWORK_DIR`). The name is built whole, never with ``Path.with_suffix``: a kind such as "dropout0.005"
+    has a dot, at which ``with_suffix`` would cut, so every dropout rate and split would share "dropout0.h5"."""
     if NETWORK_DIR is None:
         return None
-    return Path(NETWORK_DIR) / f"{key[0]}-seed{key[1]}-{hashlib.sha1(repr(key).encode()).hexdigest()[:16]}"
-
-
-def _with_suffix(stem: Path, suffix: str) -> Path:
-    """``stem`` + ``suffix``. Not ``Path.with_suffix``: a stem such as "dropout0.005-seed0-…" has a dot, and
-    ``with_suffix`` would cut it there, so every dropout rate and split would share one file "dropout0.h5"."""
-    return stem.parent / f"{stem.name}{suffix}"
+    return Path(NETWORK_DIR) / f"{key[0]}-seed{key[1]}-{hashlib.sha1(repr(key).encode()).hexdigest()[:16]}{suffix}"
 
 
 def _load_checkpoint(network: tf_keras.Model, key: tuple) -> Optional[Dict]:
     """The history of the network saved under ``key`` after loading its weights into ``network``; None
     when there is no complete checkpoint (its JSON, written last, marks it complete)."""
-    stem = _network_path(key)
-    if stem is None or not _with_suffix(stem, ".json").exists():
+    history = _network_file(key, ".json")
+    if history is None or not history.exists():
         return None
-    network.load_weights(str(_with_suffix(stem, ".h5")))
-    return json.loads(_with_suffix(stem, ".json").read_text())
+    network.load_weights(str(_network_file(key, ".h5")))
+    return json.loads(history.read_text())
 
 
 def _save_checkpoint(network: tf_keras.Model, key: tuple, history: Dict) -> None:
     """Weights (HDF5, every Keras weight incl. the twin's W) renamed into place, then the history JSON."""
-    stem = _network_path(key)
-    if stem is None:
+    if NETWORK_DIR is None:
         return
-    stem.parent.mkdir(parents=True, exist_ok=True)
+    Path(NETWORK_DIR).mkdir(parents=True, exist_ok=True)
     for suffix, write in ((".h5", lambda path: network.save_weights(str(path))), (".json", lambda path: path.write_text(json.dumps(history)))):
-        partial = stem.parent / f"{stem.name}.partial{suffix}"
+        target = _network_file(key, suffix)
+        partial = target.with_name(f"{target.name}.partial{suffix}")
         write(partial)
-        os.replace(partial, _with_suffix(stem, suffix))
+        os.replace(partial, target)
 
 
 def _fit_network(kind: str, data: SplitData, budget: Budget, seed: int, dropout_rate: float = DROPOUT_RATE) -> Tuple[tf_keras.Model, Dict]:

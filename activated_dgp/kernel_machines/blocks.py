@@ -231,34 +231,27 @@ class BasisGram:
 
     def matmul(self, rows, V) -> tf.Tensor:
         """G[rows, :] V [len(rows), L], over blocks of rows and columns."""
+        return self._product(np.asarray(rows), None, V)
+
+    def matmul_transpose(self, rows, R) -> tf.Tensor:
+        """G[rows, :]ᵀ R = G[:, rows] R [N, L] for R [len(rows), L] (G is symmetric), over blocks."""
+        return self._product(None, np.asarray(rows), R)
+
+    def _product(self, rows, cols, V) -> tf.Tensor:
+        """G[rows, cols] V over blocks of rows and columns; None stands for every index (no gather)."""
         V = tf.convert_to_tensor(V, tf.float64)
-        rows = np.asarray(rows)
         cached = self.basis.cached_gram()
         if cached is not None:
-            return tf.matmul(tf.gather(cached, rows), V)
+            gram = cached if rows is None else tf.gather(cached, rows)
+            return tf.matmul(gram if cols is None else tf.gather(gram, cols, axis=1), V)
+        rows = np.arange(self.size) if rows is None else rows
+        cols = np.arange(self.size) if cols is None else cols
         out = []
         for r in range(0, max(len(rows), 1), self.block_size):
             chunk = rows[r : r + self.block_size]
             total = tf.zeros([len(chunk), V.shape[1]], tf.float64)
-            for start in range(0, self.size, self.block_size):
-                stop = min(start + self.block_size, self.size)
-                total += tf.matmul(self.block(chunk, np.arange(start, stop)), V[start:stop])
-            out.append(total)
-        return tf.concat(out, axis=0)
-
-    def matmul_transpose(self, rows, R) -> tf.Tensor:
-        """G[rows, :]ᵀ R = G[:, rows] R [N, L] for R [len(rows), L] (G is symmetric), over blocks of columns."""
-        R = tf.convert_to_tensor(R, tf.float64)
-        rows = np.asarray(rows)
-        cached = self.basis.cached_gram()
-        if cached is not None:
-            return tf.matmul(tf.gather(cached, rows), R, transpose_a=True)
-        out = []
-        for start in range(0, self.size, self.block_size):
-            cols = np.arange(start, min(start + self.block_size, self.size))
-            total = tf.zeros([len(cols), R.shape[1]], tf.float64)
-            for r in range(0, len(rows), self.block_size):
-                total += tf.matmul(self.block(rows[r : r + self.block_size], cols), R[r : r + self.block_size], transpose_a=True)
+            for c in range(0, len(cols), self.block_size):
+                total += tf.matmul(self.block(chunk, cols[c : c + self.block_size]), V[c : c + self.block_size])
             out.append(total)
         return tf.concat(out, axis=0)
 

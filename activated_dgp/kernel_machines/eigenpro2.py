@@ -120,11 +120,13 @@ class EigenPro2Solver:
         rng = np.random.default_rng(0) if rng is None else rng
         batches = [rows for _ in range(int(epochs)) for rows in self._minibatches(rng)]
         v, out = b.copy(), np.zeros_like(b)
+        if self.preconditioner.q:
+            weights, C = self.preconditioner.weights.numpy()[:, None], self._C.numpy()  # [q, 1], [s, q]
         for rows in reversed(batches):
             r = v[rows]
             if self.preconditioner.q:
                 Psi = self.preconditioner.eigenfunctions(rows[:, None].astype(np.float64)).numpy()
-                r = r - Psi @ (self.preconditioner.weights.numpy()[:, None] * (self._C.numpy().T @ v[self.subsample]))
+                r = r - Psi @ (weights * (C.T @ v[self.subsample]))
             r = batch_step(self.beta, self.top_eigenvalue, len(rows)) / len(rows) * r
             out[rows] += r
             v -= self.operator.matmul_transpose(rows, r).numpy()
