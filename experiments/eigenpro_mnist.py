@@ -32,6 +32,16 @@ import numpy as np  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 RECORDS = ROOT / "docs" / "results" / "eigenpro_mnist.jsonl"
 CELLS = [(p, method) for p in (100, 1000, 5000) for method in ("random", "kmeans")] + [(20000, "noisy-copies")]
+# The consistent update with the inexact projection: θ = S P Sᵀ u since commit 2e7d7dd (eighth session); records made
+# before it (θ = S P S u, which diverged at p = n) keep that label and are reported apart, never mixed with new ones.
+UPDATE = "S P S^T"
+OLD_UPDATE = "S P S"
+KEY = ("p", "centers", "average_after", "update", "projection_epochs")
+
+
+def _upgrade(record: dict) -> dict:
+    """Key fields of records written before they existed: no averaging, the old update, one projection epoch."""
+    return {"average_after": None, "update": OLD_UPDATE, "projection_epochs": 1, **record}
 
 
 def load(data_dir):
@@ -70,10 +80,11 @@ def run_cell(X, y, X_test, y_test, p, method, args) -> dict:
     Y = np.eye(10)[y]
     start = time.perf_counter()
     Z = centers_for(X, p, method)
-    record = {"p": p, "centers": method, "average_after": args.average_after, "n": X.shape[0], "center_seconds": time.perf_counter() - start}
+    record = {"p": p, "centers": method, "average_after": args.average_after, "update": UPDATE, "projection_epochs": args.projection_epochs,
+              "n": X.shape[0], "center_seconds": time.perf_counter() - start}
     model = EigenPro3(kernel, Z, subsample_size=min(2000, X.shape[0]), num_eigenpairs=args.q, projection="inexact",
-                      projection_epochs=1, projection_subsample=min(2000, p), projection_eigenpairs=min(args.q, p // 10), seed=0,
-                      average_after=args.average_after)
+                      projection_epochs=args.projection_epochs, projection_subsample=min(2000, p), projection_eigenpairs=min(args.q, p // 10), seed=0,
+                      average_after=args.average_after, gram_cache_bytes=int(args.gram_cache_gib * (1 << 30)))
     accuracies = []
 
     def evaluate(epoch):
@@ -110,12 +121,12 @@ def epochs_to_converge(record, tolerance=0.5):
 
 
 def report(store) -> str:
-    rows = ["| p | centers | iterate | EigenPro 3 acc. (%) | exact lstsq acc. (%) | SGPR acc. (%) | epochs to within 0.5 % | s / epoch (loaded machine) | K(Z, Z) | peak RSS (MB) |",
-            "|---|---|---|---|---|---|---|---|---|---|"]
+    rows = ["| p | centers | update (projection epochs) | iterate | EigenPro 3 acc. (%) | exact lstsq acc. (%) | SGPR acc. (%) | epochs to within 0.5 % | s / epoch (loaded machine) | K(Z, Z) | peak RSS (MB) |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
     fmt = lambda v: "—" if v is None else f"{v:.2f}"  # noqa: E731
-    for r in sorted(store.records(), key=lambda r: (r["p"], r["centers"], r["average_after"] or -1)):
+    for r in sorted(store.records(), key=lambda r: (r["p"], r["centers"], r["update"], r["projection_epochs"], r["average_after"] or -1)):
         iterate = "last" if r["average_after"] is None else f"mean after epoch {r['average_after']}"
-        rows.append(f"| {r['p']:,} | {r['centers']} | {iterate} | {r['ep3_accuracy'][-1]:.2f} | {fmt(r.get('direct_accuracy'))} | {fmt(r.get('sgpr_accuracy'))} | "
+        rows.append(f"| {r['p']:,} | {r['centers']} | {r['update']} ({r['projection_epochs']}) | {iterate} | {r['ep3_accuracy'][-1]:.2f} | {fmt(r.get('direct_accuracy'))} | {fmt(r.get('sgpr_accuracy'))} | "
                     f"{epochs_to_converge(r) or '>' + str(len(r['ep3_accuracy']))} | {np.median(r['ep3_seconds']):.1f} | "
                     f"{'held' if r.get('gram_held') else 'blocks'} | {r['peak_rss_mb']:.0f} |")
     return "\n".join(rows)
@@ -136,15 +147,19 @@ def main(argv=None):
     parser.add_argument("--progress", action="store_true", help="per-epoch progress lines of EigenPro 3")
     parser.add_argument("--average-after", type=int, default=None,
                         help="predict with the tail average of the iterates after this many epochs (EigenPro3 average_after); default the last iterate, as the paper")
+    parser.add_argument("--projection-epochs", type=int, default=1, help="EigenPro 2 epochs per inexact projection (the paper: 1)")
+    parser.add_argument("--gram-cache-gib", type=float, default=1.0,
+                        help="hold K(Z, Z) when its 8·p² bytes fit in this many GiB (p = 20,000 needs 3.0)")
     parser.add_argument("--report", action="store_true", help="print the table of the recorded cells and stop")
     args = parser.parse_args(argv)
-    store = ResultStore(args.records, ("p", "centers", "average_after"), upgrade=lambda r: {"average_after": None, **r})
+    store = ResultStore(args.records, KEY, upgrade=_upgrade)
     if not args.report:
         X, y, X_test, y_test = load(args.data_dir)
-        cells = [{"p": p, "centers": m, "average_after": args.average_after} for p, m in CELLS
+        cells = [{"p": p, "centers": m, "average_after": args.average_after, "update": UPDATE, "projection_epochs": args.projection_epochs} for p, m in CELLS
                  if (not args.p or p in args.p) and (not args.centers or m in args.centers)]
         for cell in pending(store, cells):
-            print(f"cell p = {cell['p']}, centers = {cell['centers']}, average after = {cell['average_after']}", flush=True)
+            print(f"cell p = {cell['p']}, centers = {cell['centers']}, average after = {cell['average_after']}, "
+                  f"projection epochs = {cell['projection_epochs']}", flush=True)
             store.append(run_cell(X, y, X_test, y_test, cell["p"], cell["centers"], args))
     print(report(store))
 
