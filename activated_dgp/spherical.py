@@ -18,6 +18,7 @@ quantity, and the right-hand side is the one that survives at α = 0.
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from typing import Callable, Sequence
@@ -188,12 +189,11 @@ def _parity_recurrence(levels: int, alpha: float, parity: int) -> tuple[np.ndarr
     return a[n + 1] * a[n], a[n + 1] * ratio + b[n + 1], a[n + 1] * ratio * np.where(n >= 1, b[previous], 0.0)
 
 
-def _clenshaw_in_squares(squares: tf.Tensor, coefficients: tf.Tensor, p: tf.Tensor, q: tf.Tensor, r: tf.Tensor) -> tf.Tensor:
-    """Σ_j c_j Ĉ_(parity+2j)(t) / t^parity by Clenshaw's backward recurrence in s = t² (``squares``):
+def _sum_in_squares(squares: np.ndarray, coefficients: np.ndarray, p: np.ndarray, q: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """Σ_j c_j Ĉ_(parity+2j)(t) / t^parity by Clenshaw's backward recurrence in s = t² (``squares``, NumPy):
     b_j = c_j + (P_j s − Q_j) b_(j+1) − R_(j+1) b_(j+2), b_J = b_(J+1) = 0, and the sum is b_0."""
-    length = coefficients.shape[0]
-    next_b = tf.zeros_like(squares)
-    next_next_b = tf.zeros_like(squares)
+    length = len(coefficients)
+    next_b, next_next_b = np.zeros_like(squares), np.zeros_like(squares)
     for j in range(length - 1, -1, -1):
         current = coefficients[j] + (p[j] * squares - q[j]) * next_b
         if j + 1 < length:
@@ -202,20 +202,53 @@ def _clenshaw_in_squares(squares: tf.Tensor, coefficients: tf.Tensor, p: tf.Tens
     return next_b
 
 
-def _clenshaw(cosine: tf.Tensor, even: Sequence[tf.Tensor], odd: Sequence[tf.Tensor]) -> tf.Tensor:
-    """S(t) = E(t²) + t O(t²): the even and the odd levels each summed by Clenshaw's recurrence in s = t².
+@functools.lru_cache(maxsize=256)
+def _chebyshev_cached(coefficients: bytes, alpha: float, parity: int) -> np.ndarray:
+    return _chebyshev_in_squares(np.frombuffer(coefficients, dtype=np.float64), alpha, parity)
 
-    ``even`` and ``odd`` are (coefficients, P, Q, R) of each parity (:func:`_parity_recurrence`), either possibly
-    of length 0. The loop lengths are static, so XLA unrolls them. A series whose levels of one parity stop early
-    costs only the other parity's steps: the activations with a linear odd part (ReLU, Softplus, Swish: odd levels
-    ≥ 3 vanish) take about half the steps of a Clenshaw sum over all Ñ levels in t.
+
+def _chebyshev_in_squares(coefficients: np.ndarray, alpha: float, parity: int) -> np.ndarray:
+    """d [J] with Σ_(j<J) c_j Ĉ_(parity+2j)(t) / t^parity = Σ_(k<J) d_k T_k(2s − 1), s = t².
+
+    The left side is a polynomial of degree J − 1 in s ∈ [0, 1] (:func:`_parity_recurrence`), so interpolation at
+    the J Chebyshev points of u = 2s − 1 gives its Chebyshev coefficients exactly up to round-off
+    (``numpy.polynomial.chebyshev.chebinterpolate``: a discrete cosine transform of values from the stable
+    recurrence in s; Trefethen, *Approximation Theory and Approximation Practice*, ch. 3). The shifted Chebyshev
+    basis is well conditioned on [0, 1], unlike the monomials of s, whose coefficients grow like 10⁴ at α = 3.5,
+    Ñ = 20. At α = 0 it is the identity up to the parity: T_(2j)(t) = T_j(2t² − 1)."""
+    length = len(coefficients)
+    if length == 1:
+        return np.asarray(coefficients, dtype=np.float64)
+    recurrence = _parity_recurrence(length, alpha, parity)
+    return np.polynomial.chebyshev.chebinterpolate(lambda u: _sum_in_squares(0.5 * (u + 1.0), coefficients, *recurrence), length - 1)
+
+
+def _chebyshev_sum(shifted: tf.Tensor, coefficients: tf.Tensor) -> tf.Tensor:
+    """Σ_k d_k T_k(u) by Clenshaw's recurrence b_k = d_k + 2u b_(k+1) − b_(k+2), sum = d_0 + u b_1 − b_2:
+    one multiply-add and one subtraction per level and element (the Gegenbauer recurrence in s takes three
+    multiply-adds)."""
+    twice = shifted + shifted
+    next_b = tf.zeros_like(shifted)
+    next_next_b = tf.zeros_like(shifted)
+    for k in range(coefficients.shape[0] - 1, 0, -1):
+        next_next_b, next_b = next_b, coefficients[k] + twice * next_b - next_next_b
+    return coefficients[0] + shifted * next_b - next_next_b
+
+
+def _clenshaw(cosine: tf.Tensor, even: tf.Tensor, odd: tf.Tensor) -> tf.Tensor:
+    """S(t) = E(t²) + t O(t²), E and O each a Chebyshev series in u = 2t² − 1 (:func:`_chebyshev_in_squares`).
+
+    ``even`` and ``odd`` are the Chebyshev coefficients of each parity, either possibly of length 0. The loop
+    lengths are static, so XLA unrolls them. A series whose levels of one parity stop early costs only the other
+    parity's steps: the activations with a linear odd part (ReLU, Softplus, Swish: odd levels ≥ 3 vanish) take
+    about half the steps of a Clenshaw sum over all Ñ levels in t.
     """
-    squares = cosine * cosine
+    shifted = 2.0 * cosine * cosine - 1.0
     result = tf.zeros_like(cosine)
-    if even[0].shape[0]:
-        result = _clenshaw_in_squares(squares, *even)
-    if odd[0].shape[0]:
-        result = result + cosine * _clenshaw_in_squares(squares, *odd)
+    if even.shape[0]:
+        result = _chebyshev_sum(shifted, even)
+    if odd.shape[0]:
+        result = result + cosine * _chebyshev_sum(shifted, odd)
     return result
 
 
@@ -233,11 +266,10 @@ def _derivative_coefficients(coefficients: np.ndarray, alpha: float) -> np.ndarr
 
 
 def _series(cosine: tf.Tensor, coefficients: np.ndarray, alpha: float) -> tf.Tensor:
-    dtype = cosine.dtype
     parts = []
     for parity in (0, 1):
         part = np.trim_zeros(coefficients[parity::2], "b")
-        parts.append([tf.constant(v, dtype=dtype) for v in (part, *_parity_recurrence(len(part), alpha, parity))])
+        parts.append(tf.constant(_chebyshev_cached(part.tobytes(), float(alpha), parity) if part.size else part, dtype=cosine.dtype))
     fn = _clenshaw_xla if _XLA["enabled"] else _clenshaw
     return fn(cosine, *parts)
 
