@@ -18,9 +18,18 @@ first cell of the same run.
 K(Z, Z) held (``gram_cache_bytes`` default) against recomputed in blocks at every projection step
 (``gram_cache_bytes=0``), for each --gram-p, the two alternating in one process; the ratio is the figure to quote.
 
+``projection-speed``: this checkout's ``activated_dgp`` against the package as of --reference (a commit, extracted
+with ``git archive`` and imported under another name), taking turns in one process, on the 5,000 MNIST digits with
+the settings of ``experiments.eigenpro_mnist`` (held K(Z, Z)). First the inexact projection of the consistent
+update alone, θ = S (G Sᵀ u) for u [p, 10] (EigenPro 2 on K(Z, Z), s = min(2000, p), q = min(100, p/10); one
+untimed call each, then --repeats timed calls in turn; medians) for each --speed-p; then EigenPro 3's setup and one
+epoch (reference, current, reference, current; the faster of each pair) for each --epoch-p. Both tables give the
+ratio and the relative difference of the results (the iteration is the same, so round-off).
+
 Run:  nice -n 10 python -m benchmarks.eigenpro iterations --data-dir ../shared/data
       python -m benchmarks.eigenpro scaling --data-dir ../shared/data     (quiet machine; ~1 h)
       python -m benchmarks.eigenpro gram-cache --data-dir ../shared/data  (quiet machine; ~5 min)
+      nice -n 10 python -m benchmarks.eigenpro projection-speed --data-dir ../shared/data   (~5 min)
 """
 
 from __future__ import annotations
@@ -156,9 +165,80 @@ def gram_cache(args):
     print("\n".join(rows))
 
 
+def _package_at(revision, folder):
+    """``activated_dgp`` as of ``revision``, imported as ``adgp_reference`` from ``folder`` (its imports are relative)."""
+    import importlib
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    archive = subprocess.run(["git", "-C", str(root), "archive", revision, "activated_dgp"], check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", folder], input=archive, check=True)
+    (Path(folder) / "activated_dgp").rename(Path(folder) / "adgp_reference")
+    sys.path.insert(0, folder)
+    return importlib.import_module("adgp_reference.kernel_machines")
+
+
+def projection_speed(args):
+    import tempfile
+
+    import gpflow
+
+    import activated_dgp.kernel_machines as current
+    from experiments.eigenpro_mnist import load
+
+    X, y, _, _ = load(args.data_dir)
+    Y = np.eye(10)[y]
+    kernel = gpflow.kernels.Exponential(lengthscales=5.0)
+    projection_rows = [f"| p | inner batches | {args.reference}: s / projection | current: s / projection | ratio | ‖Δθ‖/‖θ‖ |", "|---|---|---|---|---|---|"]
+    rows = [f"| p | {args.reference}: epoch s (setup + epoch s) | current: epoch s (setup + epoch s) | epoch ratio | setup + epoch ratio | ‖Δα‖/‖α‖ |",
+            "|---|---|---|---|---|---|"]
+    with tempfile.TemporaryDirectory() as folder:
+        reference = _package_at(args.reference, folder)
+        for p in args.speed_p:
+            Z = current.choose_centers(X, p, "random", seed=0)
+            u = np.random.default_rng(1).standard_normal((p, 10))
+            runs = []
+            for package in (reference, current):
+                solver = package.EigenPro2Solver(package.KernelCenters(kernel, Z, cache_gram=True).gram_operator(), min(2000, p), min(100, p // 10), seed=0)
+                everything = np.arange(p) if package is reference else None  # G V over all rows (the reference took indices)
+
+                def project(solver=solver, everything=everything):
+                    rng = lambda: np.random.default_rng([0, 3])  # noqa: E731  (EigenPro3's fixed projection order)
+                    return solver.solve(solver.operator.matmul(everything, solver.solve_adjoint(u, rng=rng())).numpy(), rng=rng())
+
+                runs.append((project, []))
+                result = project()  # untimed: the current package computes and holds ψ(M_k) here
+            difference = np.linalg.norm(result - runs[0][0]()) / np.linalg.norm(result)
+            for _ in range(args.repeats):
+                for project, seconds in runs:
+                    start = time.perf_counter()
+                    project()
+                    seconds.append(time.perf_counter() - start)
+            before, after = (float(np.median(seconds)) for _, seconds in runs)
+            print(f"p = {p}: projection {before:.3f} s ({args.reference}), {after:.3f} s (current)", flush=True)
+            projection_rows.append(f"| {p:,} | {-(-p // solver.batch_size)} | {before:.3f} | {after:.3f} | {after / before:.2f} | {difference:.1e} |")
+        for p in args.epoch_p:
+            Z = current.choose_centers(X, p, "random", seed=0)
+            seconds, weights = {}, {}
+            for label, package in (("reference", reference), ("current", current)) * 2:
+                model = package.EigenPro3(kernel, Z, subsample_size=2000, num_eigenpairs=100, projection="inexact", projection_subsample=min(2000, p),
+                                          projection_eigenpairs=min(100, p // 10), seed=0)
+                start = time.perf_counter()
+                model.fit(X, Y, epochs=1, progress=False)
+                seconds.setdefault(label, []).append((float(model.history["seconds"][-1]), time.perf_counter() - start))
+                weights[label] = np.asarray(model.weights)
+                print(f"p = {p}, {label}: epoch {seconds[label][-1][0]:.1f} s, setup + epoch {seconds[label][-1][1]:.1f} s", flush=True)
+            before, after = min(seconds["reference"]), min(seconds["current"])
+            change = np.linalg.norm(weights["current"] - weights["reference"]) / np.linalg.norm(weights["reference"])
+            rows.append(f"| {p:,} | {before[0]:.1f} ({before[1]:.1f}) | {after[0]:.1f} ({after[1]:.1f}) | {after[0] / before[0]:.2f} | {after[1] / before[1]:.2f} | {change:.1e} |")
+    print("\n".join(projection_rows + [""] + rows))
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("mode", choices=("iterations", "scaling", "gram-cache"))
+    parser.add_argument("mode", choices=("iterations", "scaling", "gram-cache", "projection-speed"))
     parser.add_argument("--data-dir", default=None, help="folder holding uci/ (default $ADGP_DATA_DIR)")
     parser.add_argument("--n", type=int, default=3000)
     parser.add_argument("--p", type=int, default=300)
@@ -167,8 +247,12 @@ def main(argv=None):
     parser.add_argument("--learned-q", type=int, nargs="+", default=[10, 50], help="preconditioner levels q of the IKA, NeuralEF and span rows")
     parser.add_argument("--direct-max", type=int, default=10000)
     parser.add_argument("--gram-p", type=int, nargs="+", default=[1000, 2000], help="centers of the gram-cache mode")
+    parser.add_argument("--speed-p", type=int, nargs="+", default=[1000, 2000, 5000], help="centers of projection-speed's projection table")
+    parser.add_argument("--epoch-p", type=int, nargs="*", default=[2000], help="centers of projection-speed's setup + epoch table")
+    parser.add_argument("--repeats", type=int, default=5, help="timed projections per package in projection-speed")
+    parser.add_argument("--reference", default="2ed2028", help="the commit projection-speed compares against (default: the last one before the held ψ schedule)")
     args = parser.parse_args(argv)
-    {"iterations": iterations, "scaling": scaling, "gram-cache": gram_cache}[args.mode](args)
+    {"iterations": iterations, "scaling": scaling, "gram-cache": gram_cache, "projection-speed": projection_speed}[args.mode](args)
 
 
 if __name__ == "__main__":

@@ -61,6 +61,10 @@ def test_blockwise_products_equal_dense():
     assert cached.cached_gram() is not None and basis.cached_gram() is None
     np.testing.assert_allclose(cached.dense_gram(), kernel(Z).numpy(), rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(cached.gram_operator().matmul(np.array([0, 36]), alpha).numpy(), kernel(Z).numpy()[[0, 36]] @ alpha, rtol=1e-12, atol=1e-12)
+    # the held products: all rows, the transpose of some rows, a sub-block
+    np.testing.assert_allclose(cached.gram_operator().matmul(None, alpha).numpy(), kernel(Z).numpy() @ alpha, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(cached.gram_operator().matmul_transpose(np.array([2, 5, 30]), y[:3]).numpy(), kernel(Z).numpy()[[2, 5, 30]].T @ y[:3], rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(cached.gram(np.array([1, 4]), np.array([0, 9, 20])).numpy(), kernel(Z).numpy()[np.ix_([1, 4], [0, 9, 20])], rtol=1e-12, atol=1e-12)
 
 
 def test_eigenpro2_solves_the_kernel_system():
@@ -130,6 +134,57 @@ def test_eigenpro2_adjoint_solve_is_the_transpose_of_the_solve(cache_gram):
     adjoint = solver.solve_adjoint(np.eye(90), epochs=2, rng=np.random.default_rng(5))
     np.testing.assert_allclose(adjoint, S.T, rtol=1e-10, atol=1e-12)
     assert np.linalg.norm(S - S.T) > 0.05 * np.linalg.norm(S)
+
+
+def _dense_eigenpro2_map(G, solver, epochs, seed):
+    """S [N, N] of ``epochs`` EigenPro 2 epochs from θ = 0, written out densely: the minibatches of
+    ``default_rng(seed)`` (a permutation per epoch cut into sorted blocks of m), and per step
+    θ ← θ − r_k E_k (G[M_k] θ − b_M) + r_k E_S C D ψ(M_k)ᵀ (G[M_k] θ − b_M), with ψ(M) = G[M, S] C (Nyström),
+    D = diag(μ_i − μ_(q+1)), r_k = η(m_k)/m_k, η(m) = 0.99 m / (β + (m − 1) λ). Only the solver's fitted
+    constants (m, β, λ, S, C, μ) are read from it."""
+    N, m = G.shape[0], solver.batch_size
+    q, S_idx = solver.preconditioner.q, solver.subsample
+    C = solver.preconditioner.approximation.coefficients.numpy()[:, :q]
+    mu = solver.preconditioner.approximation.eigenvalues.numpy()
+    D = np.diag(mu[:q] - mu[q])
+    beta, top = max(solver.beta, solver.top_eigenvalue), solver.top_eigenvalue
+    rng, S = np.random.default_rng(seed), np.zeros((N, N))
+    for _ in range(epochs):
+        order = rng.permutation(N)
+        for start in range(0, N, m):
+            rows = np.sort(order[start : start + m])
+            rate = 0.99 / (beta + (len(rows) - 1) * top)  # η(m)/m
+            R = np.zeros((N, N))  # θ ← θ − R (G θ − b)
+            R[rows, rows] = rate
+            R[np.ix_(S_idx, rows)] -= rate * C @ D @ (G[np.ix_(rows, S_idx)] @ C).T
+            S = S - R @ (G @ S - np.eye(N))
+    return S
+
+
+@pytest.mark.parametrize("cache_gram", [True, False])
+def test_eigenpro2_fixed_schedule_solves_equal_the_dense_iteration(cache_gram):
+    """solve and solve_adjoint (ψ(M_k) held across calls with the same minibatches; NumPy products on a held
+    K(Z, Z)) against the iteration written out densely in NumPy: S b and Sᵀ b to 1e-10, ⟨S a, c⟩ = ⟨a, Sᵀ c⟩,
+    for two minibatch orders taking turns (a stale held schedule would give the other order's S) and with the
+    schedule not held (schedule_cache_bytes=0)."""
+    kernel = gpflow.kernels.Exponential(**LAPLACE)
+    Z = np.random.default_rng(0).normal(size=(90, 3))
+    G = kernel(Z).numpy()
+    operator = KernelCenters(kernel, Z, block_size=16, cache_gram=cache_gram).gram_operator()
+    solver = EigenPro2Solver(operator, 40, 8, max_batch=25, seed=1)
+    assert solver.preconditioner.q == 8 and 90 % solver.batch_size != 0  # corrected steps and a ragged last batch
+    unheld = EigenPro2Solver(operator, 40, 8, max_batch=25, seed=1, schedule_cache_bytes=0)
+    a, c = np.random.default_rng(1).normal(size=(2, 90, 3))
+    dense = {seed: _dense_eigenpro2_map(G, solver, 2, seed) for seed in (5, 6)}
+    assert np.linalg.norm(dense[5] - dense[6]) > 0.01 * np.linalg.norm(dense[5])
+    for seed in (5, 6, 5, 5):
+        for which in (solver, unheld):
+            Sa = which.solve(a, epochs=2, rng=np.random.default_rng(seed))
+            STc = which.solve_adjoint(c, epochs=2, rng=np.random.default_rng(seed))
+            np.testing.assert_allclose(Sa, dense[seed] @ a, rtol=1e-10, atol=1e-10 * np.abs(dense[seed] @ a).max())
+            np.testing.assert_allclose(STc, dense[seed].T @ c, rtol=1e-10, atol=1e-10 * np.abs(dense[seed].T @ c).max())
+            assert np.sum(Sa * c) == pytest.approx(np.sum(a * STc), rel=1e-10)
+    assert solver._schedule is not None and unheld._schedule is None
 
 
 def test_eigenpro3_inexact_projection_converges_at_p_equal_n():

@@ -12,6 +12,13 @@ Iteration (``EigenPro2_iteration``) on a minibatch M of m indices, with g = K[M,
 which is f ← f − (η/m) P{K(·, M) g} in the RKHS (Lemma 3). C diag(μ − μ_(q+1)) Cᵀ K[S, M] equals the
 paper's E D Eᵀ K(X_s, X_m) up to its 1/s, which here sits in μ = λ/s. Only K[M, :] (in column blocks)
 and K[M, S] are formed per step.
+
+Fixed schedules (``solve`` / ``solve_adjoint``). EigenPro 3 projects with the same minibatch order at every
+step (a fixed rng), so ψ(M_k) [m_k, q] of each minibatch is the same every time: the solver keeps the last
+schedule's ψ blocks (E·N·q floats for E epochs, when they fit in ``schedule_cache_bytes``; otherwise they are
+recomputed per step, as in ``epoch``) and reuses them whenever the same minibatches come again. The arithmetic is
+that of the per-step iteration; only the K[M, S] C products are not repeated. With the Gram matrix held, a step is
+then two NumPy BLAS products on a copy of K[M, :] (:class:`BasisGram`).
 """
 
 from __future__ import annotations
@@ -27,7 +34,9 @@ from .blocks import DEFAULT_BLOCK, BasisGram, IndexedGramSource, KernelCenters, 
 from .preconditioner import Preconditioner, batch_step, fit_nystrom, step_schedule
 from .training_loop import TrainedWeights, TrainingState, run_epochs
 
-__all__ = ["EigenPro2Solver", "EigenPro2"]
+__all__ = ["EigenPro2Solver", "EigenPro2", "SCHEDULE_CACHE_BYTES"]
+
+SCHEDULE_CACHE_BYTES = 1 << 28  # EigenPro2Solver's default: ψ blocks of one fixed schedule up to 256 MiB
 
 
 def _positive_int(value, what: str) -> int:
@@ -43,9 +52,12 @@ class EigenPro2Solver:
     :param subsample_size: s ≤ N (clipped to N).
     :param num_eigenpairs: the preconditioner level q < s.
     :param max_batch: the largest batch (the paper's bs_gpu).
+    :param schedule_cache_bytes: memory for the ψ(M_k) blocks of the last ``solve``/``solve_adjoint`` schedule
+        (8·E·N·q bytes for E epochs; module docstring); 0 recomputes them at every step.
     """
 
-    def __init__(self, operator: BasisGram, subsample_size: int, num_eigenpairs: int, max_batch: int = 4096, seed: int = 0):
+    def __init__(self, operator: BasisGram, subsample_size: int, num_eigenpairs: int, max_batch: int = 4096, seed: int = 0,
+                 schedule_cache_bytes: int = SCHEDULE_CACHE_BYTES):
         self.operator = operator
         N = operator.size
         s = min(_positive_int(subsample_size, "subsample_size"), N)
@@ -58,7 +70,10 @@ class EigenPro2Solver:
         self.subsample = np.sort(rng.choice(N, size=s, replace=False))
         landmarks = self.subsample[:, None].astype(np.float64)
         self.preconditioner = Preconditioner(fit_nystrom(landmarks, IndexedGramSource(operator), q + 1), q)
-        self._C = self.preconditioner.approximation.coefficients[:, :q]  # [s, q]
+        self._C = self.preconditioner.approximation.coefficients[:, :q].numpy()  # [s, q]
+        self._weights = self.preconditioner.weights.numpy()[:, None]  # μ_i − μ_(q+1), [q, 1]
+        self.schedule_cache_bytes = int(schedule_cache_bytes)
+        self._schedule = None  # (the minibatches concatenated, [ψ(M_k)]) of the last fixed schedule
         Psi_S = self.preconditioner.eigenfunctions(landmarks)
         self.beta = self.preconditioner.beta(operator.diagonal(self.subsample).numpy(), Psi_S)
         self.top_eigenvalue = max(self.preconditioner.tail, self._check_top(rng))
@@ -77,16 +92,24 @@ class EigenPro2Solver:
         self.beta = max(self.beta, largest_diagonal)
         return top
 
-    def step(self, theta: np.ndarray, rows: np.ndarray, b_rows: np.ndarray) -> float:
-        """One iteration on the minibatch ``rows`` (in place on θ [N, L]); returns mean ‖g‖² before it."""
-        g = self.operator.matmul(rows, theta) - b_rows
-        m = len(rows)
-        rate = batch_step(self.beta, self.top_eigenvalue, m) / m  # η(m)/m, also for a ragged last batch
-        theta[rows] -= rate * g.numpy()
+    def _eigenfunctions(self, rows: np.ndarray) -> np.ndarray:
+        """ψ(M) [m, q] for the operator's indices ``rows``."""
+        return self.preconditioner.eigenfunctions(rows[:, None].astype(np.float64)).numpy()
+
+    def _rate(self, m: int) -> float:
+        """η(m)/m, also for a ragged last batch."""
+        return batch_step(self.beta, self.top_eigenvalue, m) / m
+
+    def step(self, theta: np.ndarray, rows: np.ndarray, b_rows: np.ndarray, Psi: Optional[np.ndarray] = None) -> float:
+        """One iteration on the minibatch ``rows`` (in place on θ [N, L]); returns mean ‖g‖² before it.
+        ``Psi``: ψ(rows) [m, q] when already known (computed otherwise)."""
+        g = self.operator.matmul(rows, theta).numpy() - b_rows
+        rate = self._rate(len(rows))
+        theta[rows] -= rate * g
         if self.preconditioner.q:
-            Psi = self.preconditioner.eigenfunctions(rows[:, None].astype(np.float64))
-            theta[self.subsample] += rate * tf.matmul(self._C, self.preconditioner.correction(Psi, g)).numpy()
-        return float(tf.reduce_mean(tf.reduce_sum(g**2, axis=1)))
+            Psi = self._eigenfunctions(rows) if Psi is None else Psi
+            theta[self.subsample] += rate * (self._C @ (self._weights * (Psi.T @ g)))
+        return float(np.mean(np.sum(g**2, axis=1)))
 
     def _minibatches(self, rng: np.random.Generator):
         """One epoch's minibatches: a permutation of all N indices drawn from ``rng``, cut into sorted
@@ -94,17 +117,34 @@ class EigenPro2Solver:
         order = rng.permutation(self.operator.size)
         return [np.sort(order[i : i + self.batch_size]) for i in range(0, len(order), self.batch_size)]
 
+    def _fixed_schedule(self, epochs: int, rng: np.random.Generator) -> list:
+        """[(M_k, ψ(M_k) or None)] for ``epochs`` epochs of minibatches drawn from ``rng``: ψ from the held schedule
+        when these are its minibatches, else computed and held (when they fit in ``schedule_cache_bytes``), else
+        None (each step computes its own)."""
+        batches = [rows for _ in range(int(epochs)) for rows in self._minibatches(rng)]
+        if not self.preconditioner.q:
+            return [(rows, None) for rows in batches]
+        order = np.concatenate(batches)  # the batch sizes are fixed, so equal orders are equal schedules
+        if self._schedule is not None and np.array_equal(self._schedule[0], order):
+            return list(zip(batches, self._schedule[1]))
+        if 8 * order.size * self.preconditioner.q > self.schedule_cache_bytes:
+            return [(rows, None) for rows in batches]
+        self._schedule = None  # release the old blocks before computing the new ones
+        self._schedule = (order, [self._eigenfunctions(rows) for rows in batches])
+        return list(zip(batches, self._schedule[1]))
+
     def epoch(self, theta: np.ndarray, b: np.ndarray, rng: np.random.Generator) -> float:
         """One pass over all N indices in minibatches of m; returns the mean squared residual."""
         return float(np.mean([self.step(theta, rows, b[rows]) for rows in self._minibatches(rng)]))
 
     def solve(self, b, epochs: int = 1, rng: Optional[np.random.Generator] = None, theta=None) -> np.ndarray:
-        """θ ≈ K⁻¹ b [N, L] after ``epochs`` passes (T = epochs · ⌈N/m⌉ iterations), from θ = 0 or ``theta``."""
+        """θ ≈ K⁻¹ b [N, L] after ``epochs`` passes (T = epochs · ⌈N/m⌉ iterations), from θ = 0 or ``theta``:
+        the steps of ``epoch``, with ψ(M_k) held across calls with the same minibatches (module docstring)."""
         b = np.asarray(b, dtype=np.float64)
         theta = np.zeros_like(b) if theta is None else np.array(theta, dtype=np.float64)
         rng = np.random.default_rng(0) if rng is None else rng
-        for _ in range(int(epochs)):
-            self.epoch(theta, b, rng)
+        for rows, Psi in self._fixed_schedule(epochs, rng):
+            self.step(theta, rows, b[rows], Psi)
         return theta
 
     def solve_adjoint(self, b, epochs: int = 1, rng: Optional[np.random.Generator] = None) -> np.ndarray:
@@ -118,16 +158,13 @@ class EigenPro2Solver:
         although K⁻¹ is; EigenPro 3's consistent update needs S P Sᵀ, not S P S (eigenpro3.py)."""
         b = np.asarray(b, dtype=np.float64)
         rng = np.random.default_rng(0) if rng is None else rng
-        batches = [rows for _ in range(int(epochs)) for rows in self._minibatches(rng)]
         v, out = b.copy(), np.zeros_like(b)
-        if self.preconditioner.q:
-            weights, C = self.preconditioner.weights.numpy()[:, None], self._C.numpy()  # [q, 1], [s, q]
-        for rows in reversed(batches):
+        for rows, Psi in reversed(self._fixed_schedule(epochs, rng)):
             r = v[rows]
             if self.preconditioner.q:
-                Psi = self.preconditioner.eigenfunctions(rows[:, None].astype(np.float64)).numpy()
-                r = r - Psi @ (weights * (C.T @ v[self.subsample]))
-            r = batch_step(self.beta, self.top_eigenvalue, len(rows)) / len(rows) * r
+                Psi = self._eigenfunctions(rows) if Psi is None else Psi
+                r = r - Psi @ (self._weights * (self._C.T @ v[self.subsample]))
+            r = self._rate(len(rows)) * r
             out[rows] += r
             v -= self.operator.matmul_transpose(rows, r).numpy()
         return out

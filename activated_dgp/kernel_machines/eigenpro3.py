@@ -48,7 +48,14 @@ is ≈ μ_(q+1); for the consistent update or approximate eigenfunctions it is l
 μ_(q+1) there would diverge).
 
 Memory: per step the blocks of B(X_m) (m × block), the inexact projection's K[M, :] blocks, Ψ_Z and
-W (p × q) and α (p × L): nothing n × p or p × p, except the exact projection's G.
+W (p × q) and α (p × L): nothing n × p or p × p, except the exact projection's G and the held K(Z, Z)
+(``gram_cache_bytes``).
+
+Cost of the inexact projection. Every step runs the projection's EigenPro 2 epochs over the same minibatches
+(the rng [seed, 3]), twice with the consistent update (Sᵀ, then S). Its Nyström eigenfunctions at each of those
+minibatches, ψ(M_k) [m_k, q_z], are therefore computed once and held by the solver (p·q_z·projection_epochs
+floats; :class:`EigenPro2Solver`), and with K(Z, Z) held the inner steps are NumPy BLAS products on its rows
+(:class:`BasisGram`). Same iteration, same numbers to round-off; docs/kernel_machines.md has the measured gain.
 """
 
 from __future__ import annotations
@@ -264,8 +271,7 @@ class EigenPro3(TrainedWeights, tf.Module):
             return theta - self._W @ self.data_preconditioner.correction(self._Psi_Z, theta).numpy()
         # proj P proj with inexact projections: θ = S (G − Ψ_Z D Ψ_Zᵀ) Sᵀ u (module docstring, "Inexact projection")
         theta = self.projector.solve_adjoint(np.asarray(u), epochs=self.projection_epochs, rng=np.random.default_rng([self.seed, 3]))
-        operator = self.basis.gram_operator()
-        P_theta = operator.matmul(np.arange(operator.size), theta) - tf.matmul(self._Psi_Z, self.data_preconditioner.correction(self._Psi_Z, theta))
+        P_theta = self.basis.gram_operator().matmul(None, theta) - tf.matmul(self._Psi_Z, self.data_preconditioner.correction(self._Psi_Z, theta))
         return self._solve(P_theta)
 
     def _check_definite(self, sample, Psi, rng, size: int = 1000) -> None:
