@@ -175,9 +175,10 @@ Softplus features; median of {repeats} warm calls; extra peak memory from TF's B
 
 - Activated Kuf takes {kuf_eager:.2f}× the time of GPflow's closed-form ArcCosine K(Z, X) called eagerly (target ≤ 0.5×). The Clenshaw
   recurrence is compiled with XLA (`tf.function(jit_compile=True)`) and runs as one fused pass over the [M, N] cosine matrix.
-  It sums each parity in s = t² (even levels, and t × the odd ones): Softplus's odd levels from 3 on vanish, so its
-  Ñ = 20 series takes 10 recurrence steps instead of 20 (before this change, 2026-11-23: XLA float64 forward 1.42×,
-  gradient 1.82× SE, from the table this section held).
+  It sums each parity as a Chebyshev series in u = 2t² − 1 (even levels, and t × the odd ones; docs/zonal_core.md):
+  Softplus's odd levels from 3 on vanish, so its Ñ = 20 series takes 10 steps of one multiply-add and one subtraction.
+  Earlier tables of this section, XLA float64 against SE: the Gegenbauer recurrence in t (2026-11-23) forward 1.42×,
+  gradient 1.82×; the Gegenbauer recurrence in s = t² (three multiply-adds per step) forward 1.01×, gradient 1.54×.
 - Its gradient with respect to W and X costs {kuf_grad:.2f}× the forward call (GPflow's ArcCosine: {arccos_grad:.2f}×): the custom gradient
   evaluates S'(t) as a second Clenshaw sum in the α + 1 basis instead of back-propagating through Ñ stored intermediates.
 - Whole-call XLA (`jit_compile=True`, norms and products fused with the Clenshaw loop), against GPflow's SquaredExponential

@@ -9,9 +9,13 @@ eigenpairs fitted on 2000 points) and the span (Ritz) preconditioner, each at q 
 
 ``scaling`` (timings: run on a quiet machine): seconds per EigenPro 3 epoch (inexact projection, one
 EigenPro 2 epoch per step, Nyström s = 2000, q = 100) as n grows (protein 5k → 45k rows, p = 1000) and
-as p grows (1k → 20k, n = 5000), each cell in a fresh process for its peak RSS; beside it the direct
-solve (K(X, Z) [n, p] formed, ``scipy.linalg.lstsq``) where p ≤ --direct-max. Ratios are against the
-first cell of the same run.
+as p grows (1k → 20k centers, n = --scaling-n rows, so every p is a random subset of the data, never a
+duplicate), each cell in a fresh process for its peak RSS; beside it the direct solve (K(X, Z) [n, p]
+formed, ``scipy.linalg.lstsq``) where p ≤ --direct-max. K(Z, Z) is recomputed in blocks at every projection
+step (``gram_cache_bytes=0``, the paper's O(p)-memory setting) unless --gram-cache-gib holds it. Each cell
+records the minibatch m that the step rule chose, so the per-epoch work the paper's complexity gives,
+(n/m)·(m·p + p²) kernel evaluations (gradient at the batch, one EigenPro 2 epoch over K(Z, Z)), is printed
+beside the measured time. Ratios are against the first cell of the same run.
 
 ``gram-cache`` (timings: quiet machine): seconds of one EigenPro 3 epoch on the 5,000 MNIST training digits
 (D = 784, Laplacian kernel of bandwidth 5, the settings of ``experiments.eigenpro_mnist``) with the model's
@@ -100,7 +104,7 @@ def iterations(args):
     print("\n".join(rows))
 
 
-def _scaling_cell(queue, data_dir, n, p, direct):
+def _scaling_cell(queue, data_dir, n, p, direct, gram_cache_bytes):
     import gpflow
     import scipy.linalg
 
@@ -108,11 +112,13 @@ def _scaling_cell(queue, data_dir, n, p, direct):
 
     X, y = protein(data_dir, n)
     kernel = gpflow.kernels.Exponential(lengthscales=2.0)
-    Z = choose_centers(X, min(p, n), "random", seed=0) if p <= n else np.concatenate([X, X[: p - n] + 0.01])
+    Z = choose_centers(X, p, "random", seed=0)
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    model = EigenPro3(kernel, Z, subsample_size=2000, num_eigenpairs=100, projection="inexact", projection_subsample=min(2000, p), projection_eigenpairs=100)
+    model = EigenPro3(kernel, Z, subsample_size=2000, num_eigenpairs=100, projection="inexact", projection_subsample=min(2000, p),
+                      projection_eigenpairs=100, gram_cache_bytes=gram_cache_bytes)
     model.fit(X, y, epochs=2, progress=False)
-    result = {"n": n, "p": p, "epoch_seconds": float(model.history["seconds"][-1]), "ep3_peak_mb": (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024}
+    result = {"n": n, "p": p, "batch": int(model.batch_size), "epoch_seconds": float(model.history["seconds"][-1]),
+              "ep3_peak_mb": (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024}
     if direct:
         start = time.perf_counter()
         scipy.linalg.lstsq(kernel(X, Z).numpy(), y)
@@ -121,21 +127,33 @@ def _scaling_cell(queue, data_dir, n, p, direct):
     queue.put(result)
 
 
+def _epoch_work(cell) -> float:
+    """Kernel evaluations of one EigenPro 3 epoch by the paper's count: n/m steps, each a gradient at m points
+    over p centers and one EigenPro 2 epoch over the p × p K(Z, Z)."""
+    return cell["n"] / cell["batch"] * (cell["batch"] * cell["p"] + cell["p"] ** 2)
+
+
 def scaling(args):
     context = multiprocessing.get_context("spawn")
-    cells = [(n, 1000) for n in (5000, 10000, 20000, 45000)] + [(5000, p) for p in (2000, 5000, 10000, 20000)]
+    if args.scaling_n < 20000:
+        raise ValueError(f"--scaling-n must be at least the largest p, 20,000, so that the centers are data points; got {args.scaling_n}")
+    cells = [(n, 1000) for n in (5000, 10000, 20000, 45000)] + [(args.scaling_n, p) for p in (2000, 5000, 10000, 20000)]
+    gram_cache_bytes = int(args.gram_cache_gib * 2**30)
     results = []
-    for n, p in cells:
+    for index, (n, p) in enumerate(cells):
         queue = context.Queue()
-        process = context.Process(target=_scaling_cell, args=(queue, args.data_dir, n, p, p <= args.direct_max))
+        process = context.Process(target=_scaling_cell, args=(queue, args.data_dir, n, p, p <= args.direct_max, gram_cache_bytes))
         process.start()
         results.append(queue.get())
         process.join()
-        print(results[-1], flush=True)
+        print(f"[{index + 1}/{len(cells)}]", results[-1], flush=True)
     base = results[0]
-    print("| n | p | s / epoch | ratio to first | n·p ratio | EigenPro 3 peak MB | direct lstsq s | direct peak MB |\n|---|---|---|---|---|---|---|---|")
+    print(f"K(Z, Z) {'held up to ' + format(args.gram_cache_gib, 'g') + ' GiB' if gram_cache_bytes else 'recomputed in blocks (O(p) memory)'}\n")
+    print("| n | p | batch m | s / epoch | ratio to first | n·p ratio | (n/m)(mp + p²) ratio | EigenPro 3 peak MB | direct lstsq s | direct peak MB |\n"
+          "|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
-        print(f"| {r['n']:,} | {r['p']:,} | {r['epoch_seconds']:.2f} | {r['epoch_seconds'] / base['epoch_seconds']:.2f} | {r['n'] * r['p'] / (base['n'] * base['p']):.1f} | "
+        print(f"| {r['n']:,} | {r['p']:,} | {r['batch']} | {r['epoch_seconds']:.2f} | {r['epoch_seconds'] / base['epoch_seconds']:.2f} | "
+              f"{r['n'] * r['p'] / (base['n'] * base['p']):.1f} | {_epoch_work(r) / _epoch_work(base):.1f} | "
               f"{r['ep3_peak_mb']:.0f} | {r.get('direct_seconds', float('nan')):.2f} | {r.get('direct_peak_mb', float('nan')):.0f} |")
 
 
@@ -246,6 +264,8 @@ def main(argv=None):
     parser.add_argument("--max-epochs", type=int, default=300)
     parser.add_argument("--learned-q", type=int, nargs="+", default=[10, 50], help="preconditioner levels q of the IKA, NeuralEF and span rows")
     parser.add_argument("--direct-max", type=int, default=10000)
+    parser.add_argument("--scaling-n", type=int, default=20000, help="rows of the p-growing cells of scaling (≥ the largest p)")
+    parser.add_argument("--gram-cache-gib", type=float, default=0.0, help="scaling: hold K(Z, Z) when it fits in this many GiB (default 0: recompute, O(p) memory)")
     parser.add_argument("--gram-p", type=int, nargs="+", default=[1000, 2000], help="centers of the gram-cache mode")
     parser.add_argument("--speed-p", type=int, nargs="+", default=[1000, 2000, 5000], help="centers of projection-speed's projection table")
     parser.add_argument("--epoch-p", type=int, nargs="*", default=[2000], help="centers of projection-speed's setup + epoch table")
