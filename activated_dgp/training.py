@@ -131,6 +131,10 @@ class RestoreBest(tf_keras.callbacks.Callback):
     training stops. At the end every variable of ``module`` (a tf.Module: the network or the DeepGP)
     takes its value at the best check. ``checks`` records (epoch, score); ``best_epoch`` is the number
     of epochs trained at the best check (0 = the start).
+
+    A fit that diverges (a NaN or inf in any floating variable of ``module`` at a check or at the end of an
+    epoch) is stopped there without scoring the broken state; its checks record NaN, ``diverged_epoch`` says
+    when, and the best check is restored as usual, so what had been learnt before is kept.
     """
 
     def __init__(self, score: Callable[[], float], module: tf.Module, every: int = 1, patience: Optional[int] = None):
@@ -139,9 +143,18 @@ class RestoreBest(tf_keras.callbacks.Callback):
             raise ValueError(f"every and patience must be ≥ 1, got {every} and {patience}")
         self.score, self.module, self.every, self.patience = score, module, int(every), patience
         self.checks, self.best, self.best_epoch, self.epochs_run = [], np.inf, 0, 0
+        self.diverged_epoch: Optional[int] = None
         self._best_values, self._since = None, 0
 
+    def _finite(self) -> bool:
+        return all(np.all(np.isfinite(v.numpy())) for v in self.module.variables if v.dtype.is_floating)
+
     def _check(self, epoch: int) -> None:
+        if not self._finite():
+            self.checks.append((epoch, float("nan")))
+            self.diverged_epoch = epoch
+            self.model.stop_training = True
+            return
         value = float(self.score())
         self.checks.append((epoch, value))
         if value < self.best:  # NaN never improves
@@ -157,7 +170,7 @@ class RestoreBest(tf_keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         self.epochs_run = epoch + 1
-        if (epoch + 1) % self.every == 0:
+        if (epoch + 1) % self.every == 0 or not self._finite():
             self._check(epoch + 1)
 
     def on_train_end(self, logs=None):
@@ -171,6 +184,7 @@ class RestoreBest(tf_keras.callbacks.Callback):
             "best_step": self.best_epoch * steps_per_epoch,
             "steps_run": self.epochs_run * steps_per_epoch,
             "best_validation": self.best,
+            "diverged_step": None if self.diverged_epoch is None else self.diverged_epoch * steps_per_epoch,
         }
 
 

@@ -464,7 +464,7 @@ def _adgp(kind: str, data: SplitData, budget: Budget) -> Prediction:
         "noise_variance": float(result.dgp.likelihood_layer.likelihood.variance.numpy()),
         "final_loss": float(result.dgp_history["loss"][-1]) if result.dgp_history.get("loss") else None,
         "network": history,
-        "dgp": {k: result.dgp_history.get(k) for k in ("steps_run", "best_step", "best_validation")},
+        "dgp": {k: result.dgp_history.get(k) for k in ("steps_run", "best_step", "best_validation", "diverged_step")},
         "options": {k: str(v) for k, v in options.items()},
     }
     return means, variances, extra
@@ -521,7 +521,7 @@ def predict_dgp(data: SplitData, budget: Budget) -> Prediction:
     extra = {
         "noise_variance": float(dgp.likelihood_layer.likelihood.variance.numpy()),
         "final_loss": float(history["loss"][-1]) if history.get("loss") else None,
-        "dgp": {k: history.get(k) for k in ("steps_run", "best_step", "best_validation")},
+        "dgp": {k: history.get(k) for k in ("steps_run", "best_step", "best_validation", "diverged_step")},
     }
     return means, variances, extra
 

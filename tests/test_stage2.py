@@ -232,6 +232,41 @@ def test_restore_best_returns_the_parameters_of_the_best_check():
     assert not np.allclose(recorder.snapshots[2][0], recorder.snapshots[5][0])
 
 
+class _PoisonAfter(tf_keras.callbacks.Callback):
+    """Writes NaN into the first variable of ``module`` at the end of epoch ``epoch`` (a diverging fit)."""
+
+    def __init__(self, module, epoch):
+        super().__init__()
+        self.module, self.epoch = module, epoch
+
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch + 1 == self.epoch:
+            variable = self.module.trainable_variables[0]
+            variable.assign(tf.fill(tf.shape(variable), tf.constant(np.nan, variable.dtype)))
+
+
+def test_restore_best_stops_a_diverged_fit_and_restores_the_best_check():
+    X, Y = _data(64)
+    network = build_activated_nn(3, num_layers=1, num_units=8, truncation_level=6, seed=1)
+    network(X[:1])
+    calls = []
+
+    def score():  # the broken state must never reach the score
+        assert all(np.all(np.isfinite(v.numpy())) for v in network.variables)
+        calls.append(None)
+        return [5.0, 1.0, 3.0, 2.0][len(calls) - 1]
+
+    stopper = RestoreBest(score, network, every=2, patience=5)
+    recorder = _Recorder(network)
+    network.compile(tf_keras.optimizers.Adam(0.05), loss="mse")
+    network.fit(X, Y, epochs=20, batch_size=16, verbose=0, callbacks=[recorder, _PoisonAfter(network, 5), stopper])
+    assert stopper.diverged_epoch == 5 and stopper.epochs_run == 5 and len(calls) == 3
+    assert stopper.best_epoch == 2 and np.isnan(stopper.checks[-1][1])
+    assert stopper.summary(4)["diverged_step"] == 20
+    for variable, expected in zip(network.variables, recorder.snapshots[2]):
+        np.testing.assert_array_equal(variable.numpy(), expected)
+
+
 def test_dgp_early_stopping_restores_the_recorded_best_parameters():
     X, Y, _, dgp = _converted(num_layers=2)
     X_val, Y_val = _data(40, seed=5)
