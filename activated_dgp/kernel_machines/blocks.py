@@ -80,8 +80,9 @@ class _Basis:
         """[⟨b_r, b_c⟩_H] [len(rows), len(cols)] for index arrays."""
         raise NotImplementedError
 
-    def cached_gram(self) -> Optional[tf.Tensor]:
-        """The whole Gram matrix [p, p] where the basis holds it (then products with it are one matmul), else None."""
+    def cached_gram(self):
+        """The whole Gram matrix [p, p] (a tf.Tensor or a read-only NumPy array) where the basis holds it (then
+        products with it are one matmul), else None."""
         return None
 
     def _column_blocks(self):
@@ -150,15 +151,21 @@ class KernelCenters(_Basis):
         self._cross = tf.function(lambda A, B: tf.cast(kernel(A, B), tf.float64), input_signature=[spec, spec])
         self._diag = tf.function(lambda A: tf.cast(kernel(A, full_cov=False), tf.float64), input_signature=[spec])
         self.cache_gram = bool(cache_gram)
-        self._gram: Optional[tf.Tensor] = None
+        self._gram: Optional[np.ndarray] = None
 
     def values(self, X, start, stop):
         return self._cross(tf.convert_to_tensor(X, tf.float64), self.centers[start:stop])
 
-    def cached_gram(self) -> Optional[tf.Tensor]:
-        """K(Z, Z) [p, p], computed in row blocks at the first call, when ``cache_gram``; otherwise None."""
+    def cached_gram(self) -> Optional[np.ndarray]:
+        """K(Z, Z) [p, p] (read-only NumPy), computed in row blocks at the first call, when ``cache_gram``;
+        otherwise None. The blocks are written into one preallocated array, so building it needs 8·p² bytes
+        plus one block, not twice that (a concatenation of the blocks would hold both)."""
         if self.cache_gram and self._gram is None:
-            self._gram = tf.concat([self._cross(self.centers[a:b], self.centers) for a, b in self._column_blocks()], axis=0)
+            gram = np.empty((self.num_functions, self.num_functions))
+            for a, b in self._column_blocks():
+                gram[a:b] = self._cross(self.centers[a:b], self.centers).numpy()
+            gram.flags.writeable = False
+            self._gram = gram
         return self._gram
 
     def gram(self, rows, cols):
