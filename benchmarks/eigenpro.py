@@ -31,7 +31,7 @@ epoch (reference, current, reference, current; the faster of each pair) for each
 ratio and the relative difference of the results (the iteration is the same, so round-off).
 
 Run:  nice -n 10 python -m benchmarks.eigenpro iterations --data-dir ../shared/data
-      python -m benchmarks.eigenpro scaling --data-dir ../shared/data     (quiet machine; ~1 h)
+      python -m benchmarks.eigenpro scaling --data-dir ../shared/data     (quiet machine; writes docs/benchmarks.md)
       python -m benchmarks.eigenpro gram-cache --data-dir ../shared/data  (quiet machine; ~5 min)
       nice -n 10 python -m benchmarks.eigenpro projection-speed --data-dir ../shared/data   (~5 min)
 """
@@ -127,6 +127,10 @@ def _scaling_cell(queue, data_dir, n, p, direct, gram_cache_bytes):
     queue.put(result)
 
 
+def _or_dash(value, spec: str) -> str:
+    return "—" if value is None else format(value, spec)
+
+
 def _epoch_work(cell) -> float:
     """Kernel evaluations of one EigenPro 3 epoch by the paper's count: n/m steps, each a gradient at m points
     over p centers and one EigenPro 2 epoch over the p × p K(Z, Z)."""
@@ -134,6 +138,8 @@ def _epoch_work(cell) -> float:
 
 
 def scaling(args):
+    from benchmarks._report import write_section
+
     context = multiprocessing.get_context("spawn")
     if args.scaling_n < 20000:
         raise ValueError(f"--scaling-n must be at least the largest p, 20,000, so that the centers are data points; got {args.scaling_n}")
@@ -148,13 +154,22 @@ def scaling(args):
         process.join()
         print(f"[{index + 1}/{len(cells)}]", results[-1], flush=True)
     base = results[0]
-    print(f"K(Z, Z) {'held up to ' + format(args.gram_cache_gib, 'g') + ' GiB' if gram_cache_bytes else 'recomputed in blocks (O(p) memory)'}\n")
-    print("| n | p | batch m | s / epoch | ratio to first | n·p ratio | (n/m)(mp + p²) ratio | EigenPro 3 peak MB | direct lstsq s | direct peak MB |\n"
-          "|---|---|---|---|---|---|---|---|---|---|")
+    held = f"held up to {args.gram_cache_gib:g} GiB" if gram_cache_bytes else "recomputed in blocks at every projection step (O(p) memory)"
+    rows = [f"Command: `python -m benchmarks.eigenpro scaling --data-dir ../shared/data"
+            f"{'' if args.scaling_n == 20000 else f' --scaling-n {args.scaling_n}'}{'' if not gram_cache_bytes else f' --gram-cache-gib {args.gram_cache_gib:g}'}`"
+            f" (protein, Laplacian kernel of lengthscale 2, random centers, inexact projection, Nyström s = 2000, q = 100;"
+            f" the second of 2 epochs timed; each cell a fresh process; K(Z, Z) {held}; peak RSS above the process's state after"
+            f" loading the data; the direct solve where p ≤ {args.direct_max:,}).", "",
+            "| n | p | batch m | s / epoch | ratio to first | n·p ratio | (n/m)(mp + p²) ratio | EigenPro 3 peak MB | direct lstsq s | direct peak MB |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
-        print(f"| {r['n']:,} | {r['p']:,} | {r['batch']} | {r['epoch_seconds']:.2f} | {r['epoch_seconds'] / base['epoch_seconds']:.2f} | "
-              f"{r['n'] * r['p'] / (base['n'] * base['p']):.1f} | {_epoch_work(r) / _epoch_work(base):.1f} | "
-              f"{r['ep3_peak_mb']:.0f} | {r.get('direct_seconds', float('nan')):.2f} | {r.get('direct_peak_mb', float('nan')):.0f} |")
+        rows.append(f"| {r['n']:,} | {r['p']:,} | {r['batch']} | {r['epoch_seconds']:.2f} | {r['epoch_seconds'] / base['epoch_seconds']:.2f} | "
+                    f"{r['n'] * r['p'] / (base['n'] * base['p']):.1f} | {_epoch_work(r) / _epoch_work(base):.1f} | "
+                    f"{r['ep3_peak_mb']:.0f} | {_or_dash(r.get('direct_seconds'), '.2f')} | {_or_dash(r.get('direct_peak_mb'), '.0f')} |")
+    doc = "\n".join(rows)
+    print(doc)
+    if not args.no_write:
+        write_section("eigenpro_scaling", doc)
 
 
 def gram_cache(args):
@@ -265,6 +280,7 @@ def main(argv=None):
     parser.add_argument("--learned-q", type=int, nargs="+", default=[10, 50], help="preconditioner levels q of the IKA, NeuralEF and span rows")
     parser.add_argument("--direct-max", type=int, default=10000)
     parser.add_argument("--scaling-n", type=int, default=20000, help="rows of the p-growing cells of scaling (≥ the largest p)")
+    parser.add_argument("--no-write", action="store_true", help="scaling: print the table without touching docs/benchmarks.md")
     parser.add_argument("--gram-cache-gib", type=float, default=0.0, help="scaling: hold K(Z, Z) when it fits in this many GiB (default 0: recompute, O(p) memory)")
     parser.add_argument("--gram-p", type=int, nargs="+", default=[1000, 2000], help="centers of the gram-cache mode")
     parser.add_argument("--speed-p", type=int, nargs="+", default=[1000, 2000, 5000], help="centers of projection-speed's projection table")
