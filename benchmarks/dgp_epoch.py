@@ -133,7 +133,7 @@ units / inducing variables, float64, Adam through `keras.Model.fit`; {rounds} ro
 |---|---|---|---|---|
 {rows}
 
-- The activated DGP takes {ratio:.2f}× the epoch time of GPflux's standard DGP (target ≤ 1) and {twin_ratio:.1f}× that of its
+- The activated DGP takes {ratio:.2f}× the epoch time of GPflux's standard DGP (issue 15's target ≤ 0.5×) and {twin_ratio:.1f}× that of its
   network twin, which computes the same basis functions without the GP's covariance algebra.
 """
     if write:
