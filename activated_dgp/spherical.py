@@ -217,8 +217,6 @@ def _chebyshev_in_squares(coefficients: np.ndarray, alpha: float, parity: int) -
     basis is well conditioned on [0, 1], unlike the monomials of s, whose coefficients grow like 10⁴ at α = 3.5,
     Ñ = 20. At α = 0 it is the identity up to the parity: T_(2j)(t) = T_j(2t² − 1)."""
     length = len(coefficients)
-    if length == 1:
-        return np.asarray(coefficients, dtype=np.float64)
     recurrence = _parity_recurrence(length, alpha, parity)
     return np.polynomial.chebyshev.chebinterpolate(lambda u: _sum_in_squares(0.5 * (u + 1.0), coefficients, *recurrence), length - 1)
 

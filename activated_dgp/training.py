@@ -149,8 +149,8 @@ class RestoreBest(tf_keras.callbacks.Callback):
     def _finite(self) -> bool:
         return all(np.all(np.isfinite(v.numpy())) for v in self.module.variables if v.dtype.is_floating)
 
-    def _check(self, epoch: int) -> None:
-        if not self._finite():
+    def _check(self, epoch: int, finite: Optional[bool] = None) -> None:
+        if not (self._finite() if finite is None else finite):
             self.checks.append((epoch, float("nan")))
             self.diverged_epoch = epoch
             self.model.stop_training = True
@@ -170,8 +170,9 @@ class RestoreBest(tf_keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         self.epochs_run = epoch + 1
-        if (epoch + 1) % self.every == 0 or not self._finite():
-            self._check(epoch + 1)
+        finite = self._finite()
+        if (epoch + 1) % self.every == 0 or not finite:
+            self._check(epoch + 1, finite)
 
     def on_train_end(self, logs=None):
         if self._best_values is not None:

@@ -444,6 +444,12 @@ def dgp_mixture(dgp: gpflux.models.DeepGP, X, num_samples: int, seed: int) -> Tu
 ADGP_OPTIONS = dict(kernel_variance="validation", noise_variance="selected")
 
 
+def _elbo_fit_summary(history: dict) -> dict:
+    """What a record keeps of an early-stopped ELBO fit (``RestoreBest.summary``): steps run, best step restored,
+    its validation NLPD, and the step where the fit diverged (None if it did not)."""
+    return {k: history.get(k) for k in ("steps_run", "best_step", "best_validation", "diverged_step")}
+
+
 def _adgp(kind: str, data: SplitData, budget: Budget) -> Prediction:
     network, history = _fit_network(kind, data, budget, data.seed)
     (X, y), validation = _fit_parts(data, budget)
@@ -464,7 +470,7 @@ def _adgp(kind: str, data: SplitData, budget: Budget) -> Prediction:
         "noise_variance": float(result.dgp.likelihood_layer.likelihood.variance.numpy()),
         "final_loss": float(result.dgp_history["loss"][-1]) if result.dgp_history.get("loss") else None,
         "network": history,
-        "dgp": {k: result.dgp_history.get(k) for k in ("steps_run", "best_step", "best_validation", "diverged_step")},
+        "dgp": _elbo_fit_summary(result.dgp_history),
         "options": {k: str(v) for k, v in options.items()},
     }
     return means, variances, extra
@@ -521,7 +527,7 @@ def predict_dgp(data: SplitData, budget: Budget) -> Prediction:
     extra = {
         "noise_variance": float(dgp.likelihood_layer.likelihood.variance.numpy()),
         "final_loss": float(history["loss"][-1]) if history.get("loss") else None,
-        "dgp": {k: history.get(k) for k in ("steps_run", "best_step", "best_validation", "diverged_step")},
+        "dgp": _elbo_fit_summary(history),
     }
     return means, variances, extra
 
