@@ -367,6 +367,11 @@ def test_claims_compare_methods_over_the_splits_they_share():
     lines = claims(records)
     nlpd = next(line for line in lines if line.startswith("- ADGP NLPD < NN:"))
     assert "0 of 1 datasets (not on: yacht)" in nlpd and "shared splits: yacht 1" in nlpd
+    # the same pairing for the plain network and its conversion: over split 0 the conversion wins (0.3 < 0.4);
+    # against the plain network's mean over both splits (0.25) it would wrongly lose
+    lines = claims(records + [record("plain_adgp", 0, 0.3), record("plain", 0, 0.4), record("plain", 1, 0.1)])
+    plain = next(line for line in lines if line.startswith("- plain→ADGP NLPD < the plain network's"))
+    assert "1 of 1 datasets;" in plain and "shared splits: yacht 1" in plain
 
 
 def test_nlpd_gap_splits_accuracy_from_the_variance_against_scipy(rng):
