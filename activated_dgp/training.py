@@ -149,8 +149,8 @@ class RestoreBest(tf_keras.callbacks.Callback):
     def _finite(self) -> bool:
         return all(np.all(np.isfinite(v.numpy())) for v in self.module.variables if v.dtype.is_floating)
 
-    def _check(self, epoch: int, finite: Optional[bool] = None) -> None:
-        if not (self._finite() if finite is None else finite):
+    def _check(self, epoch: int, finite: bool) -> None:
+        if not finite:
             self.checks.append((epoch, float("nan")))
             self.diverged_epoch = epoch
             self.model.stop_training = True
@@ -166,7 +166,7 @@ class RestoreBest(tf_keras.callbacks.Callback):
                 self.model.stop_training = True
 
     def on_train_begin(self, logs=None):
-        self._check(0)
+        self._check(0, self._finite())
 
     def on_epoch_end(self, epoch, logs=None):
         self.epochs_run = epoch + 1
