@@ -224,5 +224,6 @@ def predict_class_probabilities(
     dgp: gpflux.models.DeepGP, X, num_samples: int = 100, seed: Optional[int] = None, batch_size: Optional[int] = None
 ) -> np.ndarray:
     """p(y = c | x), [N, C] (C = 1 for Bernoulli: p(y = 1 | x)), averaged over propagated samples
-    (``batch_size`` as in :func:`predict_y`)."""
-    return predict_y(dgp, X, num_samples, seed, batch_size)[0]
+    (``batch_size`` as in :func:`predict_y`), clipped to [0, 1]: the likelihoods' quadrature can round a
+    certain prediction to 1 + 2e-16, which plotting tools then leave blank."""
+    return np.clip(predict_y(dgp, X, num_samples, seed, batch_size)[0], 0.0, 1.0)

@@ -207,3 +207,24 @@ def test_converter_names_the_layer_it_cannot_map():
         build_activated_dgp(2, 10, likelihood="poisson-ish")
     with pytest.raises(ValueError, match="NaN or inf in rows"):
         train_dgp(build_activated_dgp(2, 10, num_layers=1, num_units=4), np.full((10, 2), np.nan), np.zeros((10, 1)))
+
+
+def test_class_probabilities_stay_in_the_unit_interval_where_the_model_is_certain():
+    """A Bernoulli DGP whose logits reach ±hundreds on a 120 × 120 grid: the quadrature of σ(f) can round to
+    1 + 2e-16 (issue: 4,488 of 14,400 grid points did); the probabilities stay in [0, 1], and where the logit's
+    mean is beyond ±40 with a tiny variance they equal σ(mean) (computed here with scipy's expit) to 1e-12."""
+    from scipy.special import expit
+
+    from activated_dgp import build_activated_dgp, predict_class_probabilities, propagate_means
+
+    dgp = build_activated_dgp(2, 100, num_layers=1, num_units=16, likelihood="bernoulli", seed=0)
+    layer = dgp.f_layers[0]
+    layer.q_mu.assign(50.0 * np.random.default_rng(0).normal(size=layer.q_mu.shape))
+    grid = np.stack(np.meshgrid(np.linspace(-6, 6, 120), np.linspace(-6, 6, 120)), -1).reshape(-1, 2)
+    probabilities = predict_class_probabilities(dgp, grid, num_samples=1, seed=0)
+    assert probabilities.shape == (14400, 1)
+    assert np.all((probabilities >= 0.0) & (probabilities <= 1.0))
+    mean = propagate_means(dgp, grid)[-1].numpy()
+    certain = np.abs(mean) > 40
+    assert certain.sum() > 1000
+    np.testing.assert_allclose(probabilities[certain], expit(mean[certain]), atol=1e-12)

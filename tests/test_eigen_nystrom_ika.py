@@ -191,20 +191,47 @@ def test_bad_inputs_raise():
         random_data_filters(X, 30)
 
 
-def test_warnings_for_ill_conditioned_basis_and_non_psd_gram():
+def test_warnings_only_when_the_jitter_changes_the_eigenpairs_and_for_non_psd_gram():
     kernel = gpflow.kernels.SquaredExponential()
     X = np.random.default_rng(0).normal(size=(50, 2))
     W = random_data_filters(X, 4, seed=0)
-    W = np.concatenate([W, W[:1]])  # a repeated filter: P̃ is singular
-    with pytest.warns(RuntimeWarning, match="ill-conditioned"):
-        ika = IKA(3, activation_basis(W, "tanh")).fit(X, kernel)
-    assert np.all(np.isfinite(ika(X).numpy()))
+    offsets = np.linspace(-0.5, 0.5, 4)
+    # an exactly repeated filter makes P̃ singular, but the redundant direction carries no eigenvalue: the
+    # eigenpairs equal those of the basis without the copy (silently)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        redundant = IKA(3, activation_basis(np.concatenate([W, W[:1]]), "tanh", offsets=np.append(offsets, offsets[0]))).fit(X, kernel)
+    plain = IKA(3, activation_basis(W, "tanh", offsets=offsets)).fit(X, kernel)
+    np.testing.assert_allclose(redundant.eigenvalues.numpy(), plain.eigenvalues.numpy(), rtol=1e-8)
+    np.testing.assert_allclose(np.abs(redundant(X).numpy()), np.abs(plain(X).numpy()), rtol=1e-6, atol=1e-8)
+    # a nearly dependent pair that the top eigenfunction needs apart: b = [x1, x1 + δ x2], δ = 5e-6 (condition
+    # number ≈ 1e11) under the linear kernel x·y with x2's variance larger, whose top eigenfunction is ∝ x2 =
+    # (b2 − b1)/δ with eigenvalue mean(x2²) (Nyström, exact here): the jitter shrinks it, and the warning says so
+    Z = np.random.default_rng(1).normal(size=(200, 2)) * np.array([1.0, 3.0])
+    basis = lambda A: np.stack([A[:, 0], A[:, 0] + 5e-6 * A[:, 1]], axis=1)  # noqa: E731
+    with pytest.warns(RuntimeWarning, match="eigenpairs are degraded"):
+        degraded = IKA(1, basis).fit(Z, gpflow.kernels.Linear())
+    assert degraded.eigenvalues.numpy()[0] < 0.9 * np.mean(Z[:, 1] ** 2)
     G = np.diag([3.0, 2.0, 1.0, -0.5])
     with pytest.warns(RuntimeWarning, match="not positive semi-definite"):
         Nystrom(2).fit(np.arange(4), G)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         Nystrom(2).fit(X, kernel)
+
+
+def test_default_offsets_give_the_nystrom_eigenpairs_off_the_sphere():
+    """The README's example: k-means ReLU filters on 2-D Gaussian data under an RBF kernel. Without offsets the
+    span is positively homogeneous and misses the eigenfunctions; the default offsets (hinges through the filters)
+    recover Nyström's eigenvalues (a dense eigendecomposition of the 2,000-point Gram matrix) within 2 %."""
+    X = np.random.default_rng(0).normal(size=(2000, 2))
+    rbf = gpflow.kernels.SquaredExponential()
+    reference = np.linalg.eigvalsh(rbf(X).numpy())[::-1][:10] / len(X)
+    W = kmeans_filters(X, 128)
+    with_offsets = IKA(10, activation_basis(W)).fit(X, rbf).eigenvalues.numpy()
+    without = IKA(10, activation_basis(W, offsets=None)).fit(X, rbf).eigenvalues.numpy()
+    assert np.max(np.abs(with_offsets - reference) / reference) < 0.02
+    assert np.max(np.abs(without - reference) / reference) > 0.2
 
 
 def test_checkpoint_round_trip(tmp_path):
