@@ -19,7 +19,7 @@ from .covariances import basis_coefficients, inducing_coefficients
 from .inducing_variables import ActivationFeature
 from .kernels import ZonalArcCosine, ZonalKernel
 from .config import ArchitectureConfig
-from .models import LIKELIHOODS, build_activated_dgp
+from .models import LIKELIHOODS, activated_gp_layer, build_activated_dgp
 from .nn import ActivatedLayer, build_activated_nn
 from .persistence import DGPCheckpoint, load_dgp, load_network, load_optimizer, load_state, save_dgp, save_network
 from .prediction import layer_moments, predict_class_probabilities, predict_y, predictive_log_density, propagate_means
@@ -49,6 +49,7 @@ __all__ = [
     "ActivatedLayer",
     "build_activated_nn",
     "build_activated_dgp",
+    "activated_gp_layer",
     "dgp_from_keras",
     "Conversion",
     "train_two_stage",

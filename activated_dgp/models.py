@@ -19,6 +19,7 @@ from .kernels import ZonalArcCosine
 from .config import ArchitectureConfig, as_config
 from .nn import initial_directions
 from .spectra import Activation
+from .validation import check_matrix
 
 __all__ = [
     "build_activated_dgp",
@@ -269,7 +270,12 @@ def activated_gp_layer(
     (the paper's 1e-5); the mean function is Zero unless given, so that the mean propagation is
     exactly a network forward pass.
     """
-    W = np.asarray(W, dtype=np.float64)
+    W = check_matrix(W, "W", nonzero_rows=True).astype(np.float64)
+    if W.shape[1] < 2:
+        raise ValueError(f"W must be [M, D + 1] with D ≥ 1 (the inputs plus the bias coordinate), got shape {W.shape}")
+    for name, value in (("output_dim", output_dim), ("num_data", num_data)):
+        if isinstance(value, bool) or int(value) != value or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
     input_dim = W.shape[1] - 1
     kernel = gpflow.kernels.SharedIndependent(
         ZonalArcCosine(input_dim, truncation_level, variance=kernel_variance, lengthscales=lengthscales),
@@ -321,7 +327,9 @@ def build_activated_dgp(
         "softmax"/"robustmax"; "bernoulli"/"probit" use one.
     :param likelihood: a registered name (:data:`LIKELIHOODS`) or a gpflow likelihood.
     :param lengthscales: ℓ_ℓ per layer, each a scalar or D_ℓ + 1 values.
-    :param kernel_variance, noise_variance, q_sqrt_scale: initial values (not architecture).
+    :param kernel_variance: the kernel variance v of every layer at the start (not architecture).
+    :param noise_variance: the Gaussian likelihood's initial noise variance.
+    :param q_sqrt_scale: q_sqrt starts at this multiple of I.
     Inducing directions are drawn like :func:`activated_dgp.nn.initial_directions`; use
     :func:`activated_dgp.dgp_from_keras` to start from a trained network instead.
     """

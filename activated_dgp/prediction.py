@@ -10,7 +10,7 @@ import numpy as np
 import tensorflow as tf
 from check_shapes import check_shapes
 
-from .validation import check_dgp, check_inputs, check_matrix, dgp_input_width
+from .validation import check_dgp, check_inputs, check_matrix, check_targets, dgp_input_width
 
 __all__ = [
     "propagate_means",
@@ -37,7 +37,7 @@ def _checked_targets(dgp: gpflux.models.DeepGP, Y, num_rows: int) -> np.ndarray:
     keeps its own conventions)."""
     from .models import LIKELIHOODS, likelihood_name, output_width
 
-    Y = check_matrix(Y, "Y")
+    Y = check_targets(Y, "Y")
     if Y.shape[0] != num_rows:
         raise ValueError(f"X and Y have different numbers of rows: {num_rows} and {Y.shape[0]}")
     likelihood = dgp.likelihood_layer.likelihood
@@ -136,7 +136,6 @@ def layer_moments(dgp: gpflux.models.DeepGP, X, num_samples: int = 100, seed: Op
 
 @check_shapes(
     "X: [N, D]",
-    "Y: [N, P]",
     "return: [N]",
 )
 def predictive_log_density(dgp: gpflux.models.DeepGP, X, Y, num_samples: int = 100, seed: Optional[int] = None) -> np.ndarray:

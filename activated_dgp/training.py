@@ -23,7 +23,7 @@ from .models import likelihood_name, network_loss, output_width
 from .streaming import ArraySource, CsvSource, DatasetSource, as_source, data_errors, global_batches
 from .nn import build_activated_nn
 from .spectra import Activation
-from .validation import check_dgp, check_matrix, dgp_input_width
+from .validation import check_dgp, check_matrix, check_targets, dgp_input_width
 
 __all__ = [
     "TwoStageResult",
@@ -203,7 +203,7 @@ class TwoStageResult:
 
 def _check_data(X, Y):
     """(X [N, D], Y [N, P]) as finite matrices of gpflow's default float with N ≥ 1; else a ValueError."""
-    X, Y = check_matrix(X, "X"), check_matrix(Y, "Y")
+    X, Y = check_matrix(X, "X"), check_targets(Y, "Y")
     if X.shape[0] != Y.shape[0]:
         raise ValueError(f"X must be [N, D] and Y [N, P] with the same N, got {X.shape} and {Y.shape}")
     return X, Y

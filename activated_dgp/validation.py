@@ -67,6 +67,13 @@ def check_matrix(values, what: str, width: int = None, nonzero_rows: bool = Fals
     return array
 
 
+def check_targets(values, what: str = "Y", width: int = None) -> np.ndarray:
+    """Targets as a finite matrix [N, P] (:func:`check_matrix`), with one rule for a vector: a 1-D ``values`` of N
+    entries is one target column, [N, 1], as in tf-keras' ``fit`` and the regressors of :mod:`activated_dgp.eigen`."""
+    array = as_float_array(values, what)
+    return check_matrix(array[:, None] if array.ndim == 1 else array, what, width)
+
+
 def check_inputs(X, width: int, what: str = "X") -> np.ndarray:
     """Inputs X as a finite matrix [N, width], N ≥ 1 (:func:`check_matrix`)."""
     return check_matrix(X, what, width)

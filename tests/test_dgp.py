@@ -228,3 +228,21 @@ def test_class_probabilities_stay_in_the_unit_interval_where_the_model_is_certai
     certain = np.abs(mean) > 40
     assert certain.sum() > 1000
     np.testing.assert_allclose(probabilities[certain], expit(mean[certain]), atol=1e-12)
+
+
+def test_a_vector_of_targets_is_one_column_everywhere():
+    """One rule for 1-D targets (activated_dgp.validation.check_targets): y of N values is Y [N, 1] in the DGP
+    functions, as in tf-keras' fit; predictive_log_density, evaluate_elbo and train_dgp accept it and give what the
+    column gives; a 3-D Y is refused with the same message everywhere."""
+    from activated_dgp import build_activated_dgp, evaluate_elbo, predictive_log_density
+
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(20, 2)), rng.normal(size=20)
+    dgp = build_activated_dgp(2, 20, num_layers=1, num_units=8, seed=0)
+    np.testing.assert_array_equal(
+        predictive_log_density(dgp, X, y, num_samples=2, seed=0), predictive_log_density(dgp, X, y[:, None], num_samples=2, seed=0)
+    )
+    assert evaluate_elbo(dgp, X, y) == evaluate_elbo(dgp, X, y[:, None])
+    for call in (lambda: predictive_log_density(dgp, X, y[:, None, None]), lambda: evaluate_elbo(dgp, X, y[:, None, None])):
+        with pytest.raises(ValueError, match=r"Y must be a matrix \[N, D\], got shape \(20, 1, 1\)"):
+            call()

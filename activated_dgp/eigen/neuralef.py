@@ -118,7 +118,7 @@ def neural_eigenfunction(
 class StackedMLP(tf.Module):
     """k independent MLPs [N, D] → [N, 1] evaluated together with batched matrix products: [N, D] → [N, k].
 
-    Network j has its own weights W_l[j] [n_(l−1), n_l] and biases b_l[j] [n_l] (He-normal
+    Network j has its own weights W_l[j], [n_(l−1), n_l], and biases b_l[j], [n_l], (He-normal
     initialised, as in the paper's code: N(0, 2/fan_in), zero biases), ``hidden_layers`` hidden layers of ``width`` units and a linear output:
     the same functions as k separate :func:`neural_eigenfunction` models, in about one k-th of the ops.
     """

@@ -4,13 +4,13 @@ f = Σ_j α_j b_j with p functions b_j independent of the training set — kerne
 L(f) = (1/2n) Σ_i (f(x_i) − y_i)² by projected preconditioned stochastic gradient descent (eq. 17, 30).
 
 One step on a minibatch X_m of size m, with g = f(X_m) − y_m [m, L], u = B(X_m)ᵀ g / m [p, L] (the
-stochastic gradient evaluated against the basis, K(Z, X_m) g / m) and G = [⟨b_r, b_j⟩_H] [p, p]:
+stochastic gradient evaluated against the basis, K(Z, X_m) g / m) and G = [⟨b_r, b_j⟩_H], [p, p]:
 
 * ``update="paper"`` (Algorithm 1, eq. 35–36): precondition, then project,
       θ = G⁻¹ (u − Ψ_Z diag(μ_i − μ_(q+1)) ψ(X_m)ᵀ g / m),      α ← α − η θ;
 * ``update="consistent"`` (default): project, then precondition inside span(b),
       θ_g = G⁻¹ u,   θ = θ_g − W diag(μ_i − μ_(q+1)) Ψ_Zᵀ θ_g,   W = G⁻¹ Ψ_Z,   α ← α − η θ,
-  i.e. f ← f − η proj P proj ∇̃L. Here Ψ_Z = [⟨b_j, ψ_i⟩_H] [p, q] (ψ_i(z_j) for centers).
+  i.e. f ← f − η proj P proj ∇̃L. Here Ψ_Z = [⟨b_j, ψ_i⟩_H], [p, q] (ψ_i(z_j) for centers).
 
 Why two updates: the fixed point of the paper's update solves B(X)ᵀ (I − Q)(B(X) α − y) = 0, which
 is not the least-squares solution argmin ‖B(X) α − y‖ once the preconditioner acts (q > 0): P does
