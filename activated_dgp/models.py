@@ -273,9 +273,9 @@ def activated_gp_layer(
     W = check_matrix(W, "W", nonzero_rows=True).astype(np.float64)
     if W.shape[1] < 2:
         raise ValueError(f"W must be [M, D + 1] with D ≥ 1 (the inputs plus the bias coordinate), got shape {W.shape}")
-    for name, value in (("output_dim", output_dim), ("num_data", num_data)):
+    for what, value in (("output_dim", output_dim), ("num_data", num_data)):
         if isinstance(value, bool) or int(value) != value or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            raise ValueError(f"{what} must be a positive integer, got {value!r}")
     input_dim = W.shape[1] - 1
     kernel = gpflow.kernels.SharedIndependent(
         ZonalArcCosine(input_dim, truncation_level, variance=kernel_variance, lengthscales=lengthscales),
