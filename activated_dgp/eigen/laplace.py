@@ -24,14 +24,15 @@ with J(x) = ∂_θ g(x, θ_MAP) [C, P] and Λ_i = −∂²_ff log p(y_i | f) at 
 
   Ψ̃(x) = [√μ_1 ψ_1(x), …, √μ_k ψ_k(x)] [C, k], with (μ_j, ψ_j) the top-k eigenpairs of the empirical
   NTK κ(x, x') = J(x) J(x')ᵀ under the training inputs, learnt by :class:`~activated_dgp.eigen.NeuralEF`
-  on :func:`~activated_dgp.eigen.ntk_kernel` (eq. 20, ``ntk_samples`` Rademacher directions; or the
-  exact Jacobian features with ``ntk_samples=None``). Eq. 22 follows from eq. 21 by Woodbury and
+  on the exact empirical NTK (Jacobian features, the default) or on :func:`~activated_dgp.eigen.ntk_kernel`
+  (eq. 20, ``ntk_samples`` Rademacher directions). Eq. 22 follows from eq. 21 by Woodbury and
   Mercer's κ ≈ Ψ̃ Ψ̃ᵀ (their App. A.3): only a k × k matrix is inverted. For C > 1 outputs the
   matrix-valued NTK (their §3.2) is taken as a scalar kernel on pairs (x, c):
   κ((x, c), (x', c')) = ∂_θ g_c(x) · ∂_θ g_c'(x'); the eigenfunction networks take (x, one-hot c)
   [D + C] and ψ_j(x) [C] collects ψ_j(x, c) over c. The eigenproblem is that of §3.2 (eigenvectors of
   the NC × NC Gram, normalised over the NC pairs); only the network architecture (one output per input
-  pair rather than C output heads) differs.
+  pair rather than C output heads) differs. Truncating to k pairs drops the kernel's tail, so eq. 22's
+  variances differ from eq. 21's unless the k pairs cover the NTK's spectrum.
 * ``"eigenfunctions"``: eq. 22 with eigenpairs the user gives (``eigenfunctions=``, any object with
   ``eigenvalues`` [k] and ``__call__(inputs) -> [M, k]`` on the inputs above, e.g. a fitted
   :class:`~activated_dgp.eigen.Nystrom` on the NTK, or exact eigenpairs in a test).
@@ -177,8 +178,10 @@ class LinearisedLaplace:
     :param method: one of :data:`METHODS`.
     :param num_eigenpairs: k for ``neuralef``.
     :param eigenfunctions: the eigenpairs for ``eigenfunctions`` (see the module docstring).
-    :param ntk_samples: Rademacher directions S of the NTK estimate (eq. 20) NeuralEF trains on; ``None``
-        for the exact NTK from Jacobian features (P features per point).
+    :param ntk_samples: ``None`` (default): NeuralEF trains on the exact NTK, with the per-example Jacobians
+        as features (P per point, B C backward passes per step); an integer S: the Rademacher estimate of
+        eq. 20 with S forward-mode JVPs per step, for networks whose Jacobians do not fit (slow for large S:
+        600 steps took 394 s with S = 1000 against 10 s exact on a P = 49 network, docs/results/laplace_neuralef.json).
     :param neuralef_steps, neuralef_options: ``NeuralEF.fit`` steps and ``NeuralEF`` keyword arguments
         (JSON-serialisable ones, if the fit is to be saved).
     :param predictive: the classification predictive, "probit" or "mc" (defaults: probit for Bernoulli,
@@ -198,7 +201,7 @@ class LinearisedLaplace:
         method: str = "exact",
         num_eigenpairs: int = 10,
         eigenfunctions=None,
-        ntk_samples: Optional[int] = 1000,
+        ntk_samples: Optional[int] = None,
         neuralef_steps: int = 2000,
         neuralef_options: Optional[dict] = None,
         predictive: Optional[str] = None,
