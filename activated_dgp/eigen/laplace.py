@@ -437,7 +437,10 @@ class LinearisedLaplace:
             covariance = self._covariance(F, delta)
             nll.append(-np.mean(self._log_density(mean, covariance, Y_val)))
         self.validation_nll = np.array(nll)
-        delta = float(self.prior_precision_grid[int(np.argmin(nll))])
+        best = int(np.argmin(nll))
+        delta = float(self.prior_precision_grid[best])
+        if len(nll) > 1 and best in (0, len(nll) - 1):
+            self._log(f"the validation NLL is smallest at the edge of prior_precision_grid (δ = {delta:.3g}); widen the grid")
         self._log(f"prior precision by validation NLL: δ = {delta:.6g} (NLL {min(nll):.6g})")
         return delta
 
