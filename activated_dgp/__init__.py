@@ -38,7 +38,7 @@ from .spectra import (
 )
 from .spherical import funk_hecke_coefficients, gegenbauer_series, num_harmonics, set_xla
 from . import eigen
-from .eigen import IKA, EigenfunctionFeature, FeatureRidge, NeuralEF, Nystrom
+from .eigen import IKA, EigenfunctionFeature, FeatureRidge, LinearisedLaplace, NeuralEF, Nystrom
 from . import kernel_machines
 from .kernel_machines import EigenPro2, EigenPro3
 
@@ -92,6 +92,7 @@ __all__ = [
     "eigen",
     "Nystrom",
     "NeuralEF",
+    "LinearisedLaplace",
     "EigenfunctionFeature",
     "IKA",
     "FeatureRidge",

@@ -17,6 +17,7 @@ from .rayleigh_ritz import generalised_eigh, span_products
 from .features import EigenfunctionFeature
 from .cnn_gp import cnn_forward, cnn_gp_features, sample_cnn_weights
 from .nystrom import Nystrom
+from .laplace import LinearisedLaplace
 
 __all__ = [
     "EigenApproximation",
@@ -29,6 +30,7 @@ __all__ = [
     "ntk_kernel",
     "as_kernel_source",
     "Nystrom",
+    "LinearisedLaplace",
     "NeuralEF",
     "StackedMLP",
     "neural_eigenfunction",

@@ -1,0 +1,567 @@
+"""The linearised Laplace approximation (LLA) of a trained tf-keras network, with the covariance in
+parameter space (exact, last layer, diagonal) or through the top-k eigenfunctions of the network's
+empirical NTK (Deng et al. 2022, "NeuralEF: Deconstructing kernels by deep neural networks", §4.3).
+
+The network g(x, θ): R^D → R^C is trained to θ_MAP under an isotropic Gaussian prior
+p(θ) = N(0, δ⁻¹ I) (δ = ``prior_precision`` = 1/σ₀²) and a likelihood p(y | f) of its latent output f
+(regression outputs, or logits: the model must not end in a sigmoid/softmax). Linearising g about θ_MAP
+(Immer et al. 2021, "Improving predictions of Bayesian neural nets via local linearization"; Foong
+et al. 2019) and taking the Laplace/generalised Gauss–Newton posterior gives the GP (Deng et al. eq. 21)
+
+    f(x) ~ GP( g(x, θ_MAP),  J(x) Σ J(x')ᵀ ),      Σ⁻¹ = Σ_i J_iᵀ Λ_i J_i + δ I_P,
+
+with J(x) = ∂_θ g(x, θ_MAP) [C, P] and Λ_i = −∂²_ff log p(y_i | f) at f = g(x_i, θ_MAP)
+(:mod:`.laplace_likelihoods`: I/σ², s(1 − s), diag(p) − ppᵀ). Methods (``method=``):
+
+* ``"exact"``: the full P × P GGN above (P ≤ ``max_parameters``, default 5,000).
+* ``"last_layer"``: the same over the last Dense layer's kernel and bias only, the other weights fixed at
+  θ_MAP (Kristiadi et al. 2020; Daxberger et al. 2021). With a Gaussian likelihood and a linear last
+  layer this is Bayesian linear regression on the penultimate features.
+* ``"diagonal"``: Σ⁻¹ ≈ diag(Σ_i J_iᵀ Λ_i J_i) + δ I (the diagonal GGN).
+* ``"neuralef"``: eq. 22 of Deng et al.,
+
+      f(x) ~ GP( g(x, θ_MAP),  Ψ̃(x) [Σ_i Ψ̃(x_i)ᵀ Λ_i Ψ̃(x_i) + δ I_k]⁻¹ Ψ̃(x')ᵀ ),
+
+  Ψ̃(x) = [√μ_1 ψ_1(x), …, √μ_k ψ_k(x)] [C, k], with (μ_j, ψ_j) the top-k eigenpairs of the empirical
+  NTK κ(x, x') = J(x) J(x')ᵀ under the training inputs, learnt by :class:`~activated_dgp.eigen.NeuralEF`
+  on the exact empirical NTK (Jacobian features, the default) or on :func:`~activated_dgp.eigen.ntk_kernel`
+  (eq. 20, ``ntk_samples`` Rademacher directions). Eq. 22 follows from eq. 21 by Woodbury and
+  Mercer's κ ≈ Ψ̃ Ψ̃ᵀ (their App. A.3): only a k × k matrix is inverted. For C > 1 outputs the
+  matrix-valued NTK (their §3.2) is taken as a scalar kernel on pairs (x, c):
+  κ((x, c), (x', c')) = ∂_θ g_c(x) · ∂_θ g_c'(x'); the eigenfunction networks take (x, one-hot c)
+  [D + C] and ψ_j(x) [C] collects ψ_j(x, c) over c. The eigenproblem is that of §3.2 (eigenvectors of
+  the NC × NC Gram, normalised over the NC pairs); only the network architecture (one output per input
+  pair rather than C output heads) differs. Truncating to k pairs drops the kernel's tail, so eq. 22's
+  variances differ from eq. 21's unless the k pairs cover the NTK's spectrum.
+* ``"eigenfunctions"``: eq. 22 with eigenpairs the user gives (``eigenfunctions=``, any object with
+  ``eigenvalues`` [k] and ``__call__(inputs) -> [M, k]`` on the inputs above, e.g. a fitted
+  :class:`~activated_dgp.eigen.Nystrom` on the NTK, or exact eigenpairs in a test).
+
+All methods share one computation: with features F(x) [C, m] (J(x), last-layer J(x), Ψ̃(x)),
+H = Σ_i F_iᵀ Λ_i F_i is eigendecomposed once, H = V diag(e) Vᵀ, so that Σ = V diag(1/(e + δ)) Vᵀ for any
+δ (the diagonal method keeps diag H). The latent variance is J(x) Σ J(x)ᵀ = ‖diag(e + δ)^(−1/2) Vᵀ F(x)ᵀ‖².
+
+Prior precision (``prior_precision=``): a positive float; ``"marginal_likelihood"`` (exact, last_layer,
+diagonal) maximises the Laplace evidence over δ,
+
+    log p(D | δ) ≈ log p(D | θ_MAP) + log p(θ_MAP | δ) + (m/2) log 2π − ½ log det Σ⁻¹
+                 = log p(D | θ_MAP) − (δ/2) ‖θ_MAP‖² + (m/2) log δ − ½ Σ_j log(e_j + δ),
+
+(MacKay 1992; Immer et al. 2021, eq. 5; Daxberger et al. 2021), m the number of parameters in the
+posterior (those of the last layer for ``last_layer``), with θ_MAP fixed; by a grid over log δ refined
+by a bounded scalar search. ``"validation"`` picks δ from ``prior_precision_grid`` by the validation
+negative log predictive density; ``fit`` then needs ``validation_data=(X_val, Y_val)``.
+
+Predictives (``predict_y``): Gaussian N(μ, J Σ Jᵀ + σ² I) exactly; Bernoulli by the probit
+approximation (default, MacKay 1992) or Monte Carlo; softmax by Monte Carlo over the Gaussian latent
+(default: 1,000 samples from ``numpy.random.default_rng(seed)``) or the generalised probit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Optional, Sequence, Tuple
+
+import numpy as np
+import tensorflow as tf
+import tf_keras
+from scipy.optimize import minimize_scalar
+
+from ..models import output_width
+from ..validation import check_inputs, check_matrix
+from .kernel_sources import FeatureKernel, ntk_kernel
+from .laplace_likelihoods import (
+    LIKELIHOOD_NAMES,
+    PREDICTIVES,
+    log_likelihood,
+    log_predictive_density,
+    output_hessians,
+    predictive_probabilities,
+)
+from .neuralef import NeuralEF
+
+__all__ = ["LinearisedLaplace", "METHODS"]
+
+METHODS = ("exact", "last_layer", "diagonal", "neuralef", "eigenfunctions")
+PRIOR_PRECISION_SEARCHES = ("marginal_likelihood", "validation")
+_EIGEN_METHODS = ("neuralef", "eigenfunctions")
+_CONFIG = "laplace.json"
+_ARRAYS = "laplace.npz"
+_NEURALEF = "neuralef"
+#: the constructor arguments a saved fit records (besides the prior precision), under the same names
+_SETTINGS = (
+    "likelihood", "noise_variance", "method", "num_eigenpairs", "ntk_samples", "neuralef_steps", "neuralef_options",
+    "predictive", "num_samples", "seed", "batch_size", "max_parameters",
+)
+
+
+def _positive(value, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
+        raise ValueError(f"{what} must be a positive number, got {value!r}")
+    if not (np.isfinite(value) and value > 0):
+        raise ValueError(f"{what} must be positive and finite, got {value!r}")
+    return float(value)
+
+
+def _positive_integer(value, what: str) -> int:
+    if isinstance(value, bool) or int(value) != value or value < 1:
+        raise ValueError(f"{what} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def _last_dense_variables(model) -> list:
+    """The kernel and bias of the model's last tf-keras Dense layer (searched through nested models)."""
+
+    def dense_layers(layer):
+        for inner in getattr(layer, "layers", []):
+            yield from dense_layers(inner)
+        if isinstance(layer, tf_keras.layers.Dense):
+            yield layer
+
+    layers = list(dense_layers(model))
+    if not layers:
+        raise ValueError("method='last_layer' needs a tf-keras Dense layer in the model; none was found")
+    return list(layers[-1].trainable_variables)
+
+
+class _OutputSelector(tf.Module):
+    """The network as a scalar function on pairs: (x, one-hot c) [M, D + C] → g_c(x) [M, 1], so that the
+    matrix-valued NTK becomes a scalar kernel on X × {1..C} (NeuralEF §3.2)."""
+
+    def __init__(self, model, input_dim: int, num_outputs: int):
+        super().__init__()
+        self.model, self.input_dim, self.num_outputs = model, int(input_dim), int(num_outputs)
+
+    @property
+    def trainable_variables(self):
+        return tuple(self.model.trainable_variables)
+
+    def __call__(self, inputs):
+        inputs = tf.convert_to_tensor(inputs, tf.float64)
+        outputs = tf.cast(self.model(inputs[:, : self.input_dim], training=False), tf.float64)
+        return tf.reduce_sum(outputs * inputs[:, self.input_dim :], axis=1, keepdims=True)
+
+
+def pair_inputs(X: np.ndarray, num_outputs: int) -> np.ndarray:
+    """The inputs of the multi-output eigenfunctions: rows (x_n, e_c) for n = 1..N, c = 1..C (n-major),
+    [N C, D + C]; X itself when C = 1."""
+    if num_outputs == 1:
+        return X
+    return np.concatenate([np.repeat(X, num_outputs, axis=0), np.tile(np.eye(num_outputs), (X.shape[0], 1))], axis=1)
+
+
+def _make_jacobian(function, variables):
+    """X [B, D] → J [B, C, m], ∂ function(X)_bc / ∂(flattened variables) per example (pfor Jacobian)."""
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.float64)])
+    def jacobian(X):
+        with tf.GradientTape() as tape:
+            outputs = tf.cast(function(X), tf.float64)
+            outputs = tf.reshape(outputs, [tf.shape(outputs)[0], -1])
+        blocks = tape.jacobian(outputs, variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        B, C = tf.shape(outputs)[0], tf.shape(outputs)[1]
+        return tf.concat([tf.reshape(tf.cast(block, tf.float64), [B, C, -1]) for block in blocks], axis=2)
+
+    return jacobian
+
+
+class LinearisedLaplace:
+    """The linearised Laplace approximation of a trained tf-keras model (see the module docstring).
+
+    :param model: a built tf-keras model, X [N, D] → latent outputs [N, C] (logits for classification).
+    :param likelihood: ``"gaussian"`` (Y [N, C] reals), ``"bernoulli"`` (C = 1, logistic link, labels 0/1
+        [N, 1]) or ``"softmax"`` (C ≥ 2 logits, labels 0..C−1 [N, 1]).
+    :param noise_variance: σ² of the Gaussian likelihood (ignored otherwise).
+    :param prior_precision: δ > 0, or ``"marginal_likelihood"`` or ``"validation"``.
+    :param method: one of :data:`METHODS`.
+    :param num_eigenpairs: k for ``neuralef``.
+    :param eigenfunctions: the eigenpairs for ``eigenfunctions`` (see the module docstring).
+    :param ntk_samples: ``None`` (default): NeuralEF trains on the exact NTK, with the per-example Jacobians
+        as features (P per point, B C backward passes per step); an integer S: the Rademacher estimate of
+        eq. 20 with S forward-mode JVPs per step, for networks whose Jacobians do not fit (slow for large S:
+        600 steps took 394 s with S = 1000 against 10 s exact on a P = 49 network, docs/results/laplace_neuralef.json).
+    :param neuralef_steps, neuralef_options: ``NeuralEF.fit`` steps and ``NeuralEF`` keyword arguments
+        (JSON-serialisable ones, if the fit is to be saved).
+    :param predictive: the classification predictive, "probit" or "mc" (defaults: probit for Bernoulli,
+        mc for softmax); ``num_samples`` and ``seed`` for "mc".
+    :param batch_size: points per Jacobian evaluation.
+    :param max_parameters: the largest P (or last-layer size) for which exact/last_layer form P × P.
+    :param prior_precision_grid: the δ values ``"validation"`` tries (default 10^−4 … 10^4, 33 values).
+    :param verbose: 1 prints progress of long fits, 0 is silent.
+    """
+
+    def __init__(
+        self,
+        model,
+        likelihood: str = "gaussian",
+        noise_variance: float = 1.0,
+        prior_precision=1.0,
+        method: str = "exact",
+        num_eigenpairs: int = 10,
+        eigenfunctions=None,
+        ntk_samples: Optional[int] = None,
+        neuralef_steps: int = 2000,
+        neuralef_options: Optional[dict] = None,
+        predictive: Optional[str] = None,
+        num_samples: int = 1000,
+        seed: int = 0,
+        batch_size: int = 256,
+        max_parameters: int = 5000,
+        prior_precision_grid: Optional[Sequence[float]] = None,
+        verbose: int = 1,
+    ):
+        if not isinstance(model, tf_keras.Model):
+            raise ValueError(f"model must be a tf-keras Model, got {type(model).__name__}")
+        if not model.trainable_variables:
+            raise ValueError("the model has no trainable variables; build it (call it once) first")
+        if likelihood not in LIKELIHOOD_NAMES:
+            raise ValueError(f"unknown likelihood {likelihood!r}; use one of {LIKELIHOOD_NAMES}")
+        if method not in METHODS:
+            raise ValueError(f"unknown method {method!r}; use one of {METHODS}")
+        if isinstance(prior_precision, str):
+            if prior_precision not in PRIOR_PRECISION_SEARCHES:
+                raise ValueError(f"prior_precision must be a positive number or one of {PRIOR_PRECISION_SEARCHES}, got {prior_precision!r}")
+            if prior_precision == "marginal_likelihood" and method in _EIGEN_METHODS:
+                raise ValueError(f"prior_precision='marginal_likelihood' is for exact, last_layer and diagonal, not {method!r}")
+        else:
+            prior_precision = _positive(prior_precision, "prior_precision")
+        predictive = PREDICTIVES[likelihood][0] if predictive is None else predictive
+        if predictive not in PREDICTIVES[likelihood]:
+            raise ValueError(f"unknown predictive {predictive!r} for the {likelihood} likelihood; use one of {PREDICTIVES[likelihood]}")
+        if method == "eigenfunctions":
+            if eigenfunctions is None or not callable(eigenfunctions) or not hasattr(eigenfunctions, "eigenvalues"):
+                raise ValueError("method='eigenfunctions' needs eigenfunctions=<object with eigenvalues [k] and __call__(inputs) -> [M, k]>")
+        elif eigenfunctions is not None:
+            raise ValueError(f"eigenfunctions= is only used by method='eigenfunctions', not {method!r}")
+        if ntk_samples is not None:
+            ntk_samples = _positive_integer(ntk_samples, "ntk_samples")
+        grid = np.logspace(-4, 4, 33) if prior_precision_grid is None else np.asarray(prior_precision_grid, dtype=np.float64)
+        if grid.ndim != 1 or grid.size == 0 or not np.all(np.isfinite(grid) & (grid > 0)):
+            raise ValueError("prior_precision_grid must be a non-empty list of positive numbers")
+        if verbose not in (0, 1, True, False):
+            raise ValueError(f"verbose must be 0 or 1, got {verbose!r}")
+        self.model, self.likelihood, self.method = model, likelihood, method
+        self.noise_variance = _positive(noise_variance, "noise_variance")
+        self.prior_precision_setting = prior_precision
+        self.num_eigenpairs = _positive_integer(num_eigenpairs, "num_eigenpairs")
+        self.eigenfunctions = eigenfunctions
+        self.ntk_samples = ntk_samples
+        self.neuralef_steps = _positive_integer(neuralef_steps, "neuralef_steps")
+        self.neuralef_options = dict(neuralef_options or {})
+        self.predictive, self.num_samples, self.seed = predictive, _positive_integer(num_samples, "num_samples"), int(seed)
+        self.batch_size = _positive_integer(batch_size, "batch_size")
+        self.max_parameters = _positive_integer(max_parameters, "max_parameters")
+        self.prior_precision_grid = grid
+        self.verbose = int(verbose)
+        self.variables = _last_dense_variables(model) if method == "last_layer" else list(model.trainable_variables)
+        self.num_parameters = int(sum(np.prod(v.shape) for v in self.variables))
+        if method in ("exact", "last_layer") and self.num_parameters > self.max_parameters:
+            raise ValueError(
+                f"method={method!r} forms a {self.num_parameters} × {self.num_parameters} matrix, more than "
+                f"max_parameters={self.max_parameters}; raise max_parameters, or use 'diagonal' or 'neuralef'"
+            )
+        self._jacobian = _make_jacobian(lambda X: self.model(X, training=False), self.variables)
+        self.input_dim = self.num_outputs = None
+        self.prior_precision: Optional[float] = None
+        self.log_evidence: Optional[float] = None
+        self.validation_nll: Optional[np.ndarray] = None
+
+    # -- helpers -----------------------------------------------------------------------------------
+
+    def _log(self, message: str) -> None:
+        if self.verbose:
+            print(f"LinearisedLaplace: {message}", flush=True)
+
+    def _batches(self, N: int):
+        return [slice(start, min(start + self.batch_size, N)) for start in range(0, N, self.batch_size)]
+
+    def _outputs(self, X: np.ndarray) -> np.ndarray:
+        """g(X, θ_MAP) [N, C] float64, in batches."""
+        parts = []
+        for rows in self._batches(X.shape[0]):
+            output = tf.cast(self.model(tf.constant(X[rows]), training=False), tf.float64).numpy()
+            parts.append(output.reshape(output.shape[0], -1))
+        return np.concatenate(parts, axis=0)
+
+    def _check_X(self, X, what: str = "X") -> np.ndarray:
+        if self.input_dim is None:
+            raise ValueError("the LinearisedLaplace approximation is not fitted yet (call fit first)")
+        return check_inputs(X, self.input_dim, what)
+
+    def _check_Y(self, Y, N: int, what: str = "Y") -> np.ndarray:
+        Y = check_matrix(Y, what)
+        if Y.shape[0] != N:
+            raise ValueError(f"{what} has {Y.shape[0]} rows but X has {N}")
+        C = self.num_outputs
+        if self.likelihood == "gaussian" and Y.shape[1] != C:
+            raise ValueError(f"{what} has {Y.shape[1]} columns but the model has {C} outputs")
+        if self.likelihood == "bernoulli" and C != 1:
+            raise ValueError(f"the bernoulli likelihood needs a model with one output (a logit), this one has {C}")
+        if self.likelihood == "softmax" and C < 2:
+            raise ValueError("the softmax likelihood needs a model with C ≥ 2 outputs (logits)")
+        output_width(self.likelihood, Y, num_classes=C if self.likelihood == "softmax" else None)
+        return Y
+
+    def _eigen_features(self, X: np.ndarray) -> np.ndarray:
+        """Ψ̃(X) [B, C, k] = √μ_j ψ_j(x, c) of the eigenfunctions (eq. 22)."""
+        C = self.num_outputs
+        psi = tf.cast(self.eigenfunctions(tf.constant(pair_inputs(X, C))), tf.float64).numpy()
+        mu = np.maximum(np.asarray(tf.convert_to_tensor(self.eigenfunctions.eigenvalues), dtype=np.float64).reshape(-1), 0.0)
+        if psi.ndim != 2 or psi.shape[0] != X.shape[0] * C or psi.shape[1] != mu.shape[0]:
+            raise ValueError(
+                f"the eigenfunctions returned shape {psi.shape} for {X.shape[0] * C} inputs and have {mu.shape[0]} "
+                f"eigenvalues; expected [{X.shape[0] * C}, {mu.shape[0]}]"
+            )
+        return (psi * np.sqrt(mu)[None, :]).reshape(X.shape[0], C, -1)
+
+    def _features(self, X: np.ndarray) -> np.ndarray:
+        """F(X) [B, C, m]: the Jacobians (parameter methods) or Ψ̃ (eigen methods) of one batch."""
+        if self.method in _EIGEN_METHODS:
+            return self._eigen_features(X)
+        return self._jacobian(tf.constant(X)).numpy()
+
+    def _feature_batches(self, X: np.ndarray, what: str):
+        batches = self._batches(X.shape[0])
+        start, report = time.perf_counter(), max(1, len(batches) // 10)
+        for index, rows in enumerate(batches):
+            yield rows, self._features(X[rows])
+            if len(batches) > 1 and ((index + 1) % report == 0 or index + 1 == len(batches)):
+                self._log(f"{what}: batch {index + 1}/{len(batches)} ({time.perf_counter() - start:.1f} s)")
+
+    def _parameter_vector(self) -> np.ndarray:
+        return np.concatenate([np.asarray(v.numpy(), dtype=np.float64).reshape(-1) for v in self.variables])
+
+    # -- fitting -----------------------------------------------------------------------------------
+
+    def _fit_neuralef(self, X: np.ndarray) -> None:
+        C = self.num_outputs
+        network = self.model if C == 1 else _OutputSelector(self.model, self.input_dim, C)
+        if self.ntk_samples is None:
+            jacobian = _make_jacobian(network, list(network.trainable_variables))
+            source = FeatureKernel(lambda inputs: jacobian(inputs)[:, 0, :], 1)
+        else:
+            source = ntk_kernel(network, self.ntk_samples, seed=self.seed)
+        inputs = pair_inputs(X, C)
+        options = {"seed": self.seed, **self.neuralef_options}
+        self.eigenfunctions = NeuralEF(self.num_eigenpairs, input_dim=inputs.shape[1], **options)
+        self._log(f"NeuralEF: top-{self.num_eigenpairs} eigenfunctions of the NTK on {inputs.shape[0]} inputs, {self.neuralef_steps} steps")
+        self.eigenfunctions.fit(inputs, num_steps=self.neuralef_steps, kernel=source, print_every=self.neuralef_steps // 10 if self.verbose else 0)
+
+    def fit(self, X, Y, validation_data: Optional[Tuple] = None) -> "LinearisedLaplace":
+        """Accumulate the GGN Σ_i F_iᵀ Λ_i F_i over the training data (after learning the NTK
+        eigenfunctions, for ``neuralef``), eigendecompose it, and set the prior precision.
+
+        :param validation_data: (X_val, Y_val), required by (and only by) ``prior_precision="validation"``.
+        Raises ValueError for badly shaped or non-finite X/Y, labels the likelihood does not model, or a
+        model output that is not finite.
+        """
+        X = check_matrix(X, "X")
+        if (validation_data is not None) != (self.prior_precision_setting == "validation"):
+            raise ValueError("validation_data=(X_val, Y_val) is required by, and only used by, prior_precision='validation'")
+        self.input_dim = X.shape[1]
+        F_map = self._outputs(X)
+        if not np.all(np.isfinite(F_map)):
+            raise ValueError("the model's outputs on X contain NaN or inf")
+        self.num_outputs = F_map.shape[1]
+        Y = self._check_Y(Y, X.shape[0])
+        if validation_data is not None:
+            if not isinstance(validation_data, (tuple, list)) or len(validation_data) != 2:
+                raise ValueError("validation_data must be a pair (X_val, Y_val)")
+            X_val = self._check_X(validation_data[0], "X_val")
+            Y_val = self._check_Y(validation_data[1], X_val.shape[0], "Y_val")
+        if self.method == "neuralef":
+            self._fit_neuralef(X)
+        Lambda = output_hessians(self.likelihood, F_map, self.noise_variance)
+        self._log(f"GGN of method {self.method!r} over {X.shape[0]} points ({self.num_outputs} outputs)")
+        ggn = None
+        for rows, F in self._feature_batches(X, "GGN"):
+            if self.method == "diagonal":
+                term = np.einsum("bcp,bcd,bdp->p", F, Lambda[rows], F)
+            else:
+                term = np.einsum("bcp,bcd,bdq->pq", F, Lambda[rows], F)
+            ggn = term if ggn is None else ggn + term
+        if self.method == "diagonal":
+            self.ggn_eigenvalues, self.ggn_eigenvectors = ggn, None
+        else:
+            values, vectors = np.linalg.eigh(0.5 * (ggn + ggn.T))
+            self.ggn_eigenvalues, self.ggn_eigenvectors = np.maximum(values, 0.0), vectors
+        self._log_likelihood = log_likelihood(self.likelihood, F_map, Y, self.noise_variance)
+        if self.method not in _EIGEN_METHODS:
+            self._theta_norm2 = float(np.sum(self._parameter_vector() ** 2))
+        setting = self.prior_precision_setting
+        if setting == "marginal_likelihood":
+            self.prior_precision = self._maximise_evidence()
+        elif setting == "validation":
+            self.prior_precision = self._select_by_validation(X_val, Y_val)
+        else:
+            self.prior_precision = setting
+        if self.method not in _EIGEN_METHODS:
+            self.log_evidence = self.log_marginal_likelihood()
+        return self
+
+    def log_marginal_likelihood(self, prior_precision: Optional[float] = None) -> float:
+        """The Laplace evidence at δ (default: the fitted one), see the module docstring; exact,
+        last_layer and diagonal only."""
+        if self.method in _EIGEN_METHODS:
+            raise ValueError(f"the Laplace evidence is available for exact, last_layer and diagonal, not {self.method!r}")
+        if self.input_dim is None:
+            raise ValueError("the LinearisedLaplace approximation is not fitted yet (call fit first)")
+        delta = _positive(self.prior_precision if prior_precision is None else prior_precision, "prior_precision")
+        m = self.ggn_eigenvalues.shape[0]
+        return float(
+            self._log_likelihood
+            - 0.5 * delta * self._theta_norm2
+            + 0.5 * m * np.log(delta)
+            - 0.5 * np.sum(np.log(self.ggn_eigenvalues + delta))
+        )
+
+    def _maximise_evidence(self) -> float:
+        log_grid = np.linspace(np.log(1e-8), np.log(1e8), 161)
+        values = np.array([self.log_marginal_likelihood(np.exp(t)) for t in log_grid])
+        best = int(np.argmax(values))
+        low, high = log_grid[max(best - 1, 0)], log_grid[min(best + 1, len(log_grid) - 1)]
+        result = minimize_scalar(lambda t: -self.log_marginal_likelihood(np.exp(t)), bounds=(low, high), method="bounded", options={"xatol": 1e-10})
+        delta = float(np.exp(result.x)) if -result.fun >= values[best] else float(np.exp(log_grid[best]))
+        if best in (0, len(log_grid) - 1):
+            self._log(f"the evidence is largest at the edge of δ ∈ [1e-8, 1e8] (δ = {delta:.3g})")
+        self._log(f"prior precision by marginal likelihood: δ = {delta:.6g} (log evidence {self.log_marginal_likelihood(delta):.6g})")
+        return delta
+
+    def _select_by_validation(self, X_val: np.ndarray, Y_val: np.ndarray) -> float:
+        mean = self._outputs(X_val)
+        F = np.concatenate([F for _, F in self._feature_batches(X_val, "validation features")], axis=0)
+        nll = []
+        for delta in self.prior_precision_grid:
+            covariance = self._covariance(F, delta)
+            nll.append(-np.mean(self._log_density(mean, covariance, Y_val)))
+        self.validation_nll = np.array(nll)
+        best = int(np.argmin(nll))
+        delta = float(self.prior_precision_grid[best])
+        if len(nll) > 1 and best in (0, len(nll) - 1):
+            self._log(f"the validation NLL is smallest at the edge of prior_precision_grid (δ = {delta:.3g}); widen the grid")
+        self._log(f"prior precision by validation NLL: δ = {delta:.6g} (NLL {min(nll):.6g})")
+        return delta
+
+    # -- prediction --------------------------------------------------------------------------------
+
+    def _covariance(self, F: np.ndarray, delta: float) -> np.ndarray:
+        """F Σ Fᵀ [B, C, C] for features F [B, C, m] and Σ = (H + δ I)⁻¹."""
+        if self.ggn_eigenvectors is None:  # diagonal
+            return np.einsum("bcp,p,bdp->bcd", F, 1.0 / (self.ggn_eigenvalues + delta), F)
+        root = (F @ self.ggn_eigenvectors) / np.sqrt(self.ggn_eigenvalues + delta)[None, None, :]
+        return root @ np.swapaxes(root, 1, 2)
+
+    def _latent(self, X: np.ndarray):
+        mean = self._outputs(X)
+        covariance = np.concatenate(
+            [self._covariance(self._features(X[rows]), self.prior_precision) for rows in self._batches(X.shape[0])], axis=0
+        )
+        return mean, covariance
+
+    def _log_density(self, mean, covariance, Y) -> np.ndarray:
+        return log_predictive_density(
+            self.likelihood, mean, covariance, Y, self.noise_variance, self.predictive, self.num_samples, self.seed
+        )
+
+    def predict_f(self, X, full_output_cov: Optional[bool] = None):
+        """Latent mean g(X, θ_MAP) [N, C] and covariance J(x) Σ J(x)ᵀ: [N, C, C] with ``full_output_cov``
+        (the default for softmax), else the marginal variances [N, C]. float64 tensors."""
+        mean, covariance = self._latent(self._check_X(X))
+        full = self.likelihood == "softmax" if full_output_cov is None else bool(full_output_cov)
+        variance = covariance if full else np.diagonal(covariance, axis1=1, axis2=2).copy()
+        return tf.constant(mean), tf.constant(variance)
+
+    def predict_y(self, X, full_output_cov: bool = False):
+        """The predictive of y: Gaussian, mean g(X) and variance J Σ Jᵀ + σ² ([N, C], or [N, C, C] with
+        ``full_output_cov``); classification, class probabilities p [N, C] (p(y = 1) [N, 1] for Bernoulli,
+        by the probit approximation or Monte Carlo, see the module docstring) and the variance p(1 − p)
+        of each class indicator. float64 tensors."""
+        mean, covariance = self._latent(self._check_X(X))
+        if self.likelihood == "gaussian":
+            covariance = covariance + self.noise_variance * np.eye(self.num_outputs)[None]
+            variance = covariance if full_output_cov else np.diagonal(covariance, axis1=1, axis2=2).copy()
+            return tf.constant(mean), tf.constant(variance)
+        p = predictive_probabilities(self.likelihood, mean, covariance, self.predictive, self.num_samples, self.seed)
+        return tf.constant(p), tf.constant(p * (1.0 - p))
+
+    def predict_log_density(self, X, Y) -> tf.Tensor:
+        """log p(y_i | x_i, D) [N] under ``predict_y``'s predictive (Gaussian outputs independent)."""
+        X = self._check_X(X)
+        Y = self._check_Y(Y, X.shape[0])
+        mean, covariance = self._latent(X)
+        return tf.constant(self._log_density(mean, covariance, Y))
+
+    # -- persistence -------------------------------------------------------------------------------
+
+    def save(self, directory: str) -> None:
+        """Write the fitted approximation to ``directory``: ``laplace.json`` (settings, δ, σ², a fingerprint
+        of θ_MAP), ``laplace.npz`` (the GGN's eigenvalues and eigenvectors, or its diagonal) and, for
+        ``neuralef``, the NeuralEF networks (``tf.train.Checkpoint`` in ``neuralef/``). The network
+        itself is saved by Keras (``model.save``)."""
+        if self.input_dim is None:
+            raise ValueError("the LinearisedLaplace approximation is not fitted yet (call fit first)")
+        config = {name: getattr(self, name) for name in _SETTINGS}
+        config.update(
+            prior_precision=self.prior_precision,
+            prior_precision_setting=self.prior_precision_setting,
+            input_dim=self.input_dim,
+            num_outputs=self.num_outputs,
+            num_parameters=self.num_parameters,
+            parameter_fingerprint=float(np.sum(self._parameter_vector() ** 2)),
+            log_evidence=self.log_evidence,
+            log_likelihood_at_map=self._log_likelihood,
+            parameter_norm2=getattr(self, "_theta_norm2", None),
+        )
+        try:
+            text = json.dumps(config, indent=1)
+        except TypeError as error:
+            raise ValueError(f"neuralef_options must be JSON-serialisable to save the fit: {error}") from None
+        os.makedirs(directory, exist_ok=True)
+        arrays = {"ggn_eigenvalues": self.ggn_eigenvalues}
+        if self.ggn_eigenvectors is not None:
+            arrays["ggn_eigenvectors"] = self.ggn_eigenvectors
+        if self.validation_nll is not None:
+            arrays["validation_nll"], arrays["prior_precision_grid"] = self.validation_nll, self.prior_precision_grid
+        np.savez(os.path.join(directory, _ARRAYS), **arrays)
+        if self.method == "neuralef":
+            tf.train.Checkpoint(model=self.eigenfunctions).write(os.path.join(directory, _NEURALEF, "ckpt"))
+        with open(os.path.join(directory, _CONFIG), "w") as handle:
+            handle.write(text)
+
+    @classmethod
+    def load(cls, directory: str, model, eigenfunctions=None, verbose: int = 0) -> "LinearisedLaplace":
+        """The approximation saved by :meth:`save` in ``directory``, for ``model`` (the same trained
+        network, e.g. restored by ``tf_keras.models.load_model``); ``eigenfunctions`` again for
+        method ``eigenfunctions``. Raises ValueError when the model's parameters differ from those fitted."""
+        path = os.path.join(directory, _CONFIG)
+        if not os.path.exists(path):
+            raise ValueError(f"no saved LinearisedLaplace in {directory!r} ({_CONFIG} missing)")
+        with open(path) as handle:
+            config = json.load(handle)
+        laplace = cls(
+            model,
+            prior_precision=config["prior_precision_setting"],
+            eigenfunctions=eigenfunctions,
+            verbose=verbose,
+            **{name: config[name] for name in _SETTINGS},
+        )
+        fingerprint = float(np.sum(laplace._parameter_vector() ** 2))
+        if laplace.num_parameters != config["num_parameters"] or not np.isclose(fingerprint, config["parameter_fingerprint"], rtol=1e-10, atol=0.0):
+            raise ValueError("the model's parameters are not those the saved approximation was fitted at (θ_MAP differs)")
+        laplace.input_dim, laplace.num_outputs = config["input_dim"], config["num_outputs"]
+        laplace.prior_precision, laplace.log_evidence = config["prior_precision"], config["log_evidence"]
+        laplace._log_likelihood, laplace._theta_norm2 = config["log_likelihood_at_map"], config["parameter_norm2"]
+        with np.load(os.path.join(directory, _ARRAYS)) as arrays:
+            laplace.ggn_eigenvalues = arrays["ggn_eigenvalues"]
+            laplace.ggn_eigenvectors = arrays["ggn_eigenvectors"] if "ggn_eigenvectors" in arrays else None
+            if "validation_nll" in arrays:
+                laplace.validation_nll = arrays["validation_nll"]
+                laplace.prior_precision_grid = arrays["prior_precision_grid"]
+        if laplace.method == "neuralef":
+            options = {"seed": laplace.seed, **laplace.neuralef_options}
+            inputs_width = laplace.input_dim + (laplace.num_outputs if laplace.num_outputs > 1 else 0)
+            laplace.eigenfunctions = NeuralEF(laplace.num_eigenpairs, input_dim=inputs_width, **options)
+            tf.train.Checkpoint(model=laplace.eigenfunctions).read(os.path.join(directory, _NEURALEF, "ckpt")).expect_partial()
+        return laplace

@@ -1,0 +1,421 @@
+"""The linearised Laplace approximation (activated_dgp.eigen.laplace) against independent computations
+written here: dense GGNs from per-example Jacobians of a hand-written forward pass on a flat parameter
+vector, eq. 22 of Deng et al. (2022) in its N C × N C (pre-Woodbury) form with eigenpairs of the dense
+NTK Gram, Bayesian linear regression on the last layer's features, Gauss–Hermite quadrature and Monte
+Carlo for the classification predictives."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras
+from scipy.special import expit, logsumexp, softmax
+
+from activated_dgp.eigen import LinearisedLaplace
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def mlp(input_dim, outputs, width=8, seed=0, hidden=1):
+    tf_keras.utils.set_random_seed(seed)
+    layers = [tf_keras.Input((input_dim,), dtype="float64")]
+    layers += [tf_keras.layers.Dense(width, activation="tanh", dtype="float64") for _ in range(hidden)]
+    layers.append(tf_keras.layers.Dense(outputs, dtype="float64"))
+    return tf_keras.Sequential(layers)
+
+
+def dense_jacobians(model, X):
+    """J [N, C, P]: ∂g(x_n)_c/∂θ by tf.GradientTape.jacobian of a hand-written forward pass of the MLP
+    on one flat parameter vector θ (kernel then bias per layer, the order of trainable_variables)."""
+    dense = [layer for layer in model.layers if isinstance(layer, tf_keras.layers.Dense)]
+    theta = tf.Variable(np.concatenate([w.numpy().ravel() for layer in dense for w in (layer.kernel, layer.bias)]))
+    with tf.GradientTape() as tape:
+        h, offset = tf.constant(X), 0
+        for layer in dense:
+            a, b = layer.kernel.shape
+            W = tf.reshape(theta[offset : offset + a * b], (a, b))
+            bias = theta[offset + a * b : offset + a * b + b]
+            offset += a * b + b
+            h = layer.activation(h @ W + bias)
+    return tape.jacobian(h, theta).numpy(), h.numpy()
+
+
+def hessians(likelihood, F, noise=None):
+    if likelihood == "gaussian":
+        return np.stack([np.eye(F.shape[1]) / noise] * F.shape[0])
+    if likelihood == "bernoulli":
+        s = 1 / (1 + np.exp(-F))
+        return (s * (1 - s))[:, :, None]
+    p = np.exp(F - logsumexp(F, axis=1, keepdims=True))
+    return np.stack([np.diag(q) - np.outer(q, q) for q in p])
+
+
+def data(likelihood, N, D, C, rng):
+    X = rng.normal(size=(N, D))
+    if likelihood == "gaussian":
+        return X, np.sin(X[:, :C]) + 0.1 * rng.normal(size=(N, C))
+    if likelihood == "bernoulli":
+        return X, (X[:, :1] > 0).astype(float)
+    return X, rng.integers(0, C, size=(N, 1)).astype(float)
+
+
+@pytest.mark.parametrize("likelihood, C", [("gaussian", 2), ("bernoulli", 1), ("softmax", 3)])
+def test_exact_matches_dense_ggn(likelihood, C, rng):
+    X, Y = data(likelihood, 30, 3, C, rng)
+    X_test = rng.normal(size=(7, 3))
+    model = mlp(3, C, seed=1)
+    noise, delta = 0.3, 2.5
+    la = LinearisedLaplace(model, likelihood, noise_variance=noise, prior_precision=delta, method="exact", verbose=0).fit(X, Y)
+    J, F = dense_jacobians(model, X)
+    Lambda = hessians(likelihood, F, noise)
+    precision = np.einsum("ncp,ncd,ndq->pq", J, Lambda, J) + delta * np.eye(J.shape[2])
+    J_test, F_test = dense_jacobians(model, X_test)
+    expected = np.einsum("ncp,pq,ndq->ncd", J_test, np.linalg.inv(precision), J_test)
+    mean, covariance = la.predict_f(X_test, full_output_cov=True)
+    np.testing.assert_allclose(mean.numpy(), F_test, rtol=1e-12)
+    np.testing.assert_allclose(covariance.numpy(), expected, rtol=1e-6, atol=1e-12 * np.abs(expected).max())
+    _, variance = la.predict_f(X_test, full_output_cov=False)
+    np.testing.assert_allclose(variance.numpy(), np.diagonal(expected, axis1=1, axis2=2), rtol=1e-6)
+
+
+def test_diagonal_matches_dense_diagonal_ggn(rng):
+    X, Y = data("softmax", 25, 2, 3, rng)
+    model = mlp(2, 3, seed=2)
+    la = LinearisedLaplace(model, "softmax", prior_precision=0.7, method="diagonal", verbose=0).fit(X, Y)
+    J, F = dense_jacobians(model, X)
+    diagonal = np.diagonal(np.einsum("ncp,ncd,ndq->pq", J, hessians("softmax", F), J)) + 0.7
+    X_test = rng.normal(size=(5, 2))
+    J_test, _ = dense_jacobians(model, X_test)
+    expected = np.einsum("ncp,p,ndp->ncd", J_test, 1 / diagonal, J_test)
+    np.testing.assert_allclose(la.predict_f(X_test)[1].numpy(), expected, rtol=1e-8)
+
+
+class DenseNTKEigenpairs:
+    """The top-k eigenpairs of the empirical NTK's integral operator over the N C training pairs (x_n, c),
+    from the eigendecomposition of the dense Gram J Jᵀ [N C, N C] (μ = λ / (N C), ψ = √(N C) U at the
+    training pairs) with the Nyström extension ψ_j(x, c) = J_c(x) Jᵀ U_j √(N C) / λ_j elsewhere."""
+
+    def __init__(self, model, X, k):
+        self.model, self.D = model, X.shape[1]
+        J, F = dense_jacobians(model, X)
+        self.C = F.shape[1]
+        self.J_train = J.reshape(-1, J.shape[2])
+        values, vectors = np.linalg.eigh(self.J_train @ self.J_train.T)
+        order = np.argsort(values)[::-1][:k]
+        n = self.J_train.shape[0]
+        self.eigenvalues = values[order] / n
+        self.coefficients = vectors[:, order] * np.sqrt(n) / values[order]
+
+    def __call__(self, inputs):
+        inputs = np.asarray(inputs)
+        J, _ = dense_jacobians(self.model, inputs[:, : self.D])
+        c = np.argmax(inputs[:, self.D :], axis=1) if self.C > 1 else np.zeros(len(inputs), int)
+        return J[np.arange(len(inputs)), c] @ self.J_train.T @ self.coefficients
+
+
+def eq22_dense(eigen, model, X, X_test, Lambda, delta):
+    """σ₀² (Ψ̃* Ψ̃*ᵀ − Ψ̃* Ψ̃ᵀ [Λ⁻¹/σ₀² + Ψ̃ Ψ̃ᵀ]⁻¹ Ψ̃ Ψ̃*ᵀ), the N C × N C form before the last Woodbury
+    step of Deng et al. App. A.3, per test point [M, C, C]."""
+    C = eigen.C
+
+    def features(Z):
+        inputs = np.concatenate([np.repeat(Z, C, 0), np.tile(np.eye(C), (len(Z), 1))], 1) if C > 1 else Z
+        return eigen(inputs) * np.sqrt(eigen.eigenvalues)
+
+    Psi, Psi_test = features(X), features(X_test)
+    Lambda_inverse = np.zeros((len(Psi), len(Psi)))
+    for n, block in enumerate(Lambda):
+        Lambda_inverse[n * C : (n + 1) * C, n * C : (n + 1) * C] = np.linalg.inv(block)
+    middle = np.linalg.solve(Lambda_inverse * delta + Psi @ Psi.T, Psi @ Psi_test.T)
+    full = (Psi_test @ Psi_test.T - Psi_test @ Psi.T @ middle) / delta
+    return np.stack([full[m * C : (m + 1) * C, m * C : (m + 1) * C] for m in range(len(X_test))])
+
+
+@pytest.mark.parametrize("likelihood, C, k", [("gaussian", 2, 6), ("bernoulli", 1, 4)])
+def test_eq22_with_exact_eigenpairs_matches_dense_form(likelihood, C, k, rng):
+    X, Y = data(likelihood, 20, 2, C, rng)
+    X_test = rng.normal(size=(6, 2))
+    model = mlp(2, C, seed=3)
+    eigen = DenseNTKEigenpairs(model, X, k)
+    delta, noise = 1.7, 0.2
+    la = LinearisedLaplace(
+        model, likelihood, noise_variance=noise, prior_precision=delta, method="eigenfunctions", eigenfunctions=eigen, verbose=0
+    ).fit(X, Y)
+    _, F = dense_jacobians(model, X)
+    expected = eq22_dense(eigen, model, X, X_test, hessians(likelihood, F, noise), delta)
+    covariance = la.predict_f(X_test, full_output_cov=True)[1].numpy()
+    np.testing.assert_allclose(covariance, expected, rtol=1e-6, atol=1e-9 * np.abs(expected).max())
+
+
+def test_eq22_with_all_eigenpairs_is_exact_lla_at_the_training_inputs(rng):
+    """With every non-zero NTK eigenpair (k = N C ≤ P) Mercer's expansion is exact on the training pairs,
+    so eq. 22 there equals eq. 21 (the exact GGN of the test)."""
+    X, Y = data("gaussian", 10, 2, 2, rng)
+    model = mlp(2, 2, seed=4)  # P = 2·8 + 8 + 8·2 + 2 = 42 ≥ N C = 20
+    eigen = DenseNTKEigenpairs(model, X, 20)
+    la = LinearisedLaplace(model, noise_variance=0.5, prior_precision=3.0, method="eigenfunctions", eigenfunctions=eigen, verbose=0).fit(X, Y)
+    J, _ = dense_jacobians(model, X)
+    precision = np.einsum("ncp,ncq->pq", J, J) / 0.5 + 3.0 * np.eye(J.shape[2])
+    expected = np.einsum("ncp,pq,ndq->ncd", J, np.linalg.inv(precision), J)
+    np.testing.assert_allclose(la.predict_f(X, full_output_cov=True)[1].numpy(), expected, rtol=1e-6)
+
+
+def test_neuralef_close_to_eq22_with_exact_eigenpairs(rng):
+    """NeuralEF-learnt top-k NTK eigenpairs (exact Jacobian features) against the exact top-k eigenpairs
+    in eq. 22: median relative error of the predictive variances over test points below 25 %."""
+    X = rng.uniform(-2, 2, size=(64, 1))
+    Y = np.sin(2 * X) + 0.1 * rng.normal(size=X.shape)
+    model = mlp(1, 1, width=16, seed=5)
+    model.compile(tf_keras.optimizers.Adam(0.02), "mse")
+    model.fit(X, Y, epochs=100, verbose=0)
+    X_test = np.linspace(-2.5, 2.5, 41)[:, None]
+    k, delta, noise = 3, 1.0, 0.01
+    exact = LinearisedLaplace(
+        model, noise_variance=noise, prior_precision=delta, method="eigenfunctions", eigenfunctions=DenseNTKEigenpairs(model, X, k), verbose=0
+    ).fit(X, Y)
+    learnt = LinearisedLaplace(
+        model,
+        noise_variance=noise,
+        prior_precision=delta,
+        method="neuralef",
+        num_eigenpairs=k,
+        ntk_samples=None,
+        neuralef_steps=600,
+        neuralef_options={"learning_rate": 3e-3, "oversampling": 2},
+        verbose=0,
+    ).fit(X, Y)
+    reference = exact.predict_f(X_test)[1].numpy().ravel()
+    error = np.abs(learnt.predict_f(X_test)[1].numpy().ravel() - reference) / reference
+    print("median relative error of NeuralEF eq. 22 variances:", np.median(error))
+    assert np.median(error) < 0.25
+
+
+def test_last_layer_is_bayesian_linear_regression(rng):
+    X, Y = data("gaussian", 40, 2, 1, rng)
+    model = mlp(2, 1, width=6, seed=6, hidden=2)
+    noise, delta = 0.05, 0.8
+    la = LinearisedLaplace(model, noise_variance=noise, prior_precision=delta, method="last_layer", verbose=0).fit(X, Y)
+    penultimate = tf_keras.Model(model.inputs, model.layers[-2].output)
+
+    def features(Z):
+        return np.concatenate([penultimate(Z).numpy(), np.ones((len(Z), 1))], axis=1)
+
+    Phi, X_test = features(X), rng.normal(size=(9, 2))
+    Sigma = np.linalg.inv(Phi.T @ Phi / noise + delta * np.eye(Phi.shape[1]))
+    Phi_test = features(X_test)
+    expected = np.einsum("np,pq,nq->n", Phi_test, Sigma, Phi_test)
+    np.testing.assert_allclose(la.predict_f(X_test)[1].numpy()[:, 0], expected, rtol=1e-9)
+    np.testing.assert_allclose(la.predict_y(X_test)[1].numpy()[:, 0], expected + noise, rtol=1e-9)
+
+
+def blr_log_evidence(Phi, y, noise, alphas):
+    """log N(y | 0, σ² I + Φ Φᵀ / α) for each α, from the eigendecomposition of Φ Φᵀ."""
+    values, vectors = np.linalg.eigh(Phi @ Phi.T)
+    projections = (vectors.T @ y) ** 2
+    variances = noise + values[None, :] / alphas[:, None]
+    return -0.5 * np.sum(np.log(2 * np.pi * variances) + projections[None, :] / variances, axis=1)
+
+
+def test_marginal_likelihood_matches_bayesian_linear_regression_evidence(rng):
+    """At θ_last = the BLR posterior mean m(α*) for the grid maximiser α* of the closed-form evidence, the
+    Laplace evidence (exact for a linear-Gaussian model at its mode) has its maximum at α* too (both
+    derivatives in α are −‖m‖²/2 + P/(2α) − tr((H + αI)⁻¹)/2 there) and the same value."""
+    X, Y = data("gaussian", 40, 2, 1, rng)
+    model = mlp(2, 1, width=6, seed=7)
+    noise = 0.04
+    penultimate = tf_keras.Model(model.inputs, model.layers[-2].output)
+    H = penultimate(X).numpy()
+    Phi = np.concatenate([H, np.ones((len(X), 1))], axis=1)
+    grid = np.logspace(-3, 3, 6001)
+    evidence = blr_log_evidence(Phi, Y[:, 0], noise, grid)
+    best = int(np.argmax(evidence))
+    assert 0 < best < len(grid) - 1
+    alpha = grid[best]
+    mean = np.linalg.solve(Phi.T @ Phi / noise + alpha * np.eye(Phi.shape[1]), Phi.T @ Y[:, 0] / noise)
+    model.layers[-1].set_weights([mean[:-1, None], mean[-1:]])
+    la = LinearisedLaplace(model, noise_variance=noise, prior_precision="marginal_likelihood", method="last_layer", verbose=0).fit(X, Y)
+    spacing = np.log(grid[1] / grid[0])
+    assert abs(np.log(la.prior_precision) - np.log(alpha)) < 2 * spacing
+    np.testing.assert_allclose(la.log_evidence, evidence[best], rtol=1e-8)
+
+
+def test_validation_prior_precision_minimises_blr_validation_nll(rng):
+    X, Y = data("gaussian", 40, 2, 1, rng)
+    X_val, Y_val = data("gaussian", 30, 2, 1, rng)
+    model = mlp(2, 1, width=6, seed=8)
+    noise, grid = 0.02, np.logspace(-3, 3, 25)
+    la = LinearisedLaplace(model, noise_variance=noise, prior_precision="validation", method="last_layer", prior_precision_grid=grid, verbose=0)
+    la.fit(X, Y, validation_data=(X_val, Y_val))
+    penultimate = tf_keras.Model(model.inputs, model.layers[-2].output)
+    Phi = np.concatenate([penultimate(X).numpy(), np.ones((len(X), 1))], axis=1)
+    Phi_val = np.concatenate([penultimate(X_val).numpy(), np.ones((len(X_val), 1))], axis=1)
+    mean = model(X_val).numpy()[:, 0]
+    nll = []
+    for delta in grid:
+        variance = np.einsum("np,pq,nq->n", Phi_val, np.linalg.inv(Phi.T @ Phi / noise + delta * np.eye(Phi.shape[1])), Phi_val) + noise
+        nll.append(np.mean(0.5 * np.log(2 * np.pi * variance) + 0.5 * (Y_val[:, 0] - mean) ** 2 / variance))
+    np.testing.assert_allclose(la.validation_nll, nll, rtol=1e-9)
+    assert la.prior_precision == grid[int(np.argmin(nll))]
+
+
+def test_bernoulli_predictive_against_quadrature(rng):
+    X, Y = data("bernoulli", 30, 2, 1, rng)
+    model = mlp(2, 1, seed=9)
+    model.layers[-1].set_weights([3 * w for w in model.layers[-1].get_weights()])  # logits of a few units
+    X_test = 2 * rng.normal(size=(10, 2))
+    probit = LinearisedLaplace(model, "bernoulli", prior_precision=0.05, verbose=0).fit(X, Y)
+    mc = LinearisedLaplace(model, "bernoulli", prior_precision=0.05, predictive="mc", num_samples=40000, verbose=0).fit(X, Y)
+    mean, variance = (t.numpy()[:, 0] for t in probit.predict_f(X_test))
+    assert np.median(variance) > 0.5  # the test exercises a wide latent
+    nodes, weights = np.polynomial.hermite_e.hermegauss(80)
+    truth = np.array([np.sum(weights * expit(m + np.sqrt(v) * nodes)) / np.sqrt(2 * np.pi) for m, v in zip(mean, variance)])
+    np.testing.assert_allclose(mc.predict_y(X_test)[0].numpy()[:, 0], truth, atol=0.01)
+    np.testing.assert_allclose(probit.predict_y(X_test)[0].numpy()[:, 0], truth, atol=0.02)  # MacKay's approximation
+    p = probit.predict_y(X_test)[0].numpy()[:, 0]
+    log_density = probit.predict_log_density(X_test, (mean[:, None] > 0).astype(float)).numpy()
+    np.testing.assert_allclose(log_density, np.log(np.where(mean > 0, p, 1 - p)), rtol=1e-12)
+
+
+def test_softmax_predictive_against_monte_carlo(rng):
+    X, Y = data("softmax", 30, 2, 3, rng)
+    model = mlp(2, 3, seed=10)
+    X_test = rng.normal(size=(8, 2))
+    la = LinearisedLaplace(model, "softmax", prior_precision=0.1, num_samples=20000, seed=3, verbose=0).fit(X, Y)
+    mean, covariance = (t.numpy() for t in la.predict_f(X_test))
+    assert covariance.shape == (8, 3, 3)
+    generator = np.random.default_rng(12345)
+    truth = []
+    for m, S in zip(mean, covariance):
+        samples = generator.multivariate_normal(m, S, size=200000, method="eigh")
+        truth.append(softmax(samples, axis=1).mean(axis=0))
+    p, variance = (t.numpy() for t in la.predict_y(X_test))
+    np.testing.assert_allclose(p, np.array(truth), atol=0.01)
+    np.testing.assert_allclose(p.sum(axis=1), 1.0, rtol=1e-12)
+    np.testing.assert_allclose(variance, p * (1 - p), rtol=1e-12)
+
+
+def test_save_load_in_a_fresh_process(tmp_path, rng):
+    X, Y = data("softmax", 30, 2, 3, rng)
+    X_test = rng.normal(size=(5, 2))
+    np.save(tmp_path / "X_test.npy", X_test)
+    model = mlp(2, 3, seed=11)
+    model.save(tmp_path / "model.keras")
+    expected = {}
+    for method, options in [
+        ("exact", {}),
+        ("neuralef", {"num_eigenpairs": 3, "neuralef_steps": 30, "ntk_samples": 50, "neuralef_options": {"width": 8}}),
+    ]:
+        la = LinearisedLaplace(model, "softmax", prior_precision=0.5, method=method, verbose=0, **options).fit(X, Y)
+        la.save(str(tmp_path / method))
+        expected[method] = [t.numpy() for t in (*la.predict_f(X_test), *la.predict_y(X_test))]
+    script = textwrap.dedent(
+        f"""
+        import sys, json, numpy as np, gpflow, tf_keras
+        gpflow.config.set_default_float(np.float64)
+        from activated_dgp.eigen import LinearisedLaplace
+        model = tf_keras.models.load_model({str(tmp_path / "model.keras")!r})
+        X_test = np.load({str(tmp_path / "X_test.npy")!r})
+        out = {{}}
+        for method in ("exact", "neuralef"):
+            la = LinearisedLaplace.load({str(tmp_path)!r} + "/" + method, model)
+            for i, t in enumerate((*la.predict_f(X_test), *la.predict_y(X_test))):
+                out[f"{{method}}_{{i}}"] = t.numpy()
+        np.savez({str(tmp_path / "loaded.npz")!r}, **out)
+        """
+    )
+    environment = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""), TF_CPP_MIN_LOG_LEVEL="3")
+    subprocess.run([sys.executable, "-c", script], check=True, cwd=REPO, env=environment, capture_output=True)
+    loaded = np.load(tmp_path / "loaded.npz")
+    for method, arrays in expected.items():
+        for i, array in enumerate(arrays):
+            np.testing.assert_array_equal(loaded[f"{method}_{i}"], array)
+    assert json.load(open(tmp_path / "exact" / "laplace.json"))["prior_precision"] == 0.5
+
+
+def test_bad_input(rng):
+    X, Y = data("gaussian", 20, 2, 1, rng)
+    model = mlp(2, 1, seed=12)
+    with pytest.raises(ValueError, match="unknown method"):
+        LinearisedLaplace(model, method="kfac")
+    with pytest.raises(ValueError, match="unknown likelihood"):
+        LinearisedLaplace(model, likelihood="poisson")
+    with pytest.raises(ValueError, match="prior_precision"):
+        LinearisedLaplace(model, prior_precision=-1.0)
+    with pytest.raises(ValueError, match="prior_precision"):
+        LinearisedLaplace(model, prior_precision="evidence")
+    with pytest.raises(ValueError, match="marginal_likelihood"):
+        LinearisedLaplace(model, method="neuralef", prior_precision="marginal_likelihood")
+    with pytest.raises(ValueError, match="max_parameters"):
+        LinearisedLaplace(model, method="exact", max_parameters=10)
+    with pytest.raises(ValueError, match="eigenfunctions"):
+        LinearisedLaplace(model, method="eigenfunctions")
+    with pytest.raises(ValueError, match="not fitted"):
+        LinearisedLaplace(model, verbose=0).predict_f(X)
+    la = LinearisedLaplace(model, verbose=0)
+    X_nan = X.copy()
+    X_nan[3, 1] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        la.fit(X_nan, Y)
+    with pytest.raises(ValueError, match="rows"):
+        la.fit(X, Y[:-1])
+    with pytest.raises(ValueError, match="columns"):
+        la.fit(X, np.concatenate([Y, Y], axis=1))
+    with pytest.raises(ValueError, match="validation_data"):
+        LinearisedLaplace(model, prior_precision="validation", verbose=0).fit(X, Y)
+    with pytest.raises(ValueError, match="0 or 1"):
+        LinearisedLaplace(model, "bernoulli", verbose=0).fit(X, Y)
+    with pytest.raises(ValueError, match="out of range"):
+        LinearisedLaplace(mlp(2, 3, seed=13), "softmax", verbose=0).fit(X, np.full((20, 1), 3.0))
+    with pytest.raises(ValueError, match="one output"):
+        LinearisedLaplace(mlp(2, 2, seed=13), "bernoulli", verbose=0).fit(X, (Y > 0).astype(float))
+    la.fit(X, Y)
+    with pytest.raises(ValueError, match="columns"):
+        la.predict_f(np.ones((3, 5)))
+    with pytest.raises(ValueError, match="evidence"):
+        LinearisedLaplace(model, method="eigenfunctions", eigenfunctions=DenseNTKEigenpairs(model, X, 2), verbose=0).fit(X, Y).log_marginal_likelihood()
+
+
+def test_load_rejects_other_weights(tmp_path, rng):
+    X, Y = data("gaussian", 20, 2, 1, rng)
+    model = mlp(2, 1, seed=14)
+    LinearisedLaplace(model, verbose=0).fit(X, Y).save(str(tmp_path))
+    with pytest.raises(ValueError, match="θ_MAP differs"):
+        LinearisedLaplace.load(str(tmp_path), mlp(2, 1, seed=15))
+    with pytest.raises(ValueError, match="no saved"):
+        LinearisedLaplace.load(str(tmp_path / "nothing"), model)
+
+
+def test_progress_is_printed_and_silenced(capsys, rng):
+    X, Y = data("gaussian", 20, 2, 1, rng)
+    model = mlp(2, 1, seed=16)
+    LinearisedLaplace(model, prior_precision="marginal_likelihood", batch_size=5).fit(X, Y)
+    printed = capsys.readouterr().out
+    assert "GGN" in printed and "batch 4/4" in printed and "marginal likelihood" in printed
+    LinearisedLaplace(model, prior_precision="marginal_likelihood", batch_size=5, verbose=0).fit(X, Y)
+    assert capsys.readouterr().out == ""
+
+
+@pytest.mark.slow
+def test_neuralef_multi_output_close_to_eq22_with_exact_eigenpairs(rng):
+    """The matrix-valued NTK of two outputs as a scalar kernel on pairs (x, c) (NeuralEF §3.2): NeuralEF's
+    eq. 22 variances of both outputs within a median 25 % of eq. 22 with the exact top-k pairs."""
+    X = rng.uniform(-2, 2, size=(48, 1))
+    Y = np.concatenate([np.sin(2 * X), np.cos(X)], axis=1) + 0.1 * rng.normal(size=(48, 2))
+    model = mlp(1, 2, width=12, seed=17)
+    model.compile(tf_keras.optimizers.Adam(0.02), "mse")
+    model.fit(X, Y, epochs=100, verbose=0)
+    X_test = np.linspace(-2.5, 2.5, 21)[:, None]
+    common = dict(noise_variance=0.01, prior_precision=1.0, verbose=0)
+    exact = LinearisedLaplace(model, method="eigenfunctions", eigenfunctions=DenseNTKEigenpairs(model, X, 4), **common).fit(X, Y)
+    learnt = LinearisedLaplace(
+        model, method="neuralef", num_eigenpairs=4, neuralef_steps=800, neuralef_options={"learning_rate": 3e-3, "oversampling": 2}, **common
+    ).fit(X, Y)
+    reference = exact.predict_f(X_test)[1].numpy()
+    error = np.abs(learnt.predict_f(X_test)[1].numpy() - reference) / reference
+    print("median relative error of two-output NeuralEF eq. 22 variances:", np.median(error))
+    assert np.median(error) < 0.25
