@@ -22,7 +22,7 @@ with J(x) = ∂_θ g(x, θ_MAP) [C, P] and Λ_i = −∂²_ff log p(y_i | f) at 
 
       f(x) ~ GP( g(x, θ_MAP),  Ψ̃(x) [Σ_i Ψ̃(x_i)ᵀ Λ_i Ψ̃(x_i) + δ I_k]⁻¹ Ψ̃(x')ᵀ ),
 
-  Ψ̃(x) = [√μ_1 ψ_1(x), …, √μ_k ψ_k(x)], [C, k],, with (μ_j, ψ_j) the top-k eigenpairs of the empirical
+  Ψ̃(x) = [√μ_1 ψ_1(x), …, √μ_k ψ_k(x)], [C, k], with (μ_j, ψ_j) the top-k eigenpairs of the empirical
   NTK κ(x, x') = J(x) J(x')ᵀ under the training inputs, learnt by :class:`~activated_dgp.eigen.NeuralEF`
   on the exact empirical NTK (Jacobian features, the default) or on :func:`~activated_dgp.eigen.ntk_kernel`
   (eq. 20, ``ntk_samples`` Rademacher directions). Eq. 22 follows from eq. 21 by Woodbury and
