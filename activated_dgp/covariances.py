@@ -95,6 +95,9 @@ def Kuf_activation_zonal(inducing_variable: ActivationFeature, kernel: ZonalKern
     """g̃_m(x̃_i) = Cov(u_m, f(x_i)): [M, batch..., N] (eq. 14 with the factors of the module docstring)."""
     coefficients = basis_coefficients(inducing_variable, kernel)
     X, _ = kernel.slice(X, None)
+    # O(N·D) against the series' O(M·N·Ñ): cheap enough for every batch, and it names a NaN input as an input on
+    # paths that skip the library's entry checks (gpflux's own ``as_training_model().fit``, the twin's ``fit``)
+    X = tf.debugging.assert_all_finite(X, "the inputs of an activated layer contain NaN or inf (the data X, or a previous layer's output)")
     input_norms, input_directions = kernel.polar_inputs(X)
     batched = input_norms.shape.rank != 1  # [batch..., N]: evaluated on the flattened rows, then reshaped
     if batched:

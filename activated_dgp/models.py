@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Callable, Dict, Optional, Sequence, Union
 
@@ -362,4 +363,12 @@ def build_activated_dgp(
         )
         for index, spec in enumerate(config.layers())
     ]
-    return gpflux.models.DeepGP(layers, gpflux.layers.LikelihoodLayer(likelihood), num_data=num_data)
+    return gpflux.models.DeepGP(layers, likelihood_layer(likelihood), num_data=num_data)
+
+
+def likelihood_layer(likelihood: gpflow.likelihoods.Likelihood) -> gpflux.layers.LikelihoodLayer:
+    """gpflux's LikelihoodLayer, without the deprecation warning gpflux 0.4.5 raises from inside it for its own base
+    class (TrackableLayer): nothing a user of this library can act on. The filter covers this call only."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*TrackableLayer.*", category=DeprecationWarning)
+        return gpflux.layers.LikelihoodLayer(likelihood)

@@ -246,3 +246,24 @@ def test_a_vector_of_targets_is_one_column_everywhere():
     for call in (lambda: predictive_log_density(dgp, X, y[:, None, None]), lambda: evaluate_elbo(dgp, X, y[:, None, None])):
         with pytest.raises(ValueError, match=r"Y must be a matrix \[N, D\], got shape \(20, 1, 1\)"):
             call()
+
+
+def test_gpflux_training_path_names_nan_inputs_as_inputs():
+    """gpflux's own ``as_training_model().fit`` bypasses the library's entry checks: a NaN in the inputs is still
+    named as an input (by the activated Kuf), before any parameter turns NaN."""
+    import tensorflow as tf
+    import tf_keras
+
+    from activated_dgp import build_activated_dgp
+
+    rng = np.random.default_rng(0)
+    X, Y = rng.normal(size=(32, 2)), rng.normal(size=(32, 1))
+    X[5, 1] = np.nan
+    dgp = build_activated_dgp(2, 32, num_layers=2, num_units=8, seed=0)
+    before = [v.numpy().copy() for v in dgp.trainable_variables]
+    model = dgp.as_training_model()
+    model.compile(tf_keras.optimizers.Adam(0.01))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="the inputs of an activated layer contain NaN or inf"):
+        model.fit({"inputs": X, "targets": Y}, epochs=1, batch_size=32, verbose=0)
+    for value, variable in zip(before, dgp.trainable_variables):
+        np.testing.assert_array_equal(variable.numpy(), value)
