@@ -9,7 +9,8 @@ Variants are named ``plain`` (Dense(128, softplus) with biases, Glorot) or ``twi
 e.g. ``twin:ls=sqrt`` (ℓ = √(D+1) in every layer), ``twin:lr=0.003``, ``twin:N=10``, ``twin:act=relu``,
 ``twin:wscale=3`` (initial W multiplied by 3), ``twin:init=legacy`` (rows of W ~ N(0, I/(D+1)) whatever ℓ,
 the initialiser before issue 31). Each run appends one JSON record to
-``docs/results/twin_training/<dataset>.jsonl``.
+``docs/results/twin_training/<dataset>.jsonl`` (or ``<out>.jsonl``); ``--report NAME ...`` writes the page
+docs/results/twin_training.md and the figure twin_training/curves.png from those files.
 
     nice -n 10 python -m benchmarks.twin_training --dataset naval --variants plain twin:ls=sqrt ...
 """
@@ -149,6 +150,7 @@ def angular_energy(activation: str, input_dim: int, truncation_level: int = 20) 
         "constant_share": constant**2 / energy, "linear_share": slope**2 * np.sum(weight * t**2) / energy,
         "nonlinear_share": rest / energy, "cosine_sd": float(np.sqrt(np.sum(weight * t**2))),
         "max_truncation_error": float(np.max(np.abs(profile - exact)[band])), "nonlinear_share_ceiling": float(ceiling),
+        "truncation_error_above_0.1_from": float(np.min(np.abs(t)[np.abs(profile - exact) > 0.1], initial=1.0)),
     }
 
 
@@ -159,7 +161,7 @@ LABELS = {
     "twin": "twin, ℓ=1, ℓ-aware init (new library default)",
     "twin:act=relu": "twin, ℓ=1, ℓ-aware init, ReLU",
     "twin:ls=sqrt:act=relu": "twin, ℓ=√(D+1), ReLU",
-    "twin:act=swish": "twin, ℓ=1, ℓ-aware init, Swish",
+    "twin:ls=sqrt:act=swish": "twin, ℓ=√(D+1), Swish",
 }
 
 
@@ -180,7 +182,7 @@ def _at(curve, step):
     return [rmse for s, rmse in curve if s <= step][-1]
 
 
-def report(datasets, command: str) -> None:
+def report(datasets) -> None:
     """docs/results/twin_training.md (tables) and twin_training/curves.png from the JSONL records."""
     import matplotlib
 
@@ -188,7 +190,8 @@ def report(datasets, command: str) -> None:
     import matplotlib.pyplot as plt
 
     figure, axes = plt.subplots(1, len(datasets), figsize=(6 * len(datasets), 4.2))
-    lines = ["| variant | seeds | test RMSE | best val. RMSE | best step | val. RMSE @1k | @2k | @4k | end |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| variant | seeds | test RMSE | best val. RMSE | best step | val. RMSE @1k | @2k | @4k | end | train MSE, last epoch |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     sections = []
     for axis, dataset in zip(np.atleast_1d(axes), datasets):
         records = _records(dataset)
@@ -200,6 +203,7 @@ def report(datasets, command: str) -> None:
             cells = [_mean_se([r["test_rmse"] for r in runs]), _mean_se([r["best_validation_rmse"] for r in runs]),
                      f"{np.mean([r['best_step'] for r in runs]):.0f}"]
             cells += [_mean_se([_at(r["curve"], step) for r in runs]) for step in (1000, 2000, 4000, end)]
+            cells.append(_mean_se([r["final_train_mse"] for r in runs]))
             table.append(f"| `{variant}` | {len(runs)} | " + " | ".join(cells) + " |")
             if variant in LABELS:
                 steps = [s for s, _ in runs[0]["curve"]]
@@ -209,18 +213,19 @@ def report(datasets, command: str) -> None:
         axis.set_ylim(top=1.5)
         axis.legend(fontsize=7)
         first = records[0]
-        sections.append(f"### {dataset}: {first['num_train']} fit rows, {first['steps']} steps\n\n" + "\n".join(table) + "\n")
+        sections.append(f"### {dataset}: {first['dataset']}, {first['num_train']} fit rows, {first['steps']} steps\n\n" + "\n".join(table) + "\n")
     figure.tight_layout()
     figure.savefig(RESULTS / "curves.png", dpi=110)
     energies = [angular_energy(a, D) for D in (16, 9) for a in ("softplus", "swish", "relu")]
     (RESULTS / "angular_energy.json").write_text(json.dumps(energies, indent=1))
-    energy_table = ["| activation | D | sd of t at init | constant share | linear share | nonlinear share | nonlinear share, t ~ U[−1, 1] | max truncation error (Ñ=20) |",
-                    "|---|---|---|---|---|---|---|---|"]
+    energy_table = ["| activation | D | sd of t at init | constant share | linear share | nonlinear share | nonlinear share, t ~ U[−1, 1] "
+                    "| max truncation error (Ñ=20) | error > 0.1 from abs(t) = |", "|---|---|---|---|---|---|---|---|---|"]
     energy_table += [f"| {e['activation']} | {e['input_dim']} | {e['cosine_sd']:.3f} | {e['constant_share']:.3f} | {e['linear_share']:.3f} | "
-                     f"{e['nonlinear_share']:.4f} | {e['nonlinear_share_ceiling']:.3f} | {e['max_truncation_error']:.1e} |" for e in energies]
+                     f"{e['nonlinear_share']:.4f} | {e['nonlinear_share_ceiling']:.3f} | {e['max_truncation_error']:.1e} | "
+                     f"{e['truncation_error_above_0.1_from']:.3f} |" for e in energies]
     doc = RESULTS.parent / "twin_training.md"
     text = doc.read_text() if doc.exists() else ""
-    generated = ("<!-- generated -->\n" + f"Regenerate: `{command}`\n\n" + "\n".join(sections)
+    generated = ("<!-- generated -->\n" + "\n".join(sections)
                  + "\n### Angular energy of one unit at initialisation\n\n" + "\n".join(energy_table) + "\n<!-- end generated -->\n")
     if "<!-- generated -->" in text:
         head, _, rest = text.partition("<!-- generated -->")
@@ -239,15 +244,16 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=3000)
     parser.add_argument("--check", type=int, default=100)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser.add_argument("--out", help="records file name under docs/results/twin_training (default: the dataset)")
     args = parser.parse_args(argv)
     RESULTS.mkdir(parents=True, exist_ok=True)
     if args.report:
-        report(args.report, "python -m benchmarks.twin_training --report " + " ".join(args.report))
+        report(args.report)
         return
     for seed in args.seeds:
         for variant in args.variants:
             record = run(args.dataset, variant, args.num_train, args.steps, args.check, seed)
-            with open(RESULTS / f"{args.dataset}.jsonl", "a") as stream:
+            with open(RESULTS / f"{args.out or args.dataset}.jsonl", "a") as stream:
                 stream.write(json.dumps(record) + "\n")
             print(f"{args.dataset} {variant} seed {seed}: best val {record['best_validation_rmse']:.4f} at {record['best_step']}, "
                   f"test {record['test_rmse']:.4f}, {record['seconds']:.0f} s", flush=True)
