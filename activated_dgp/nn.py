@@ -23,9 +23,20 @@ from .spectra import Activation, registered_activation_name, resolve_activation
 __all__ = ["ActivatedLayer", "build_activated_nn", "initial_directions", "with_dropout"]
 
 
-def initial_directions(num_units: int, input_dim: int, rng: np.random.Generator) -> np.ndarray:
-    """W [M, D+1] with rows ~ N(0, I/(D+1)) (Glorot-like scale; zero rows have probability 0)."""
-    return rng.normal(size=(num_units, input_dim + 1)) / np.sqrt(input_dim + 1.0)
+def initial_directions(num_units: int, input_dim: int, rng: np.random.Generator, lengthscales=None) -> np.ndarray:
+    """W [M, D+1] with rows w ~ N(0, I / ((D+1) S)), S = Σ_i ℓ_i⁻² over the D + 1 entries of x̃ = [x, 1]/ℓ.
+
+    For inputs with unit second moments E‖x̃‖² = S and E‖w‖² = 1/S, so a unit's scale ‖w‖ ‖x̃‖ (the
+    factor in front of its zonal activation, eq. 14) is ≈ 1 whatever ℓ: the twin starts with the same
+    outputs for every common ℓ (a common ℓ changes no angle). ``lengthscales`` None means S = 1, the
+    scale of ℓ = √(D+1) (rows ~ N(0, I/(D+1)), Glorot-like); zero rows have probability 0.
+    """
+    scales = np.asarray(1.0 if lengthscales is None else lengthscales, dtype=np.float64)
+    if scales.ndim > 1 or scales.size not in (1, input_dim + 1) or not np.all(np.isfinite(scales) & (scales > 0)):
+        raise ValueError(f"lengthscales must be a positive scalar or D + 1 = {input_dim + 1} positive values, got {lengthscales!r}")
+    scales = np.broadcast_to(scales, (input_dim + 1,))
+    inverse_square_sum = 1.0 if lengthscales is None else float(np.sum(scales**-2.0))
+    return rng.normal(size=(num_units, input_dim + 1)) / np.sqrt((input_dim + 1.0) * inverse_square_sum)
 
 
 @tf_keras.utils.register_keras_serializable(package="activated_dgp")
@@ -69,7 +80,7 @@ class ActivatedLayer(tf_keras.layers.Layer):
         input_dim = int(input_shape[-1])
         W = self.initial_W
         if W is None:
-            W = initial_directions(self.units, input_dim, np.random.default_rng(self.seed))
+            W = initial_directions(self.units, input_dim, np.random.default_rng(self.seed), self.lengthscales)
         if W.shape != (self.units, input_dim + 1):
             raise ValueError(f"initial_W must be [{self.units}, {input_dim + 1}], got {W.shape}")
         self.W = self.add_weight(
@@ -130,8 +141,10 @@ def build_activated_nn(
     :param layer_widths: P_ℓ, the narrow (bottleneck) widths of layers 1..L−1; default input_dim.
     :param output_dim: width of the last linear map (regression targets, 1 logit, or class logits).
     :param lengthscales: ℓ_ℓ of each layer's ActivatedLayer, one entry per layer, each a scalar or
-        D_ℓ + 1 values (x̃ = [x, 1] / ℓ, see :class:`ZonalArcCosine`); default 1 everywhere. The twin's
-        output grows like ‖x̃‖, so wide inputs with O(1) entries are better served by ℓ ≈ √D_ℓ.
+        D_ℓ + 1 values (x̃ = [x, 1] / ℓ, see :class:`ZonalArcCosine`); default 1 everywhere. The initial
+        directions scale with ℓ (:func:`initial_directions`: ‖w‖ ‖x̃‖ ≈ 1 for standardised inputs), so every
+        common ℓ gives the same initial network; ℓ then sets Adam's step relative to ‖w‖, and ℓ = √(D_ℓ + 1)
+        (‖w‖ ≈ 1) trains best (docs/results/twin_training.md).
     The output has no final non-linearity: train it on MSE or on cross-entropy from logits.
     """
     config = as_config(

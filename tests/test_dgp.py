@@ -30,7 +30,7 @@ from activated_dgp import (
 )
 
 
-@pytest.mark.parametrize("activation", ["relu", "softplus"])
+@pytest.mark.parametrize("activation", ["relu", "softplus", "swish"])
 @pytest.mark.parametrize("whiten", [True, False])
 @pytest.mark.parametrize("num_layers", [1, 3])
 def test_twin_forward_pass_equals_dgp_mean_propagation(activation, whiten, num_layers, rng):

@@ -1,0 +1,54 @@
+"""The twin's initial inducing directions (issue 31, part 3): rows of W ~ N(0, I / ((D+1) S)), S = Σ_i ℓ_i⁻²,
+so that a unit's scale ‖w‖ ‖x̃‖ is ≈ 1 for standardised inputs whatever the lengthscales."""
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from activated_dgp import ActivatedLayer
+from activated_dgp.nn import initial_directions
+
+
+@pytest.mark.parametrize("lengthscales", [None, 1.0, 4.0, "per-coordinate"])
+def test_initial_directions_have_the_closed_form_variance(lengthscales):
+    D, M = 6, 4000
+    if lengthscales == "per-coordinate":
+        lengthscales = np.array([0.5, 1.0, 2.0, 3.0, 1.5, 0.7, 5.0])
+    S = 1.0 if lengthscales is None else float(np.sum(np.broadcast_to(np.asarray(lengthscales, dtype=float), (D + 1,)) ** -2.0))
+    W = initial_directions(M, D, np.random.default_rng(0), lengthscales)
+    assert W.shape == (M, D + 1)
+    variance = 1.0 / ((D + 1) * S)
+    # every entry: mean 0 and the closed-form variance (chi-square interval on M (D+1) normal draws)
+    n = W.size
+    low, high = stats.chi2.ppf([1e-4, 1 - 1e-4], n) / n
+    assert low < np.mean(W**2) / variance < high
+    assert abs(np.mean(W)) < 4.0 * np.sqrt(variance / n)
+    # Kolmogorov-Smirnov against N(0, variance) on the standardised entries
+    assert stats.kstest(W.ravel() / np.sqrt(variance), "norm").pvalue > 1e-4
+
+
+def test_unit_scale_is_one_for_standardised_inputs_whatever_the_lengthscale():
+    """E ‖w‖² E ‖x̃‖² = 1 with x ~ N(0, I): a dense Monte Carlo of ‖w‖ ‖x̃‖ for several ℓ."""
+    D, rng = 5, np.random.default_rng(1)
+    X = rng.normal(size=(20000, D))
+    for lengthscales in (1.0, np.sqrt(D + 1.0), 10.0, np.array([1.0, 2.0, 0.5, 1.0, 3.0, 1.0])):
+        W = initial_directions(20000, D, np.random.default_rng(2), lengthscales)
+        x_tilde = np.hstack([X, np.ones((len(X), 1))]) / lengthscales
+        product = np.mean(np.sum(W**2, axis=1)) * np.mean(np.sum(x_tilde**2, axis=1))
+        assert product == pytest.approx(1.0, rel=0.03)
+
+
+def test_common_lengthscale_does_not_change_the_initial_twin_layer():
+    """A common ℓ changes no angle and the initial scale absorbs 1/ℓ: the seeded layer's outputs agree."""
+    D, X = 4, np.random.default_rng(3).normal(size=(50, 4))
+    outputs = [ActivatedLayer(16, "softplus", 10, lengthscales=ell, seed=7)(X).numpy() for ell in (1.0, 3.0, 17.0)]
+    np.testing.assert_allclose(outputs[1], outputs[0], rtol=1e-10)
+    np.testing.assert_allclose(outputs[2], outputs[0], rtol=1e-10)
+
+
+def test_initial_directions_reject_bad_lengthscales():
+    rng = np.random.default_rng(0)
+    with pytest.raises(ValueError, match="lengthscales"):
+        initial_directions(3, 2, rng, [1.0, -1.0, 1.0])
+    with pytest.raises(ValueError, match="lengthscales"):
+        initial_directions(3, 2, rng, [1.0, 2.0])
