@@ -348,11 +348,12 @@ def _chain_layers(network) -> list:
             f"cannot convert {network.name!r}: it has {len(network.inputs)} inputs and {len(network.outputs)} outputs. {SUPPORTED}"
         )
     layers, previous = [], None
-    for index, layer in enumerate(network.layers):
+    for layer in network.layers:
         if not isinstance(network, tf_keras.Sequential):  # functional: each layer must take the previous one's output
             nodes = [n for k, n in enumerate(layer._inbound_nodes) if f"{layer.name}_ib-{k}" in network._network_nodes]
             parents = [tf.nest.flatten(n.inbound_layers) for n in nodes]
             if not isinstance(layer, tf_keras.layers.InputLayer) and parents != [[previous]]:
+                index = sum(not isinstance(seen, tf_keras.layers.InputLayer) for seen in layers)  # as the other messages count
                 _fail(index, layer, "the functional graph is not a chain here (this layer is not applied once to the previous layer's output)")
             previous = layer
         if isinstance(layer, tf_keras.Model):

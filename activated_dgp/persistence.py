@@ -57,6 +57,7 @@ __all__ = [
     "architecture_of_dgp",
     "architecture_of_network",
     "mean_function_spec",
+    "mean_functions_of_dgp",
     "rebuild_dgp",
     "DGPCheckpoint",
 ]
@@ -428,10 +429,16 @@ def save_dgp(dgp: gpflux.models.DeepGP, directory, *, optimizer=None, state: Opt
 def load_dgp(directory) -> gpflux.models.DeepGP:
     """Rebuild a DeepGP saved by :func:`save_dgp` and restore every parameter (value and trainable flag)."""
     config, architecture, arrays = _read(directory, "dgp")
+    mean_functions = config.get("mean_functions")  # absent in directories saved before mean functions were
     try:
-        dgp = rebuild_dgp(architecture, int(config["num_data"]), config.get("mean_functions"))
+        if mean_functions is not None:
+            if not isinstance(mean_functions, list) or len(mean_functions) != architecture.num_layers:
+                raise ValueError(f"expected a list of {architecture.num_layers}, got {mean_functions!r}")
+            for spec in mean_functions:
+                mean_function_from_spec(spec)
     except (KeyError, TypeError, ValueError) as error:
         raise ValueError(f"{directory} holds a corrupt saved dgp: mean functions: {error}") from None
+    dgp = rebuild_dgp(architecture, int(config["num_data"]), mean_functions)
     parameters = _parameters(dgp)
     _compare(config["parameters"], {path: _record(p) for path, p in parameters.items()}, f"{directory} does not match its architecture")
     _check_spectra({k: v for k, v in arrays.items() if k.startswith("spectrum/")}, _spectra(dgp), f"{directory}")

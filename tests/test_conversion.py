@@ -13,10 +13,11 @@ import sys
 import gpflow
 import numpy as np
 import pytest
-import tensorflow as tf
 import tf_keras
 
-from activated_dgp import build_activated_dgp, build_activated_nn, dgp_from_keras, load_dgp, propagate_means, save_dgp
+from activated_dgp import (
+    build_activated_dgp, build_activated_nn, dgp_from_keras, load_dgp, propagate_means, register_activation, save_dgp,
+)
 from activated_dgp.nn import ActivatedLayer
 from test_persistence import layerwise  # each layer's mean and variance at the previous layer's mean
 
@@ -28,7 +29,13 @@ NUMPY_ACTIVATIONS = {
     "softplus": lambda z: np.logaddexp(0.0, z),
     "swish": lambda z: z / (1.0 + np.exp(-z)),
     "linear": lambda z: z,
+    "leaky": lambda z: np.where(z > 0, z, 0.2 * z),
 }
+
+
+def leaky(t):
+    """Leaky ReLU max(t, 0.2 t), written so that it runs on NumPy, mpmath and TensorFlow values alike."""
+    return 0.6 * t + 0.4 * abs(t)
 
 
 @pytest.fixture(autouse=True)
@@ -46,7 +53,7 @@ def numpy_forward(layers, X):
             h = h @ layer.kernel.numpy().astype(np.float64)
             if layer.use_bias:
                 h = h + layer.bias.numpy().astype(np.float64)
-        name = getattr(getattr(layer, "activation", None), "__name__", "linear")
+        name = "relu" if isinstance(layer, L.ReLU) else getattr(getattr(layer, "activation", None), "__name__", "linear")
         h = NUMPY_ACTIVATIONS[name](h)
     return h
 
@@ -128,6 +135,26 @@ def test_constant_mean_shifts_the_layer_mean_by_exactly_the_bias(rng):
     mean0, var0 = (t.numpy() for t in layer.predict(H, full_cov=False))
     np.testing.assert_allclose(mean - mean0, np.broadcast_to(c, mean.shape), rtol=0, atol=1e-12)
     np.testing.assert_array_equal(var, var0)
+
+
+def test_registered_callable_and_relu_layer_convert(rng):
+    """A Keras activation that is a registered callable maps to itself; a positively homogeneous one (leaky ReLU)
+    then matches up to the truncation alone, like ReLU (the same 1 % bound at Ñ = 60). The ReLU layer class is
+    read as relu."""
+    register_activation("leaky", leaky, breakpoints=(0.0,))
+    layers = [L.Dense(8, activation=leaky, dtype="float64"), L.Dense(6, dtype="float64"), L.ReLU(dtype="float64"),
+              L.Dense(1, dtype="float64")]
+    network = sequential(layers)
+    randomise_biases(network, rng)
+    X = rng.normal(size=(100, 2))
+    dgp = dgp_from_keras(network, 100, truncation_level=60).dgp
+    names = [layer.inducing_variable.inducing_variable.activation.name for layer in dgp.f_layers]
+    assert names == ["leaky", "relu"]
+    truth = numpy_forward(layers, X)
+    error = propagate_means(dgp, X)[-1].numpy() - truth
+    assert np.sqrt(np.mean(error**2)) < 0.01 * np.sqrt(np.mean(truth**2))
+    with pytest.raises(ValueError, match="plain ReLU"):
+        dgp_from_keras(sequential([L.Dense(4), L.ReLU(max_value=6.0), L.Dense(1)]), 10)
 
 
 # ------------------------------------------------------------------------------------------------ approximate maps
@@ -316,3 +343,15 @@ def test_unsupported_mean_function_is_refused_at_save_time(tmp_path):
     dgp.f_layers[0].mean_function = gpflow.mean_functions.Additive(gpflow.mean_functions.Zero(), gpflow.mean_functions.Constant())
     with pytest.raises(ValueError, match=r"layer 0.*mean function .*only Zero, Constant, Identity, Linear"):
         save_dgp(dgp, tmp_path / "refused")
+
+
+def test_load_refuses_a_tampered_mean_function_record(tmp_path):
+    dgp = build_activated_dgp(2, 30, num_layers=1, num_units=4, truncation_level=4, seed=0)
+    dgp.f_layers[0].mean_function = gpflow.mean_functions.Constant(np.array([0.5]))
+    save_dgp(dgp, tmp_path / "saved")
+    config = json.loads((tmp_path / "saved" / "config.json").read_text())
+    for tampered in ([{"type": "Polynomial"}], [{"type": "Constant"}], []):
+        config["mean_functions"] = tampered
+        (tmp_path / "saved" / "config.json").write_text(json.dumps(config))
+        with pytest.raises(ValueError, match="corrupt saved dgp: mean functions"):
+            load_dgp(tmp_path / "saved")
