@@ -8,6 +8,11 @@ weights B_ℓ = Kuu⁻¹ μ_u equal V_ℓ:
 
 with ε = gpflow's default jitter, the same that GPflow's conditional adds, so that
 Kfu (Kuu + εI)⁻¹ μ_u = Φ(x) V_ℓ to round-off.
+
+A plain MLP converts the same way, one GP layer per run of activated Dense units and the linear layers after
+it (:func:`dgp_from_keras`): a linear layer's bias c becomes the GP layer's Constant mean function, so its
+mean is Φ(x) B + c, and units followed directly by more units get B = I. Dense units map to the closest
+zonal activation (ReLU exactly up to the truncation, softplus and swish approximately).
 """
 
 from __future__ import annotations
@@ -25,12 +30,13 @@ from .config import ArchitectureConfig
 from .diagnostics import whitened_cross_covariance
 from .models import build_activated_dgp
 from .nn import ActivatedLayer
-from .persistence import architecture_of_network
 from .prediction import layer_inputs, propagate_means
+from .spectra import ACTIVATIONS, resolve_activation
 from .validation import check_inputs
 
 __all__ = [
     "Conversion",
+    "LayerMismatch",
     "dgp_from_keras",
     "set_posterior_mean_weights",
     "posterior_mean_weights",
@@ -41,15 +47,42 @@ __all__ = [
 
 
 @dataclass
+class LayerMismatch:
+    """One GP layer of a conversion, on the data X given to :func:`dgp_from_keras`.
+
+    :param keras_layers: the names of the Keras layers it replaces (Dropout left out).
+    :param activation: the zonal activation's registry name.
+    :param map: "exact" (an ActivatedLayer twin), "truncation" (ReLU units: exact as Ñ → ∞) or "approximate"
+        (softplus, swish, registered callables: see :func:`_keras_activations`).
+    :param refitted: whether B (and c, where there is one) were refitted by ridge regression on X.
+    :param max_abs, rms: the DGP's mean propagation after this layer against the network's output of the
+        same Keras layers (what has accumulated up to here).
+    :param local_max_abs, local_rms: this GP layer's mean alone, at the network's own input to it,
+        against the network's output of its layers (this layer's own share).
+    """
+
+    keras_layers: list
+    activation: str
+    map: str
+    refitted: bool
+    max_abs: float
+    rms: float
+    local_max_abs: float
+    local_rms: float
+
+
+@dataclass
 class Conversion:
-    """The converted DeepGP; ``exact`` says whether the network was an activated twin; when data
-    were given, the mismatch between the network's forward pass and the DGP's mean propagation."""
+    """The converted DeepGP; ``exact`` says whether the network was an activated twin (then mean propagation
+    is its forward pass to round-off); when data were given, the mismatch between the network's forward pass
+    and the DGP's mean propagation, overall and per GP layer (``layers``, :class:`LayerMismatch`)."""
 
     dgp: gpflux.models.DeepGP
     exact: bool
     max_abs_mismatch: Optional[float] = None
     rms_mismatch: Optional[float] = None
     variance_selection: Optional["VarianceSelection"] = None
+    layers: Optional[list] = None
 
 
 def set_posterior_mean_weights(layer: gpflux.layers.GPLayer, V: np.ndarray) -> None:
@@ -237,67 +270,220 @@ def select_kernel_variances(
     return VarianceSelection(variances, best, evaluations, chosen_noise)
 
 
-def _pairs(network: tf_keras.Model):
-    layers = [layer for layer in network.layers if not isinstance(layer, tf_keras.layers.InputLayer)]
+# ------------------------------------------------------------------------------------------------ reading a network
 
-    def fail(index, layer, why):
+SUPPORTED = (
+    "dgp_from_keras converts a chain (Sequential or functional, one input, one output) of Dense layers, with or "
+    "without bias, whose activations are relu, softplus, swish or a registered activation (on the Dense or as a "
+    "following Activation/ReLU layer), ActivatedLayer twins, and Dropout (skipped)"
+)
+#: Inference-time identities, skipped at conversion.
+_SKIPPED = (
+    tf_keras.layers.InputLayer, tf_keras.layers.Dropout, tf_keras.layers.GaussianDropout, tf_keras.layers.GaussianNoise,
+    tf_keras.layers.AlphaDropout,
+)
+
+
+def _keras_activations():
+    """(Keras/TF function, registry name, gain, map) for the activations a Dense unit can carry.
+
+    A Dense unit σ(w·x̃), x̃ = [x, 1], becomes the zonal feature gain · ‖w‖‖x̃‖ σ_z(ŵ·x̂) (eq. 10). ReLU is
+    positively homogeneous, so with σ_z = relu this is relu(w·x̃) itself, up to the truncation at Ñ levels
+    ("truncation"). The registry's Softplus is log(1 + e^(3t)) and its Swish 3t·sigmoid(3t); with gain 1/3
+    they give r/3 · softplus(3z/r) and z · sigmoid(3z/r), z = w·x̃, r = ‖w‖‖x̃‖: Keras' softplus(z) and
+    swish(z) exactly where r = 3, the same asymptotes as z → ±∞, otherwise an approximation ("approximate")."""
+    a, third = tf_keras.activations, 1.0 / 3.0
+    return [
+        (a.relu, "relu", 1.0, "truncation"), (tf.nn.relu, "relu", 1.0, "truncation"),
+        (a.softplus, "softplus", third, "approximate"), (tf.nn.softplus, "softplus", third, "approximate"),
+        (a.swish, "swish", third, "approximate"), (tf.nn.silu, "swish", third, "approximate"),
+    ]
+
+
+def _activation_map(function, fail):
+    """(registry name or Activation, gain, map) of a Keras activation function, None for the linear one; a
+    registered callable (:func:`activated_dgp.register_activation`) maps to itself with gain 1 ("approximate":
+    the zonal feature ‖w‖‖x̃‖σ(ŵ·x̂) equals σ(w·x̃) only for a positively homogeneous σ)."""
+    if function is tf_keras.activations.linear:
+        return None
+    for keras_function, name, gain, kind in _keras_activations():
+        if function is keras_function:
+            return name, gain, kind
+    activation = resolve_activation(function) if callable(function) else None
+    if activation is not None and ACTIVATIONS.get(activation.name) is activation:
+        return activation.name, 1.0, "approximate"
+    fail(f"its activation {getattr(function, '__name__', function)!r} is not relu, softplus, swish or a registered activation")
+
+
+@dataclass
+class _Block:
+    """A run of Keras layers: activated units (W [M, D+1] on x̃ = [x, 1]) or a linear map x K + b."""
+
+    kind: str
+    layers: list
+    W: Optional[np.ndarray] = None
+    activation: object = None
+    gain: float = 1.0
+    map: str = "exact"
+    truncation_level: Optional[int] = None
+    lengthscales: object = 1.0
+    kernel: Optional[np.ndarray] = None
+    bias: Optional[np.ndarray] = None
+
+
+def _fail(index, layer, why):
+    raise ValueError(f"cannot convert layer {index} {layer.name!r} ({type(layer).__name__}): {why}. {SUPPORTED}")
+
+
+def _chain_layers(network) -> list:
+    """The network's layers in order (nested models flattened), after checking that they form a chain."""
+    if not isinstance(network, tf_keras.Model):
+        raise ValueError(f"expected a tf_keras Model (Sequential or functional), got {type(network).__name__}")
+    if not getattr(network, "_is_graph_network", False) and not isinstance(network, tf_keras.Sequential):
+        raise ValueError(f"cannot convert the subclassed model {network.name!r}: {SUPPORTED}")
+    if not network.built or not network.inputs:
+        raise ValueError(f"the network {network.name!r} is not built: give it an Input or call it once")
+    if len(network.inputs) != 1 or len(network.outputs) != 1:
         raise ValueError(
-            f"cannot convert layer {index} {layer.name!r} ({type(layer).__name__}): {why}. The converter maps "
-            "[ActivatedLayer or Dense(units, activation='softplus'), Dense(rank, use_bias=False)] repeated"
+            f"cannot convert {network.name!r}: it has {len(network.inputs)} inputs and {len(network.outputs)} outputs. {SUPPORTED}"
         )
-
-    if not layers:
-        raise ValueError("the network has no layers to convert")
-    pairs = []
-    for index in range(0, len(layers), 2):
-        first = layers[index]
-        if index + 1 >= len(layers):
-            fail(index, first, "it has no linear layer after it")
-        second = layers[index + 1]
-        if isinstance(first, ActivatedLayer):
-            kind = "activated"
-        elif isinstance(first, tf_keras.layers.Dense) and first.activation is tf_keras.activations.softplus:
-            kind = "softplus"
+    layers, previous = [], None
+    for layer in network.layers:
+        if not isinstance(network, tf_keras.Sequential):  # functional: each layer must take the previous one's output
+            nodes = [n for k, n in enumerate(layer._inbound_nodes) if f"{layer.name}_ib-{k}" in network._network_nodes]
+            parents = [tf.nest.flatten(n.inbound_layers) for n in nodes]
+            if not isinstance(layer, tf_keras.layers.InputLayer) and parents != [[previous]]:
+                index = sum(not isinstance(seen, tf_keras.layers.InputLayer) for seen in layers)  # as the other messages count
+                _fail(index, layer, "the functional graph is not a chain here (this layer is not applied once to the previous layer's output)")
+            previous = layer
+        if isinstance(layer, tf_keras.Model):
+            layers += _chain_layers(layer)
         else:
-            fail(index, first, "expected an ActivatedLayer or a Dense layer with softplus activation")
-        if not isinstance(second, tf_keras.layers.Dense):
-            fail(index + 1, second, "expected a Dense layer")
-        if second.use_bias:
-            fail(index + 1, second, "the linear layer has a bias, which a zero-mean GP layer cannot represent")
-        if second.activation is not tf_keras.activations.linear:
-            fail(index + 1, second, "the linear layer has an activation")
-        pairs.append((kind, first, second))
-    return pairs
+            layers.append(layer)
+    return [layer for layer in layers if not isinstance(layer, tf_keras.layers.InputLayer)]
 
 
-def _directions(kind: str, first) -> np.ndarray:
-    """W [M, D+1] of a pair's first layer: a twin's own W, or [kernel column, bias] of a Dense(softplus)."""
-    if kind == "activated":
-        return first.feature.W.numpy()
-    kernel, bias = first.kernel.numpy(), first.bias.numpy() if first.use_bias else 0.0
-    return np.concatenate([kernel.T, np.reshape(bias, (-1, 1)) * np.ones((kernel.shape[1], 1))], axis=1)
+def _directions(kernel: np.ndarray, bias: Optional[np.ndarray], fail) -> np.ndarray:
+    """W [M, D+1] = [kernel column, bias] of M Dense units: w_m · [x, 1] is the unit's pre-activation."""
+    W = np.concatenate([kernel.T, np.zeros((kernel.shape[1], 1)) if bias is None else bias[:, None]], axis=1)
+    if np.any(~(np.linalg.norm(W, axis=1) > 0)):
+        fail("a unit has all-zero (or non-finite) weights and bias, which gives no inducing direction")
+    return W
 
 
-def _architecture(network: tf_keras.Model, pairs, likelihood, whiten: bool, truncation_level: int) -> ArchitectureConfig:
-    """The DGP's :class:`ArchitectureConfig`: a twin's own (:func:`architecture_of_network`), with the
-    lengthscales its kernels hold and the likelihood; for a plain network its widths with the zonal
-    Softplus, Ñ = ``truncation_level`` and ℓ = 1. A ValueError when the likelihood does not fit the width
-    of the last linear layer."""
-    output_dim = pairs[-1][2].units
-    if all(kind == "activated" for kind, _, _ in pairs):
-        base = architecture_of_network(network, registered_only=False)
-        lengthscales = [first.kernel.lengthscales.numpy() for _, first, _ in pairs]
-    else:
-        base = ArchitectureConfig(
-            input_dim=pairs[0][1].kernel.shape[0], num_layers=len(pairs),
-            num_units=[first.units for _, first, _ in pairs], layer_widths=[second.units for _, _, second in pairs[:-1]],
-            output_dim=output_dim, activation="softplus", truncation_level=truncation_level, likelihood=None,
-        )
-        lengthscales = None
+def _blocks(layers) -> list:
+    """Activated and linear blocks of the chain (an Activation layer turns the linear Dense before it into units)."""
+    blocks = []
+    for index, layer in enumerate(layers):
+        fail = lambda why, index=index, layer=layer: _fail(index, layer, why)  # noqa: E731
+        if isinstance(layer, _SKIPPED):
+            continue
+        if isinstance(layer, ActivatedLayer):
+            blocks.append(_Block(
+                "activated", [layer], W=layer.feature.W.numpy().astype(np.float64), activation=layer.activation,
+                truncation_level=layer.truncation_level, lengthscales=layer.kernel.lengthscales.numpy(),
+            ))
+        elif type(layer) is tf_keras.layers.Dense:
+            kernel = layer.kernel.numpy().astype(np.float64)
+            bias = layer.bias.numpy().astype(np.float64) if layer.use_bias else None
+            mapped = _activation_map(layer.activation, fail)
+            if mapped is None:
+                blocks.append(_Block("linear", [layer], kernel=kernel, bias=bias))
+            else:
+                name, gain, kind = mapped
+                blocks.append(_Block("activated", [layer], W=_directions(kernel, bias, fail), activation=name, gain=gain, map=kind))
+        elif type(layer) in (tf_keras.layers.Activation, tf_keras.layers.ReLU):
+            if type(layer) is tf_keras.layers.ReLU:
+                config = layer.get_config()
+                if config["max_value"] is not None or config["negative_slope"] or config["threshold"]:
+                    fail("only the plain ReLU (no max_value, negative_slope or threshold) is supported")
+                mapped = _activation_map(tf_keras.activations.relu, fail)
+            else:
+                mapped = _activation_map(layer.activation, fail)
+            if mapped is None:
+                continue
+            if not blocks or blocks[-1].kind != "linear" or len(blocks[-1].layers) != 1:
+                fail("an activation layer must directly follow a linear Dense layer")
+            dense = blocks.pop()
+            name, gain, kind = mapped
+            blocks.append(_Block(
+                "activated", dense.layers + [layer], W=_directions(dense.kernel, dense.bias, fail), activation=name,
+                gain=gain, map=kind,
+            ))
+        else:
+            fail(f"{type(layer).__name__} layers are not supported")
+    return blocks
+
+
+@dataclass
+class _Plan:
+    """One GP layer: units (W, activation, gain) and its posterior-mean weights B [M, P] and bias c [P] (or None)."""
+
+    units: _Block
+    B: np.ndarray
+    bias: Optional[np.ndarray]
+    layers: list
+    linear: bool = False  # B comes from linear layers (else gain · I)
+
+
+def _plans(network) -> list:
+    """The GP layers of a network: each activated block with the linear blocks after it (composed:
+    x K₁ + b₁ then K₂ + b₂ is x K₁K₂ + b₁K₂ + b₂) as B = gain · K and c; with no linear block after it
+    (another activated block, or the output) B = gain · I, so the layer outputs the units themselves."""
+    layers = _chain_layers(network)
+    blocks = _blocks(layers)
+    if len(network.input_shape) != 2:
+        raise ValueError(f"cannot convert {network.name!r}: its input shape {network.input_shape} is not [N, D]. {SUPPORTED}")
+    if not blocks:
+        raise ValueError(f"the network {network.name!r} has no layers to convert. {SUPPORTED}")
+    plans = []
+    for block in blocks:
+        if block.kind == "activated":
+            M = block.W.shape[0]
+            plans.append(_Plan(block, block.gain * np.eye(M), None, list(block.layers)))
+        elif not plans:
+            layer = block.layers[0]
+            _fail(layers.index(layer), layer, "a linear layer before the first activation has no GP layer to join (a GP "
+                  "layer's inducing directions act on [x, 1] of the network's input)")
+        else:
+            plan = plans[-1]
+            if not plan.linear:  # the first linear block after the units
+                plan.B, plan.bias, plan.linear = plan.units.gain * block.kernel, block.bias, True
+            else:
+                plan.B = plan.B @ block.kernel
+                plan.bias = None if plan.bias is None and block.bias is None else (
+                    (0.0 if plan.bias is None else plan.bias @ block.kernel) + (0.0 if block.bias is None else block.bias)
+                )
+            plan.layers += block.layers
+    return plans
+
+
+def _architecture(plans, likelihood, whiten: bool, truncation_level: int) -> ArchitectureConfig:
+    """The DGP's :class:`ArchitectureConfig`: per layer a twin's own activation, Ñ and lengthscales, or for
+    Dense units the mapped activation, Ñ = ``truncation_level`` and ℓ = 1. A ValueError when the likelihood
+    does not fit the output width."""
+    output_dim = plans[-1].B.shape[1]
     try:
-        return base.replace(lengthscales=lengthscales, whiten=whiten, likelihood=likelihood)
+        return ArchitectureConfig(
+            input_dim=plans[0].units.W.shape[1] - 1, num_layers=len(plans), num_units=[p.units.W.shape[0] for p in plans],
+            layer_widths=[p.B.shape[1] for p in plans[:-1]], output_dim=output_dim,
+            activation=[p.units.activation for p in plans],
+            truncation_level=[p.units.truncation_level or truncation_level for p in plans],
+            lengthscales=[p.units.lengthscales for p in plans], whiten=whiten, likelihood=likelihood,
+        )
     except ValueError as error:
         raise ValueError(f"cannot convert the network ({output_dim} outputs): {error}") from None
+
+
+def _forward(layers, hidden) -> np.ndarray:
+    """The network's own output of a run of its layers, as float64 (a float32 network computes in float32)."""
+    for layer in layers:
+        hidden = layer(hidden)
+    return np.asarray(hidden, dtype=np.float64)
+
+
+def _mismatch(difference: np.ndarray):
+    return float(np.max(np.abs(difference))), float(np.sqrt(np.mean(difference**2)))
 
 
 def dgp_from_keras(
@@ -314,16 +500,24 @@ def dgp_from_keras(
     truncation_level: int = 20,
     ridge: float = 1e-8,
 ) -> Conversion:
-    """An activated DeepGP whose mean propagation is the network's forward pass.
+    """An activated DeepGP whose mean propagation is the network's forward pass (Sec. 5.1).
 
-    :param network: a twin from :func:`build_activated_nn` (exact conversion), or a plain
-        low-rank network [Dense(M, softplus), Dense(P, use_bias=False)] × L (approximate: each
-        W_m = [kernel column, bias], and the zonal Softplus log(1 + e^(3t)) replaces softplus; with
-        data ``X`` the V_ℓ are refitted layer by layer by ridge regression onto the network's own
-        layer outputs, and the remaining mismatch is reported).
-    :param X: inputs on which to report the forward-pass mismatch (and fit the approximate case).
-    :param likelihood: as in :func:`build_activated_dgp`; the last Dense layer's width must match it.
-    :param truncation_level: Ñ for converted plain networks (a twin keeps its own).
+    :param network: a chain of Keras layers (see :data:`SUPPORTED`). Each run of activated units with the
+        linear Dense layers after it becomes one GP layer with mean Φ(x) B + c: the units' directions
+        W_m = [kernel column, bias] on x̃ = [x, 1] are the inducing directions, the composed linear layers
+        give B and their bias c the layer's ``gpflow.mean_functions.Constant`` mean function (none: Zero).
+        Activated units followed directly by more units (or ending the network) get B = I: the layer
+        outputs Φ(x). A twin from :func:`build_activated_nn` converts exactly; Dense units map to the
+        zonal activation that is closest (:func:`_keras_activations`): ReLU exactly up to the truncation
+        at Ñ = ``truncation_level``, softplus and swish approximately. With data ``X`` the B of every
+        "approximate" layer is refitted (jointly with c where the network has a bias there) by ridge
+        regression onto the network's own outputs of its layers, layer by layer, and the remaining mismatch
+        is reported, per layer too. (A network without biases after its units converts as before biases
+        were supported: no Constant mean is added.)
+        Weights of a float32 network are cast to float64.
+    :param X: inputs on which to report the forward-pass mismatch (and refit the approximate layers).
+    :param likelihood: as in :func:`build_activated_dgp`; the last layer's width must match it.
+    :param truncation_level: Ñ for converted Dense layers (a twin keeps its own).
     :param kernel_variance: every layer's v, or ``"elbo"``: each layer's v chosen by maximising the
         ELBO on (``X``, ``Y``) with the mean propagation kept (:func:`select_kernel_variances`; the
         record is in ``Conversion.variance_selection``).
@@ -334,33 +528,46 @@ def dgp_from_keras(
             raise ValueError(f"kernel_variance must be a positive number or 'elbo', got {kernel_variance!r}")
         if X is None or Y is None:
             raise ValueError("kernel_variance='elbo' needs the training data X and Y")
-    pairs = _pairs(network)
-    exact = all(kind == "activated" for kind, _, _ in pairs)
-    config = _architecture(network, pairs, likelihood, whiten, truncation_level)
+    plans = _plans(network)
+    exact = all(plan.units.map == "exact" for plan in plans)
+    config = _architecture(plans, likelihood, whiten, truncation_level)
     hidden_dgp = None if X is None else tf.convert_to_tensor(check_inputs(X, config.input_dim, "X"))
     dgp = build_activated_dgp(
         config, num_data, kernel_variance=1.0 if select else kernel_variance, noise_variance=noise_variance,
         q_sqrt_scale=q_sqrt_scale,
     )
-    hidden_net = hidden_dgp
-    for (kind, first, second), layer in zip(pairs, dgp.f_layers):
+    hidden_net, records = hidden_dgp, []
+    for plan, layer in zip(plans, dgp.f_layers):
         feature = layer.inducing_variable.inducing_variable
-        feature.W.assign(_directions(kind, first))
-        V = second.kernel.numpy().astype(np.float64)
-        if kind == "softplus" and hidden_dgp is not None:
-            target = second(first(hidden_net)).numpy()
-            features = tf.transpose(gpflow.covariances.Kuf(feature, layer.kernel.kernel, hidden_dgp)).numpy()
-            gram = features.T @ features + ridge * np.trace(features.T @ features) / features.shape[1] * np.eye(features.shape[1])
-            V = np.linalg.solve(gram, features.T @ target)
-        set_posterior_mean_weights(layer, V)
+        feature.W.assign(plan.units.W.astype(feature.W.dtype.as_numpy_dtype))
+        B, bias, refit = plan.B, plan.bias, plan.units.map == "approximate" and hidden_dgp is not None
         if hidden_dgp is not None:
-            hidden_net = second(first(hidden_net))
+            target = _forward(plan.layers, hidden_net)
+        if refit:  # B (and c where the network has a bias) by ridge regression on [Φ(h), 1], h the DGP's input
+            features = tf.transpose(gpflow.covariances.Kuf(feature, layer.kernel.kernel, hidden_dgp)).numpy()
+            if bias is not None:
+                features = np.concatenate([features, np.ones((len(features), 1))], axis=1)
+            gram = features.T @ features
+            gram += ridge * np.trace(gram) / gram.shape[1] * np.eye(gram.shape[1])
+            B = np.linalg.solve(gram, features.T @ target)
+            if bias is not None:
+                B, bias = B[:-1], B[-1]
+        if bias is not None:
+            layer.mean_function = gpflow.mean_functions.Constant(np.asarray(bias, dtype=gpflow.default_float()))
+        set_posterior_mean_weights(layer, B)
+        if hidden_dgp is not None:
+            local, _ = layer.predict(tf.convert_to_tensor(hidden_net, dtype=gpflow.default_float()), full_cov=False)
             hidden_dgp, _ = layer.predict(hidden_dgp, full_cov=False)
+            records.append(LayerMismatch(
+                [keras_layer.name for keras_layer in plan.layers], resolve_activation(plan.units.activation).name,
+                plan.units.map, refit, *_mismatch(hidden_dgp.numpy() - target), *_mismatch(local.numpy() - target),
+            ))
+            hidden_net = target
     result = Conversion(dgp, exact)
     if select:
         result.variance_selection = select_kernel_variances(dgp, X, Y)
     if X is not None:
-        difference = propagate_means(dgp, X)[-1].numpy() - network(np.asarray(X, dtype=np.float64)).numpy()
-        result.max_abs_mismatch = float(np.max(np.abs(difference)))
-        result.rms_mismatch = float(np.sqrt(np.mean(difference**2)))
+        difference = propagate_means(dgp, X)[-1].numpy() - _forward([network], np.asarray(X, dtype=np.float64))
+        result.max_abs_mismatch, result.rms_mismatch = _mismatch(difference)
+        result.layers = records
     return result

@@ -5,6 +5,8 @@ A saved directory holds ``config.json`` and one ``arrays-<token>.npz`` that it n
 * ``architecture``: the :class:`~activated_dgp.config.ArchitectureConfig` (layers, units, widths,
   activations, truncation levels, lengthscale shapes, whitening, likelihood) that rebuilds the model
   with this package's builders;
+* ``mean_functions``: each layer's mean function (GPflow's Zero, Constant, Identity or Linear; a
+  directory without this entry, written before it existed, has Zero everywhere);
 * ``parameters``: for every gpflow Parameter (DGP) or Keras weight (network), by its path: shape,
   transform, dtype and trainable flag. The arrays file holds DGP parameters as their *unconstrained*
   values, the optimiser's state itself, so a restored model predicts bit-identically and a restored
@@ -13,7 +15,8 @@ A saved directory holds ``config.json`` and one ``arrays-<token>.npz`` that it n
   in the order of the parameters they belong to) and a JSON ``state`` (e.g. the epoch), for resuming.
 
 Saving refuses, naming the part, anything the builders cannot rebuild exactly: an unregistered
-likelihood, kernel, inducing variable, mean function or activation (see
+likelihood, kernel, inducing variable, mean function (GPflow's Zero, Constant, Identity and Linear are
+restored) or activation (see
 :func:`activated_dgp.register_activation`), or trainable variables outside the parameters. It checks
 this by building the model from its recorded architecture and comparing every parameter's path,
 shape, transform and prior (e.g. one added by the user) and every Funk–Hecke spectrum. Loading repeats the comparison, so a
@@ -53,6 +56,9 @@ __all__ = [
     "load_network",
     "architecture_of_dgp",
     "architecture_of_network",
+    "mean_function_spec",
+    "mean_functions_of_dgp",
+    "rebuild_dgp",
     "DGPCheckpoint",
 ]
 
@@ -151,8 +157,7 @@ def architecture_of_dgp(dgp: gpflux.models.DeepGP) -> ArchitectureConfig:
                 f"{where}: inducing variable {_name(layer.inducing_variable, feature)} is not "
                 "SharedIndependentInducingVariables(ActivationFeature)"
             )
-        if type(layer.mean_function) is not gpflow.mean_functions.Zero:
-            raise ValueError(f"{where}: mean function {type(layer.mean_function).__name__}; only Zero is rebuilt")
+        mean_function_spec(layer.mean_function, where)
         if not kernel.bias:
             raise ValueError(f"{where}: ZonalArcCosine(bias=False) is not rebuilt by the builders")
         if feature.truncation_level != kernel.truncation_level:
@@ -178,6 +183,62 @@ def architecture_of_dgp(dgp: gpflux.models.DeepGP) -> ArchitectureConfig:
         input_dim=inputs[0], num_layers=len(units), num_units=units, layer_widths=outputs[:-1], output_dim=outputs[-1],
         activation=activations, truncation_level=truncations, lengthscales=scales, whiten=whiten.pop(), likelihood=likelihood,
     )
+
+
+#: The mean functions GPflow ships that a saved DGP restores, with the values of their parameters.
+MEAN_FUNCTIONS = {
+    cls.__name__: cls
+    for cls in (gpflow.mean_functions.Zero, gpflow.mean_functions.Constant, gpflow.mean_functions.Identity, gpflow.mean_functions.Linear)
+}
+
+
+def mean_function_spec(mean_function, where: str = "cannot save the mean function") -> dict:
+    """What rebuilds a layer's mean function m(x), added to its posterior mean (GPflow's ``mean_functions``):
+    Zero m = 0 (its ``output_dim``), Constant m = c, Identity m = x (its ``input_dim``), Linear m = x A + b,
+    with the shapes of c, A, b (their values are parameters, saved with the others). A ValueError, after
+    ``where``, for any other class (a subclass included: it could not be rebuilt by name)."""
+    name = type(mean_function).__name__
+    if MEAN_FUNCTIONS.get(name) is not type(mean_function):
+        raise ValueError(f"{where}: mean function {name}; only {', '.join(MEAN_FUNCTIONS)} are rebuilt")
+    if name == "Zero":
+        return dict(type=name, output_dim=int(mean_function.output_dim))
+    if name == "Identity":
+        return dict(type=name, input_dim=None if mean_function.input_dim is None else int(mean_function.input_dim))
+    keys = ("c",) if name == "Constant" else ("A", "b")
+    return dict(type=name, shapes={key: list(getattr(mean_function, key).shape) for key in keys})
+
+
+def mean_function_from_spec(spec: dict):
+    """The mean function that :func:`mean_function_spec` describes, with zero parameters (the saved
+    values are assigned afterwards, as every parameter's)."""
+    if not isinstance(spec, dict) or spec.get("type") not in MEAN_FUNCTIONS:
+        raise ValueError(f"not a saved mean function: {spec!r}; expected one of {', '.join(MEAN_FUNCTIONS)}")
+    cls = MEAN_FUNCTIONS[spec["type"]]
+    if cls is gpflow.mean_functions.Zero:
+        return cls(output_dim=int(spec.get("output_dim", 1)))
+    if cls is gpflow.mean_functions.Identity:
+        return cls(input_dim=spec.get("input_dim"))
+    return cls(**{key: np.zeros(shape) for key, shape in spec["shapes"].items()})
+
+
+def mean_functions_of_dgp(dgp: gpflux.models.DeepGP) -> list:
+    """Each layer's :func:`mean_function_spec`."""
+    return [
+        mean_function_spec(layer.mean_function, f"cannot save layer {index} ({getattr(layer, 'name', type(layer).__name__)})")
+        for index, layer in enumerate(dgp.f_layers)
+    ]
+
+
+def rebuild_dgp(architecture: ArchitectureConfig, num_data: int, mean_functions=None) -> gpflux.models.DeepGP:
+    """:func:`build_activated_dgp` of ``architecture`` with the layers' mean functions rebuilt from their specs
+    (None: the builders' Zero everywhere, as in directories saved before mean functions were recorded)."""
+    dgp = build_activated_dgp(architecture, num_data)
+    if mean_functions is not None:
+        if len(mean_functions) != len(dgp.f_layers):
+            raise ValueError(f"{len(mean_functions)} mean functions for {len(dgp.f_layers)} layers")
+        for layer, spec in zip(dgp.f_layers, mean_functions):
+            layer.mean_function = mean_function_from_spec(spec)
+    return dgp
 
 
 def _name(outer, inner) -> str:
@@ -339,7 +400,8 @@ def save_dgp(dgp: gpflux.models.DeepGP, directory, *, optimizer=None, state: Opt
     if stray:
         raise ValueError(f"cannot save the DGP: trainable variables outside its gpflow Parameters: {stray[:3]}")
     records = {path: dict(_record(p), trainable=bool(p.trainable)) for path, p in parameters.items()}
-    reference = build_activated_dgp(architecture, int(dgp.num_data))
+    mean_functions = mean_functions_of_dgp(dgp)
+    reference = rebuild_dgp(architecture, int(dgp.num_data), mean_functions)
     _compare(records, {path: _record(p) for path, p in _parameters(reference).items()}, "cannot save the DGP as rebuilt from its architecture")
     spectra = _spectra(dgp)
     _check_spectra(spectra, _spectra(reference), "cannot save the DGP")
@@ -350,6 +412,7 @@ def save_dgp(dgp: gpflux.models.DeepGP, directory, *, optimizer=None, state: Opt
         dtype=np.dtype(gpflow.default_float()).name,
         architecture=architecture.to_dict(),
         num_data=int(dgp.num_data),
+        mean_functions=mean_functions,
         parameters=records,
         state=dict(state or {}),
     )
@@ -366,7 +429,16 @@ def save_dgp(dgp: gpflux.models.DeepGP, directory, *, optimizer=None, state: Opt
 def load_dgp(directory) -> gpflux.models.DeepGP:
     """Rebuild a DeepGP saved by :func:`save_dgp` and restore every parameter (value and trainable flag)."""
     config, architecture, arrays = _read(directory, "dgp")
-    dgp = build_activated_dgp(architecture, int(config["num_data"]))
+    mean_functions = config.get("mean_functions")  # absent in directories saved before mean functions were
+    try:
+        if mean_functions is not None:
+            if not isinstance(mean_functions, list) or len(mean_functions) != architecture.num_layers:
+                raise ValueError(f"expected a list of {architecture.num_layers}, got {mean_functions!r}")
+            for spec in mean_functions:
+                mean_function_from_spec(spec)
+    except (KeyError, TypeError, ValueError) as error:
+        raise ValueError(f"{directory} holds a corrupt saved dgp: mean functions: {error}") from None
+    dgp = rebuild_dgp(architecture, int(config["num_data"]), mean_functions)
     parameters = _parameters(dgp)
     _compare(config["parameters"], {path: _record(p) for path, p in parameters.items()}, f"{directory} does not match its architecture")
     _check_spectra({k: v for k, v in arrays.items() if k.startswith("spectrum/")}, _spectra(dgp), f"{directory}")

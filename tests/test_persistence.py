@@ -349,7 +349,7 @@ def _layer(kernel=None, feature=None, mean_function=None):
         (lambda: gpflux.models.DeepGP([_layer()], gpflux.layers.LikelihoodLayer(gpflow.likelihoods.StudentT())), "likelihood StudentT"),
         (lambda: gpflux.models.DeepGP([_layer()], gpflux.layers.LikelihoodLayer(gpflow.likelihoods.Bernoulli(invlink=tf.sigmoid))), "Bernoulli with link sigmoid"),
         (lambda: gpflux.models.DeepGP([_layer(kernel=gpflow.kernels.SharedIndependent(gpflow.kernels.SquaredExponential(), 1))], gpflow.likelihoods.Gaussian()), "layer 0.*SquaredExponential"),
-        (lambda: gpflux.models.DeepGP([_layer(mean_function=gpflow.mean_functions.Constant())], gpflow.likelihoods.Gaussian()), "layer 0.*mean function Constant"),
+        (lambda: gpflux.models.DeepGP([_layer(mean_function=gpflow.mean_functions.Additive(gpflow.mean_functions.Zero(), gpflow.mean_functions.Zero()))], gpflow.likelihoods.Gaussian()), "layer 0.*mean function Additive"),
         (lambda: build_activated_dgp(2, N, num_layers=2, num_units=4, activation=lambda t: np.tanh(2 * t)), "layer 0.*'<lambda>' is not registered"),
     ],
     ids=["likelihood", "logistic_gpflow_bernoulli", "kernel", "mean_function", "activation"],
