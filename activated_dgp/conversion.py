@@ -510,12 +510,12 @@ def dgp_from_keras(
         outputs Φ(x). A twin from :func:`build_activated_nn` converts exactly; Dense units map to the
         zonal activation that is closest (:func:`_keras_activations`): ReLU exactly up to the truncation
         at Ñ = ``truncation_level``, softplus and swish approximately. With data ``X`` the B of every
-        "approximate" layer is refitted (jointly with c where the network has a bias there) by ridge
+        layer that is not an exact twin ("truncation" or "approximate") is refitted (jointly with c where the network has a bias there) by ridge
         regression onto the network's own outputs of its layers, layer by layer, and the remaining mismatch
         is reported, per layer too. (A network without biases after its units converts as before biases
         were supported: no Constant mean is added.)
         Weights of a float32 network are cast to float64.
-    :param X: inputs on which to report the forward-pass mismatch (and refit the approximate layers).
+    :param X: inputs on which to report the forward-pass mismatch (and refit the layers that are not exact).
     :param likelihood: as in :func:`build_activated_dgp`; the last layer's width must match it.
     :param truncation_level: Ñ for converted Dense layers (a twin keeps its own).
     :param kernel_variance: every layer's v, or ``"elbo"``: each layer's v chosen by maximising the
@@ -540,7 +540,7 @@ def dgp_from_keras(
     for plan, layer in zip(plans, dgp.f_layers):
         feature = layer.inducing_variable.inducing_variable
         feature.W.assign(plan.units.W.astype(feature.W.dtype.as_numpy_dtype))
-        B, bias, refit = plan.B, plan.bias, plan.units.map == "approximate" and hidden_dgp is not None
+        B, bias, refit = plan.B, plan.bias, plan.units.map != "exact" and hidden_dgp is not None
         if hidden_dgp is not None:
             target = _forward(plan.layers, hidden_net)
         if refit:  # B (and c where the network has a bias) by ridge regression on [Φ(h), 1], h the DGP's input

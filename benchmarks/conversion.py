@@ -3,7 +3,7 @@
 Networks: [Input(D), Dense(32, act), Dense(32, act), Dense(1)], Glorot-uniform weights and N(0, 0.5²) biases
 (seeded), untrained, float64; X: 500 standard-normal points. Each is converted by ``dgp_from_keras`` twice:
 without data (the direct map: ReLU → zonal ReLU, softplus/swish → the registry's zonal Softplus/Swish with gain
-1/3) and with X (the approximate layers' B and c refitted by ridge). Recorded: the RMS of DGP mean propagation
+1/3) and with X (every non-exact layer's B and c refitted by ridge). Recorded: the RMS of DGP mean propagation
 minus the network's output, divided by the RMS of the output, overall and per GP layer (propagated and local,
 see ``activated_dgp.conversion.LayerMismatch``), each divided by the RMS of that layer's network output.
 

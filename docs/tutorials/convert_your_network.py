@@ -28,7 +28,13 @@ Y = np.sin(3 * X) + 0.1 * rng.normal(size=X.shape)
 
 # %%
 network = tf_keras.Sequential(
-    [tf_keras.Input((1,)), tf_keras.layers.Dense(64, "softplus"), tf_keras.layers.Dense(1, use_bias=False)]
+    [
+        tf_keras.Input((1,)),
+        tf_keras.layers.Dense(64, activation="relu"),
+        tf_keras.layers.Dense(64),
+        tf_keras.layers.Activation("relu"),
+        tf_keras.layers.Dense(1),  # biases everywhere: the last one becomes a Constant mean function
+    ]
 )
 network.compile(tf_keras.optimizers.Adam(0.01), loss="mse")
 network.fit(X, Y, epochs=50 if FAST else 1000, batch_size=64, verbose=0)
@@ -36,13 +42,17 @@ print("network training MSE:", float(np.mean((network(X).numpy() - Y) ** 2)))
 
 # %% [markdown]
 # ## Conversion
-# A plain softplus network converts approximately: the zonal Softplus on the sphere replaces softplus on the data
-# plane, and with data `X` the next linear map is refitted so that the mismatch is small. It is reported.
+# A ReLU network converts up to the Gegenbauer truncation: ‖w‖‖x̃‖ relu(ŵ·x̂) = relu(w·x̃) because ReLU is positively
+# homogeneous. Each Dense layer's [kernel, bias] gives the directions W, a bias after the units becomes a constant mean
+# function, and consecutive activated layers are joined with B = I. Softplus or swish networks convert approximately
+# (pass `X` so that the next linear map is refitted). The mismatch is reported per layer.
 
 # %%
 conversion = dgp_from_keras(network, num_data=len(X), X=X, noise_variance=float(np.mean((network(X).numpy() - Y) ** 2)))
 dgp = conversion.dgp
 print(f"exact: {conversion.exact}; largest mean mismatch on X: {conversion.max_abs_mismatch:.2e}")
+for layer in conversion.layers:
+    print(layer)
 
 # %% [markdown]
 # ## Stage 2: the ELBO
