@@ -188,7 +188,7 @@ Softplus features; median of {repeats} warm calls; extra peak memory from TF's B
 - Timings on a shared 2-core machine are noisy; the ratios, taken in one run, are what to compare.
 """
     if write:
-        write_section("covariances", doc)
+        write_section("covariances", doc, "python -m benchmarks.covariances")
     return doc
 
 

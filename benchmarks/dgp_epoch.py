@@ -137,7 +137,7 @@ units / inducing variables, float64, Adam through `keras.Model.fit`; {rounds} ro
   network twin, which computes the same basis functions without the GP's covariance algebra.
 """
     if write:
-        write_section("dgp_epoch", doc)
+        write_section("dgp_epoch", doc, "python -m benchmarks.dgp_epoch")
     return doc
 
 

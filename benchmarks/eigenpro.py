@@ -170,16 +170,16 @@ def scaling(args):
     doc = "\n".join(rows)
     print(doc)
     if not args.no_write:
-        write_section("eigenpro_scaling", doc)
+        write_section("eigenpro_scaling", doc, "python -m benchmarks.eigenpro")
 
 
 def gram_cache(args):
     import gpflow
 
     from activated_dgp.kernel_machines import EigenPro3, choose_centers
-    from experiments.eigenpro_mnist import load
+    from experiments.setups import mnist_arrays
 
-    X, y, _, _ = load(args.data_dir)
+    X, y, *_ = mnist_arrays(args.data_dir)
     Y = np.eye(10)[y]
     kernel = gpflow.kernels.Exponential(lengthscales=5.0)
     rows = ["| p | held K(Z, Z): epoch s (setup + epoch s) | recomputed blocks: epoch s (setup + epoch s) | epoch ratio | setup + epoch ratio |",
@@ -203,14 +203,15 @@ def _package_at(revision, folder):
     """``activated_dgp`` as of ``revision``, imported as ``adgp_reference`` from ``folder`` (its imports are relative)."""
     import importlib
     import subprocess
-    import sys
     from pathlib import Path
+
+    from benchmarks._report import import_package
 
     root = Path(__file__).resolve().parents[1]
     archive = subprocess.run(["git", "-C", str(root), "archive", revision, "activated_dgp"], check=True, capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", folder], input=archive, check=True)
     (Path(folder) / "activated_dgp").rename(Path(folder) / "adgp_reference")
-    sys.path.insert(0, folder)
+    import_package(folder, "adgp_reference")
     return importlib.import_module("adgp_reference.kernel_machines")
 
 
@@ -220,9 +221,9 @@ def projection_speed(args):
     import gpflow
 
     import activated_dgp.kernel_machines as current
-    from experiments.eigenpro_mnist import load
+    from experiments.setups import mnist_arrays
 
-    X, y, _, _ = load(args.data_dir)
+    X, y, *_ = mnist_arrays(args.data_dir)
     Y = np.eye(10)[y]
     kernel = gpflow.kernels.Exponential(lengthscales=5.0)
     projection_rows = [f"| p | inner batches | {args.reference}: s / projection | current: s / projection | ratio | ‖Δθ‖/‖θ‖ |", "|---|---|---|---|---|---|"]

@@ -175,7 +175,7 @@ patches; {trials} trials (mean ± std); {minutes:.1f} min on 2 CPU cores).
   k-means++ seeding, 25 iterations on the S samples) instead of mini-batch k-means.
 """
     if write:
-        write_section("ika", doc)
+        write_section("ika", doc, "python -m benchmarks.ika_vs_nystrom")
     return doc
 
 

@@ -38,7 +38,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np  # noqa: E402
 
-from experiments.eigenfunctions_figure import KERNELS, classic_kernel  # noqa: E402
+from experiments.setups import CLASSIC_KERNELS as KERNELS, classic_kernel  # noqa: E402
 
 SIZES = (2000, 5000, 10000, 20000)
 NUM_EIGENPAIRS, OVERSAMPLING, STEPS, QUADRATURE_NODES, NYSTROM_MAX = 10, 10, 4000, 200, 10000
@@ -295,7 +295,7 @@ def main(sizes, steps: int, nystrom_max: int, write: bool, cache: Path = CACHE, 
     doc = report(results, sizes, steps, nystrom_max)
     if write:
         _figure(results, FIGURE, steps)
-        write_section("neuralef", doc)
+        write_section("neuralef", doc, "python -m benchmarks.neuralef_vs_nystrom")
     return doc
 
 

@@ -105,7 +105,7 @@ float64, S = {SAMPLES} samples, batches of B = {batch_size:,}; untrained model).
   {rate * per_point * 2 / 1e9:.1f} GFLOP/s; 100,000 points per second would need {1e5 * per_point * 2 / 1e12:.2f} TFLOP/s in float64.
 """
     if write:
-        write_section("prediction", doc)
+        write_section("prediction", doc, "python -m benchmarks.prediction")
     return doc
 
 

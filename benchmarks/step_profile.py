@@ -279,18 +279,17 @@ def time_steps(model, X, Y, steps: int, repeats: int) -> list[float]:
 def import_other_checkout(directory: str):
     """The ``activated_dgp`` package of another checkout, imported under the name ``activated_dgp_other`` (a copy
     in a temporary folder, its Keras registrations renamed), so that two versions train side by side in one process."""
-    import importlib
     import pathlib
     import shutil
-    import sys
+
+    from benchmarks._report import import_package
 
     target = pathlib.Path(tempfile.mkdtemp()) / "activated_dgp_other"
     shutil.copytree(pathlib.Path(directory) / "activated_dgp", target)
     for path in target.rglob("*.py"):
         text = path.read_text()
         path.write_text(text.replace('package="activated_dgp"', 'package="activated_dgp_other"'))
-    sys.path.insert(0, str(target.parent))
-    return importlib.import_module("activated_dgp_other")
+    return import_package(target.parent, "activated_dgp_other")
 
 
 def compare_steps(X, Y, models: dict, chunks: int, steps: int, trace_contexts: dict | None = None) -> str:

@@ -93,7 +93,7 @@ one fresh process per N).
 - Rows per second include tracing the step on the first batch.
 """
     if write:
-        write_section("streaming", doc)
+        write_section("streaming", doc, "python -m benchmarks.streaming")
     return doc
 
 

@@ -9,8 +9,7 @@ min(N, 256), cosine annealing, 2000 steps) and Nyström on the same points (Neur
 evaluated on a grid; the top 3 eigenfunctions are overlaid (signs aligned to Nyström's). Writes
 ``neuralef_vs_nystrom.png`` and prints the eigenvalues and the RMS differences of the curves.
 
-The helpers :func:`classic_kernel` and :func:`aligned_rms` are shared with
-``benchmarks/neuralef_vs_nystrom.py``.
+The kernels come from :mod:`experiments.setups`, shared with ``benchmarks/neuralef_vs_nystrom.py``.
 """
 
 from __future__ import annotations
@@ -28,22 +27,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-KERNELS = ("polynomial", "rbf")
+from experiments.setups import CLASSIC_KERNELS as KERNELS, classic_kernel  # noqa: E402,F401
 SIZES = (64, 2048)
 SHOWN = 3
 DPI = 120
-
-
-def classic_kernel(name: str):
-    """(gpflow kernel, a) of NeuralEF §4.1: x ~ U[−a, a]."""
-    import gpflow
-
-    gpflow.config.set_default_float(np.float64)
-    if name == "polynomial":
-        return gpflow.kernels.Polynomial(degree=4.0, variance=1.0, offset=1.5), 1.0
-    if name == "rbf":
-        return gpflow.kernels.SquaredExponential(lengthscales=1.0, variance=1.0), 2.0
-    raise ValueError(f"unknown kernel {name!r}; use one of {KERNELS}")
 
 
 def aligned_rms(psi: np.ndarray, reference: np.ndarray) -> np.ndarray:

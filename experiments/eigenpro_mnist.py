@@ -45,11 +45,10 @@ def _upgrade(record: dict) -> dict:
 
 
 def load(data_dir):
-    from activated_dgp.data.mnist import load_mnist
+    """MNIST rows scaled to [0, 1] (:func:`experiments.setups.mnist_arrays`)."""
+    from experiments.setups import mnist_arrays
 
-    data = load_mnist(data_dir)
-    scale = lambda x: np.asarray(x, dtype=np.float64).reshape(len(x), -1) / 255.0  # noqa: E731
-    return scale(data.x_train), np.asarray(data.y_train), scale(data.x_test), np.asarray(data.y_test)
+    return mnist_arrays(data_dir, symmetric=False)[:4]
 
 
 def centers_for(X, p, method, seed=0):

@@ -69,7 +69,7 @@ def main(argv=None):
     import scipy.linalg
 
     from activated_dgp.kernel_machines import EigenPro3
-    from experiments.eigenpro_mnist import load
+    from experiments.setups import mnist_arrays
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", default=None, help="folder holding mnist/ (default $ADGP_DATA_DIR)")
@@ -83,7 +83,7 @@ def main(argv=None):
     parser.add_argument("--before", action="store_true", help="the update before the fix, θ = S P S u")
     parser.add_argument("--spectrum", action="store_true", help="dense eigenvalues of the iteration operator (n ≤ ~2,000)")
     args = parser.parse_args(argv)
-    X, y, _, _ = load(args.data_dir)
+    X, y, *_ = mnist_arrays(args.data_dir)
     rows = np.sort(np.random.default_rng(0).choice(X.shape[0], args.n, replace=False))
     X, Y = X[rows], np.eye(10)[y[rows]]
     kernel = gpflow.kernels.Exponential(lengthscales=5.0)

@@ -36,11 +36,10 @@ PAPER = {"NeuralEF, CNN-GP kernel": 84.98, "Nyström, polynomial kernel": 78.00,
 
 
 def load(data_dir):
-    from activated_dgp.data.mnist import load_mnist
+    """MNIST rows scaled to [−1, 1] (:func:`experiments.setups.mnist_arrays`)."""
+    from experiments.setups import mnist_arrays
 
-    data = load_mnist(data_dir)
-    scale = lambda x: (np.asarray(x, dtype=np.float64).reshape(len(x), -1) / 255.0) * 2.0 - 1.0  # noqa: E731
-    return scale(data.x_train), np.asarray(data.y_train), scale(data.x_test), np.asarray(data.y_test), data
+    return mnist_arrays(data_dir, symmetric=True)
 
 
 def logistic_accuracy(Z_train, y_train, Z_test, y_test) -> float:
