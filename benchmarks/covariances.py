@@ -193,7 +193,9 @@ Softplus features; median of {repeats} warm calls; extra peak memory from TF's B
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from experiments.harness.cli import make_parser
+
+    parser = make_parser("python -m benchmarks.covariances", __doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--no-write", action="store_true", help="print the table without touching docs/benchmarks.md")
     parser.add_argument("--memory-of", help=argparse.SUPPRESS)

@@ -38,7 +38,6 @@ Run:  nice -n 10 python -m benchmarks.eigenpro iterations --data-dir ../shared/d
 
 from __future__ import annotations
 
-import argparse
 import multiprocessing
 import os
 import resource
@@ -272,9 +271,11 @@ def projection_speed(args):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from experiments.harness.cli import make_parser, shared_option
+
+    parser = make_parser("python -m benchmarks.eigenpro", __doc__)
     parser.add_argument("mode", choices=("iterations", "scaling", "gram-cache", "projection-speed"))
-    parser.add_argument("--data-dir", default=None, help="folder holding uci/ (default $ADGP_DATA_DIR)")
+    shared_option(parser, "--data-dir", help="folder holding uci/ (default $ADGP_DATA_DIR)")
     parser.add_argument("--n", type=int, default=3000)
     parser.add_argument("--p", type=int, default=300)
     parser.add_argument("--target", type=float, default=1e-2)

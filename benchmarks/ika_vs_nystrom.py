@@ -29,7 +29,6 @@ Run:  python -m benchmarks.ika_vs_nystrom --data-dir ../shared/data   (writes th
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 import warnings
@@ -180,8 +179,10 @@ patches; {trials} trials (mean ± std); {minutes:.1f} min on 2 CPU cores).
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data-dir", default=None, help="directory holding mnist/ (default: $ADGP_DATA_DIR)")
+    from experiments.harness.cli import make_parser, shared_option
+
+    parser = make_parser("python -m benchmarks.ika_vs_nystrom", __doc__.splitlines()[0])
+    shared_option(parser, "--data-dir", help="directory holding mnist/ (default: $ADGP_DATA_DIR)")
     parser.add_argument("--patches", type=int, default=200_000)
     parser.add_argument("--samples", type=int, default=10_000, help="IKA sample size S")
     parser.add_argument("--test", type=int, default=3_000, help="held-out test patches (all pairs)")

@@ -28,7 +28,6 @@ Run:  nice -n 15 python -m benchmarks.neuralef_vs_nystrom      (writes the "neur
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 import warnings
@@ -300,7 +299,9 @@ def main(sizes, steps: int, nystrom_max: int, write: bool, cache: Path = CACHE, 
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from experiments.harness.cli import make_parser, shared_option
+
+    parser = make_parser("python -m benchmarks.neuralef_vs_nystrom", __doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
     parser.add_argument("--steps", type=int, default=STEPS)
     parser.add_argument("--nystrom-max", type=int, default=NYSTROM_MAX)
@@ -308,7 +309,7 @@ if __name__ == "__main__":
     parser.add_argument("--oversampling", type=int, default=OVERSAMPLING, help="extra NeuralEF networks (docs/eigen.md's development table)")
     parser.add_argument("--estimator", default="paper", choices=("paper", "unbiased"))
     parser.add_argument("--no-write", action="store_true", help="print the table without touching docs/")
-    parser.add_argument("--report-only", action="store_true", help="write the section from the rows in --cache, run nothing")
+    shared_option(parser, "--report-only", help="write the section from the rows in --cache, run nothing")
     args = parser.parse_args()
     if args.cache == CACHE and (args.oversampling, args.estimator) != (OVERSAMPLING, "paper"):
         parser.error("other NeuralEF settings than the documented ones need their own --cache (and --no-write)")

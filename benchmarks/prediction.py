@@ -17,7 +17,6 @@ Run:  python -m benchmarks.prediction                     (20,000 points; writes
 
 from __future__ import annotations
 
-import argparse
 import os
 import resource
 import tempfile
@@ -110,7 +109,9 @@ float64, S = {SAMPLES} samples, batches of B = {batch_size:,}; untrained model).
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from experiments.harness.cli import make_parser
+
+    parser = make_parser("python -m benchmarks.prediction", __doc__.splitlines()[0])
     parser.add_argument("--points", type=int, default=20_000)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--baseline-points", type=int, default=1_000)

@@ -27,7 +27,6 @@ The script runs on older checkouts too (it uses only ``build_activated_dgp`` and
 
 from __future__ import annotations
 
-import argparse
 import collections
 import glob
 import os
@@ -365,7 +364,9 @@ def compare_fast_conditional(X, Y, chunks: int, steps: int, prediction_points: i
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from experiments.harness.cli import make_parser
+
+    parser = make_parser("python -m benchmarks.step_profile", __doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=30, help="profiled steps per model")
     parser.add_argument("--models", default="activated DGP,GPflux DGP (SE)")
     parser.add_argument("--count-ops", action="store_true", help="count the ops of the step's graph instead")

@@ -98,7 +98,9 @@ one fresh process per N).
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from experiments.harness.cli import make_parser
+
+    parser = make_parser("python -m benchmarks.streaming", __doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[2_000_000, 200_000])
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--units", type=int, default=64)

@@ -20,7 +20,6 @@ docs/results/eigenfunction_features.md (a table per run, with the command).
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 from pathlib import Path
@@ -105,12 +104,14 @@ def report(rows, command: str) -> str:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from experiments.harness.cli import make_parser, shared_option
+
+    parser = make_parser("python -m experiments.eigenfunction_features", __doc__.splitlines()[0])
     parser.add_argument("--datasets", nargs="+", default=["energy", "concrete"])
     parser.add_argument("--num-inducing", type=int, nargs="+", default=[16, 64])
     parser.add_argument("--splits", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--maxiter", type=int, default=500)
-    parser.add_argument("--data-dir", default=None, help="UCI folder (default: $ADGP_DATA_DIR)")
+    shared_option(parser, "--data-dir", help="UCI folder (default: $ADGP_DATA_DIR)")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args(argv)
     import gpflow

@@ -14,7 +14,6 @@ The kernels come from :mod:`experiments.setups`, shared with ``benchmarks/neural
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 from pathlib import Path
@@ -41,10 +40,12 @@ def aligned_rms(psi: np.ndarray, reference: np.ndarray) -> np.ndarray:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from experiments.harness.cli import make_parser, shared_option
+
+    parser = make_parser("python -m experiments.eigenfunctions_figure", __doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("docs/figures"), help="output directory")
     parser.add_argument("--steps", type=int, default=2000, help="NeuralEF training steps")
-    parser.add_argument("--seed", type=int, default=0)
+    shared_option(parser, "--seed")
     args = parser.parse_args(argv)
     import warnings
 

@@ -18,7 +18,6 @@ Run:  python -m experiments.eigenpro_p_equals_n --data-dir ../shared/data --spec
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 
@@ -71,8 +70,10 @@ def main(argv=None):
     from activated_dgp.kernel_machines import EigenPro3
     from experiments.setups import mnist_arrays
 
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", default=None, help="folder holding mnist/ (default $ADGP_DATA_DIR)")
+    from experiments.harness.cli import make_parser, shared_option
+
+    parser = make_parser("python -m experiments.eigenpro_p_equals_n", __doc__)
+    shared_option(parser, "--data-dir", help="folder holding mnist/ (default $ADGP_DATA_DIR)")
     parser.add_argument("--n", type=int, default=1000, help="training digits = centers")
     parser.add_argument("--s", type=int, default=400, help="Nyström subsample of the data preconditioner")
     parser.add_argument("--q", type=int, default=20)

@@ -743,8 +743,10 @@ def patience_option(text: str) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", default=None, help="directory with MNIST IDX files or mnist.npz (or $ADGP_DATA_DIR)")
+    from experiments.harness.cli import make_parser, shared_option
+
+    parser = make_parser("python -m experiments.rotated_mnist", __doc__.split("\n\n")[0])
+    shared_option(parser, "--data-dir", help="directory with MNIST IDX files or mnist.npz (or $ADGP_DATA_DIR)")
     parser.add_argument("--dataset", choices=("mnist", "fashion_mnist"), default="mnist")
     parser.add_argument("--out", default="runs/rotated_mnist",
                         help="records directory (default runs/rotated_mnist: a new run never meets the committed records of another configuration)")
@@ -772,7 +774,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                              f"--dgp-patience {REMEDIES['dgp_patience']} (an explicit --kernel-variance / --dgp-patience wins)")
     parser.add_argument("--doc", default=None, help="results markdown whose generated block is rewritten (default <out>/report.md)")
     parser.add_argument("--figure", default=None, help="figure to write (default <out>/rotated_mnist.png; with --compare: none)")
-    parser.add_argument("--report-only", action="store_true", help="only rewrite the doc and figure from the records")
+    shared_option(parser, "--report-only", help="only rewrite the doc and figure from the records")
     parser.add_argument("--compare", nargs="+", metavar="DIR[:MODEL,…]", default=None,
                         help="print a table setting these records directories side by side (optionally only the named "
                              "models of each; only the records of --seeds) and draw --figure; nothing is run")

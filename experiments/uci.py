@@ -62,28 +62,30 @@ def _split_list(values: Optional[Sequence[str]], everything: Sequence[str]) -> L
 def parse_args(argv=None) -> argparse.Namespace:
     from experiments.uci_methods import BUDGETS
 
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from experiments.harness.cli import make_parser, shared_option
+
+    parser = make_parser("python -m experiments.uci", __doc__)
     parser.add_argument("--dataset", action="append", help="name(s), repeatable or comma list; 'all' = the nine UCI sets; default boston-embedded")
     parser.add_argument("--method", action="append", help=f"method(s) from {', '.join(METHOD_ORDER)}, or 'all' (default)")
     parser.add_argument("--splits", type=int, default=5, help="number of splits per dataset (default 5)")
     parser.add_argument("--fixed-splits", action="store_true", help="(the default where the data has them) use the published splits index_train_k/index_test_k")
     parser.add_argument("--random-splits", action="store_true", help="seeded random 90/10 splits even where published splits exist")
-    parser.add_argument("--data-dir", default=None, help="directory holding uci/<folder> (default $ADGP_DATA_DIR)")
+    shared_option(parser, "--data-dir", help="directory holding uci/<folder> (default $ADGP_DATA_DIR)")
     parser.add_argument("--out", default="runs/uci", help="output folder: records.jsonl, table.md, summary.csv, uci.png")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random splits and of model initialisation")
+    shared_option(parser, "--seed", help="seed of the random splits and of model initialisation")
     parser.add_argument("--budget", choices=sorted(BUDGETS), default="small", help="iteration budget (experiments/uci_methods.py BUDGETS); 'converged' stops every fit on a validation part")
     parser.add_argument("--nn-steps", type=int, help="override the budget's gradient steps per network fit")
     parser.add_argument("--dgp-steps", type=int, help="override the budget's ELBO steps")
     parser.add_argument("--mc-samples", type=int, help="override the budget's MC samples at test time")
     parser.add_argument("--max-splits", action="append", default=[], metavar="DATASET=K", help="fewer splits for one dataset, e.g. protein=3")
-    parser.add_argument("--report-only", action="store_true", help="only regenerate table, CSV and figure from the records")
+    shared_option(parser, "--report-only", help="only regenerate table, CSV and figure from the records")
     parser.add_argument("--doc", default=None, help="Markdown page whose generated block is replaced by the table")
     parser.add_argument("--as-recorded", action="store_true",
                         help="with --report-only: every record under the protocol version it was made with (no carry-over of unchanged methods to the current version)")
     parser.add_argument("--rescore", action="store_true",
                         help="add the calibration metrics to records of nn, plain (and nn_ts under a converged budget) that lack them, "
                              "from their saved networks (nothing is trained); rewrites records.jsonl: run it while no runner writes there")
-    parser.add_argument("--quiet", action="store_true", help="no per-cell progress lines")
+    shared_option(parser, "--quiet", help="no per-cell progress lines")
     return parser.parse_args(argv)
 
 

@@ -20,18 +20,32 @@ def make_parser(prog: str, description: Optional[str] = None) -> argparse.Argume
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
+#: The options every study shares, declared here once (scripts not yet on the harness take them from here too).
+SHARED_OPTIONS = {
+    "--data-dir": dict(default=None, help="data folder (default $ADGP_DATA_DIR; resolved by activated_dgp.data.resolve_data_dir)"),
+    "--report-only": dict(action="store_true", help="write the pages from the records; run nothing"),
+    "--seed": dict(type=int, default=0, help="random seed"),
+    "--quiet": dict(action="store_true", help="no progress lines"),
+}
+
+
+def shared_option(parser, flag: str, **overrides) -> None:
+    """Declare shared option ``flag`` (see :data:`SHARED_OPTIONS`) on ``parser``, ``overrides`` replacing settings."""
+    if flag not in SHARED_OPTIONS:
+        raise ValueError(f"{flag!r} is not a shared option; known: {sorted(SHARED_OPTIONS)}")
+    parser.add_argument(flag, **{**SHARED_OPTIONS[flag], **overrides})
+
+
 def study_parser(name: str, study: ModuleType) -> argparse.ArgumentParser:
     parser = make_parser(f"python -m experiments {name}", study.__doc__)
     shared = parser.add_argument_group("shared options")
-    shared.add_argument("--data-dir", default=None,
-                        help="data folder (default $ADGP_DATA_DIR; resolved by activated_dgp.data.resolve_data_dir)")
+    shared_option(shared, "--data-dir")
     shared.add_argument("--out", type=Path, default=Path("docs") / "results" / name,
                         help="folder of the study's records (records.jsonl); its page is <out>.md (default %(default)s)")
     shared.add_argument("--artifacts", type=Path, default=None,
                         help="cache of trained networks/DGPs (default .cache/experiments/<out name>)")
-    shared.add_argument("--report-only", action="store_true", help="write the pages from the records; run no cell")
-    shared.add_argument("--seed", type=int, default=0)
-    shared.add_argument("--quiet", action="store_true", help="no progress lines")
+    for flag in ("--report-only", "--seed", "--quiet"):
+        shared_option(shared, flag)
     if hasattr(study, "add_options"):
         study.add_options(parser.add_argument_group(f"{name} options"))
     return parser

@@ -7,6 +7,8 @@ from types import ModuleType
 
 STUDIES = {
     "banana": "experiments.banana",
+    "eigenpro_mnist": "experiments.eigenpro_mnist",
+    "neuralef_mnist": "experiments.neuralef_mnist",
 }
 
 
