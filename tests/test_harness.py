@@ -166,7 +166,8 @@ def test_benchmarks_import_no_study():
 
 
 @pytest.mark.parametrize("name, page", [("eigenpro_mnist", "docs/results/eigenpro.md"),
-                                        ("neuralef_mnist", "docs/results/neuralef_mnist.md")])
+                                        ("neuralef_mnist", "docs/results/neuralef_mnist.md"),
+                                        ("eigenfunction_features", "docs/results/eigenfunction_features.md")])
 def test_a_committed_page_is_what_its_records_give(tmp_path, name, page):
     """The generated block of a committed page equals what the study's report makes from the committed records
     (so ``python -m experiments report`` leaves a fresh clone clean), and the report touches nothing else."""

@@ -9,6 +9,7 @@ STUDIES = {
     "banana": "experiments.banana",
     "eigenpro_mnist": "experiments.eigenpro_mnist",
     "neuralef_mnist": "experiments.neuralef_mnist",
+    "eigenfunction_features": "experiments.eigenfunction_features",
 }
 
 
