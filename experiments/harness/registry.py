@@ -10,6 +10,7 @@ STUDIES = {
     "eigenpro_mnist": "experiments.eigenpro_mnist",
     "neuralef_mnist": "experiments.neuralef_mnist",
     "eigenfunction_features": "experiments.eigenfunction_features",
+    "eigenpro_p_equals_n": "experiments.eigenpro_p_equals_n",
 }
 
 
