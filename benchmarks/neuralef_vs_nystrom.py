@@ -79,15 +79,23 @@ def pair_errors(mu, psi, true_mu, true_psi) -> dict:
     }
 
 
+ROW_DEFAULTS = {"oversampling": OVERSAMPLING, "estimator": "paper"}  # rows written before these settings existed
+
+
+def _store(cache: Path):
+    """The rows of ``cache`` as a :class:`experiments.harness.store.ResultStore` (one JSON line per finished row)."""
+    from experiments.harness.store import ResultStore
+
+    return ResultStore(cache, ("kernel", "N", "method", "steps", "oversampling", "estimator"),
+                       upgrade=lambda row: {**ROW_DEFAULTS, **row})
+
+
 def run(sizes=SIZES, steps: int = STEPS, nystrom_max: int = NYSTROM_MAX, cache: Path = CACHE, seed: int = 0,
         oversampling: int = OVERSAMPLING, estimator: str = "paper"):
-    import json
-
     from activated_dgp.eigen import NeuralEF, Nystrom
 
-    done = []
-    if cache.exists():
-        done = [json.loads(line) for line in cache.read_text().splitlines() if line.strip()]
+    store = _store(cache)
+    done = store.records()
     key = lambda r: (r["kernel"], r["N"], r["method"], r["steps"], r.get("oversampling", OVERSAMPLING), r.get("estimator", "paper"))  # noqa: E731
     setting = (oversampling, estimator)
     finished = {key(r) for r in done}
@@ -97,9 +105,7 @@ def run(sizes=SIZES, steps: int = STEPS, nystrom_max: int = NYSTROM_MAX, cache: 
     def record(row):
         row["load_average"] = os.getloadavg()[0]  # 1-minute load when the row finished: how quiet the machine was
         results.append(row)
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        with cache.open("a") as handle:
-            handle.write(json.dumps(row) + "\n")
+        store.append({**ROW_DEFAULTS, **row})  # one line, flushed and fsynced: an interrupted run loses no finished row
         print(f"  {row['method']:8s} N={row['N']:6d} {row['seconds']:8.1f} s  within 10 %: "
               f"{sum(e < 0.1 for e in row['relative_errors'])}/{len(row['relative_errors'])}  "
               f"overlaps ≥ 0.95: {sum(o >= 0.95 for o in row['overlaps'])}/{len(row['overlaps'])}", flush=True)
@@ -282,12 +288,10 @@ Per pair:
 
 def main(sizes, steps: int, nystrom_max: int, write: bool, cache: Path = CACHE, oversampling: int = OVERSAMPLING, estimator: str = "paper",
          report_only: bool = False) -> str:
-    import json
-
     from benchmarks._report import write_section
 
     if report_only:  # the rows finished so far (e.g. while a long run is still going)
-        rows = [json.loads(line) for line in cache.read_text().splitlines() if line.strip()]
+        rows = _store(cache).records()
         results = [r for r in rows if r["N"] in sizes and r["steps"] in (steps, CONTROL_STEPS, 0)]
     else:
         results = run(sizes, steps, nystrom_max, cache, oversampling=oversampling, estimator=estimator)
