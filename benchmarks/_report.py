@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import statistics
 import time
 from pathlib import Path
@@ -27,10 +26,23 @@ def median(times: List[float]) -> float:
     return statistics.median(times)
 
 
-def write_section(name: str, markdown: str, doc: Path = BENCHMARKS_DOC) -> None:
-    """Replace the text between ``<!-- section: name -->`` and ``<!-- end: name -->`` in docs/benchmarks.md."""
-    text = doc.read_text()
-    pattern = re.compile(rf"(<!-- section: {re.escape(name)} -->\n)(.*?)(<!-- end: {re.escape(name)} -->)", re.S)
-    if not pattern.search(text):
-        raise ValueError(f"docs/benchmarks.md has no section markers for {name!r}")
-    doc.write_text(pattern.sub(lambda m: m.group(1) + markdown.rstrip() + "\n" + m.group(3), text))
+def write_section(name: str, markdown: str, command: str, doc: Path = BENCHMARKS_DOC) -> None:
+    """Replace generated block ``name`` of docs/benchmarks.md (the one block writer,
+    :func:`experiments.harness.blocks.write_block`; ``command`` is the command that regenerates it)."""
+    from experiments.harness.blocks import write_block
+
+    write_block(doc, name, markdown, command)
+
+
+def import_package(folder, name: str):
+    """Import package ``folder/name`` under ``name`` (e.g. an older copy of the library to compare against)
+    without putting ``folder`` on the module search path."""
+    import importlib.util
+    import sys
+
+    init = Path(folder) / name / "__init__.py"
+    spec = importlib.util.spec_from_file_location(name, init, submodule_search_locations=[str(init.parent)])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module

@@ -188,12 +188,14 @@ Softplus features; median of {repeats} warm calls; extra peak memory from TF's B
 - Timings on a shared 2-core machine are noisy; the ratios, taken in one run, are what to compare.
 """
     if write:
-        write_section("covariances", doc)
+        write_section("covariances", doc, "python -m benchmarks.covariances")
     return doc
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from experiments.harness.cli import make_parser
+
+    parser = make_parser("python -m benchmarks.covariances", __doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--no-write", action="store_true", help="print the table without touching docs/benchmarks.md")
     parser.add_argument("--memory-of", help=argparse.SUPPRESS)

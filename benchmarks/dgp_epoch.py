@@ -19,7 +19,6 @@ Run:  python -m benchmarks.dgp_epoch            (writes the "dgp_epoch" section 
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import time
@@ -137,12 +136,14 @@ units / inducing variables, float64, Adam through `keras.Model.fit`; {rounds} ro
   network twin, which computes the same basis functions without the GP's covariance algebra.
 """
     if write:
-        write_section("dgp_epoch", doc)
+        write_section("dgp_epoch", doc, "python -m benchmarks.dgp_epoch")
     return doc
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from experiments.harness.cli import make_parser
+
+    parser = make_parser("python -m benchmarks.dgp_epoch", __doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--epochs-per-round", type=int, default=3)
     parser.add_argument("--no-write", action="store_true")

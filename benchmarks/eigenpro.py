@@ -38,15 +38,20 @@ Run:  nice -n 10 python -m benchmarks.eigenpro iterations --data-dir ../shared/d
 
 from __future__ import annotations
 
-import argparse
+import json
 import multiprocessing
 import os
 import resource
 import time
+from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+ITERATIONS_RECORD = ROOT / "docs" / "figures" / "eigenpro_iterations.json"
+EIGENPRO_PAGE = ROOT / "docs" / "results" / "eigenpro.md"
 
 
 def protein(data_dir, n, seed=0):
@@ -88,20 +93,49 @@ def iterations(args):
         setups += [("IKA (200 k-means ReLU features)", dict(preconditioner=lambda q=q: IKA(q + 1, eigen.activation_basis(eigen.kmeans_filters(sample, 200), "relu", offsets=np.ones(200))).fit(sample, kernel), num_eigenpairs=q))]
         setups += [("NeuralEF (2000 steps)", dict(preconditioner=lambda q=q: NeuralEF(q + 1, kernel=kernel, input_dim=X.shape[1], seed=0).fit(sample, num_steps=2000), num_eigenpairs=q))]
         setups += [("span (Ritz in span K(·, Z))", dict(preconditioner="span", subsample_size=2000, num_eigenpairs=q))]
-    rows = [f"Protein, n = {X.shape[0]}, p = {args.p} random centers, target {args.target:g} relative error from lstsq, full batch, exact projection", "",
-            "| preconditioner | q | epochs to target | μ_(q+1) or top of the iteration |", "|---|---|---|---|"]
+    results = []
     for name, options in setups:
         options = dict(options)
         if callable(options.get("preconditioner")):
             options["preconditioner"] = options["preconditioner"]()
+        row = {"preconditioner": name, "q": options.get("num_eigenpairs")}
         try:
             model = EigenPro3(kernel, Z, **common, **options)
-            epochs = _epochs_to_target(model, X, y, fitted, args.target, args.max_epochs)
-            rows.append(f"| {name} | {options.get('num_eigenpairs')} | {epochs or '> ' + str(args.max_epochs)} | {model.top_eigenvalue:.3e} |")
+            row.update(epochs=_epochs_to_target(model, X, y, fitted, args.target, args.max_epochs), top=float(model.top_eigenvalue))
         except ValueError as error:
-            rows.append(f"| {name} | {options.get('num_eigenpairs')} | error: {str(error)[:80]} | |")
-        print(rows[-1], flush=True)
-    print("\n".join(rows))
+            row["error"] = str(error)
+        results.append(row)
+        print(row, flush=True)
+    record = {"n": int(X.shape[0]), "p": args.p, "target": args.target, "max_epochs": args.max_epochs,
+              "learned_q": list(args.learned_q), "rows": results}
+    if not args.no_write:
+        from experiments.harness.artifacts import atomic_write_text
+
+        atomic_write_text(ITERATIONS_RECORD, json.dumps(record, indent=1) + "\n")
+        write_iterations(record)
+    print(iterations_table(record))
+
+
+def iterations_table(record: dict) -> str:
+    """The iterations table of docs/results/eigenpro.md from a record of :func:`iterations`."""
+    rows = [f"Protein, n = {record['n']:,}, p = {record['p']} random centers, target {record['target']:g} relative error from "
+            f"lstsq, full batch, exact projection (record: `docs/figures/eigenpro_iterations.json`).", "",
+            "| preconditioner | q | epochs to target | μ_(q+1) or top of the iteration |", "|---|---|---|---|"]
+    for r in record["rows"]:
+        if "error" in r:
+            reason = r["error"]
+            reason = reason[: reason.find("): ") + 1] if "): " in reason else reason  # the reason, not the advice
+            rows.append(f"| {r['preconditioner']} | {r['q']} | refused: {reason} | |")
+        else:
+            rows.append(f"| {r['preconditioner']} | {r['q']} | {r['epochs'] or '> ' + str(record['max_epochs'])} | {r['top']:.3e} |")
+    return "\n".join(rows) + "\n"
+
+
+def write_iterations(record: dict) -> None:
+    from experiments.harness.blocks import write_block
+
+    write_block(EIGENPRO_PAGE, "eigenpro_iterations", iterations_table(record),
+                "python -m benchmarks.eigenpro iterations --report-only")
 
 
 def _scaling_cell(queue, data_dir, n, p, direct, gram_cache_bytes):
@@ -170,16 +204,16 @@ def scaling(args):
     doc = "\n".join(rows)
     print(doc)
     if not args.no_write:
-        write_section("eigenpro_scaling", doc)
+        write_section("eigenpro_scaling", doc, "python -m benchmarks.eigenpro")
 
 
 def gram_cache(args):
     import gpflow
 
     from activated_dgp.kernel_machines import EigenPro3, choose_centers
-    from experiments.eigenpro_mnist import load
+    from experiments.setups import mnist_arrays
 
-    X, y, _, _ = load(args.data_dir)
+    X, y, *_ = mnist_arrays(args.data_dir)
     Y = np.eye(10)[y]
     kernel = gpflow.kernels.Exponential(lengthscales=5.0)
     rows = ["| p | held K(Z, Z): epoch s (setup + epoch s) | recomputed blocks: epoch s (setup + epoch s) | epoch ratio | setup + epoch ratio |",
@@ -203,14 +237,15 @@ def _package_at(revision, folder):
     """``activated_dgp`` as of ``revision``, imported as ``adgp_reference`` from ``folder`` (its imports are relative)."""
     import importlib
     import subprocess
-    import sys
     from pathlib import Path
+
+    from benchmarks._report import import_package
 
     root = Path(__file__).resolve().parents[1]
     archive = subprocess.run(["git", "-C", str(root), "archive", revision, "activated_dgp"], check=True, capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", folder], input=archive, check=True)
     (Path(folder) / "activated_dgp").rename(Path(folder) / "adgp_reference")
-    sys.path.insert(0, folder)
+    import_package(folder, "adgp_reference")
     return importlib.import_module("adgp_reference.kernel_machines")
 
 
@@ -220,9 +255,9 @@ def projection_speed(args):
     import gpflow
 
     import activated_dgp.kernel_machines as current
-    from experiments.eigenpro_mnist import load
+    from experiments.setups import mnist_arrays
 
-    X, y, _, _ = load(args.data_dir)
+    X, y, *_ = mnist_arrays(args.data_dir)
     Y = np.eye(10)[y]
     kernel = gpflow.kernels.Exponential(lengthscales=5.0)
     projection_rows = [f"| p | inner batches | {args.reference}: s / projection | current: s / projection | ratio | ‖Δθ‖/‖θ‖ |", "|---|---|---|---|---|---|"]
@@ -271,9 +306,11 @@ def projection_speed(args):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from experiments.harness.cli import make_parser, shared_option
+
+    parser = make_parser("python -m benchmarks.eigenpro", __doc__)
     parser.add_argument("mode", choices=("iterations", "scaling", "gram-cache", "projection-speed"))
-    parser.add_argument("--data-dir", default=None, help="folder holding uci/ (default $ADGP_DATA_DIR)")
+    shared_option(parser, "--data-dir", help="folder holding uci/ (default $ADGP_DATA_DIR)")
     parser.add_argument("--n", type=int, default=3000)
     parser.add_argument("--p", type=int, default=300)
     parser.add_argument("--target", type=float, default=1e-2)
@@ -282,7 +319,8 @@ def main(argv=None):
     parser.add_argument("--direct-max", type=int, default=10000)
     parser.add_argument("--scaling-n", type=int, default=10000,
                         help="rows of the p-growing cells of scaling; p runs 2k, 5k, 10k, 20k up to this n (20,000 takes about half an hour more on 2 cores)")
-    parser.add_argument("--no-write", action="store_true", help="scaling: print the table without touching docs/benchmarks.md")
+    parser.add_argument("--no-write", action="store_true", help="scaling, iterations: print the table without touching docs/ or the record")
+    shared_option(parser, "--report-only", help="iterations: rewrite its table in docs/results/eigenpro.md from the record")
     parser.add_argument("--gram-cache-gib", type=float, default=0.0, help="scaling: hold K(Z, Z) when it fits in this many GiB (default 0: recompute, O(p) memory)")
     parser.add_argument("--gram-p", type=int, nargs="+", default=[1000, 2000], help="centers of the gram-cache mode")
     parser.add_argument("--speed-p", type=int, nargs="+", default=[1000, 2000, 5000], help="centers of projection-speed's projection table")
@@ -290,6 +328,8 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=5, help="timed projections per package in projection-speed")
     parser.add_argument("--reference", default="2ed2028", help="the commit projection-speed compares against (default: the last one before the held ψ schedule)")
     args = parser.parse_args(argv)
+    if args.mode == "iterations" and args.report_only:
+        return write_iterations(json.loads(ITERATIONS_RECORD.read_text()))
     {"iterations": iterations, "scaling": scaling, "gram-cache": gram_cache, "projection-speed": projection_speed}[args.mode](args)
 
 

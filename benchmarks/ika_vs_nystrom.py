@@ -29,16 +29,19 @@ Run:  python -m benchmarks.ika_vs_nystrom --data-dir ../shared/data   (writes th
 
 from __future__ import annotations
 
-import argparse
+import json
 import os
 import time
 import warnings
+from pathlib import Path
+from typing import Optional
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np  # noqa: E402
 
 PATCH, NUM_FILTERS, WHITENING_EPSILON, RANKS = 7, 128, 0.1, (128, 32)
+RECORD = Path(__file__).resolve().parents[1] / "docs" / "figures" / "ika_vs_nystrom.json"
 
 
 def load_patches(data_dir, num_patches: int, seed: int = 0):
@@ -120,12 +123,26 @@ def run(data_dir, num_patches: int, num_samples: int, num_test: int, trials: int
     return results, sigma2, duplicates
 
 
-def main(data_dir, num_patches: int, num_samples: int, num_test: int, trials: int, write: bool) -> str:
-    from benchmarks._report import write_section
+def record_run(data_dir, num_patches: int, num_samples: int, num_test: int, trials: int, path: Optional[Path] = RECORD) -> dict:
+    """Run the comparison and write its record (every trial's errors and notes, the settings) to ``path``
+    (written whole to a temporary name, then moved into place; ``path=None``: no file)."""
+    from experiments.harness.artifacts import atomic_write_text
 
     start = time.perf_counter()
     results, sigma2, duplicates = run(data_dir, num_patches, num_samples, num_test, trials)
-    minutes = (time.perf_counter() - start) / 60
+    record = {"num_patches": num_patches, "num_samples": num_samples, "num_test": num_test, "trials": trials,
+              "sigma2": sigma2, "duplicates": duplicates, "minutes": (time.perf_counter() - start) / 60,
+              "results": [{"filters": filters, "rank": rank, "trials": values} for (filters, rank), values in results.items()]}
+    if path is not None:
+        atomic_write_text(path, json.dumps(record, indent=1) + "\n")
+    return record
+
+
+def markdown(record: dict) -> str:
+    """The "ika" section of docs/benchmarks.md from a record of :func:`record_run`."""
+    num_patches, num_samples, num_test = record["num_patches"], record["num_samples"], record["num_test"]
+    trials, sigma2, duplicates, minutes = record["trials"], record["sigma2"], record["duplicates"], record["minutes"]
+    results = {(r["filters"], r["rank"]): r["trials"] for r in record["results"]}
     rows, summary = [], {}
     for (filters, rank), values in results.items():
         values = np.array(values, dtype=np.float64)
@@ -154,7 +171,8 @@ Command: `python -m benchmarks.ika_vs_nystrom --data-dir ../shared/data` ({num_p
 10,000 MNIST test images; GCN, PCA whitening (ε = {WHITENING_EPSILON}), unit length (IKA §4.1); 80/20 train/test split; Gaussian
 kernel with σ² = 10th percentile of squared distances = {sigma2:.4f}; n = {NUM_FILTERS} filters; IKA with S = {num_samples:,} samples and
 basis exp(w_i·x/σ²) ∝ κ(x, w_i); Nyström with the filters as landmarks; mean |κ − φ·φ| over all pairs of {num_test:,} test
-patches; {trials} trials (mean ± std); {minutes:.1f} min on 2 CPU cores).
+patches; {trials} trials (mean ± std); {minutes:.1f} min on 2 CPU cores). Record: `docs/figures/ika_vs_nystrom.json`
+(`--report-only` rewrites this section from it).
 
 | filters | rank m | IKA error | Nyström error | error reduction 1 − IKA/Nyström | numerical notes |
 |---|---|---|---|---|---|
@@ -174,18 +192,30 @@ patches; {trials} trials (mean ± std); {minutes:.1f} min on 2 CPU cores).
   paper: MNIST instead of STL-10, {num_patches:,} instead of 1,000,000 patches, S = {num_samples:,} instead of 15,000, plain k-means (Lloyd,
   k-means++ seeding, 25 iterations on the S samples) instead of mini-batch k-means.
 """
-    if write:
-        write_section("ika", doc)
     return doc
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data-dir", default=None, help="directory holding mnist/ (default: $ADGP_DATA_DIR)")
+    from experiments.harness.cli import make_parser, shared_option
+
+    parser = make_parser("python -m benchmarks.ika_vs_nystrom", __doc__.splitlines()[0])
+    shared_option(parser, "--data-dir", help="directory holding mnist/ (default: $ADGP_DATA_DIR)")
     parser.add_argument("--patches", type=int, default=200_000)
     parser.add_argument("--samples", type=int, default=10_000, help="IKA sample size S")
     parser.add_argument("--test", type=int, default=3_000, help="held-out test patches (all pairs)")
     parser.add_argument("--trials", type=int, default=3)
-    parser.add_argument("--no-write", action="store_true", help="print the table without touching docs/benchmarks.md")
+    parser.add_argument("--no-write", action="store_true", help="print the table without touching docs/benchmarks.md or the record")
+    shared_option(parser, "--report-only", help="write the section from the record, run nothing")
     args = parser.parse_args()
-    print(main(args.data_dir, args.patches, args.samples, args.test, args.trials, write=not args.no_write))
+    if args.report_only:
+        record = json.loads(RECORD.read_text())
+    elif args.no_write:
+        record = record_run(args.data_dir, args.patches, args.samples, args.test, args.trials, path=None)
+    else:
+        record = record_run(args.data_dir, args.patches, args.samples, args.test, args.trials)
+    text = markdown(record)
+    if not args.no_write:
+        from benchmarks._report import write_section
+
+        write_section("ika", text, "python -m benchmarks.ika_vs_nystrom")
+    print(text)

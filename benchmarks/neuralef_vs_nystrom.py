@@ -28,7 +28,6 @@ Run:  nice -n 15 python -m benchmarks.neuralef_vs_nystrom      (writes the "neur
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 import warnings
@@ -38,7 +37,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np  # noqa: E402
 
-from experiments.eigenfunctions_figure import KERNELS, classic_kernel  # noqa: E402
+from experiments.setups import CLASSIC_KERNELS as KERNELS, classic_kernel  # noqa: E402
 
 SIZES = (2000, 5000, 10000, 20000)
 NUM_EIGENPAIRS, OVERSAMPLING, STEPS, QUADRATURE_NODES, NYSTROM_MAX = 10, 10, 4000, 200, 10000
@@ -80,15 +79,23 @@ def pair_errors(mu, psi, true_mu, true_psi) -> dict:
     }
 
 
+ROW_DEFAULTS = {"oversampling": OVERSAMPLING, "estimator": "paper"}  # rows written before these settings existed
+
+
+def _store(cache: Path):
+    """The rows of ``cache`` as a :class:`experiments.harness.store.ResultStore` (one JSON line per finished row)."""
+    from experiments.harness.store import ResultStore
+
+    return ResultStore(cache, ("kernel", "N", "method", "steps", "oversampling", "estimator"),
+                       upgrade=lambda row: {**ROW_DEFAULTS, **row})
+
+
 def run(sizes=SIZES, steps: int = STEPS, nystrom_max: int = NYSTROM_MAX, cache: Path = CACHE, seed: int = 0,
         oversampling: int = OVERSAMPLING, estimator: str = "paper"):
-    import json
-
     from activated_dgp.eigen import NeuralEF, Nystrom
 
-    done = []
-    if cache.exists():
-        done = [json.loads(line) for line in cache.read_text().splitlines() if line.strip()]
+    store = _store(cache)
+    done = store.records()
     key = lambda r: (r["kernel"], r["N"], r["method"], r["steps"], r.get("oversampling", OVERSAMPLING), r.get("estimator", "paper"))  # noqa: E731
     setting = (oversampling, estimator)
     finished = {key(r) for r in done}
@@ -98,9 +105,7 @@ def run(sizes=SIZES, steps: int = STEPS, nystrom_max: int = NYSTROM_MAX, cache: 
     def record(row):
         row["load_average"] = os.getloadavg()[0]  # 1-minute load when the row finished: how quiet the machine was
         results.append(row)
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        with cache.open("a") as handle:
-            handle.write(json.dumps(row) + "\n")
+        store.append({**ROW_DEFAULTS, **row})  # one line, flushed and fsynced: an interrupted run loses no finished row
         print(f"  {row['method']:8s} N={row['N']:6d} {row['seconds']:8.1f} s  within 10 %: "
               f"{sum(e < 0.1 for e in row['relative_errors'])}/{len(row['relative_errors'])}  "
               f"overlaps ≥ 0.95: {sum(o >= 0.95 for o in row['overlaps'])}/{len(row['overlaps'])}", flush=True)
@@ -283,24 +288,24 @@ Per pair:
 
 def main(sizes, steps: int, nystrom_max: int, write: bool, cache: Path = CACHE, oversampling: int = OVERSAMPLING, estimator: str = "paper",
          report_only: bool = False) -> str:
-    import json
-
     from benchmarks._report import write_section
 
     if report_only:  # the rows finished so far (e.g. while a long run is still going)
-        rows = [json.loads(line) for line in cache.read_text().splitlines() if line.strip()]
+        rows = _store(cache).records()
         results = [r for r in rows if r["N"] in sizes and r["steps"] in (steps, CONTROL_STEPS, 0)]
     else:
         results = run(sizes, steps, nystrom_max, cache, oversampling=oversampling, estimator=estimator)
     doc = report(results, sizes, steps, nystrom_max)
     if write:
         _figure(results, FIGURE, steps)
-        write_section("neuralef", doc)
+        write_section("neuralef", doc, "python -m benchmarks.neuralef_vs_nystrom")
     return doc
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from experiments.harness.cli import make_parser, shared_option
+
+    parser = make_parser("python -m benchmarks.neuralef_vs_nystrom", __doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
     parser.add_argument("--steps", type=int, default=STEPS)
     parser.add_argument("--nystrom-max", type=int, default=NYSTROM_MAX)
@@ -308,7 +313,7 @@ if __name__ == "__main__":
     parser.add_argument("--oversampling", type=int, default=OVERSAMPLING, help="extra NeuralEF networks (docs/eigen.md's development table)")
     parser.add_argument("--estimator", default="paper", choices=("paper", "unbiased"))
     parser.add_argument("--no-write", action="store_true", help="print the table without touching docs/")
-    parser.add_argument("--report-only", action="store_true", help="write the section from the rows in --cache, run nothing")
+    shared_option(parser, "--report-only", help="write the section from the rows in --cache, run nothing")
     args = parser.parse_args()
     if args.cache == CACHE and (args.oversampling, args.estimator) != (OVERSAMPLING, "paper"):
         parser.error("other NeuralEF settings than the documented ones need their own --cache (and --no-write)")

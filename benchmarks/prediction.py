@@ -17,7 +17,6 @@ Run:  python -m benchmarks.prediction                     (20,000 points; writes
 
 from __future__ import annotations
 
-import argparse
 import os
 import resource
 import tempfile
@@ -105,12 +104,14 @@ float64, S = {SAMPLES} samples, batches of B = {batch_size:,}; untrained model).
   {rate * per_point * 2 / 1e9:.1f} GFLOP/s; 100,000 points per second would need {1e5 * per_point * 2 / 1e12:.2f} TFLOP/s in float64.
 """
     if write:
-        write_section("prediction", doc)
+        write_section("prediction", doc, "python -m benchmarks.prediction")
     return doc
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from experiments.harness.cli import make_parser
+
+    parser = make_parser("python -m benchmarks.prediction", __doc__.splitlines()[0])
     parser.add_argument("--points", type=int, default=20_000)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--baseline-points", type=int, default=1_000)

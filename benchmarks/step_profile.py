@@ -27,7 +27,6 @@ The script runs on older checkouts too (it uses only ``build_activated_dgp`` and
 
 from __future__ import annotations
 
-import argparse
 import collections
 import glob
 import os
@@ -279,18 +278,17 @@ def time_steps(model, X, Y, steps: int, repeats: int) -> list[float]:
 def import_other_checkout(directory: str):
     """The ``activated_dgp`` package of another checkout, imported under the name ``activated_dgp_other`` (a copy
     in a temporary folder, its Keras registrations renamed), so that two versions train side by side in one process."""
-    import importlib
     import pathlib
     import shutil
-    import sys
+
+    from benchmarks._report import import_package
 
     target = pathlib.Path(tempfile.mkdtemp()) / "activated_dgp_other"
     shutil.copytree(pathlib.Path(directory) / "activated_dgp", target)
     for path in target.rglob("*.py"):
         text = path.read_text()
         path.write_text(text.replace('package="activated_dgp"', 'package="activated_dgp_other"'))
-    sys.path.insert(0, str(target.parent))
-    return importlib.import_module("activated_dgp_other")
+    return import_package(target.parent, "activated_dgp_other")
 
 
 def compare_steps(X, Y, models: dict, chunks: int, steps: int, trace_contexts: dict | None = None) -> str:
@@ -366,7 +364,9 @@ def compare_fast_conditional(X, Y, chunks: int, steps: int, prediction_points: i
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from experiments.harness.cli import make_parser
+
+    parser = make_parser("python -m benchmarks.step_profile", __doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=30, help="profiled steps per model")
     parser.add_argument("--models", default="activated DGP,GPflux DGP (SE)")
     parser.add_argument("--count-ops", action="store_true", help="count the ops of the step's graph instead")

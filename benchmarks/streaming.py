@@ -93,12 +93,14 @@ one fresh process per N).
 - Rows per second include tracing the step on the first batch.
 """
     if write:
-        write_section("streaming", doc)
+        write_section("streaming", doc, "python -m benchmarks.streaming")
     return doc
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from experiments.harness.cli import make_parser
+
+    parser = make_parser("python -m benchmarks.streaming", __doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[2_000_000, 200_000])
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--units", type=int, default=64)

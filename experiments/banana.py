@@ -1,6 +1,6 @@
 """Banana classification: a network twin against its activated DGP (Dutordoir et al., 2021, Sec. 5.1, Fig. 6).
 
-    python -m experiments.banana [--out docs/figures/banana.png] [--results docs/results/banana.md]
+    python -m experiments banana [--figure docs/figures/banana.png] [--out docs/results/banana]
                                  [--network-epochs 300] [--dgp-epochs 1500] [--dgp-learning-rate 0.03] [--seed 0]
 
 For one and three layers of 100 Softplus units / activated inducing variables: stage 1 fits the
@@ -17,7 +17,6 @@ growing radius) and a Markdown page with the table. "Far field": points on the c
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -107,7 +106,7 @@ class ProgressSchedule(TrainingSchedule):
     every: int = 100
 
     def callbacks(self):
-        return super().callbacks() + [_Progress(self.label, self.every, self.epochs)]
+        return super().callbacks() + ([_Progress(self.label, self.every, self.epochs)] if self.every > 0 else [])
 
 
 def run_configuration(
@@ -123,6 +122,7 @@ def run_configuration(
     seed: int = 0,
     num_samples: int = 64,
     every: int = 0,
+    progress: bool = True,
 ) -> dict:
     """Two-stage training of one configuration and its measurements (accuracies, far field, ELBOs)."""
     every_network = every or max(1, network_epochs // 3)
@@ -135,13 +135,13 @@ def run_configuration(
         num_layers=num_layers,
         num_units=num_units,
         activation="softplus",
-        network_schedule=ProgressSchedule(epochs=network_epochs, label="stage 1 (network, cross-entropy)", every=every_network),
+        network_schedule=ProgressSchedule(epochs=network_epochs, label="stage 1 (network, cross-entropy)", every=every_network if progress else 0),
         dgp_schedule=ProgressSchedule(
             epochs=dgp_epochs,
             learning_rate=dgp_learning_rate,
             plateau_patience=dgp_patience,
             label="stage 2 (DGP, −ELBO/N)",
-            every=every_dgp,
+            every=every_dgp if progress else 0,
         ),
         seed=seed,
         elbo_samples=1 if num_layers == 1 else 8,
@@ -166,23 +166,76 @@ def run_configuration(
     )
 
 
-def plot(X, Y, runs, path: Path, extent: float = 2.0, resolution: int = 90, factors=None) -> Path:
-    """Rows: configurations; columns: network p(y=1|x), DGP p(y=1|x) on a grid of half-width
-    ``extent`` · spread around x̄ (data and the 0.5 contour on top), and mean |p − 0.5| against the
-    circle radius in units of the spread."""
+GRID_EXTENT, GRID_RESOLUTION = 2.0, 90
+CURVE_FACTORS = np.geomspace(1.0, 20.0, 11)
+
+# ---- the study: one cell per depth; the figure's arrays are saved next to the records, so the page and the
+# figure are redrawn from committed files alone.
+KEY = ("num_layers",)
+
+
+def add_options(parser) -> None:
+    parser.add_argument("--figure", type=Path, default=Path("docs/figures/banana.png"))
+    parser.add_argument("--num-points", type=int, default=500)
+    parser.add_argument("--network-epochs", type=int, default=300)
+    parser.add_argument("--dgp-epochs", "--epochs", type=int, default=1500, dest="dgp_epochs")
+    parser.add_argument("--dgp-learning-rate", type=float, default=0.03)
+    parser.add_argument("--dgp-patience", type=int, default=100, help="stage-2 epochs without improvement before lr × 0.9")
+    parser.add_argument("--num-samples", type=int, default=64)
+    parser.add_argument("--layers", type=int, nargs="+", default=list(LAYERS))
+
+
+def PROTOCOL(options) -> str:
+    """Every setting a cell's numbers depend on: records of other settings are never mixed in."""
+    return (f"v1:n{options.num_points}:seed{options.seed}:net{options.network_epochs}:dgp{options.dgp_epochs}"
+            f":lr{options.dgp_learning_rate:g}:pat{options.dgp_patience}:S{options.num_samples}")
+
+
+def cells(options) -> list:
+    return [{"num_layers": layers} for layers in options.layers]
+
+
+def grid(X):
+    """The map's evaluation grid around the data: ([res, res] x, [res, res] y, [res², 2] points)."""
     centre, radius = data_spread(X)
-    axis = np.linspace(-extent * radius, extent * radius, resolution)
+    axis = np.linspace(-GRID_EXTENT * radius, GRID_EXTENT * radius, GRID_RESOLUTION)
     grid_x, grid_y = np.meshgrid(centre[0] + axis, centre[1] + axis)
-    grid = np.stack([grid_x.ravel(), grid_y.ravel()], axis=1)
-    factors = np.geomspace(1.0, 20.0, 11) if factors is None else np.asarray(factors)
+    return grid_x, grid_y, np.stack([grid_x.ravel(), grid_y.ravel()], axis=1)
+
+
+def _arrays_path(options, num_layers: int) -> Path:
+    return Path(options.out) / f"layers{num_layers}.npz"
+
+
+def run_cell(cell, options, context) -> dict:
+    from experiments.harness.artifacts import atomic_write
+
+    X, Y = banana_dataset(options.num_points, seed=options.seed)
+    run = run_configuration(X, Y, cell["num_layers"], network_epochs=options.network_epochs, dgp_epochs=options.dgp_epochs,
+                            dgp_learning_rate=options.dgp_learning_rate, dgp_patience=options.dgp_patience,
+                            seed=options.seed, num_samples=options.num_samples, progress=not options.quiet)
+    points = grid(X)[2]
+    arrays = {f"{name}_{what}": values
+              for name in ("network", "dgp")
+              for what, values in (("grid", np.clip(run[name](points)[:, 0], 0.0, 1.0).astype(np.float32)),
+                                   ("curve", np.array([far_field(run[name], X, f) for f in CURVE_FACTORS])))}
+    atomic_write(_arrays_path(options, cell["num_layers"]), lambda temporary: np.savez_compressed(temporary, **arrays))
+    return {key: run[key] for key in ("num_units", "seconds", "network_accuracy", "dgp_accuracy", "network_far",
+                                      "dgp_far", "elbo_before", "elbo_after", "conversion_mismatch")} | {
+        "command": options.command}
+
+
+def plot(X, Y, runs, arrays, path: Path) -> Path:
+    """Rows: depths; columns: network p(y=1|x), DGP p(y=1|x) on the grid (data and the 0.5 contour on top), and
+    mean |p − 0.5| against the circle radius in units of the spread."""
+    centre, radius = data_spread(X)
+    grid_x, grid_y, _ = grid(X)
     fig, axes = plt.subplots(len(runs), 3, figsize=(15, 4.6 * len(runs)), squeeze=False)
     levels = np.linspace(0.0, 1.0, 21)
-    for row, run in enumerate(runs):
-        for col, (name, predict, accuracy) in enumerate(
-            [("NN", run["network"], run["network_accuracy"]), ("DGP", run["dgp"], run["dgp_accuracy"])]
-        ):
+    for row, (run, saved) in enumerate(zip(runs, arrays)):
+        for col, name in enumerate(("network", "dgp")):
             ax = axes[row, col]
-            p = np.clip(predict(grid).reshape(grid_x.shape), 0.0, 1.0)  # quadrature can overshoot 1 by round-off
+            p = saved[f"{name}_grid"].astype(np.float64).reshape(grid_x.shape)
             image = ax.contourf(grid_x, grid_y, p, levels=levels, cmap="RdBu_r", vmin=0.0, vmax=1.0)
             ax.contour(grid_x, grid_y, p, levels=[0.5], colors="black", linewidths=1.5)
             for label, marker in ((0, "o"), (1, "s")):
@@ -191,14 +244,14 @@ def plot(X, Y, runs, path: Path, extent: float = 2.0, resolution: int = 90, fact
             ax.add_patch(plt.Circle(centre, radius, fill=False, ls=":", color="grey"))
             ax.set_aspect("equal")
             layers = "1 layer" if run["num_layers"] == 1 else f"{run['num_layers']} layers"
-            ax.set_title(f"{name}, {layers}: p(y=1|x)   (train acc. {accuracy:.3f})", fontsize=11)
+            label = "NN" if name == "network" else "DGP"
+            ax.set_title(f"{label}, {layers}: p(y=1|x)   (train acc. {run[name + '_accuracy']:.3f})", fontsize=11)
             fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04, ticks=[0, 0.25, 0.5, 0.75, 1])
         ax = axes[row, 2]
-        for name, predict, style in (("NN", run["network"], "o-"), ("DGP", run["dgp"], "s-")):
-            values = [far_field(predict, X, factor) for factor in factors]
-            ax.plot(factors, values, style, label=name)
+        for name, label, style in (("network", "NN", "o-"), ("dgp", "DGP", "s-")):
+            ax.plot(CURVE_FACTORS, saved[f"{name}_curve"], style, label=label)
         ax.axvline(FAR_FACTOR, color="grey", ls=":", label=f"far field ({FAR_FACTOR:g}× spread)")
-        ax.axvline(extent, color="grey", ls="--", lw=0.8, label="edge of the maps")
+        ax.axvline(GRID_EXTENT, color="grey", ls="--", lw=0.8, label="edge of the maps")
         ax.set_xscale("log")
         ax.set_ylim(0.0, 0.52)
         ax.set_xlabel("circle radius / max‖x − x̄‖")
@@ -209,34 +262,36 @@ def plot(X, Y, runs, path: Path, extent: float = 2.0, resolution: int = 90, fact
     fig.suptitle("Banana: network twin (cross-entropy) vs. activated DGP (ELBO), 100 Softplus units per layer", fontsize=13)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=DPI)
+    fig.savefig(path, dpi=DPI, metadata={"Software": None})
     plt.close(fig)
     return path
 
 
-def write_results(path: Path, figure: Path, runs, args, num_points: int, seconds: float, command: str) -> Path:
+def page(runs, options, figure: Path) -> str:
     rows = "\n".join(
         f"| {r['num_layers']} | {r['network_accuracy']:.3f} | {r['dgp_accuracy']:.3f} | {r['network_far']:.4f} | "
         f"{r['dgp_far']:.4f} | {r['elbo_before']:.1f} | {r['elbo_after']:.1f} | {r['conversion_mismatch']:.1e} | {r['seconds']:.0f} |"
-        for r in runs
-    )
-    text = f"""# Banana classification: network twin vs. activated DGP (Fig. 6)
+        for r in runs)
+    minutes = sum(r["seconds"] for r in runs) / 60
+    return f"""# Banana classification: network twin vs. activated DGP (Fig. 6)
 
 ![banana](../figures/{figure.name})
 
-Regenerate (about {seconds / 60:.0f} min on 2 CPU cores):
+Generated by `python -m experiments report` from `docs/results/banana/records.jsonl` (the table) and
+`docs/results/banana/layers*.npz` (the figure's maps and curves). Rerun the cells (about {minutes:.0f} min on
+2 CPU cores; a finished depth is not rerun: delete its record to redo it):
 
 ```bash
-{command}
+{runs[0]['command']}
 ```
 
-{num_points} points from `experiments.banana.banana_dataset` (two noisy crescents, noise 0.2,
-standardised inputs), seed {args.seed}. Per configuration: stage 1 trains the network twin
+{options.num_points} points from `experiments.banana.banana_dataset` (two noisy crescents, noise 0.2,
+standardised inputs), seed {options.seed}. Per configuration: stage 1 trains the network twin
 (100 Softplus activated units per layer, bottleneck width 2 between layers) on the sigmoid
-cross-entropy for {args.network_epochs} epochs (Adam 0.01, ×0.9 on a 5-epoch plateau, batch 128);
+cross-entropy for {options.network_epochs} epochs (Adam 0.01, ×0.9 on a 5-epoch plateau, batch 128);
 the converter gives the DGP with the same mean; stage 2 maximises the ELBO with a Bernoulli
-(logistic) likelihood for {args.dgp_epochs} epochs (Adam {args.dgp_learning_rate:g}, same plateau
-rule). DGP probabilities average {args.num_samples} propagated samples. Far field: mean |p − 0.5| on
+(logistic) likelihood for {options.dgp_epochs} epochs (Adam {options.dgp_learning_rate:g}, same plateau
+rule). DGP probabilities average {options.num_samples} propagated samples. Far field: mean |p − 0.5| on
 256 points of the circle of radius {FAR_FACTOR:g} · max‖x − x̄‖ around the data mean (0 = p ≡ 0.5,
 0.5 = p ∈ {{0, 1}}). ELBOs are totals over the data set (nats; 1-layer exact up to quadrature,
 3-layer averaged over 8 sampled passes).
@@ -245,56 +300,28 @@ rule). DGP probabilities average {args.num_samples} propagated samples. Far fiel
 |---|---|---|---|---|---|---|---|---|
 {rows}
 """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    return path
+
+
+def report(records, options) -> None:
+    from experiments.harness.artifacts import atomic_write_text
+    from experiments.harness.study import page_path
+
+    runs = sorted(records, key=lambda r: r["num_layers"])
+    if not runs:
+        return
+    X, Y = banana_dataset(options.num_points, seed=options.seed)
+    arrays = [dict(np.load(_arrays_path(options, r["num_layers"]))) for r in runs]
+    plot(X, Y, runs, arrays, options.figure)
+    target = page_path(options)
+    text = page(runs, options, options.figure)
+    if not target.exists() or target.read_text() != text:
+        atomic_write_text(target, text)
 
 
 def main(argv=None) -> list:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=Path("docs/figures/banana.png"))
-    parser.add_argument("--results", type=Path, default=Path("docs/results/banana.md"))
-    parser.add_argument("--num-points", type=int, default=500)
-    parser.add_argument("--network-epochs", type=int, default=300)
-    parser.add_argument("--dgp-epochs", "--epochs", type=int, default=1500, dest="dgp_epochs")
-    parser.add_argument("--dgp-learning-rate", type=float, default=0.03)
-    parser.add_argument("--dgp-patience", type=int, default=100, help="stage-2 epochs without improvement before lr × 0.9")
-    parser.add_argument("--num-samples", type=int, default=64)
-    parser.add_argument("--layers", type=int, nargs="+", default=list(LAYERS))
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
+    from experiments.harness import cli
 
-    start = time.perf_counter()
-    X, Y = banana_dataset(args.num_points, seed=args.seed)
-    centre, radius = data_spread(X)
-    print(f"banana: {len(X)} points, spread max‖x − x̄‖ = {radius:.2f}; far field at radius {FAR_FACTOR * radius:.1f}", flush=True)
-    runs = []
-    for num_layers in args.layers:
-        print(f"{num_layers} layer(s), {NUM_UNITS} units:", flush=True)
-        run = run_configuration(
-            X,
-            Y,
-            num_layers,
-            network_epochs=args.network_epochs,
-            dgp_epochs=args.dgp_epochs,
-            dgp_learning_rate=args.dgp_learning_rate,
-            dgp_patience=args.dgp_patience,
-            seed=args.seed,
-            num_samples=args.num_samples,
-        )
-        print(
-            f"  done in {run['seconds']:.0f} s: train accuracy NN {run['network_accuracy']:.3f}, DGP {run['dgp_accuracy']:.3f}; "
-            f"far-field mean |p − 0.5| NN {run['network_far']:.4f}, DGP {run['dgp_far']:.4f}; "
-            f"ELBO {run['elbo_before']:.1f} → {run['elbo_after']:.1f}",
-            flush=True,
-        )
-        runs.append(run)
-    print("plotting ...", flush=True)
-    figure = plot(X, Y, runs, args.out)
-    command = "python -m experiments.banana " + " ".join(argv if argv is not None else sys.argv[1:])
-    results = write_results(args.results, figure, runs, args, len(X), time.perf_counter() - start, command.strip())
-    print(f"wrote {figure} and {results} ({time.perf_counter() - start:.0f} s in all)")
-    return runs
+    return cli.main("banana", sys.modules[__name__], argv)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,6 @@ predict-the-training-mean baseline so the numbers can be read without context.
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 
@@ -34,12 +33,14 @@ def toy_problem(seed: int, num_train: int = 300, num_test: int = 200, noise_std:
 
 
 def main(argv=None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from experiments.harness.cli import make_parser, shared_option
+
+    parser = make_parser("python -m experiments.demo", __doc__)
     parser.add_argument("--num-inducing", type=int, default=30)
     parser.add_argument("--truncation-level", type=int, default=20)
     parser.add_argument("--activation", default="softplus")
     parser.add_argument("--maxiter", type=int, default=500)
-    parser.add_argument("--seed", type=int, default=0)
+    shared_option(parser, "--seed")
     args = parser.parse_args(argv)
 
     (X, Y), (X_test, Y_test) = toy_problem(args.seed)

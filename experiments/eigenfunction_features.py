@@ -1,7 +1,7 @@
 """Eigenfunction inducing variables against ordinary inducing points in an SVGP on UCI regression.
 
-    python -m experiments.eigenfunction_features [--datasets energy concrete] [--num-inducing 16 64]
-        [--splits 0 1 2] [--maxiter 500] [--data-dir ../shared/data/uci]
+    python -m experiments eigenfunction_features [--datasets energy concrete] [--num-inducing 16 64]
+        [--splits 0 1 2] [--maxiter 500] [--data-dir ../shared/data]
 
 For each data set, split and M, two SVGPs with the same squared-exponential ARD kernel, Gaussian
 likelihood and the same initial hyperparameters (inputs and targets standardised on the training part;
@@ -14,22 +14,22 @@ kernel and likelihood trained):
   Monte Carlo samples Z of q. ψ stays fixed while the kernel hyperparameters move: the Monte Carlo form
   keeps K − Q_ff ⪰ 0 regardless.
 
-Reported: ELBO / N (standardised units), test RMSE and test NLPD in the original units. Results go to
-docs/results/eigenfunction_features.md (a table per run, with the command).
+Reported: ELBO / N (standardised units), test RMSE and test NLPD in the original units. A study of the harness:
+one record per (data set, split, M, method) in docs/results/eigenfunction_features/records.jsonl; the table is the
+generated block of docs/results/eigenfunction_features.md.
 """
 
 from __future__ import annotations
 
-import argparse
+import functools
 import os
+import sys
 import time
-from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results" / "eigenfunction_features.md"
 METHODS = ("points", "eigenfunctions")
 
 
@@ -73,12 +73,8 @@ def run_one(dataset, split_index: int, method: str, M: int, maxiter: int):
     return dict(dataset=dataset.name, split=split_index, method=method, M=M, elbo=elbo, rmse=rmse, nlpd=nlpd, seconds=seconds)
 
 
-def report(rows, command: str) -> str:
+def table(rows) -> str:
     lines = [
-        "# Eigenfunction inducing variables vs inducing points (SVGP, UCI)",
-        "",
-        f"Command: `{command}`",
-        "",
         "SE-ARD kernel, Gaussian likelihood, whitened SVGP trained by L-BFGS on the full-batch ELBO (kernel, noise, q(u);",
         "inducing points also trained). `eigenfunctions` = `EigenfunctionFeature` (Monte Carlo form) with the top-M Nyström",
         "eigenfunctions of the initial kernel on S = min(N, 1000) training inputs, fixed during training. ELBO per data",
@@ -104,38 +100,56 @@ def report(rows, command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+# ---- the study (experiments/harness): one cell per (data set, split, M, method)
+KEY = ("dataset", "split", "M", "method")
+
+
+def add_options(parser) -> None:
     parser.add_argument("--datasets", nargs="+", default=["energy", "concrete"])
     parser.add_argument("--num-inducing", type=int, nargs="+", default=[16, 64])
     parser.add_argument("--splits", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--maxiter", type=int, default=500)
-    parser.add_argument("--data-dir", default=None, help="UCI folder (default: $ADGP_DATA_DIR)")
-    parser.add_argument("--no-write", action="store_true")
-    args = parser.parse_args(argv)
-    import gpflow
 
+
+def PROTOCOL(options) -> str:
+    return f"v1:maxiter{options.maxiter}"
+
+
+def cells(options) -> list:
+    return [{"dataset": name, "split": split, "M": M, "method": method} for name in options.datasets
+            for split in options.splits for M in options.num_inducing for method in METHODS]
+
+
+@functools.lru_cache(maxsize=4)
+def _dataset(name, data_dir):
     from activated_dgp.data.uci import load_uci
 
+    return load_uci(name, data_dir)
+
+
+def run_cell(cell, options, context) -> dict:
+    import gpflow
+
     gpflow.config.set_default_float(np.float64)
-    rows = []
-    for name in args.datasets:
-        dataset = load_uci(name, args.data_dir)
-        for split in args.splits:
-            for M in args.num_inducing:
-                for method in METHODS:
-                    row = run_one(dataset, split, method, M, args.maxiter)
-                    rows.append(row)
-                    print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
-    command = "python -m experiments.eigenfunction_features " + " ".join(
-        [f"--datasets {' '.join(args.datasets)}", f"--num-inducing {' '.join(map(str, args.num_inducing))}",
-         f"--splits {' '.join(map(str, args.splits))}", f"--maxiter {args.maxiter}", "--data-dir ../shared/data/uci"]
-    )
-    text = report(rows, command)
-    print(text)
-    if not args.no_write:
-        RESULTS.write_text(text)
-    return rows
+    row = run_one(_dataset(cell["dataset"], options.data_dir), cell["split"], cell["method"], cell["M"], options.maxiter)
+    return {**row, "dataset": cell["dataset"], "command": options.command}
+
+
+def report(records, options) -> None:
+    from experiments.harness.blocks import write_block
+    from experiments.harness.study import page_path
+
+    text = (table(records) if records else
+            "**No record yet.** Run `nice -n 10 python -m experiments eigenfunction_features --data-dir ../shared/data` "
+            "(24 cells, roughly 30 min on 2 loaded cores) to make `docs/results/eigenfunction_features/records.jsonl` "
+            "and this table.\n")
+    write_block(page_path(options), "eigenfunction_features", text, "python -m experiments eigenfunction_features --report-only")
+
+
+def main(argv=None):
+    from experiments.harness import cli
+
+    return cli.main("eigenfunction_features", sys.modules[__name__], argv)
 
 
 if __name__ == "__main__":

@@ -9,13 +9,11 @@ min(N, 256), cosine annealing, 2000 steps) and Nyström on the same points (Neur
 evaluated on a grid; the top 3 eigenfunctions are overlaid (signs aligned to Nyström's). Writes
 ``neuralef_vs_nystrom.png`` and prints the eigenvalues and the RMS differences of the curves.
 
-The helpers :func:`classic_kernel` and :func:`aligned_rms` are shared with
-``benchmarks/neuralef_vs_nystrom.py``.
+The kernels come from :mod:`experiments.setups`, shared with ``benchmarks/neuralef_vs_nystrom.py``.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 from pathlib import Path
@@ -28,22 +26,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-KERNELS = ("polynomial", "rbf")
+from experiments.setups import CLASSIC_KERNELS as KERNELS, classic_kernel  # noqa: E402,F401
 SIZES = (64, 2048)
 SHOWN = 3
 DPI = 120
-
-
-def classic_kernel(name: str):
-    """(gpflow kernel, a) of NeuralEF §4.1: x ~ U[−a, a]."""
-    import gpflow
-
-    gpflow.config.set_default_float(np.float64)
-    if name == "polynomial":
-        return gpflow.kernels.Polynomial(degree=4.0, variance=1.0, offset=1.5), 1.0
-    if name == "rbf":
-        return gpflow.kernels.SquaredExponential(lengthscales=1.0, variance=1.0), 2.0
-    raise ValueError(f"unknown kernel {name!r}; use one of {KERNELS}")
 
 
 def aligned_rms(psi: np.ndarray, reference: np.ndarray) -> np.ndarray:
@@ -54,10 +40,12 @@ def aligned_rms(psi: np.ndarray, reference: np.ndarray) -> np.ndarray:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from experiments.harness.cli import make_parser, shared_option
+
+    parser = make_parser("python -m experiments.eigenfunctions_figure", __doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("docs/figures"), help="output directory")
     parser.add_argument("--steps", type=int, default=2000, help="NeuralEF training steps")
-    parser.add_argument("--seed", type=int, default=0)
+    shared_option(parser, "--seed")
     args = parser.parse_args(argv)
     import warnings
 

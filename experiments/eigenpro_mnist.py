@@ -11,16 +11,19 @@ Per cell (p, centers): EigenPro 3 (Nyström s = 2000, q = 100 unless --q; inexac
 epoch per step as in the paper) for up to --epochs epochs, test accuracy after each; the exact
 least-squares solution over the same centers (``scipy.linalg.lstsq`` on K(X, Z), p ≤ --direct-max);
 gpflow's SGPR with the same kernel and the centers as inducing points (noise 1e-3, no training;
-p ≤ --sgpr-max). Records are appended per cell to --records (JSON lines), so a rerun resumes.
+p ≤ --sgpr-max). A study of the harness (experiments/harness): one record per cell in
+docs/results/eigenpro_mnist/records.jsonl, so a rerun resumes; the table is the generated block of
+docs/results/eigenpro.md.
 
-Run:  nice -n 10 python -m experiments.eigenpro_mnist --data-dir ../shared/data            # all cells
-      python -m experiments.eigenpro_mnist --report                                          # tables only
+Run:  nice -n 10 python -m experiments eigenpro_mnist --data-dir ../shared/data            # all cells
+      python -m experiments eigenpro_mnist --report-only                                   # the table only
 """
 
 from __future__ import annotations
 
-import argparse
+import functools
 import os
+import sys
 import resource
 import time
 from pathlib import Path
@@ -29,8 +32,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-RECORDS = ROOT / "docs" / "results" / "eigenpro_mnist.jsonl"
+PAGE = Path("docs") / "results" / "eigenpro.md"
 CELLS = [(p, method) for p in (100, 1000, 5000) for method in ("random", "kmeans")] + [(20000, "noisy-copies")]
 # The consistent update with the inexact projection: θ = S P Sᵀ u since commit 2e7d7dd (eighth session); records made
 # before it (θ = S P S u, which diverged at p = n) keep that label and are reported apart, never mixed with new ones.
@@ -39,17 +41,16 @@ OLD_UPDATE = "S P S"
 KEY = ("p", "centers", "average_after", "update", "projection_epochs")
 
 
-def _upgrade(record: dict) -> dict:
+def upgrade(record: dict) -> dict:
     """Key fields of records written before they existed: no averaging, the old update, one projection epoch."""
     return {"average_after": None, "update": OLD_UPDATE, "projection_epochs": 1, **record}
 
 
 def load(data_dir):
-    from activated_dgp.data.mnist import load_mnist
+    """MNIST rows scaled to [0, 1] (:func:`experiments.setups.mnist_arrays`)."""
+    from experiments.setups import mnist_arrays
 
-    data = load_mnist(data_dir)
-    scale = lambda x: np.asarray(x, dtype=np.float64).reshape(len(x), -1) / 255.0  # noqa: E731
-    return scale(data.x_train), np.asarray(data.y_train), scale(data.x_test), np.asarray(data.y_test)
+    return mnist_arrays(data_dir, symmetric=False)[:4]
 
 
 def centers_for(X, p, method, seed=0):
@@ -70,7 +71,7 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def run_cell(X, y, X_test, y_test, p, method, args) -> dict:
+def fit_cell(X, y, X_test, y_test, p, method, args) -> dict:
     import gpflow
     import scipy.linalg
 
@@ -127,11 +128,11 @@ def _converged_column(record) -> str:
     return str(epochs) if "direct_accuracy" in record else f"{epochs} (of its last epoch)"
 
 
-def report(store) -> str:
+def table(records) -> str:
     rows = ["| p | centers | update (projection epochs) | iterate | EigenPro 3 acc. (%) | exact lstsq acc. (%) | SGPR acc. (%) | epochs to within 0.5 % | s / epoch (loaded machine) | K(Z, Z) | peak RSS (MB) |",
             "|---|---|---|---|---|---|---|---|---|---|---|"]
     fmt = lambda v: "—" if v is None else f"{v:.2f}"  # noqa: E731
-    for r in sorted(store.records(), key=lambda r: (r["p"], r["centers"], r["update"], r["projection_epochs"], r["average_after"] or -1)):
+    for r in sorted(records, key=lambda r: (r["p"], r["centers"], r["update"], r["projection_epochs"], r["average_after"] or -1)):
         iterate = "last" if r["average_after"] is None else f"mean after epoch {r['average_after']}"
         rows.append(f"| {r['p']:,} | {r['centers']} | {r['update']} ({r['projection_epochs']}) | {iterate} | {r['ep3_accuracy'][-1]:.2f} | {fmt(r.get('direct_accuracy'))} | {fmt(r.get('sgpr_accuracy'))} | "
                     f"{_converged_column(r)} | {np.median(r['ep3_seconds']):.1f} | "
@@ -139,12 +140,9 @@ def report(store) -> str:
     return "\n".join(rows)
 
 
-def main(argv=None):
-    from experiments.records import ResultStore, pending
-
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", default=None, help="folder holding mnist/ (default $ADGP_DATA_DIR)")
-    parser.add_argument("--records", default=str(RECORDS))
+# ---- the study (experiments/harness): cells, run_cell, report
+def add_options(parser) -> None:
+    parser.add_argument("--page", type=Path, default=PAGE, help="the page whose generated block holds the table")
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--q", type=int, default=100)
     parser.add_argument("--direct-max", type=int, default=5000)
@@ -157,18 +155,35 @@ def main(argv=None):
     parser.add_argument("--projection-epochs", type=int, default=1, help="EigenPro 2 epochs per inexact projection (the paper: 1)")
     parser.add_argument("--gram-cache-gib", type=float, default=1.0,
                         help="hold K(Z, Z) when its 8·p² bytes fit in this many GiB (p = 20,000 needs 3.0)")
-    parser.add_argument("--report", action="store_true", help="print the table of the recorded cells and stop")
-    args = parser.parse_args(argv)
-    store = ResultStore(args.records, KEY, upgrade=_upgrade)
-    if not args.report:
-        X, y, X_test, y_test = load(args.data_dir)
-        cells = [{"p": p, "centers": m, "average_after": args.average_after, "update": UPDATE, "projection_epochs": args.projection_epochs} for p, m in CELLS
-                 if (not args.p or p in args.p) and (not args.centers or m in args.centers)]
-        for cell in pending(store, cells):
-            print(f"cell p = {cell['p']}, centers = {cell['centers']}, average after = {cell['average_after']}, "
-                  f"projection epochs = {cell['projection_epochs']}", flush=True)
-            store.append(run_cell(X, y, X_test, y_test, cell["p"], cell["centers"], args))
-    print(report(store))
+    parser.add_argument("--report", action="store_true", dest="report_only", help="the same as --report-only")
+
+
+def cells(options) -> list:
+    return [{"p": p, "centers": m, "average_after": options.average_after, "update": UPDATE,
+             "projection_epochs": options.projection_epochs} for p, m in CELLS
+            if (not options.p or p in options.p) and (not options.centers or m in options.centers)]
+
+
+@functools.lru_cache(maxsize=1)
+def _data(data_dir):
+    return load(data_dir)
+
+
+def run_cell(cell, options, context) -> dict:
+    return fit_cell(*_data(options.data_dir), cell["p"], cell["centers"], options)
+
+
+def report(records, options) -> None:
+    from experiments.harness.blocks import write_block
+
+    write_block(options.page, "eigenpro_mnist", table(records) + "\n", "python -m experiments eigenpro_mnist --report-only",
+                create=True)
+
+
+def main(argv=None):
+    from experiments.harness import cli
+
+    return cli.main("eigenpro_mnist", sys.modules[__name__], argv)
 
 
 if __name__ == "__main__":

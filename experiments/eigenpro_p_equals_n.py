@@ -6,21 +6,25 @@ one-hot targets, Laplacian kernel ``Exponential(lengthscales=5.0)``; centers Z =
 cell scaled by 1/5: n = p = 1,000, Nyström s = 400 (2,000 of 5,000), q = 20 (100 per 2,000), projection by one
 EigenPro 2 epoch on K(Z, Z) with its own subsample 400 and level 20.
 
-Prints per epoch the training MSE and the distance to the least-squares fit over the centers (``scipy.linalg.lstsq``
-on K(X, Z); here an interpolant). ``--before`` trains with the update as it was before the fix, θ = S P S u (the
-inexact projection S twice), instead of θ = S P Sᵀ u. ``--spectrum`` prints the eigenvalues of the full-batch
-iteration operator T H (H = K(Z, X) K(X, Z)/n) for T = G⁻¹ P G⁻¹ (exact projection), S P S and S P Sᵀ, formed densely
-(S from p solves of unit vectors), beside the power-iteration estimate the step size uses.
+Three cells: the update as it was before the fix, θ = S P S u (the inexact projection S twice), and the fixed
+θ = S P Sᵀ u with one and with two projection epochs. Per cell: the training MSE and the distance to the
+least-squares fit over the centers (``scipy.linalg.lstsq`` on K(X, Z); here an interpolant) after every epoch, and
+the eigenvalues of the full-batch iteration operator T H (H = K(Z, X) K(X, Z)/n) for T = G⁻¹ P G⁻¹ (exact
+projection), S P S and S P Sᵀ, formed densely (S from p solves of unit vectors), beside the power-iteration
+estimate the step size uses.
 
-Run:  python -m experiments.eigenpro_p_equals_n --data-dir ../shared/data --spectrum            # after the fix
-      python -m experiments.eigenpro_p_equals_n --data-dir ../shared/data --before              # the old update
+A study of the harness: one record per (update, projection epochs) in docs/results/eigenpro_p_equals_n/records.jsonl;
+the tables are the generated block "eigenpro_p_equals_n" of docs/results/eigenpro.md.
+
+Run:  python -m experiments eigenpro_p_equals_n --data-dir ../shared/data       # the three cells, resumable
 """
 
 from __future__ import annotations
 
-import argparse
 import os
+import sys
 import time
+from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -45,8 +49,11 @@ def _before_fix():
     return BeforeFix
 
 
-def spectrum(model, X) -> None:
-    """Eigenvalues of T H for the exact, the old (S P S) and the new (S P Sᵀ) preconditioner T, with Z = X."""
+def spectrum(model, X) -> dict:
+    """Eigenvalues of T H for the exact, the old (S P S) and the new (S P Sᵀ) preconditioner T, with Z = X:
+    per T the smallest and largest real part, the spectral radius and the largest |imaginary part|; and the
+    asymmetry ‖S − Sᵀ‖/‖S‖ of the inexact projection S, the range of S G's eigenvalues and the model's
+    power-iteration estimate of the top eigenvalue (before its 1.1 margin)."""
     G = model.basis.dense_gram()
     n = G.shape[0]
     S = model._solve(np.eye(n))
@@ -54,60 +61,113 @@ def spectrum(model, X) -> None:
     P = G - (Psi * D) @ Psi.T
     H = G @ G / n
     SG = np.linalg.eigvals(S @ G).real
-    print(f"K(Z, Z): eigenvalues {np.linalg.eigvalsh(G)[[0, -1]]}; S G (one projection) eigenvalues {SG.min():.3e} … {SG.max():.4f}; "
-          f"‖S − Sᵀ‖/‖S‖ = {np.linalg.norm(S - S.T) / np.linalg.norm(S):.2f}")
-    for name, T in (("exact G⁻¹ P G⁻¹", np.linalg.solve(G, np.linalg.solve(G, P).T)), ("S P S (before)", S @ P @ S), ("S P Sᵀ (after)", S @ P @ S.T)):
+    result = {"S_asymmetry": float(np.linalg.norm(S - S.T) / np.linalg.norm(S)), "SG_min": float(SG.min()),
+              "SG_max": float(SG.max()), "power_iteration": float(model.top_eigenvalue / 1.1), "operators": {}}
+    for name, T in ((OPERATORS[0], np.linalg.solve(G, np.linalg.solve(G, P).T)), (OPERATORS[1], S @ P @ S), (OPERATORS[2], S @ P @ S.T)):
         e = np.linalg.eigvals(T @ H)
-        print(f"  T = {name:16s} T H: real parts {e.real.min():+.3e} … {e.real.max():+.3e}, spectral radius {np.abs(e).max():.3e}, "
-              f"largest |imaginary part| {np.abs(e.imag).max():.1e}")
-    print(f"  the model's power-iteration estimate (before its 1.1 margin): {model.top_eigenvalue / 1.1:.3e}; β = {model.beta:.3e}, "
-          f"m = {model.batch_size}, η = {model.step_size:.3e}")
+        result["operators"][name] = {"real_min": float(e.real.min()), "real_max": float(e.real.max()),
+                                     "radius": float(np.abs(e).max()), "imag_max": float(np.abs(e.imag).max())}
+    return result
 
 
-def main(argv=None):
-    import gpflow
-    import scipy.linalg
+# ---- the study (experiments/harness): one cell per (update, projection epochs)
+KEY = ("update", "projection_epochs")
+OPERATORS = ("exact G⁻¹ P G⁻¹", "S P S", "S P Sᵀ")
+PAGE = Path("docs") / "results" / "eigenpro.md"
 
-    from activated_dgp.kernel_machines import EigenPro3
-    from experiments.eigenpro_mnist import load
 
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", default=None, help="folder holding mnist/ (default $ADGP_DATA_DIR)")
+def add_options(parser) -> None:
+    parser.add_argument("--page", type=Path, default=PAGE, help="the page whose generated block holds the tables")
     parser.add_argument("--n", type=int, default=1000, help="training digits = centers")
     parser.add_argument("--s", type=int, default=400, help="Nyström subsample of the data preconditioner")
     parser.add_argument("--q", type=int, default=20)
     parser.add_argument("--projection-s", type=int, default=400)
     parser.add_argument("--projection-q", type=int, default=20)
-    parser.add_argument("--projection-epochs", type=int, default=1)
-    parser.add_argument("--epochs", type=int, default=10)
-    parser.add_argument("--before", action="store_true", help="the update before the fix, θ = S P S u")
-    parser.add_argument("--spectrum", action="store_true", help="dense eigenvalues of the iteration operator (n ≤ ~2,000)")
-    args = parser.parse_args(argv)
-    X, y, _, _ = load(args.data_dir)
-    rows = np.sort(np.random.default_rng(0).choice(X.shape[0], args.n, replace=False))
+    parser.add_argument("--epochs", type=int, default=30)
+
+
+def PROTOCOL(options) -> str:
+    return f"v1:n{options.n}:s{options.s}:q{options.q}:ps{options.projection_s}:pq{options.projection_q}:epochs{options.epochs}"
+
+
+def cells(options) -> list:
+    """The update before the fix (S P S) and after it (S P Sᵀ) with one projection epoch, and after it with two."""
+    return [{"update": "S P S", "projection_epochs": 1}, {"update": "S P Sᵀ", "projection_epochs": 1},
+            {"update": "S P Sᵀ", "projection_epochs": 2}]
+
+
+def run_cell(cell, options, context) -> dict:
+    import gpflow
+    import scipy.linalg
+
+    from activated_dgp.kernel_machines import EigenPro3
+    from experiments.setups import mnist_arrays
+
+    X, y, *_ = mnist_arrays(options.data_dir)
+    rows = np.sort(np.random.default_rng(0).choice(X.shape[0], options.n, replace=False))
     X, Y = X[rows], np.eye(10)[y[rows]]
     kernel = gpflow.kernels.Exponential(lengthscales=5.0)
     Kxz = kernel(X).numpy()
     fitted = Kxz @ scipy.linalg.lstsq(Kxz, Y)[0]
-    model = (_before_fix() if args.before else EigenPro3)(
-        kernel, X, subsample_size=args.s, num_eigenpairs=args.q, projection="inexact", projection_epochs=args.projection_epochs,
-        projection_subsample=args.projection_s, projection_eigenpairs=args.projection_q, seed=0)
-    print(f"p = n = {args.n}, s = {args.s}, q = {args.q}, projection s = {args.projection_s}, q = {args.projection_q}, "
-          f"{args.projection_epochs} epoch(s); update {'S P S (before the fix)' if args.before else 'S P Sᵀ'}", flush=True)
+    model = (_before_fix() if cell["update"] == "S P S" else EigenPro3)(
+        kernel, X, subsample_size=options.s, num_eigenpairs=options.q, projection="inexact",
+        projection_epochs=cell["projection_epochs"], projection_subsample=options.projection_s,
+        projection_eigenpairs=options.projection_q, seed=0)
     model.fit(X, Y, epochs=0, progress=False)
-    if args.spectrum:
-        spectrum(model, X)
+    record = {"spectrum": spectrum(model, X), "loss": [], "distance": [], "stopped": None}
 
-    def report(epoch):
-        error = np.linalg.norm(model.predict(X) - fitted) / np.linalg.norm(fitted)
-        print(f"  epoch {epoch:3d}: train MSE {model.history['loss'][-1]:.4e}, ‖f − f_lstsq‖/‖f_lstsq‖ {error:.3e}", flush=True)
+    def after_epoch(epoch):
+        record["loss"].append(float(model.history["loss"][-1]))
+        record["distance"].append(float(np.linalg.norm(model.predict(X) - fitted) / np.linalg.norm(fitted)))
+        context.progress(f"  epoch {epoch:3d}: train MSE {record['loss'][-1]:.4e}, ‖f − f_lstsq‖/‖f_lstsq‖ {record['distance'][-1]:.3e}")
 
     start = time.perf_counter()
     try:
-        model.fit(X, Y, epochs=args.epochs, progress=False, callback=report)
-    except ValueError as error:
-        print(f"  stopped: {error}")
-    print(f"  {time.perf_counter() - start:.0f} s")
+        model.fit(X, Y, epochs=options.epochs, progress=False, callback=after_epoch)
+    except ValueError as error:  # the divergence check
+        record["stopped"] = str(error)
+    record["seconds"] = time.perf_counter() - start
+    return record
+
+
+def tables(records) -> str:
+    def at(values, epoch):
+        return f"{values[epoch - 1]:.3g}" if len(values) >= epoch else "—"
+
+    lines = ["| update | projection epochs | power-iteration estimate of the top eigenvalue | train MSE after epoch 1 | 2 | 10 | 30 | ‖f − f_lstsq‖/‖f_lstsq‖ after epoch 1 / 10 / 30 | stopped |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in records:
+        d = r["distance"]
+        lines.append(f"| {r['update']} | {r['projection_epochs']} | {r['spectrum']['power_iteration']:.4g} | {at(r['loss'], 1)} | "
+                     f"{at(r['loss'], 2)} | {at(r['loss'], 10)} | {at(r['loss'], 30)} | {at(d, 1)} / {at(d, 10)} / {at(d, 30)} | "
+                     f"{r['stopped'] or '—'} |")
+    lines += ["", "Eigenvalues of the full-batch iteration operator T H (formed densely), per number of projection epochs:", "",
+              "| projection epochs | T | real parts | spectral radius | largest imaginary part | ‖S − Sᵀ‖/‖S‖ | S G eigenvalues |",
+              "|---|---|---|---|---|---|---|"]
+    seen = set()
+    for r in records:
+        if r["projection_epochs"] in seen:
+            continue
+        seen.add(r["projection_epochs"])
+        sp = r["spectrum"]
+        for name in OPERATORS:
+            o = sp["operators"][name]
+            lines.append(f"| {r['projection_epochs']} | {name} | {o['real_min']:+.3g} … {o['real_max']:+.3g} | {o['radius']:.3g} | "
+                         f"{o['imag_max']:.1e} | {sp['S_asymmetry']:.2f} | {sp['SG_min']:.3g} … {sp['SG_max']:.3g} |")
+    return "\n".join(lines) + "\n"
+
+
+def report(records, options) -> None:
+    from experiments.harness.blocks import write_block
+
+    text = tables(records) if records else "No record yet: `python -m experiments eigenpro_p_equals_n --data-dir ../shared/data`.\n"
+    write_block(options.page, "eigenpro_p_equals_n", text, "python -m experiments eigenpro_p_equals_n --report-only", create=True)
+
+
+def main(argv=None):
+    from experiments.harness import cli
+
+    return cli.main("eigenpro_p_equals_n", sys.modules[__name__], argv)
 
 
 if __name__ == "__main__":

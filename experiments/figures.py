@@ -14,7 +14,6 @@ Writes three PNGs:
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 from pathlib import Path
@@ -182,7 +181,9 @@ def figureC2(out: Path) -> Path:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from experiments.harness.cli import make_parser
+
+    parser = make_parser("python -m experiments.figures", __doc__.splitlines()[0])
     parser.add_argument(
         "--out",
         type=Path,

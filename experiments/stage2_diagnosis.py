@@ -23,7 +23,6 @@ writes ``<out>/table.md`` and ``<out>/traces.png``.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -53,18 +52,20 @@ VARIANTS = {
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from experiments.harness.cli import make_parser, shared_option
+
+    parser = make_parser("python -m experiments.stage2_diagnosis", __doc__)
     parser.add_argument("--dataset", default="bostonHousing", help="comma list of UCI folders (or boston-embedded)")
     parser.add_argument("--split", type=int, default=None, help="one split index (default: the first --splits)")
     parser.add_argument("--splits", type=int, default=1, help="splits 0..K−1 (ignored with --split)")
     parser.add_argument("--variant", default="baseline,a_elbo_variance,e_early_stopping,ade", help=f"comma list from {', '.join(VARIANTS)} or 'all'")
-    parser.add_argument("--data-dir", default=None, help="directory holding uci/<folder> (default $ADGP_DATA_DIR)")
+    shared_option(parser, "--data-dir", help="directory holding uci/<folder> (default $ADGP_DATA_DIR)")
     parser.add_argument("--out", default="runs/stage2", help="output folder")
     parser.add_argument("--nn-steps", type=int, default=10000, help="cap of network steps (early stopping decides)")
     parser.add_argument("--dgp-steps", type=int, default=1500, help="stage-2 steps (a cap under early stopping)")
     parser.add_argument("--every", type=int, default=300, help="diagnose every this many stage-2 steps")
     parser.add_argument("--samples", type=int, default=32, help="predictive samples for the metrics")
-    parser.add_argument("--report-only", action="store_true")
+    shared_option(parser, "--report-only")
     return parser.parse_args(argv)
 
 

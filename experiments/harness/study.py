@@ -1,0 +1,104 @@
+"""The study shape and its runner: resume, progress and protocol versioning, done once for every study.
+
+A study is a module with
+
+* ``KEY`` — the record fields that identify a cell; optionally ``PROTOCOL`` (a string, or a function of the
+  options, that changes whenever the definition of a cell's computation changes: records of another protocol are
+  never mixed in) and ``upgrade``
+  (record -> record, e.g. to carry unchanged methods over to a new protocol);
+* ``cells(options) -> list[dict]`` — the cells to run, each holding the ``KEY`` fields;
+* ``run_cell(cell, options, context) -> dict`` — run one cell and return its record (the cell's fields are added);
+* ``report(records, options) -> None`` — write the study's pages from the records alone (no training);
+* optionally ``add_options(parser)`` — the study's own command-line options.
+
+:func:`run_study` asks the store which cells have no record, runs only those, appends each record the moment its
+cell finishes (so an interrupted run loses no finished cell, and a rerun neither repeats nor duplicates one), and
+then calls ``report`` with the store's records.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Callable, Optional
+
+from experiments.harness.artifacts import ArtifactCache
+from experiments.harness.store import ResultStore, pending
+
+REQUIRED = ("KEY", "cells", "run_cell", "report")
+
+
+def check_study(study: ModuleType) -> ModuleType:
+    missing = [name for name in REQUIRED if not hasattr(study, name)]
+    if missing:
+        raise ValueError(f"study {study.__name__} lacks {missing} (a study defines KEY, cells, run_cell, report)")
+    return study
+
+
+@dataclass
+class Context:
+    """What a cell may use besides its options: the artifact cache, the data directory and a progress printer."""
+
+    artifacts: ArtifactCache
+    data_dir: Optional[str] = None
+    quiet: bool = False
+    log: Callable[[str], None] = field(default=lambda message: print(message, file=sys.stderr, flush=True))
+
+    def data(self, subdirectory: Optional[str] = None) -> Path:
+        """The data directory (``--data-dir`` or ``$ADGP_DATA_DIR``) through the library's resolution."""
+        from activated_dgp.data import resolve_data_dir
+
+        return resolve_data_dir(self.data_dir, subdirectory)
+
+    def progress(self, message: str) -> None:
+        if not self.quiet:
+            self.log(message)
+
+
+def records_path(options) -> Path:
+    return Path(options.out) / "records.jsonl"
+
+
+def page_path(options) -> Path:
+    """The study's results page: ``docs/results/<name>.md`` next to its folder ``docs/results/<name>/``."""
+    out = Path(options.out)
+    return out.parent / f"{out.name}.md"
+
+
+def open_store(study: ModuleType, options) -> ResultStore:
+    protocol = getattr(study, "PROTOCOL", None)
+    if callable(protocol):  # a protocol that depends on the options (epochs, sizes, ...)
+        protocol = protocol(options)
+    return ResultStore(records_path(options), study.KEY, upgrade=getattr(study, "upgrade", None), protocol=protocol)
+
+
+def make_context(options) -> Context:
+    artifacts = getattr(options, "artifacts", None)
+    root = Path(artifacts) if artifacts else Path(".cache") / "experiments" / Path(options.out).name
+    return Context(artifacts=ArtifactCache(root), data_dir=options.data_dir, quiet=options.quiet)
+
+
+def run_study(study: ModuleType, options, context: Optional[Context] = None) -> list:
+    """Run the study's missing cells (none with ``options.report_only``), then write its report; returns the
+    records the report was made from."""
+    check_study(study)
+    store = open_store(study, options)
+    context = context or make_context(options)
+    if not options.report_only:
+        todo = pending(store, study.cells(options))
+        context.progress(f"{study.__name__}: {len(todo)} cell(s) to run, records in {store.path}")
+        for index, cell in enumerate(todo, 1):
+            start = time.perf_counter()
+            record = {**study.run_cell(cell, options, context), **cell}
+            store.append(record)
+            context.progress(f"[{index}/{len(todo)}] {_describe(cell)} done in {time.perf_counter() - start:.1f} s")
+    records = store.records()
+    study.report(records, options)
+    return records
+
+
+def _describe(cell: dict) -> str:
+    return " ".join(f"{name}={value}" for name, value in cell.items())

@@ -1,0 +1,200 @@
+"""The study harness: resume, protocol versioning, the generated-block writer, atomic artifacts, report purity."""
+
+import argparse
+import ast
+import json
+import types
+from pathlib import Path
+
+import pytest
+
+from experiments.harness import blocks, registry
+from experiments.harness.artifacts import ArtifactCache, ArtifactMissing, atomic_write
+from experiments.harness.store import ResultStore
+from experiments.harness.study import run_study
+
+
+def toy_study(fail_after=None, protocol="p1", calls=None):
+    """A study of squares: cell x -> record x²; its report writes the sum of the squares to the page."""
+    study = types.ModuleType("toy")
+    study.KEY = ("x",)
+    study.PROTOCOL = protocol
+    calls = [] if calls is None else calls
+
+    def run_cell(cell, options, context):
+        if fail_after is not None and len(calls) == fail_after:
+            raise KeyboardInterrupt("interrupted")
+        calls.append(cell["x"])
+        return {"square": cell["x"] ** 2}
+
+    def report(records, options):
+        total = sum(r["square"] for r in records)
+        Path(options.out, "page.md").write_text(f"sum {total} over {sorted(r['x'] for r in records)}\n")
+
+    study.cells = lambda options: [{"x": x} for x in range(options.n)]
+    study.run_cell, study.report, study.calls = run_cell, report, calls
+    return study
+
+
+def options(tmp_path, n=6, report_only=False):
+    return argparse.Namespace(out=tmp_path, n=n, report_only=report_only, quiet=True, data_dir=None, artifacts=None)
+
+
+def lines(tmp_path):
+    return [json.loads(line) for line in (tmp_path / "records.jsonl").read_text().splitlines()]
+
+
+def test_an_interrupted_study_loses_no_finished_cell_and_duplicates_none(tmp_path):
+    first = toy_study(fail_after=3)
+    with pytest.raises(KeyboardInterrupt):
+        run_study(first, options(tmp_path))
+    assert first.calls == [0, 1, 2]
+    assert [r["x"] for r in lines(tmp_path)] == [0, 1, 2]  # every finished cell was recorded before the failure
+
+    second = toy_study()
+    run_study(second, options(tmp_path))
+    assert second.calls == [3, 4, 5]  # finished cells are not rerun
+    recorded = lines(tmp_path)
+    assert sorted(r["x"] for r in recorded) == list(range(6)) and len(recorded) == 6
+    assert all(r["square"] == r["x"] ** 2 for r in recorded)
+    assert (tmp_path / "page.md").read_text() == f"sum {sum(x * x for x in range(6))} over {list(range(6))}\n"
+
+    third = toy_study()
+    run_study(third, options(tmp_path))
+    assert third.calls == [] and len(lines(tmp_path)) == 6
+
+
+def test_a_torn_last_line_is_ignored_and_replaced(tmp_path):
+    run_study(toy_study(), options(tmp_path, n=2))
+    with open(tmp_path / "records.jsonl", "a") as handle:
+        handle.write('{"x": 2, "squ')  # killed mid-write
+    again = toy_study()
+    run_study(again, options(tmp_path, n=3))
+    assert again.calls == [2]
+    assert [r["x"] for r in lines(tmp_path)] == [0, 1, 2]
+
+
+def test_a_protocol_change_never_mixes_records(tmp_path):
+    run_study(toy_study(protocol="p1"), options(tmp_path, n=3))
+    changed = toy_study(protocol="p2")
+    run_study(changed, options(tmp_path, n=2))
+    assert changed.calls == [0, 1]  # p1 records do not count as done under p2
+    assert (tmp_path / "page.md").read_text() == "sum 1 over [0, 1]\n"  # p2's report sees p2's records only
+    by_protocol = {}
+    for r in lines(tmp_path):
+        by_protocol.setdefault(r["protocol"], []).append(r["x"])
+    assert by_protocol == {"p1": [0, 1, 2], "p2": [0, 1]}  # the old records are kept, not overwritten
+    store = ResultStore(tmp_path / "records.jsonl", ("x",), protocol="p1")
+    assert [r["x"] for r in store.records()] == [0, 1, 2]
+    with pytest.raises(ValueError, match="protocol"):
+        store.append({"x": 9, "protocol": "p2"})
+
+
+def test_a_protocol_may_depend_on_the_options(tmp_path):
+    study = toy_study()
+    study.PROTOCOL = lambda o: f"n{o.n}"
+    run_study(study, options(tmp_path, n=2))
+    assert {r["protocol"] for r in lines(tmp_path)} == {"n2"}
+
+
+def test_report_is_a_pure_function_of_the_records(tmp_path):
+    run_study(toy_study(), options(tmp_path, n=4))
+    page = (tmp_path / "page.md").read_text()
+    (tmp_path / "page.md").write_text("stale\n")
+    refuser = toy_study(fail_after=0)  # would raise if any cell ran
+    run_study(refuser, options(tmp_path, n=10, report_only=True))
+    assert refuser.calls == [] and (tmp_path / "page.md").read_text() == page
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    (copy / "records.jsonl").write_text((tmp_path / "records.jsonl").read_text())
+    run_study(toy_study(fail_after=0), options(copy, n=10, report_only=True))
+    assert (copy / "page.md").read_text() == page  # same records, same page, wherever they are
+
+
+def test_write_block_replaces_only_its_block(tmp_path):
+    doc = tmp_path / "page.md"
+    doc.write_text("intro\n\n" + blocks.render_block("a", "cmd a", "old a") + "\nmiddle\n"
+                   + blocks.render_block("b", "cmd b", "old b") + "\nend\n")
+    assert blocks.write_block(doc, "a", "new a\n", "cmd a")
+    text = doc.read_text()
+    assert text.startswith("intro\n\n<!-- BEGIN GENERATED a: cmd a -->\nnew a\n<!-- END GENERATED a -->\nmiddle\n")
+    assert "old b" in text and text.endswith("end\n")
+    assert not blocks.write_block(doc, "a", "new a", "cmd a")  # same content: file untouched
+    assert blocks.read_block(doc, "a") == "new a\n"
+    with pytest.raises(ValueError, match="no generated block 'c'"):
+        blocks.write_block(doc, "c", "x", "cmd")
+    with pytest.raises(ValueError, match="block name"):
+        blocks.write_block(doc, "bad name", "x", "cmd")
+
+
+def test_atomic_write_leaves_the_old_file_when_the_writer_fails(tmp_path):
+    target = tmp_path / "net.weights.h5"
+    target.write_text("old")
+
+    def broken(temporary):
+        assert temporary.name.endswith(".weights.h5")  # the extension writers look at is kept
+        temporary.write_text("half")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError):
+        atomic_write(target, broken)
+    assert target.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["net.weights.h5"]
+
+
+def test_artifact_cache_builds_once_and_can_refuse_to_build(tmp_path):
+    built = []
+    cache = ArtifactCache(tmp_path)
+
+    def get(c):
+        return c.get_or_build("net", {"split": 1}, ".txt", build=lambda: built.append(1) or "weights",
+                              save=lambda a, p: p.write_text(a), load=lambda p: p.read_text())
+
+    assert get(cache) == "weights" and get(ArtifactCache(tmp_path)) == "weights" and built == [1]
+    with pytest.raises(ArtifactMissing):
+        ArtifactCache(tmp_path / "empty", saved_only=True).get_or_build(
+            "net", 1, ".txt", build=lambda: "x", save=None, load=None)
+
+
+def test_benchmarks_import_no_study():
+    studies = set(registry.STUDIES.values()) | {"experiments.uci", "experiments.uci_methods", "experiments.rotated_mnist"}
+    for path in Path(__file__).resolve().parents[1].glob("benchmarks/*.py"):
+        tree = ast.parse(path.read_text())
+        imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+        imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+        assert not imported & studies, f"{path.name} imports {imported & studies}"
+        assert "sys.path.insert" not in path.read_text(), f"{path.name} patches sys.path"
+
+
+@pytest.mark.parametrize("name, page", [("eigenpro_mnist", "docs/results/eigenpro.md"),
+                                        ("neuralef_mnist", "docs/results/neuralef_mnist.md"),
+                                        ("eigenfunction_features", "docs/results/eigenfunction_features.md"),
+                                        ("eigenpro_p_equals_n", "docs/results/eigenpro.md")])
+def test_a_committed_page_is_what_its_records_give(tmp_path, name, page):
+    """The generated block of a committed page equals what the study's report makes from the committed records
+    (so ``python -m experiments report`` leaves a fresh clone clean), and the report touches nothing else."""
+    from experiments.harness import cli
+
+    root = Path(__file__).resolve().parents[1]
+    committed = (root / page).read_text()
+    stale = tmp_path / "page.md"
+    stale.write_text(committed.replace(blocks.read_block(root / page, name), "stale\n"))
+    out = tmp_path / name
+    out.mkdir()
+    records = root / "docs" / "results" / name / "records.jsonl"
+    if records.exists():
+        (out / "records.jsonl").write_text(records.read_text())
+    study = registry.study(name)
+    options = cli.parse(name, study, ["--report-only", "--quiet", "--out", str(out)]
+                        + (["--page", str(stale)] if name.startswith("eigenpro") else []))
+    if not name.startswith("eigenpro"):
+        stale = tmp_path / f"{name}.md"  # the page next to --out
+        stale.write_text(committed.replace(blocks.read_block(root / page, name), "stale\n"))
+    run_study(study, options)
+    assert stale.read_text() == committed
+
+
+def test_every_registered_study_has_the_study_shape():
+    from experiments.harness.study import check_study
+
+    for name in registry.STUDIES:
+        check_study(registry.study(name))
