@@ -17,7 +17,6 @@ docs/results/twin_training.md and the figure twin_training/curves.png from those
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import time
@@ -31,6 +30,8 @@ import tf_keras
 from activated_dgp import TrainingSchedule, build_activated_nn, train_network
 from activated_dgp.data.uci import Standardizer, load_uci
 from activated_dgp.training import split_validation
+from experiments.harness.blocks import write_block
+from experiments.harness.cli import make_parser
 
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results" / "twin_training"
 NUM_LAYERS, NUM_UNITS, BATCH = 3, 128, 128
@@ -223,20 +224,13 @@ def report(datasets) -> None:
     energy_table += [f"| {e['activation']} | {e['input_dim']} | {e['cosine_sd']:.3f} | {e['constant_share']:.3f} | {e['linear_share']:.3f} | "
                      f"{e['nonlinear_share']:.4f} | {e['nonlinear_share_ceiling']:.3f} | {e['max_truncation_error']:.1e} | "
                      f"{e['truncation_error_above_0.1_from']:.3f} |" for e in energies]
-    doc = RESULTS.parent / "twin_training.md"
-    text = doc.read_text() if doc.exists() else ""
-    generated = ("<!-- generated -->\n" + "\n".join(sections)
-                 + "\n### Angular energy of one unit at initialisation\n\n" + "\n".join(energy_table) + "\n<!-- end generated -->\n")
-    if "<!-- generated -->" in text:
-        head, _, rest = text.partition("<!-- generated -->")
-        text = head + generated + rest.partition("<!-- end generated -->\n")[2]
-    else:
-        text = text + generated
-    doc.write_text(text)
+    generated = "\n".join(sections) + "\n### Angular energy of one unit at initialisation\n\n" + "\n".join(energy_table) + "\n"
+    write_block(RESULTS.parent / "twin_training.md", "twin_training", generated,
+                "python -m benchmarks.twin_training --report " + " ".join(datasets), create=True)
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = make_parser("python -m benchmarks.twin_training", __doc__.splitlines()[0])
     parser.add_argument("--dataset")
     parser.add_argument("--variants", nargs="+", default=[])
     parser.add_argument("--report", nargs="+", metavar="DATASET", help="write the page and figure from the records of these sets")
