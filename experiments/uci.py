@@ -541,7 +541,8 @@ def markdown(rows: Sequence[Dict], records: Sequence[Dict]) -> str:
     out += published_dropout_markdown(records)
     steps = _steps_used(records)
     if steps:
-        out += ["**Steps used** (mean over splits of the steps run, and of the best step restored; network / ELBO)", ""]
+        out += ["**Steps used** (mean over splits of the steps run and, in brackets, of the best step restored by early "
+                "stopping or the stage-2 guard; network / ELBO)", ""]
         out.append("| dataset | " + " | ".join(LABELS[m] for m in methods) + " |")
         out.append("|---|" + "---|" * len(methods))
         for d in datasets:
@@ -562,18 +563,20 @@ def _steps_used(records: Sequence[Dict]) -> Dict[tuple, str]:
         for h in histories:
             if h.get("steps_run") is not None:
                 parts.setdefault("nn_run", []).append(h["steps_run"])
-                parts.setdefault("nn_best", []).append(h.get("best_step") or 0)
+                if h.get("best_step") is not None:  # no early stopping: nothing was restored
+                    parts.setdefault("nn_best", []).append(h["best_step"])
         dgp = extra.get("dgp") or {}
         if dgp.get("steps_run") is not None:
             parts.setdefault("dgp_run", []).append(dgp["steps_run"])
-            parts.setdefault("dgp_best", []).append(dgp.get("best_step") or 0)
+            if dgp.get("best_step") is not None:
+                parts.setdefault("dgp_best", []).append(dgp["best_step"])
     out = {}
     for key, parts in cells.items():
         text = []
-        if "nn_run" in parts:
-            text.append(f"{np.mean(parts['nn_run']):.0f} ({np.mean(parts['nn_best']):.0f})")
-        if "dgp_run" in parts:
-            text.append(f"{np.mean(parts['dgp_run']):.0f} ({np.mean(parts['dgp_best']):.0f})")
+        for stage in ("nn", "dgp"):
+            if f"{stage}_run" in parts:
+                best = parts.get(f"{stage}_best")
+                text.append(f"{np.mean(parts[f'{stage}_run']):.0f}" + (f" ({np.mean(best):.0f})" if best else ""))
         if "dgp_run" in parts and "nn_run" not in parts:
             text.insert(0, "—")
         if text:
