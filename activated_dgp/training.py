@@ -39,6 +39,7 @@ __all__ = [
     "guard_rows",
     "negative_elbo_score",
     "GUARD_ROWS",
+    "GUARD_MIN_STEPS",
 ]
 
 
@@ -279,6 +280,10 @@ def _early_stopping(schedule: "TrainingSchedule", score: Optional[Callable[[], f
 
 #: Rows of stage 2's training-ELBO guard: a seeded subset of at most this many training rows.
 GUARD_ROWS = 2048
+#: The guard checks at most once per this many steps (and at least every ``validation_every`` epochs): a check is
+#: an eager pass over ≤ GUARD_ROWS rows, 9× the whole fit when checked every 3-step epoch of N = 300
+#: (docs/results/stage2/divergence_cost.json).
+GUARD_MIN_STEPS = 100
 
 
 def guard_rows(data, seed: int = 0, count: int = GUARD_ROWS):
@@ -367,11 +372,12 @@ def train_dgp(
     ``validation_data`` the validation NLPD (below); without, the ``guard`` (on by default) scores the
     training −ELBO on a fixed seeded subset of at most :data:`GUARD_ROWS` training rows, scaled to N, with
     fixed draws (:func:`negative_elbo_score`), before training (before the warm-up, if any), every
-    ``schedule.validation_every`` epochs and at the end, and restores the best check (:class:`RestoreBest`).
+    ``schedule.validation_every`` epochs but at most once per :data:`GUARD_MIN_STEPS` steps, and at the end,
+    and restores the best check (:class:`RestoreBest`).
     The history then holds ``negative_elbo_checks`` [(step, −ELBO)], ``best_negative_elbo``, ``best_step``,
     ``restored`` (whether the final parameters were replaced) and ``restored_step``; ``check_objective``
-    names the score. A check costs one forward pass over ≤ 2048 rows: on small N about a third of an
-    epoch, so raise ``validation_every`` when that matters; on large N it is negligible. Streaming data
+    names the score. A check costs one eager forward pass over ≤ 2048 rows (measured in
+    docs/results/stage2/divergence_cost.json). Streaming data
     are covered (the rows come from a few seeded blocks, or a ``tf.data.Dataset``'s first rows), and so
     is a ``strategy`` (the mirrored copy is scored). ``guard=False`` trains without it.
 
@@ -385,7 +391,8 @@ def train_dgp(
     :param callbacks: more tf-keras callbacks for the (second-phase) fit, e.g. progress or diagnostics.
     :param optimizer: the optimiser of the (second-phase) fit; default a new ``Adam(schedule.learning_rate)``.
         To resume an interrupted fit pass the one saved with it (:func:`activated_dgp.load_optimizer`), so
-        that Adam's moments, step count and scheduled learning rate continue.
+        that Adam's moments, step count and scheduled learning rate continue (a resumed optimiser still
+        within ``schedule.ramp_steps`` continues the ramp; a new one passed in is used as given, unramped).
     :param initial_epoch: the epoch to resume at (Keras' ``initial_epoch``; e.g. ``load_state(dir)["epoch"]``
         of a :class:`activated_dgp.DGPCheckpoint`): the fit runs epochs ``initial_epoch`` … ``schedule.epochs``
         − 1, and a resumed fit (``initial_epoch`` > 0) skips the warm-up, which belongs to its start.
@@ -454,21 +461,23 @@ def _num_rows(data) -> int:
     return len(data[0]) if isinstance(data, tuple) else data.num_data
 
 
-def _stage2_stopper(dgp, data, schedule, validation_data, validation_samples, guard: bool, seed: int) -> Optional[RestoreBest]:
+def _stage2_stopper(dgp, data, schedule, validation_data, validation_samples, guard: bool, seed: int, steps_per_epoch: int) -> Optional[RestoreBest]:
     """Early stopping on the validation NLPD with validation data; else, with ``guard``, a :class:`RestoreBest`
-    on the training −ELBO (:func:`negative_elbo_score` on :func:`guard_rows`), checked like the validation score."""
+    on the training −ELBO (:func:`negative_elbo_score` on :func:`guard_rows`), checked every ``validation_every``
+    epochs but at most once per :data:`GUARD_MIN_STEPS` steps."""
     if validation_data is not None:
         X_val, Y_val = _check_data(*validation_data)
         return _early_stopping(schedule, lambda: validation_nlpd(dgp, X_val, Y_val, validation_samples, 0), dgp)
     _early_stopping(schedule, None, dgp)  # a patience without validation data is an error
     if not guard:
         return None
-    return RestoreBest(negative_elbo_score(dgp, *guard_rows(data, seed), seed), dgp, every=schedule.validation_every, label="negative_elbo")
+    every = max(schedule.validation_every, math.ceil(GUARD_MIN_STEPS / steps_per_epoch))
+    return RestoreBest(negative_elbo_score(dgp, *guard_rows(data, seed), seed), dgp, every=every, label="negative_elbo")
 
 
 def _train_dgp(dgp, data, schedule, validation_data, validation_samples, warmup_steps, callbacks, strategy, seed, optimizer, initial_epoch, guard=True) -> dict:
     record: dict = {}
-    stopper = _stage2_stopper(dgp, data, schedule, validation_data, validation_samples, guard, seed)
+    stopper = _stage2_stopper(dgp, data, schedule, validation_data, validation_samples, guard, seed, _steps_per_epoch(schedule, data, strategy))
     if stopper is not None:
         stopper.epochs_run = initial_epoch
     if warmup_steps > 0 and initial_epoch == 0:
@@ -505,9 +514,11 @@ def _fit_elbo(
     source; under ``strategy`` the model and optimiser are built in its scope (``dgp`` must be mirrored)."""
     with strategy.scope() if strategy is not None else contextlib.nullcontext():
         model = dgp.as_training_model()
+        # the ramp: for a fresh Adam, or a resumed one (its step count continues the ramp); not for a new one passed in
+        ramped = schedule.ramp_steps > 0 and (optimizer is None or int(optimizer.iterations.numpy()) > 0)
         optimizer = optimizer if optimizer is not None else tf_keras.optimizers.Adam(schedule.learning_rate)
         model.compile(optimizer, jit_compile=schedule.jit_compile)
-    ramp = [LearningRateRamp(schedule.learning_rate, schedule.ramp_steps)] if schedule.ramp_steps > 0 else []
+    ramp = [LearningRateRamp(schedule.learning_rate, schedule.ramp_steps)] if ramped else []
     callbacks = ramp + schedule.callbacks() + list(extra) + ([stopper] if stopper is not None else [])
     fit = dict(epochs=schedule.epochs, callbacks=callbacks, verbose=schedule.verbose, initial_epoch=initial_epoch)
     if isinstance(data, tuple):

@@ -14,7 +14,9 @@ Adam-sized sign step on each parameter group alone, and the end of stage 2 in fo
 * ``two_stage``: ``train_two_stage(X, Y, network=net, seed=seed)`` with its defaults.
 
     python -m experiments.stage2_divergence --seeds 0-9 --out docs/results/stage2     # one JSON per seed
+    python -m experiments.stage2_divergence --seeds 0-9 --settings default,two_stage --out docs/results/stage2  # rerun some
     python -m experiments.stage2_divergence --report --out docs/results/stage2        # divergence.json
+    python -m experiments.stage2_divergence --cost --out docs/results/stage2          # divergence_cost.json
 """
 
 from __future__ import annotations
@@ -124,21 +126,32 @@ def stage2(net, X, Y, seed: int, setting: str) -> dict:
     }
 
 
-def run_seed(seed: int) -> dict:
+SETTINGS = ("old", "ramp", "default", "two_stage")
+
+
+def run_seed(seed: int, settings=SETTINGS, previous: dict = None) -> dict:
+    """One seed's record; with ``previous`` (its earlier record) only ``settings`` are rerun, on the same network
+    (a ValueError if the seeded network does not come out the same)."""
     X, Y = data(seed)
     net = network(seed, X, Y)
     from activated_dgp import dgp_from_keras
 
     kernel = net.layers[0].kernel.numpy()
-    record = {
-        "seed": seed,
-        "network_rmse": float(np.sqrt(np.mean((net(X).numpy() - Y) ** 2))),
-        "first_kernel_abs_max": float(np.abs(kernel).max()),
-        "first_kernel_abs_mean": float(np.abs(kernel).mean()),
-        "start": start_diagnosis(dgp_from_keras(net, num_data=len(X), X=X).dgp, X, Y),
-    }
-    record["target_rmse"] = 1.5 * record["network_rmse"] + 0.05
-    for setting in ("old", "ramp", "default", "two_stage"):
+    network_rmse = float(np.sqrt(np.mean((net(X).numpy() - Y) ** 2)))
+    if previous is not None:
+        if previous["network_rmse"] != network_rmse:
+            raise ValueError(f"seed {seed}: the network differs from the record's ({network_rmse} vs {previous['network_rmse']})")
+        record = dict(previous)
+    else:
+        record = {
+            "seed": seed,
+            "network_rmse": network_rmse,
+            "first_kernel_abs_max": float(np.abs(kernel).max()),
+            "first_kernel_abs_mean": float(np.abs(kernel).mean()),
+            "start": start_diagnosis(dgp_from_keras(net, num_data=len(X), X=X).dgp, X, Y),
+            "target_rmse": 1.5 * network_rmse + 0.05,
+        }
+    for setting in settings:
         record[setting] = stage2(net, X, Y, seed, setting)
     return record
 
@@ -153,7 +166,7 @@ def report(out: Path) -> dict:
         "seeds": [r["seed"] for r in records],
         "target": "final train RMSE <= 1.5 x network's + 0.05",
     }
-    for setting in ("old", "ramp", "default", "two_stage"):
+    for setting in SETTINGS:
         summary[setting] = {
             "meets_target": sum(r[setting]["rmse"] <= r["target_rmse"] for r in records),
             "worst_rmse_over_target": max(r[setting]["rmse"] / r["target_rmse"] for r in records),
@@ -164,6 +177,41 @@ def report(out: Path) -> dict:
     summary["records"] = records
     (out / "divergence.json").write_text(json.dumps(summary, indent=1) + "\n")
     return summary
+
+
+def guard_cost(sizes=(300, 20000), repeats: int = 3) -> dict:
+    """Seconds of ``train_dgp`` without the guard, with it (the default frequency) and with a check every epoch, interleaved
+    ``repeats`` times, on a one-layer DGP converted from seed 0's network, at N = each of ``sizes`` rows of the
+    same problem; epochs chosen for about 600 steps (batch 128)."""
+    import time
+
+    import tensorflow as tf
+
+    from activated_dgp import TrainingSchedule, dgp_from_keras, train_dgp, training
+
+    X, Y = data(0)
+    net = network(0, X, Y)
+    default_min_steps = training.GUARD_MIN_STEPS
+    result = {"guard_min_steps": default_min_steps}
+    for size in sizes:
+        rng = np.random.default_rng(1)
+        Xn = rng.uniform(-2.0, 2.0, size=(size, 1))
+        Yn = np.sin(3.0 * Xn) + NOISE_SD * rng.normal(size=(size, 1))
+        epochs = max(1, round(600 / -(-size // 128)))
+        times = {"guard": [], "guard_every_epoch": [], "no_guard": []}
+        for _ in range(repeats):
+            for label in times:
+                tf.random.set_seed(0)
+                dgp = dgp_from_keras(net, num_data=size, X=Xn[:2048]).dgp
+                training.GUARD_MIN_STEPS = 1 if label == "guard_every_epoch" else default_min_steps
+                start = time.perf_counter()
+                train_dgp(dgp, Xn, Yn, TrainingSchedule(epochs=epochs), guard=label != "no_guard")
+                times[label].append(time.perf_counter() - start)
+                training.GUARD_MIN_STEPS = default_min_steps
+        result[str(size)] = {"epochs": epochs, "steps_per_epoch": -(-size // 128), "seconds": times} | {
+            f"median_ratio_{label}": float(np.median(times[label]) / np.median(times["no_guard"])) for label in ("guard", "guard_every_epoch")
+        }
+    return result
 
 
 def _seeds(text: str):
@@ -178,8 +226,15 @@ def main(argv=None):
     parser.add_argument("--seeds", default="0-9")
     parser.add_argument("--out", default="docs/results/stage2")
     parser.add_argument("--report", action="store_true")
+    parser.add_argument("--settings", help="rerun only these settings (comma-separated) into the existing seed records")
+    parser.add_argument("--cost", action="store_true", help="time train_dgp with and without the guard (divergence_cost.json)")
     args = parser.parse_args(argv)
     out = Path(args.out)
+    if args.cost:
+        cost = {"command": "python -m experiments.stage2_divergence --cost --out docs/results/stage2"} | guard_cost()
+        (out / "divergence_cost.json").write_text(json.dumps(cost, indent=1) + "\n")
+        print(json.dumps(cost))
+        return
     if args.report:
         summary = report(out)
         for setting in ("old", "ramp", "default", "two_stage"):
@@ -188,8 +243,12 @@ def main(argv=None):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     (out / "divergence").mkdir(parents=True, exist_ok=True)
     for seed in _seeds(args.seeds):
-        record = run_seed(seed)
-        (out / "divergence" / f"seed_{seed}.json").write_text(json.dumps(record, indent=1) + "\n")
+        path = out / "divergence" / f"seed_{seed}.json"
+        if args.settings:
+            record = run_seed(seed, args.settings.split(","), json.loads(path.read_text()))
+        else:
+            record = run_seed(seed)
+        path.write_text(json.dumps(record, indent=1) + "\n")
         print(json.dumps({k: record[k]["rmse"] for k in ("old", "ramp", "default", "two_stage")} | {"seed": seed, "target": record["target_rmse"]}), flush=True)
 
 

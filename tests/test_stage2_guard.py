@@ -52,11 +52,11 @@ def test_a_forced_divergence_ends_exactly_at_the_start(streaming):
 
 def test_the_guard_keeps_a_useful_fit_and_says_when_it_did_not_restore():
     X, Y, dgp = _converted(num_layers=1)
-    history = train_dgp(dgp, X, Y, TrainingSchedule(epochs=6, batch_size=40, learning_rate=0.01))
+    history = train_dgp(dgp, X, Y, TrainingSchedule(epochs=60, batch_size=40, learning_rate=0.01))
     steps, scores = zip(*history["negative_elbo_checks"])
-    assert steps == tuple(range(0, 14, 2))  # the start and every epoch (2 steps each)
+    assert steps == (0, 100, 120)  # the start, every 50 epochs of 2 steps (GUARD_MIN_STEPS = 100), the end
     assert history["best_negative_elbo"] == min(scores) < scores[0]
-    assert history["restored"] == (history["best_step"] != 12)
+    assert history["restored"] == (history["best_step"] != 120)
     assert (history["restored_step"] is None) == (not history["restored"])
     # the parameters handed back score the recorded best
     assert negative_elbo_score(dgp, *guard_rows((X, Y), seed=0), seed=0)() == pytest.approx(min(scores), rel=1e-12)
@@ -106,3 +106,19 @@ def test_reported_divergence_no_longer_loses_the_network():
         dgp = dgp_from_keras(net, len(X), X=X).dgp
         train_dgp(dgp, X, Y, TrainingSchedule(epochs=100))
         assert train_rmse(dgp, X, Y) <= target
+
+
+def test_learning_rate_ramps_linearly_then_holds():
+    import tf_keras
+
+    X, Y, dgp = _converted(num_layers=1, n=40)
+    seen = []
+
+    class Rates(tf_keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            seen.append(float(self.model.optimizer.learning_rate.numpy()))
+
+    schedule = TrainingSchedule(epochs=6, batch_size=10, learning_rate=0.02, ramp_steps=10, plateau_patience=100)
+    train_dgp(dgp, X, Y, schedule, callbacks=[Rates()], guard=False)
+    expected = [0.02 * min(t, 10) / 10 for t in range(1, 25)]  # 4 steps per epoch, 24 steps
+    np.testing.assert_allclose(seen, expected, rtol=1e-6)
