@@ -91,6 +91,16 @@ class _BlockSource:
     def batches_per_epoch(self, batch_size: int, drop_remainder: bool = False) -> int:
         return self.num_data // batch_size if drop_remainder else math.ceil(self.num_data / batch_size)
 
+    def sample_rows(self, count: int, seed: int, max_blocks: int = 4) -> Tuple[np.ndarray, np.ndarray]:
+        """At most ``count`` rows drawn without replacement (seeded) from at most ``max_blocks`` blocks chosen
+        at random (seeded): a fixed subset read in constant memory, e.g. for stage 2's ELBO guard."""
+        rng = np.random.default_rng(seed)
+        blocks = rng.permutation(self.num_blocks)[:max_blocks]
+        parts = [self.read_block(int(b)) for b in np.sort(blocks)]
+        X, Y = np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+        rows = np.sort(rng.choice(len(X), min(count, len(X)), replace=False))
+        return X[rows], Y[rows]
+
 
 class ArraySource(_BlockSource):
     """Rows of two arrays X [N, D], Y [N, P] (NumPy arrays or memmaps, e.g. ``np.load(path, mmap_mode="r")``)
@@ -220,6 +230,12 @@ class DatasetSource:
 
     def batches_per_epoch(self, batch_size: int, drop_remainder: bool = False) -> int:
         return self.num_data // batch_size if drop_remainder else math.ceil(self.num_data / batch_size)
+
+    def sample_rows(self, count: int, seed: int) -> Tuple[np.ndarray, np.ndarray]:
+        """The dataset's first ``count`` rows (a dataset cannot be indexed; ``seed`` is unused): the subset
+        is only as random as the dataset's own order."""
+        X, Y = zip(*[(x.numpy(), y.numpy()) for x, y in self.dataset.take(count)])
+        return np.asarray(X, dtype=np.float64), np.asarray(Y, dtype=np.float64)
 
 
 def as_source(X, Y=None, *, num_data: Optional[int] = None, input_dim: Optional[int] = None):

@@ -29,12 +29,17 @@ __all__ = [
     "TwoStageResult",
     "TrainingSchedule",
     "RestoreBest",
+    "LearningRateRamp",
     "split_validation",
     "train_network",
     "train_dgp",
     "validation_nlpd",
     "train_two_stage",
     "evaluate_elbo",
+    "guard_rows",
+    "negative_elbo_score",
+    "GUARD_ROWS",
+    "GUARD_MIN_STEPS",
 ]
 
 
@@ -51,6 +56,12 @@ class TrainingSchedule:
     ``validation_every`` epochs, and the parameters of the best check are restored; ``epochs`` is
     then the cap.
 
+    ``ramp_steps`` (stage 2, :func:`train_dgp`, only): a fresh Adam's learning rate rises linearly from
+    ``learning_rate / ramp_steps`` to ``learning_rate`` over its first ``ramp_steps`` steps
+    (:class:`LearningRateRamp`); 0 turns it off. Adam's first steps are ≈ ``learning_rate`` per coordinate in
+    the sign of the gradient, whatever the curvature, and one such step on a converted network's inducing
+    directions W can wreck its mean (docs/results/stage2.md, "Divergence").
+
     ``jit_compile``: compile the DGP's ELBO step (forward, gradient, Adam update) with XLA through
     Keras' ``compile(jit_compile=True)``. Off by default: on CPU, XLA's own Cholesky and triangular
     solves are far slower than LAPACK's (docs/scaling.md), while the Clenshaw sums of Kuf/Kuu are
@@ -66,6 +77,7 @@ class TrainingSchedule:
     patience: Optional[int] = None
     validation_every: int = 1
     jit_compile: bool = False  # XLA-compile the whole ELBO step (see docs/scaling.md: slower on CPU)
+    ramp_steps: int = 100  # stage 2 only: linear learning-rate warm-up of a fresh Adam (LearningRateRamp)
 
     def __post_init__(self):
         def integer(name, value, smallest):
@@ -76,6 +88,7 @@ class TrainingSchedule:
         integer("batch_size", self.batch_size, 1)
         integer("plateau_patience", self.plateau_patience, 0)
         integer("validation_every", self.validation_every, 1)
+        integer("ramp_steps", self.ramp_steps, 0)
         if self.patience is not None:
             integer("patience", self.patience, 1)
         if not (np.isfinite(self.learning_rate) and self.learning_rate > 0):
@@ -123,50 +136,84 @@ class TrainingSchedule:
         ]
 
 
+class LearningRateRamp(tf_keras.callbacks.Callback):
+    """Linear learning-rate warm-up: at step t = 1 … ``steps`` of the fit the optimiser's learning rate is
+    ``target · t / steps``, then left alone (Goyal et al., 2017, sec. 2.2, "gradual warmup"), so that
+    ReduceLROnPlateau acts after the ramp (a reduction it makes during the ramp is overwritten at the next
+    step). t is the optimiser's own step count + 1, so an optimiser saved mid-ramp and resumed continues it."""
+
+    def __init__(self, target: float, steps: int):
+        super().__init__()
+        if steps < 1 or not target > 0:
+            raise ValueError(f"steps must be ≥ 1 and target > 0, got {steps} and {target}")
+        self.target, self.steps = float(target), int(steps)
+
+    def on_train_batch_begin(self, batch, logs=None):
+        step = int(self.model.optimizer.iterations.numpy()) + 1
+        if step <= self.steps:
+            self.model.optimizer.learning_rate.assign(self.target * step / self.steps)
+
+
 class RestoreBest(tf_keras.callbacks.Callback):
-    """Early stopping on any validation score (lower is better) with the best parameters restored.
+    """Early stopping on any score (lower is better) with the best parameters restored.
 
     ``score()`` is evaluated before training (so a fit that only makes things worse gives back its
-    starting point) and after every ``every`` epochs; after ``patience`` checks without improvement
-    training stops. At the end every variable of ``module`` (a tf.Module: the network or the DeepGP)
-    takes its value at the best check. ``checks`` records (epoch, score); ``best_epoch`` is the number
-    of epochs trained at the best check (0 = the start).
+    starting point), after every ``every`` epochs, and once more at the end when the last epoch was not a
+    check; after ``patience`` checks without improvement training stops. At the end every variable of
+    ``module`` (a tf.Module: the network or the DeepGP) takes its value at the best check. ``checks``
+    records (epoch, score); ``best_epoch`` is the number of epochs trained at the best check (0 = the
+    start); ``restored`` says whether that replaced the final parameters.
 
     A fit that diverges (a NaN or inf in any floating variable of ``module`` at a check or at the end of an
     epoch) is stopped there without scoring the broken state; its checks record NaN, ``diverged_epoch`` says
     when, and the best check is restored as usual, so what had been learnt before is kept.
+
+    ``label`` names the score in :meth:`summary` (``"validation"``: ``validation_checks``,
+    ``best_validation``; stage 2's training-ELBO guard uses ``"negative_elbo"``).
     """
 
-    def __init__(self, score: Callable[[], float], module: tf.Module, every: int = 1, patience: Optional[int] = None):
+    def __init__(
+        self, score: Callable[[], float], module: tf.Module, every: int = 1, patience: Optional[int] = None, label: str = "validation"
+    ):
         super().__init__()
         if every < 1 or (patience is not None and patience < 1):
             raise ValueError(f"every and patience must be ≥ 1, got {every} and {patience}")
-        self.score, self.module, self.every, self.patience = score, module, int(every), patience
+        self.score, self.module, self.every, self.patience, self.label = score, module, int(every), patience, label
         self.checks, self.best, self.best_epoch, self.epochs_run = [], np.inf, 0, 0
         self.diverged_epoch: Optional[int] = None
+        self.restored = False
         self._best_values, self._since = None, 0
 
     def _finite(self) -> bool:
         return all(np.all(np.isfinite(v.numpy())) for v in self.module.variables if v.dtype.is_floating)
 
+    def _stop(self) -> None:
+        if self.model is not None:
+            self.model.stop_training = True
+
     def _check(self, epoch: int, finite: bool) -> None:
         if not finite:
             self.checks.append((epoch, float("nan")))
             self.diverged_epoch = epoch
-            self.model.stop_training = True
+            self._stop()
             return
         value = float(self.score())
         self.checks.append((epoch, value))
         if value < self.best:  # NaN never improves
             self.best, self.best_epoch, self._since = value, epoch, 0
-            self._best_values = [v.numpy() for v in self.module.variables]
+            self._best_values = [(v, v.numpy()) for v in self.module.variables]  # pairs: fits may add variables
         else:
             self._since += 1
             if self.patience is not None and self._since >= self.patience:
-                self.model.stop_training = True
+                self._stop()
+
+    def prime(self, epoch: int = 0) -> None:
+        """Check the current parameters now, before a fit this callback is not part of (stage 2's warm-up),
+        labelled ``epoch`` (e.g. minus the warm-up's epochs); the fit's own start is checked as well."""
+        self._check(epoch, self._finite())
 
     def on_train_begin(self, logs=None):
-        self._check(0, self._finite())
+        self._check(self.epochs_run, self._finite())  # epochs_run: 0, or the epoch a resumed fit starts at
 
     def on_epoch_end(self, epoch, logs=None):
         self.epochs_run = epoch + 1
@@ -175,17 +222,22 @@ class RestoreBest(tf_keras.callbacks.Callback):
             self._check(epoch + 1, finite)
 
     def on_train_end(self, logs=None):
+        if self.diverged_epoch is None and self.checks and self.checks[-1][0] != self.epochs_run and self.epochs_run > 0:
+            self._check(self.epochs_run, self._finite())  # the final state competes too
         if self._best_values is not None:
-            for variable, value in zip(self.module.variables, self._best_values):
+            self.restored = self.diverged_epoch is not None or self.best_epoch != self.epochs_run
+            for variable, value in self._best_values:
                 variable.assign(value)
 
     def summary(self, steps_per_epoch: int) -> dict:
         return {
-            "validation_checks": [(e * steps_per_epoch, v) for e, v in self.checks],
+            f"{self.label}_checks": [(e * steps_per_epoch, v) for e, v in self.checks],
             "best_step": self.best_epoch * steps_per_epoch,
             "steps_run": self.epochs_run * steps_per_epoch,
-            "best_validation": self.best,
+            f"best_{self.label}": self.best,
             "diverged_step": None if self.diverged_epoch is None else self.diverged_epoch * steps_per_epoch,
+            "restored": self.restored,
+            "restored_step": self.best_epoch * steps_per_epoch if self.restored else None,
         }
 
 
@@ -224,6 +276,39 @@ def _early_stopping(schedule: "TrainingSchedule", score: Optional[Callable[[], f
             raise ValueError("the schedule asks for early stopping (patience) but no validation_data was given")
         return None
     return RestoreBest(score, module, every=schedule.validation_every, patience=schedule.patience)
+
+
+#: Rows of stage 2's training-ELBO guard: a seeded subset of at most this many training rows.
+GUARD_ROWS = 2048
+#: The guard checks at most once per this many steps (and at least every ``validation_every`` epochs): a check is
+#: an eager pass over ≤ GUARD_ROWS rows; checked every 3-step epoch of N = 300 the guarded fit took about 5× the
+#: unguarded one, 1.45× with this cap (docs/results/stage2/divergence_cost.json).
+GUARD_MIN_STEPS = 100
+
+
+def guard_rows(data, seed: int = 0, count: int = GUARD_ROWS):
+    """The fixed training rows (X [n, D], Y [n, P]), n = min(N, ``count``), on which stage 2's guard scores
+    the ELBO: drawn without replacement with ``seed`` from in-memory (X, Y); from a block source (arrays,
+    memmaps, CSV shards) from at most four seeded blocks (:meth:`~activated_dgp.streaming.ArraySource.sample_rows`);
+    from a ``tf.data.Dataset`` its first ``count`` rows."""
+    if isinstance(data, tuple):
+        X, Y = data
+        rows = np.sort(np.random.default_rng(seed).choice(len(X), min(count, len(X)), replace=False))
+        return X[rows], Y[rows]
+    return data.sample_rows(count, seed)
+
+
+def negative_elbo_score(dgp: gpflux.models.DeepGP, X, Y, seed: int = 0) -> Callable[[], float]:
+    """The score of stage 2's guard: −ELBO on the fixed rows (X, Y), the data term scaled to the model's N,
+
+        −ELBO = −(N / n) Σ_(i ≤ n) E_q[log p(y_i | f_L(x_i))] + Σ_ℓ KL[q(u_ℓ) ‖ p(u_ℓ)]
+
+    (Salimbeni & Deisenroth, 2017, eq. 4, on a subset), by :func:`activated_dgp.diagnostics.elbo_terms` with one
+    seeded draw of the hidden layers (the same draws at every check, so that checks differ by the parameters
+    only; a one-layer model needs none and the score is gpflux's ``DeepGP.elbo`` on these rows)."""
+    from .diagnostics import elbo_terms
+
+    return lambda: -elbo_terms(dgp, X, Y, num_samples=1, seed=seed).elbo
 
 
 def train_network(
@@ -279,8 +364,22 @@ def train_dgp(
     seed: int = 0,
     optimizer: Optional[tf_keras.optimizers.Optimizer] = None,
     initial_epoch: int = 0,
+    guard: bool = True,
 ) -> dict:
     """Stage 2: maximise the ELBO over the DGP's parameters (gpflux's keras training model).
+
+    Stage 2 never hands back parameters worse than its start on the objective it can see: with
+    ``validation_data`` the validation NLPD (below); without, the ``guard`` (on by default) scores the
+    training −ELBO on a fixed seeded subset of at most :data:`GUARD_ROWS` training rows, scaled to N, with
+    fixed draws (:func:`negative_elbo_score`), before training (before the warm-up, if any), every
+    ``schedule.validation_every`` epochs but at most once per :data:`GUARD_MIN_STEPS` steps, and at the end,
+    and restores the best check (:class:`RestoreBest`).
+    The history then holds ``negative_elbo_checks`` [(step, −ELBO)], ``best_negative_elbo``, ``best_step``,
+    ``restored`` (whether the final parameters were replaced) and ``restored_step``; ``check_objective``
+    names the score. A check costs one eager forward pass over ≤ 2048 rows (measured in
+    docs/results/stage2/divergence_cost.json). Streaming data
+    are covered (the rows come from a few seeded blocks, or a ``tf.data.Dataset``'s first rows), and so
+    is a ``strategy`` (the mirrored copy is scored). ``guard=False`` trains without it.
 
     :param validation_data: (X_val, Y_val): early stopping on the validation NLPD, −mean log p(y|x)
         by :func:`activated_dgp.predictive_log_density` with ``validation_samples`` samples and a fixed
@@ -292,7 +391,8 @@ def train_dgp(
     :param callbacks: more tf-keras callbacks for the (second-phase) fit, e.g. progress or diagnostics.
     :param optimizer: the optimiser of the (second-phase) fit; default a new ``Adam(schedule.learning_rate)``.
         To resume an interrupted fit pass the one saved with it (:func:`activated_dgp.load_optimizer`), so
-        that Adam's moments, step count and scheduled learning rate continue.
+        that Adam's moments, step count and scheduled learning rate continue (a resumed optimiser still
+        within ``schedule.ramp_steps`` continues the ramp; a new one passed in is used as given, unramped).
     :param initial_epoch: the epoch to resume at (Keras' ``initial_epoch``; e.g. ``load_state(dir)["epoch"]``
         of a :class:`activated_dgp.DGPCheckpoint`): the fit runs epochs ``initial_epoch`` … ``schedule.epochs``
         − 1, and a resumed fit (``initial_epoch`` > 0) skips the warm-up, which belongs to its start.
@@ -321,10 +421,10 @@ def train_dgp(
         if warmup_steps > 0:
             raise ValueError("warmup_steps is not supported with a strategy (trainable flags of mirrored variables)")
         replica = replicate(dgp, strategy)
-        record = _train_dgp(replica, data, schedule, validation_data, validation_samples, 0, callbacks, strategy, seed, None, int(initial_epoch))
+        record = _train_dgp(replica, data, schedule, validation_data, validation_samples, 0, callbacks, strategy, seed, None, int(initial_epoch), guard)
         copy_values(replica, dgp)
         return record
-    return _train_dgp(dgp, data, schedule, validation_data, validation_samples, warmup_steps, callbacks, None, seed, optimizer, int(initial_epoch))
+    return _train_dgp(dgp, data, schedule, validation_data, validation_samples, warmup_steps, callbacks, None, seed, optimizer, int(initial_epoch), guard)
 
 
 def _training_data(dgp, X, Y, num_data, strategy):
@@ -361,8 +461,25 @@ def _num_rows(data) -> int:
     return len(data[0]) if isinstance(data, tuple) else data.num_data
 
 
-def _train_dgp(dgp, data, schedule, validation_data, validation_samples, warmup_steps, callbacks, strategy, seed, optimizer, initial_epoch) -> dict:
+def _stage2_stopper(dgp, data, schedule, validation_data, validation_samples, guard: bool, seed: int, steps_per_epoch: int) -> Optional[RestoreBest]:
+    """Early stopping on the validation NLPD with validation data; else, with ``guard``, a :class:`RestoreBest`
+    on the training −ELBO (:func:`negative_elbo_score` on :func:`guard_rows`), checked every ``validation_every``
+    epochs but at most once per :data:`GUARD_MIN_STEPS` steps."""
+    if validation_data is not None:
+        X_val, Y_val = _check_data(*validation_data)
+        return _early_stopping(schedule, lambda: validation_nlpd(dgp, X_val, Y_val, validation_samples, 0), dgp)
+    _early_stopping(schedule, None, dgp)  # a patience without validation data is an error
+    if not guard:
+        return None
+    every = max(schedule.validation_every, math.ceil(GUARD_MIN_STEPS / steps_per_epoch))
+    return RestoreBest(negative_elbo_score(dgp, *guard_rows(data, seed), seed), dgp, every=every, label="negative_elbo")
+
+
+def _train_dgp(dgp, data, schedule, validation_data, validation_samples, warmup_steps, callbacks, strategy, seed, optimizer, initial_epoch, guard=True) -> dict:
     record: dict = {}
+    stopper = _stage2_stopper(dgp, data, schedule, validation_data, validation_samples, guard, seed, _steps_per_epoch(schedule, data, strategy))
+    if stopper is not None:
+        stopper.epochs_run = initial_epoch
     if warmup_steps > 0 and initial_epoch == 0:
         frozen = [layer.inducing_variable for layer in dgp.f_layers]
         frozen += [getattr(layer.kernel, "kernel", layer.kernel).lengthscales for layer in dgp.f_layers if hasattr(getattr(layer.kernel, "kernel", layer.kernel), "lengthscales")]
@@ -370,18 +487,16 @@ def _train_dgp(dgp, data, schedule, validation_data, validation_samples, warmup_
         for module in frozen:
             gpflow.set_trainable(module, False)
         warm = TrainingSchedule(**{**schedule.__dict__, "patience": None, "epochs": max(1, math.ceil(warmup_steps / schedule.steps_per_epoch(_num_rows(data))))})
+        if stopper is not None:  # the start competes too: the warm-up's epochs count before 0
+            stopper.prime(-warm.epochs)
         record["warmup"] = _fit_elbo(dgp, data, warm, None, seed=seed)
         for module, state in zip(frozen, states):
             for variable, flag in zip(module.variables, state):
                 variable._trainable = flag
-    score = None
-    if validation_data is not None:
-        X_val, Y_val = _check_data(*validation_data)
-        score = lambda: validation_nlpd(dgp, X_val, Y_val, validation_samples, 0)  # noqa: E731
-    stopper = _early_stopping(schedule, score, dgp)
     record.update(_fit_elbo(dgp, data, schedule, stopper, callbacks, strategy=strategy, seed=seed, optimizer=optimizer, initial_epoch=initial_epoch))
     if stopper is not None:
         record.update(stopper.summary(_steps_per_epoch(schedule, data, strategy)))
+        record["check_objective"] = stopper.label
     return record
 
 
@@ -399,9 +514,12 @@ def _fit_elbo(
     source; under ``strategy`` the model and optimiser are built in its scope (``dgp`` must be mirrored)."""
     with strategy.scope() if strategy is not None else contextlib.nullcontext():
         model = dgp.as_training_model()
+        # the ramp: for a fresh Adam, or a resumed one (its step count continues the ramp); not for a new one passed in
+        ramped = schedule.ramp_steps > 0 and (optimizer is None or int(optimizer.iterations.numpy()) > 0)
         optimizer = optimizer if optimizer is not None else tf_keras.optimizers.Adam(schedule.learning_rate)
         model.compile(optimizer, jit_compile=schedule.jit_compile)
-    callbacks = schedule.callbacks() + list(extra) + ([stopper] if stopper is not None else [])
+    ramp = [LearningRateRamp(schedule.learning_rate, schedule.ramp_steps)] if ramped else []
+    callbacks = ramp + schedule.callbacks() + list(extra) + ([stopper] if stopper is not None else [])
     fit = dict(epochs=schedule.epochs, callbacks=callbacks, verbose=schedule.verbose, initial_epoch=initial_epoch)
     if isinstance(data, tuple):
         history = model.fit({"inputs": data[0], "targets": data[1]}, batch_size=schedule.batch_size, **fit)

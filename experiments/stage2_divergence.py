@@ -1,0 +1,256 @@
+"""Stage 2 on a converted plain softplus network (issue 31): does train_dgp / train_two_stage keep the network's fit?
+
+The reported case: N = 300 inputs uniform on [−2, 2], y = sin(3x) + N(0, 0.1²) noise, the network
+[Dense(64, softplus), Dense(1, no bias)] trained 1,000 epochs (Adam 5e-3, batch 16, MSE), converted with
+``dgp_from_keras(net, num_data=N, X=X)`` and trained 100 epochs by stage 2. Per seed the record holds the network
+(train RMSE, first-layer |kernel|), the converted model at the start (ELBO terms, the residual prior variance
+k − Qff, the condition number of Kuu, the posterior-mean weights B), the train RMSE of the mean after one
+Adam-sized sign step on each parameter group alone, and the end of stage 2 in four settings:
+
+* ``old``: the previous default (no learning-rate ramp, no guard): ``TrainingSchedule(epochs=100, ramp_steps=0)``,
+  ``guard=False``;
+* ``ramp``: the learning-rate ramp alone (``guard=False``);
+* ``default``: today's ``train_dgp`` defaults (ramp and guard);
+* ``two_stage``: ``train_two_stage(X, Y, network=net, seed=seed)`` with its defaults.
+
+    python -m experiments.stage2_divergence --seeds 0-9 --out docs/results/stage2     # one JSON per seed
+    python -m experiments.stage2_divergence --seeds 0-9 --settings default,two_stage --out docs/results/stage2  # rerun some
+    python -m experiments.stage2_divergence --report --out docs/results/stage2        # divergence.json
+    python -m experiments.stage2_divergence --cost --out docs/results/stage2          # divergence_cost.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+NUM_DATA, NOISE_SD, NET_EPOCHS, NET_LR, NET_BATCH, DGP_EPOCHS = 300, 0.1, 1000, 5e-3, 16, 100
+
+
+def data(seed: int):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-2.0, 2.0, size=(NUM_DATA, 1))
+    return X, np.sin(3.0 * X) + NOISE_SD * rng.normal(size=(NUM_DATA, 1))
+
+
+def network(seed: int, X, Y, epochs: int = NET_EPOCHS):
+    import tf_keras
+
+    tf_keras.utils.set_random_seed(seed)
+    net = tf_keras.Sequential([tf_keras.Input((1,)), tf_keras.layers.Dense(64, "softplus"), tf_keras.layers.Dense(1, use_bias=False)])
+    net.compile(tf_keras.optimizers.Adam(NET_LR), loss="mse")
+    net.fit(X, Y, epochs=epochs, batch_size=NET_BATCH, verbose=0)
+    return net
+
+
+def rmse(dgp, X, Y) -> float:
+    from activated_dgp import propagate_means
+
+    return float(np.sqrt(np.mean((propagate_means(dgp, X)[-1].numpy() - Y) ** 2)))
+
+
+def start_diagnosis(dgp, X, Y, learning_rate: float = 0.01) -> dict:
+    """The converted model before stage 2, and the train RMSE after one step of ``learning_rate`` × sign(gradient)
+    (Adam's first step) on each parameter group alone; for W also with the posterior-mean weights B held."""
+    import gpflow
+    import tensorflow as tf
+
+    from activated_dgp.conversion import posterior_mean_weights, set_posterior_mean_weights
+    from activated_dgp.diagnostics import elbo_terms, residual_fraction
+
+    layer = dgp.f_layers[0]
+    kernel, feature = layer.kernel.kernel, layer.inducing_variable.inducing_variable
+    Kuu = gpflow.covariances.Kuu(layer.inducing_variable, layer.kernel, jitter=gpflow.config.default_jitter()).numpy()
+    eigen = np.linalg.eigvalsh(Kuu)
+    terms = elbo_terms(dgp, X, Y, num_samples=1)
+    _, f_var = layer.predict(X, full_cov=False)
+    B = posterior_mean_weights(layer)
+    with tf.GradientTape() as tape:
+        loss = -dgp.elbo((X, Y))
+    variables = dgp.trainable_variables
+    gradients = tape.gradient(loss, variables)
+    start = rmse(dgp, X, Y)
+    steps = {}
+    for variable, gradient in zip(variables, gradients):
+        value = variable.numpy()
+        variable.assign(value - learning_rate * np.sign(gradient.numpy()))
+        name = "W" if variable is feature.W.unconstrained_variable else variable.name.split(":")[0]
+        steps.setdefault(name, []).append({"gradient_norm": float(np.linalg.norm(gradient.numpy())), "rmse_after": rmse(dgp, X, Y)})
+        if name == "W":
+            set_posterior_mean_weights(layer, B)
+            steps["W with B held"] = [{"rmse_after": rmse(dgp, X, Y)}]
+        variable.assign(value)
+        set_posterior_mean_weights(layer, B)
+    return {
+        "rmse": start,
+        "expected_log_likelihood": terms.expected_log_likelihood,
+        "kl": terms.kl[0],
+        "mean_f_variance": float(np.mean(f_var.numpy())),
+        "mean_residual_fraction": float(np.mean(residual_fraction(layer, X))),
+        "noise_variance": float(dgp.likelihood_layer.likelihood.variance.numpy()),
+        "kuu_condition": float(eigen[-1] / eigen[0]),
+        "kuu_eigen_above_10_jitter": int(np.sum(eigen > 10 * gpflow.config.default_jitter())),
+        "q_mu_norm": float(np.linalg.norm(layer.q_mu.numpy())),
+        "B_norm": float(np.linalg.norm(B)),
+        "W_abs_max": float(np.abs(feature.W.numpy()).max()),
+        "sign_step": steps,
+    }
+
+
+def stage2(net, X, Y, seed: int, setting: str) -> dict:
+    import tensorflow as tf
+
+    from activated_dgp import TrainingSchedule, dgp_from_keras, train_dgp, train_two_stage
+
+    tf.random.set_seed(seed)
+    if setting == "two_stage":
+        result = train_two_stage(X, Y, network=net, seed=seed)
+        dgp, history = result.dgp, result.dgp_history
+    else:
+        dgp = dgp_from_keras(net, num_data=len(X), X=X).dgp
+        schedule = TrainingSchedule(epochs=DGP_EPOCHS, ramp_steps=0 if setting == "old" else TrainingSchedule.ramp_steps)
+        history = train_dgp(dgp, X, Y, schedule, guard=setting == "default", seed=seed)
+    return {
+        "rmse": rmse(dgp, X, Y),
+        "loss_first_epoch": float(history["loss"][0]),
+        "loss_peak": float(max(history["loss"])),
+        "loss_last": float(history["loss"][-1]),
+        "restored": history.get("restored"),
+        "restored_step": history.get("restored_step"),
+        "best_step": history.get("best_step"),
+        "steps_run": history.get("steps_run"),
+    }
+
+
+SETTINGS = ("old", "ramp", "default", "two_stage")
+
+
+def run_seed(seed: int, settings=SETTINGS, previous: dict = None) -> dict:
+    """One seed's record; with ``previous`` (its earlier record) only ``settings`` are rerun, on the same network
+    (a ValueError if the seeded network does not come out the same)."""
+    X, Y = data(seed)
+    net = network(seed, X, Y)
+    from activated_dgp import dgp_from_keras
+
+    kernel = net.layers[0].kernel.numpy()
+    network_rmse = float(np.sqrt(np.mean((net(X).numpy() - Y) ** 2)))
+    if previous is not None:
+        if previous["network_rmse"] != network_rmse:
+            raise ValueError(f"seed {seed}: the network differs from the record's ({network_rmse} vs {previous['network_rmse']})")
+        record = dict(previous)
+    else:
+        record = {
+            "seed": seed,
+            "network_rmse": network_rmse,
+            "first_kernel_abs_max": float(np.abs(kernel).max()),
+            "first_kernel_abs_mean": float(np.abs(kernel).mean()),
+            "start": start_diagnosis(dgp_from_keras(net, num_data=len(X), X=X).dgp, X, Y),
+            "target_rmse": 1.5 * network_rmse + 0.05,
+        }
+    for setting in settings:
+        record[setting] = stage2(net, X, Y, seed, setting)
+    return record
+
+
+def report(out: Path) -> dict:
+    records = [json.loads(p.read_text()) for p in sorted((out / "divergence").glob("seed_*.json"))]
+    records.sort(key=lambda r: r["seed"])
+    summary = {
+        "command": "python -m experiments.stage2_divergence --seeds 0-9 --out docs/results/stage2",
+        "setup": {"num_data": NUM_DATA, "noise_sd": NOISE_SD, "network_epochs": NET_EPOCHS, "network_learning_rate": NET_LR,
+                  "network_batch": NET_BATCH, "dgp_epochs": DGP_EPOCHS},
+        "seeds": [r["seed"] for r in records],
+        "target": "final train RMSE <= 1.5 x network's + 0.05",
+    }
+    for setting in SETTINGS:
+        summary[setting] = {
+            "meets_target": sum(r[setting]["rmse"] <= r["target_rmse"] for r in records),
+            "worst_rmse_over_target": max(r[setting]["rmse"] / r["target_rmse"] for r in records),
+            "rmse": [r[setting]["rmse"] for r in records],
+            "loss_peak": [r[setting]["loss_peak"] for r in records],
+            "restored": [r[setting]["restored"] for r in records],
+        }
+    summary["records"] = records
+    (out / "divergence.json").write_text(json.dumps(summary, indent=1) + "\n")
+    return summary
+
+
+def guard_cost(sizes=(300, 20000), repeats: int = 3) -> dict:
+    """Seconds of ``train_dgp`` without the guard, with it (the default frequency) and with a check every epoch, interleaved
+    ``repeats`` times, on a one-layer DGP converted from seed 0's network, at N = each of ``sizes`` rows of the
+    same problem; epochs chosen for about 600 steps (batch 128)."""
+    import time
+
+    import tensorflow as tf
+
+    from activated_dgp import TrainingSchedule, dgp_from_keras, train_dgp, training
+
+    X, Y = data(0)
+    net = network(0, X, Y)
+    default_min_steps = training.GUARD_MIN_STEPS
+    result = {"guard_min_steps": default_min_steps}
+    for size in sizes:
+        rng = np.random.default_rng(1)
+        Xn = rng.uniform(-2.0, 2.0, size=(size, 1))
+        Yn = np.sin(3.0 * Xn) + NOISE_SD * rng.normal(size=(size, 1))
+        epochs = max(1, round(600 / -(-size // 128)))
+        times = {"guard": [], "guard_every_epoch": [], "no_guard": []}
+        for _ in range(repeats):
+            for label in times:
+                tf.random.set_seed(0)
+                dgp = dgp_from_keras(net, num_data=size, X=Xn[:2048]).dgp
+                training.GUARD_MIN_STEPS = 1 if label == "guard_every_epoch" else default_min_steps
+                start = time.perf_counter()
+                train_dgp(dgp, Xn, Yn, TrainingSchedule(epochs=epochs), guard=label != "no_guard")
+                times[label].append(time.perf_counter() - start)
+                training.GUARD_MIN_STEPS = default_min_steps
+        result[str(size)] = {"epochs": epochs, "steps_per_epoch": -(-size // 128), "seconds": times} | {
+            f"median_ratio_{label}": float(np.median(times[label]) / np.median(times["no_guard"])) for label in ("guard", "guard_every_epoch")
+        }
+    return result
+
+
+def _seeds(text: str):
+    if "-" in text:
+        first, last = text.split("-")
+        return list(range(int(first), int(last) + 1))
+    return [int(s) for s in text.split(",")]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", default="0-9")
+    parser.add_argument("--out", default="docs/results/stage2")
+    parser.add_argument("--report", action="store_true")
+    parser.add_argument("--settings", help="rerun only these settings (comma-separated) into the existing seed records")
+    parser.add_argument("--cost", action="store_true", help="time train_dgp with and without the guard (divergence_cost.json)")
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    if args.cost:
+        cost = {"command": "python -m experiments.stage2_divergence --cost --out docs/results/stage2"} | guard_cost()
+        (out / "divergence_cost.json").write_text(json.dumps(cost, indent=1) + "\n")
+        print(json.dumps(cost))
+        return
+    if args.report:
+        summary = report(out)
+        for setting in ("old", "ramp", "default", "two_stage"):
+            print(setting, summary[setting]["meets_target"], "/", len(summary["seeds"]), "meet the target")
+        return
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    (out / "divergence").mkdir(parents=True, exist_ok=True)
+    for seed in _seeds(args.seeds):
+        path = out / "divergence" / f"seed_{seed}.json"
+        if args.settings:
+            record = run_seed(seed, args.settings.split(","), json.loads(path.read_text()))
+        else:
+            record = run_seed(seed)
+        path.write_text(json.dumps(record, indent=1) + "\n")
+        print(json.dumps({k: record[k]["rmse"] for k in ("old", "ramp", "default", "two_stage")} | {"seed": seed, "target": record["target_rmse"]}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
