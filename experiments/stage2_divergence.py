@@ -21,12 +21,13 @@ Adam-sized sign step on each parameter group alone, and the end of stage 2 in fo
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 from pathlib import Path
 
 import numpy as np
+
+from experiments.harness.cli import make_parser
 
 NUM_DATA, NOISE_SD, NET_EPOCHS, NET_LR, NET_BATCH, DGP_EPOCHS = 300, 0.1, 1000, 5e-3, 16, 100
 
@@ -222,7 +223,7 @@ def _seeds(text: str):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = make_parser("python -m experiments.stage2_divergence", __doc__.splitlines()[0])
     parser.add_argument("--seeds", default="0-9")
     parser.add_argument("--out", default="docs/results/stage2")
     parser.add_argument("--report", action="store_true")
