@@ -73,7 +73,7 @@ class TrainingSchedule:
     plateau_factor: float = 0.9
     plateau_patience: int = 5
     min_learning_rate: float = 1e-5
-    verbose: int = 0
+    verbose: int = 1  # 1: one progress bar over the fit's epochs (FitProgress); 2: Keras' line per epoch; 0: silent
     patience: Optional[int] = None
     validation_every: int = 1
     jit_compile: bool = False  # XLA-compile the whole ELBO step (see docs/scaling.md: slower on CPU)
@@ -87,6 +87,8 @@ class TrainingSchedule:
         integer("epochs", self.epochs, 1)
         integer("batch_size", self.batch_size, 1)
         integer("plateau_patience", self.plateau_patience, 0)
+        if self.verbose not in (0, 1, 2) or isinstance(self.verbose, bool):
+            raise ValueError(f"verbose must be 0 (silent), 1 (a progress bar over the epochs) or 2 (a line per epoch), got {self.verbose!r}")
         integer("validation_every", self.validation_every, 1)
         integer("ramp_steps", self.ramp_steps, 0)
         if self.patience is not None:
@@ -133,7 +135,31 @@ class TrainingSchedule:
                 monitor="loss", factor=self.plateau_factor, patience=self.plateau_patience, min_lr=self.min_learning_rate, verbose=0
             ),
             tf_keras.callbacks.TerminateOnNaN(),
-        ]
+        ] + ([FitProgress()] if self.verbose == 1 else [])
+
+    @property
+    def keras_verbose(self) -> int:
+        """The ``verbose`` handed to Keras' ``fit``: 2 (a line per epoch) as asked, else 0 (``verbose=1`` shows
+        :class:`FitProgress` instead of Keras' per-step bar, which repeats once per epoch)."""
+        return 2 if self.verbose == 2 else 0
+
+
+class FitProgress(tf_keras.callbacks.Callback):
+    """One Keras ``Progbar`` over a fit's epochs (not Keras' per-epoch step bar), with the latest loss and learning
+    rate; on a terminal it redraws in place, elsewhere (logs) it writes a line at most every ``interval`` seconds."""
+
+    def __init__(self, interval: float = 10.0):
+        super().__init__()
+        self.interval = float(interval)
+        self._bar = None
+
+    def on_train_begin(self, logs=None):
+        epochs = self.params.get("epochs")
+        self._bar = tf_keras.utils.Progbar(epochs, unit_name="epoch", interval=self.interval, stateful_metrics=["loss", "lr"])
+
+    def on_epoch_end(self, epoch, logs=None):
+        values = [(name, float(value)) for name, value in (logs or {}).items() if name in ("loss", "lr", "val_loss")]
+        self._bar.update(epoch + 1, values=values, finalize=epoch + 1 >= (self.params.get("epochs") or 0))
 
 
 class LearningRateRamp(tf_keras.callbacks.Callback):
@@ -334,7 +360,7 @@ def train_network(
         score = lambda: float(loss(Y_val, network(X_val, training=False)))  # noqa: E731
     stopper = _early_stopping(schedule, score, network)
     callbacks = schedule.callbacks() + ([stopper] if stopper is not None else [])
-    history = network.fit(X, Y, batch_size=schedule.batch_size, epochs=schedule.epochs, callbacks=callbacks, verbose=schedule.verbose)
+    history = network.fit(X, Y, batch_size=schedule.batch_size, epochs=schedule.epochs, callbacks=callbacks, verbose=schedule.keras_verbose)
     record = dict(history.history)
     if stopper is not None:
         record.update(stopper.summary(schedule.steps_per_epoch(len(X))))
@@ -520,7 +546,7 @@ def _fit_elbo(
         model.compile(optimizer, jit_compile=schedule.jit_compile)
     ramp = [LearningRateRamp(schedule.learning_rate, schedule.ramp_steps)] if ramped else []
     callbacks = ramp + schedule.callbacks() + list(extra) + ([stopper] if stopper is not None else [])
-    fit = dict(epochs=schedule.epochs, callbacks=callbacks, verbose=schedule.verbose, initial_epoch=initial_epoch)
+    fit = dict(epochs=schedule.epochs, callbacks=callbacks, verbose=schedule.keras_verbose, initial_epoch=initial_epoch)
     if isinstance(data, tuple):
         history = model.fit({"inputs": data[0], "targets": data[1]}, batch_size=schedule.batch_size, **fit)
         return dict(history.history)

@@ -122,3 +122,21 @@ def test_learning_rate_ramps_linearly_then_holds():
     train_dgp(dgp, X, Y, schedule, callbacks=[Rates()], guard=False)
     expected = [0.02 * min(t, 10) / 10 for t in range(1, 25)]  # 4 steps per epoch, 24 steps
     np.testing.assert_allclose(seen, expected, rtol=1e-6)
+
+
+def test_long_fits_show_progress_by_default_and_verbose_0_silences(capsys):
+    """Progress by default: one Keras Progbar over the epochs, ending at the epoch count; verbose=0 prints nothing."""
+    import tf_keras
+
+    from activated_dgp import TrainingSchedule, train_network
+
+    X = np.linspace(-1, 1, 40)[:, None]
+    network = tf_keras.Sequential([tf_keras.Input((1,)), tf_keras.layers.Dense(4, "relu"), tf_keras.layers.Dense(1)])
+    train_network(network, X, X**2, schedule=TrainingSchedule(epochs=3, batch_size=20))
+    shown = capsys.readouterr()
+    assert "3/3" in shown.out + shown.err and "loss" in shown.out + shown.err
+    train_network(network, X, X**2, schedule=TrainingSchedule(epochs=3, batch_size=20, verbose=0))
+    silent = capsys.readouterr()
+    assert silent.out.strip() == "" and "3/3" not in silent.err
+    with pytest.raises(ValueError, match="verbose must be 0"):
+        TrainingSchedule(verbose=3)

@@ -411,7 +411,7 @@ class NeuralEF(EigenApproximation):
         num_steps: int = 2000,
         kernel=None,
         schedule: str = "constant",
-        print_every: int = 0,
+        print_every: Optional[int] = None,
         seed: Optional[int] = None,
         rayleigh_ritz: bool = True,
         ritz_block_size: int = 2048,
@@ -421,8 +421,8 @@ class NeuralEF(EigenApproximation):
 
         Minibatches of B = min(batch_size, N) rows are drawn without replacement, reshuffling each
         epoch. ``schedule="cosine"`` anneals the learning rate lr · (1 + cos(π t / T)) / 2 over these
-        T = num_steps steps. With ``print_every = n > 0`` prints step, loss and the minibatch eigenvalue
-        estimates every n steps. May be called again to continue training (the optimizer state is kept;
+        T = num_steps steps. Prints step, loss and the minibatch eigenvalue
+        estimates every ``print_every`` steps (default: num_steps // 10; 0 is silent). May be called again to continue training (the optimizer state is kept;
         the Ritz step is recomputed from the networks). With ``rayleigh_ritz=False`` the outputs are the
         networks sorted by their minibatch eigenvalue estimate, which are then the ``eigenvalues``.
         Raises ValueError for NaN/inf or badly shaped inputs, a width other than the networks',
@@ -433,6 +433,8 @@ class NeuralEF(EigenApproximation):
             raise ValueError(f"unknown schedule {schedule!r}; use one of {SCHEDULES}")
         if int(num_steps) != num_steps or num_steps < 1:
             raise ValueError(f"num_steps must be a positive integer, got {num_steps!r}")
+        if print_every is None:  # progress by default: about ten lines per fit (0 silences)
+            print_every = max(1, int(num_steps) // 10)
         if int(print_every) != print_every or print_every < 0:
             raise ValueError(f"print_every must be a non-negative integer, got {print_every!r}")
         if kernel is not None:
