@@ -38,6 +38,7 @@ import tf_keras
 
 from .conditionals import SharedActivationFeature
 from .config import ArchitectureConfig
+from .far_field import FarFieldArcCosine, far_field_record, restore_far_field
 from .inducing_variables import ActivationFeature
 from .kernels import ZonalArcCosine
 from .models import build_activated_dgp, likelihood_name
@@ -143,7 +144,8 @@ def architecture_of_dgp(dgp: gpflux.models.DeepGP) -> ArchitectureConfig:
         if not isinstance(layer, gpflux.layers.GPLayer):
             raise ValueError(f"{where}: it is a {type(layer).__name__}, not a gpflux GPLayer")
         kernel = getattr(layer.kernel, "kernel", None)
-        if type(layer.kernel) is not gpflow.kernels.SharedIndependent or type(kernel) is not ZonalArcCosine:
+        kernels = (ZonalArcCosine, FarFieldArcCosine) if index == len(dgp.f_layers) - 1 else (ZonalArcCosine,)
+        if type(layer.kernel) is not gpflow.kernels.SharedIndependent or type(kernel) not in kernels:
             raise ValueError(f"{where}: kernel {_name(layer.kernel, kernel)} is not SharedIndependent(ZonalArcCosine)")
         feature = getattr(layer.inducing_variable, "inducing_variable", None)
         if type(layer.inducing_variable) not in _SHARED_INDUCING_TYPES or not isinstance(feature, ActivationFeature):
@@ -339,7 +341,7 @@ def save_dgp(dgp: gpflux.models.DeepGP, directory, *, optimizer=None, state: Opt
     if stray:
         raise ValueError(f"cannot save the DGP: trainable variables outside its gpflow Parameters: {stray[:3]}")
     records = {path: dict(_record(p), trainable=bool(p.trainable)) for path, p in parameters.items()}
-    reference = build_activated_dgp(architecture, int(dgp.num_data))
+    reference = restore_far_field(build_activated_dgp(architecture, int(dgp.num_data)), far_field_record(dgp))
     _compare(records, {path: _record(p) for path, p in _parameters(reference).items()}, "cannot save the DGP as rebuilt from its architecture")
     spectra = _spectra(dgp)
     _check_spectra(spectra, _spectra(reference), "cannot save the DGP")
@@ -350,6 +352,7 @@ def save_dgp(dgp: gpflux.models.DeepGP, directory, *, optimizer=None, state: Opt
         dtype=np.dtype(gpflow.default_float()).name,
         architecture=architecture.to_dict(),
         num_data=int(dgp.num_data),
+        far_field=far_field_record(dgp),
         parameters=records,
         state=dict(state or {}),
     )
@@ -366,7 +369,7 @@ def save_dgp(dgp: gpflux.models.DeepGP, directory, *, optimizer=None, state: Opt
 def load_dgp(directory) -> gpflux.models.DeepGP:
     """Rebuild a DeepGP saved by :func:`save_dgp` and restore every parameter (value and trainable flag)."""
     config, architecture, arrays = _read(directory, "dgp")
-    dgp = build_activated_dgp(architecture, int(config["num_data"]))
+    dgp = restore_far_field(build_activated_dgp(architecture, int(config["num_data"])), config.get("far_field"))
     parameters = _parameters(dgp)
     _compare(config["parameters"], {path: _record(p) for path, p in parameters.items()}, f"{directory} does not match its architecture")
     _check_spectra({k: v for k, v in arrays.items() if k.startswith("spectrum/")}, _spectra(dgp), f"{directory}")

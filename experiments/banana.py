@@ -166,16 +166,50 @@ def run_configuration(
     )
 
 
-def plot(X, Y, runs, path: Path, extent: float = 2.0, resolution: int = 90, factors=None) -> Path:
+def sine_run(seed: int = 0, num_points: int = 200, epochs: int = 150) -> dict:
+    """The 1-D panel's model: ``train_two_stage`` (one layer of 50 units, Gaussian, defaults incl. the far-field
+    residual) on y = sin(3x) + 0.1·ε, x ~ U[−2, 2]; its predictive mean and std of y on the +x ray out to 100×
+    the data range (x = 400)."""
+    from activated_dgp import predict_y
+
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-2.0, 2.0, (num_points, 1))
+    Y = np.sin(3.0 * X) + 0.1 * rng.normal(size=X.shape)
+    result = train_two_stage(
+        X, Y, num_layers=1, num_units=50, seed=seed, network_schedule=TrainingSchedule(epochs=epochs),
+        dgp_schedule=TrainingSchedule(epochs=epochs),
+    )
+    x = np.concatenate([np.linspace(0.05, 2.0, 40), np.geomspace(2.0, 400.0, 60)[1:]])[:, None]
+    mean, var = predict_y(result.dgp, x, 32, seed)
+    return dict(X=X, Y=Y, x=x[:, 0], mean=mean[:, 0], std=np.sqrt(var[:, 0]), network=result.network(x).numpy()[:, 0])
+
+
+def _sine_panel(ax, sine: dict) -> None:
+    ax.plot(sine["x"], sine["mean"], color="tab:blue", label="DGP predictive mean")
+    ax.fill_between(sine["x"], sine["mean"] - 2 * sine["std"], sine["mean"] + 2 * sine["std"], color="tab:blue", alpha=0.2, label="± 2σ")
+    ax.plot(sine["x"], sine["network"], color="tab:orange", ls="--", label="network")
+    positive = sine["X"][:, 0] > 0
+    ax.scatter(sine["X"][positive, 0], sine["Y"][positive, 0], s=5, color="black", label="data (x > 0)")
+    ax.axvline(2.0, color="grey", ls=":", label="edge of the data")
+    ax.set_xscale("log")
+    ax.set_yscale("symlog", linthresh=1.0)
+    ax.set_xlabel("x (data in [−2, 2]; 400 = 100× the data range)")
+    ax.set_title("1-D sine regression, one layer: mean ± 2σ away from the data", fontsize=11)
+    ax.legend(fontsize=8, loc="lower left")
+    ax.grid(alpha=0.3)
+
+
+def plot(X, Y, runs, path: Path, extent: float = 2.0, resolution: int = 90, factors=None, sine: dict = None) -> Path:
     """Rows: configurations; columns: network p(y=1|x), DGP p(y=1|x) on a grid of half-width
     ``extent`` · spread around x̄ (data and the 0.5 contour on top), and mean |p − 0.5| against the
-    circle radius in units of the spread."""
+    circle radius in units of the spread; with ``sine`` (:func:`sine_run`) a last row with the 1-D panel."""
     centre, radius = data_spread(X)
     axis = np.linspace(-extent * radius, extent * radius, resolution)
     grid_x, grid_y = np.meshgrid(centre[0] + axis, centre[1] + axis)
     grid = np.stack([grid_x.ravel(), grid_y.ravel()], axis=1)
-    factors = np.geomspace(1.0, 20.0, 11) if factors is None else np.asarray(factors)
-    fig, axes = plt.subplots(len(runs), 3, figsize=(15, 4.6 * len(runs)), squeeze=False)
+    factors = np.geomspace(1.0, 100.0, 11) if factors is None else np.asarray(factors)
+    rows = len(runs) + (sine is not None)
+    fig, axes = plt.subplots(rows, 3, figsize=(15, 4.6 * rows), squeeze=False)
     levels = np.linspace(0.0, 1.0, 21)
     for row, run in enumerate(runs):
         for col, (name, predict, accuracy) in enumerate(
@@ -206,6 +240,11 @@ def plot(X, Y, runs, path: Path, extent: float = 2.0, resolution: int = 90, fact
         ax.set_title("far field: 0 = uncertain, 0.5 = certain", fontsize=11)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=9, loc="lower right")
+    if sine is not None:
+        gs = axes[-1, 0].get_gridspec()
+        for ax in axes[-1]:
+            ax.remove()
+        _sine_panel(fig.add_subplot(gs[-1, :]), sine)
     fig.suptitle("Banana: network twin (cross-entropy) vs. activated DGP (ELBO), 100 Softplus units per layer", fontsize=13)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -239,7 +278,10 @@ the converter gives the DGP with the same mean; stage 2 maximises the ELBO with 
 rule). DGP probabilities average {args.num_samples} propagated samples. Far field: mean |p − 0.5| on
 256 points of the circle of radius {FAR_FACTOR:g} · max‖x − x̄‖ around the data mean (0 = p ≡ 0.5,
 0.5 = p ∈ {{0, 1}}). ELBOs are totals over the data set (nats; 1-layer exact up to quadrature,
-3-layer averaged over 8 sampled passes).
+3-layer averaged over 8 sampled passes). The DGPs carry the far-field residual of `activated_dgp.far_field`
+(the default of `train_two_stage` since issue 32; docs/results/far_field.md measures it with and without).
+The figure's last row is the 1-D panel of `experiments.banana.sine_run` (one layer, 50 units, 150 + 150
+epochs): the DGP's predictive mean ± 2σ on the +x ray out to 100× the data range.
 
 | layers | NN train acc. | DGP train acc. | far field NN | far field DGP | DGP ELBO before stage 2 | DGP ELBO after stage 2 | conversion mismatch | seconds |
 |---|---|---|---|---|---|---|---|---|
@@ -289,8 +331,10 @@ def main(argv=None) -> list:
             flush=True,
         )
         runs.append(run)
+    print("1-D sine panel ...", flush=True)
+    sine = sine_run(args.seed)
     print("plotting ...", flush=True)
-    figure = plot(X, Y, runs, args.out)
+    figure = plot(X, Y, runs, args.out, sine=sine)
     command = "python -m experiments.banana " + " ".join(argv if argv is not None else sys.argv[1:])
     results = write_results(args.results, figure, runs, args, len(X), time.perf_counter() - start, command.strip())
     print(f"wrote {figure} and {results} ({time.perf_counter() - start:.0f} s in all)")
