@@ -104,7 +104,7 @@ class FarFieldArcCosine(ZonalArcCosine):
         return rho, z
 
     def residual(self, X: TensorType, X2: Optional[TensorType] = None) -> tf.Tensor:
-        """k_res(X, X2): [N, D], [N2, D] → [N, N2] (X2 None: X2 = X)."""
+        """k_res(X, X2): [N, D], [N2, D] → [N, N2]; X2 None: k_res(X, X), [batch..., N, D] → [batch..., N, N]."""
         rho, z = self._scaled(X)
         rho2, z2 = (rho, z) if X2 is None else self._scaled(X2)
         direction = 0.5 * (1.0 + tf.matmul(z, z2, transpose_b=True))
@@ -119,10 +119,9 @@ class FarFieldArcCosine(ZonalArcCosine):
 
     @inherit_check_shapes
     def K(self, X: TensorType, X2: Optional[TensorType] = None) -> tf.Tensor:
-        zonal = super().K(X, X2)
-        if tf.convert_to_tensor(X).shape.rank != 2 or (X2 is not None and tf.convert_to_tensor(X2).shape.rank != 2):
-            raise ValueError("FarFieldArcCosine.K takes [N, D] inputs (batched inputs: use K_diag)")
-        return zonal + self.residual(X, X2)
+        if X2 is not None and (tf.convert_to_tensor(X).shape.rank != 2 or tf.convert_to_tensor(X2).shape.rank != 2):
+            raise ValueError("FarFieldArcCosine.K(X, X2) takes [N, D] inputs (batched X alone, or K_diag, also work)")
+        return super().K(X, X2) + self.residual(X, X2)
 
     @inherit_check_shapes
     def K_diag(self, X: TensorType) -> tf.Tensor:

@@ -98,6 +98,29 @@ def test_probability_tends_to_half_along_rays(rng):
     assert plain_gap.mean() > 0.1  # without the residual p tends to a direction-dependent constant
 
 
+def test_softmax_probabilities_tend_to_uniform(rng):
+    from activated_dgp import predict_class_probabilities
+
+    X = rng.normal(size=(50, 2))
+    dgp = build_activated_dgp(2, len(X), num_layers=1, num_units=15, likelihood="softmax", output_dim=3, seed=2)
+    dgp.f_layers[0].q_mu.assign(5.0 * rng.normal(size=dgp.f_layers[0].q_mu.shape))
+    far = 1000.0 * np.array([[1.0, 0.3], [-0.4, 1.0], [0.2, -1.0]])
+    confident = predict_class_probabilities(dgp, far, num_samples=4, seed=0)
+    add_far_field(dgp, X)
+    uniform = predict_class_probabilities(dgp, far, num_samples=4, seed=0)
+    assert confident.max(1).min() > 0.9
+    np.testing.assert_allclose(uniform.sum(1), 1.0, atol=1e-9)
+    assert np.max(np.abs(uniform - 1.0 / 3.0)) < 0.12  # Monte Carlo softmax: each class wins equally often
+
+
+def test_batched_gram_matches_unbatched(rng):
+    kernel = FarFieldArcCosine(2, 5, far_variance=1.3, far_radius=0.9, far_centre=np.zeros(2))
+    H = 2.0 * rng.normal(size=(3, 4, 2))
+    batched = kernel.K(H).numpy()
+    for s in range(3):
+        np.testing.assert_allclose(batched[s], kernel.K(H[s]).numpy(), rtol=1e-12)
+
+
 def test_conditional_variance_gains_the_residual(rng):
     """The activated conditional (fast path and GPflow's) adds exactly k_res(h, h) to the zonal variance."""
     W = rng.normal(size=(15, 3))
