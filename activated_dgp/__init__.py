@@ -8,7 +8,6 @@ Public API:
   a layer's outputs, with a batched conditional.
 * :func:`build_activated_dgp`, :func:`build_activated_nn`, :func:`dgp_from_keras`,
   :func:`train_two_stage` — activated DGPs in GPflux, their network twin, and the converter.
-* :func:`add_far_field`, :class:`FarFieldArcCosine` — the output layer's far-field residual (issue 32).
 * :mod:`activated_dgp.spherical`, :mod:`activated_dgp.spectra` — Gegenbauer machinery and
   Funk–Hecke coefficients.
 """
@@ -19,7 +18,6 @@ from .conversion import Conversion, dgp_from_keras
 from .covariances import basis_coefficients, inducing_coefficients
 from .inducing_variables import ActivationFeature
 from .kernels import ZonalArcCosine, ZonalKernel
-from .far_field import FarFieldArcCosine, add_far_field
 from .config import ArchitectureConfig
 from .models import LIKELIHOODS, build_activated_dgp
 from .nn import ActivatedLayer, build_activated_nn
@@ -47,8 +45,6 @@ from .kernel_machines import EigenPro2, EigenPro3
 __all__ = [
     "ZonalArcCosine",
     "ZonalKernel",
-    "FarFieldArcCosine",
-    "add_far_field",
     "ActivationFeature",
     "ActivatedLayer",
     "build_activated_nn",
