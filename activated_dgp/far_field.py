@@ -43,7 +43,7 @@ from gpflow.utilities import positive
 
 from .kernels import ZonalArcCosine
 
-__all__ = ["FarFieldArcCosine", "add_far_field", "has_far_field", "far_field_options", "DEFAULT_ORDER"]
+__all__ = ["FarFieldArcCosine", "add_far_field", "refit_far_field", "has_far_field", "far_field_options", "DEFAULT_ORDER"]
 
 DEFAULT_ORDER = 3
 _TINY = 1e-300
@@ -171,13 +171,7 @@ def add_far_field(dgp: gpflux.models.DeepGP, X=None, *, order: int = DEFAULT_ORD
     if X is not None:
         H = layer_inputs(dgp, X)[-1]
         mean, _ = layer.predict(H, full_cov=False, full_output_cov=False)
-        H = H.numpy()
-        centre = H.mean(0)
-        values = dict(
-            far_centre=centre,
-            far_radius=float(max(np.max(np.linalg.norm(H - centre, axis=1)), 1e-12)),
-            far_variance=float(scale * max(np.max(mean.numpy() ** 2), 1e-12)),
-        )
+        values = dict(_ball(H.numpy()), far_variance=float(scale * max(np.max(mean.numpy() ** 2), 1e-12)))
     elif not {"far_variance", "far_radius", "far_centre"} <= set(values):
         raise ValueError("add_far_field needs data X or far_variance, far_radius and far_centre")
     kernel = FarFieldArcCosine(
@@ -186,6 +180,27 @@ def add_far_field(dgp: gpflux.models.DeepGP, X=None, *, order: int = DEFAULT_ORD
     kernel.variance, kernel.lengthscales = zonal.variance, zonal.lengthscales
     layer.kernel = gpflow.kernels.SharedIndependent(kernel, output_dim=shared.output_dim)
     return dgp
+
+
+def _ball(H: np.ndarray) -> dict:
+    """h₀ = the mean of the rows of H and R = max_i ‖H_i − h₀‖."""
+    centre = H.mean(0)
+    return dict(far_centre=centre, far_radius=float(max(np.max(np.linalg.norm(H - centre, axis=1)), 1e-12)))
+
+
+def refit_far_field(dgp: gpflux.models.DeepGP, X) -> None:
+    """Re-centre the residual's ball on the output layer's inputs of X under the current mean propagation
+    (h₀, R; σ_r² kept). Stage 2 moves the hidden layers of a deep model, so the ball fitted at conversion no
+    longer holds the training data's representations; :func:`activated_dgp.train_two_stage` calls this after
+    stage 2. The mean is unchanged (the residual never enters it)."""
+    from .prediction import layer_inputs
+
+    if not has_far_field(dgp):
+        raise ValueError("the DGP's output layer has no far-field residual (see add_far_field)")
+    kernel = dgp.f_layers[-1].kernel.kernel
+    ball = _ball(layer_inputs(dgp, X)[-1].numpy())
+    kernel.far_centre.assign(ball["far_centre"])
+    kernel.far_radius.assign(ball["far_radius"])
 
 
 def far_field_record(dgp: gpflux.models.DeepGP) -> Optional[dict]:

@@ -18,7 +18,7 @@ import tf_keras
 
 from .config import ArchitectureConfig
 from .conversion import NOISE_FACTORS, dgp_from_keras, rescale_kernel_variance, select_kernel_variances
-from .far_field import add_far_field, far_field_options
+from .far_field import add_far_field, far_field_options, refit_far_field
 from .distributed import check_global_batch, copy_values, distributed_dataset, replicate
 from .models import likelihood_name, network_loss, output_width
 from .streaming import ArraySource, CsvSource, DatasetSource, as_source, data_errors, global_batches
@@ -574,6 +574,8 @@ def train_two_stage(
         conversion.dgp, X, Y, dgp_schedule, validation_data=validation_data if stop_dgp else None,
         warmup_steps=warmup_steps, callbacks=dgp_callbacks, strategy=strategy, seed=seed or 0,
     )
+    if far_field is not None and len(conversion.dgp.f_layers) > 1:  # stage 2 moved the hidden representations
+        refit_far_field(conversion.dgp, X)
     return TwoStageResult(
         network,
         conversion.dgp,

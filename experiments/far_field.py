@@ -27,7 +27,7 @@ import gpflow  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from activated_dgp import TrainingSchedule, predict_y, train_two_stage  # noqa: E402
+from activated_dgp import TrainingSchedule, predict_y, predictive_log_density, train_two_stage  # noqa: E402
 from activated_dgp.far_field import DEFAULT_ORDER, has_far_field  # noqa: E402
 from activated_dgp.prediction import layer_inputs, sample_layers  # noqa: E402
 from experiments.banana import banana_dataset  # noqa: E402
@@ -110,14 +110,17 @@ def _set_far_variance(dgp, value: float) -> float:
 def measure_activated(dgp, X, X_test, Y_test, likelihood, options, seed) -> dict:
     points, index, factor, directions, radius = rays(X)
     H = layer_inputs(dgp, points)[-1]
-    out = dict(radius=radius, directions=directions.tolist(), factor=factor.tolist(), direction=index.tolist(),
+    H_test = layer_inputs(dgp, X_test)[-1]
+    outside = float(np.mean(dgp.f_layers[-1].kernel.kernel.residual_diag(H_test).numpy() > 0))
+    out = dict(test_outside_ball=outside, radius=radius, directions=directions.tolist(), factor=factor.tolist(), direction=index.tolist(),
                residual_fraction=residual_fraction(dgp.f_layers[-1], H).tolist())
     for state, value in (("on", None), ("off", 1e-200)):
         old = _set_far_variance(dgp, value) if value is not None else None
         f_mean, f_std = _latent_moments(dgp, points, options["num_samples"], seed)
         y_mean, y_var = predict_y(dgp, points, options["num_samples"], seed)
         t_mean, _ = predict_y(dgp, X_test, options["num_samples"], seed)
-        entry = dict(f_mean=f_mean[:, 0].tolist(), f_std=f_std[:, 0].tolist(), y_mean=y_mean[:, 0].tolist(),
+        nlpd = -float(np.mean(predictive_log_density(dgp, X_test, Y_test, options["num_samples"], seed)))
+        entry = dict(test_nlpd=nlpd, f_mean=f_mean[:, 0].tolist(), f_std=f_std[:, 0].tolist(), y_mean=y_mean[:, 0].tolist(),
                      y_std=np.sqrt(np.maximum(y_var[:, 0], 0.0)).tolist())
         entry.update(_test_scores(t_mean, Y_test, likelihood))
         out[state] = entry
@@ -292,10 +295,13 @@ def _write_page(records, options, figure) -> None:
             net = r.get("network", {})
             net_score = net.get("test_accuracy", net.get("test_rmse"))
             frac10 = np.mean(np.asarray(r["residual_fraction"])[np.isclose(r["factor"], _nearest(r, 10))])
+            nlpd = r[state].get("test_nlpd")
+            outside = r.get("test_outside_ball")
             rows.append(
                 f"| {r['dataset']} | {r['model']} | {r['layers']} | {state if r['model'] == 'adgp' else '—'} | "
                 f"{_summary(r, state, 10):.3g} | {_summary(r, state, 100):.3g} | {frac10:.3g} | {score:.3f} | "
-                f"{'—' if net_score is None else f'{net_score:.3f}'} |"
+                f"{'—' if net_score is None else f'{net_score:.3f}'} | {'—' if nlpd is None else f'{nlpd:.4f}'} | "
+                f"{'—' if outside is None else f'{outside:.3f}'} |"
             )
     command = options.get("command", "nice -n 10 python -m experiments.far_field")
     text = f"""# Far-field uncertainty (issue 32)
@@ -312,7 +318,9 @@ know", 0.5 = certain); for the 1-D regression the largest over the two direction
 trained model with the residual's variance set to ~0, i.e. the activated DGP without the remedy; the SVGP
 with an SE kernel is the classic contrast. Residual fraction: (Kff − Qff)/Kff of the output layer's zonal
 kernel at the mean-propagated input, averaged over directions at 10× R. Test score: held-out accuracy
-(classification) or RMSE (regression); "network" is the trained twin's.
+(classification) or RMSE (regression); "network" is the trained twin's; test NLPD −mean log p(y|x) on the held-out
+points (ADGP cells); the last column is the share of held-out points whose output-layer input lies outside the
+residual's ball (the only ones whose prediction the residual changes).
 
 Diagnosis (residual "off", per direction, radii 10–200 R): the residual fraction's largest relative change
 from 10× to 200× R, the slopes of log |E f| and log std f against log r, and the spread over directions of
@@ -331,8 +339,8 @@ and its std grows with slope q + 1/2, which makes |E f| / std f fall like r^(1/2
 |---|---|---|---|---|---|---|
 {_diagnosis_rows(records)}
 
-| data | model | layers | residual | at 10× R | at 100× R | (Kff−Qff)/Kff at 10× R | test score | network test score |
-|---|---|---|---|---|---|---|---|---|
+| data | model | layers | residual | at 10× R | at 100× R | (Kff−Qff)/Kff at 10× R | test score | network test score | test NLPD | test points outside the ball |
+|---|---|---|---|---|---|---|---|---|---|---|
 {chr(10).join(rows)}
 """
     Path(options["page"]).write_text(text)

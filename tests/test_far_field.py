@@ -16,7 +16,7 @@ from scipy.stats import norm
 
 from activated_dgp import build_activated_dgp, build_activated_nn, dgp_from_keras, propagate_means, save_dgp
 from activated_dgp.conditionals import gpflow_conditional
-from activated_dgp.far_field import FarFieldArcCosine, add_far_field, far_field_options, has_far_field
+from activated_dgp.far_field import FarFieldArcCosine, add_far_field, far_field_options, has_far_field, refit_far_field
 from activated_dgp.kernels import ZonalArcCosine
 from activated_dgp.models import activated_gp_layer
 from activated_dgp.prediction import layer_inputs
@@ -152,6 +152,24 @@ def test_mean_propagation_is_the_network_with_far_field(rng, likelihood, output_
     # the training inputs lie inside the residual's ball: no variance added there
     H = layer_inputs(conversion.dgp, X)[-1]
     assert np.max(conversion.dgp.f_layers[-1].kernel.kernel.residual_diag(H).numpy()) < 1e-12
+
+
+def test_refit_recentres_the_ball_after_hidden_layers_move(rng):
+    X = rng.normal(size=(40, 2))
+    dgp = build_activated_dgp(2, len(X), num_layers=2, num_units=10, seed=4)
+    for layer in dgp.f_layers:
+        layer.q_mu.assign(rng.normal(size=layer.q_mu.shape))
+    add_far_field(dgp, X)
+    first = dgp.f_layers[0]
+    first.q_mu.assign(first.q_mu.numpy() * 3.0 + 1.0)  # stage 2 moving the hidden layer
+    H = propagate_means(dgp, X, num_layers=1)[-1].numpy()
+    kernel = dgp.f_layers[-1].kernel.kernel
+    assert np.max(kernel.residual_diag(H).numpy()) > 0  # the stale ball misses the data's representations
+    refit_far_field(dgp, X)
+    centre = H.mean(0)
+    np.testing.assert_allclose(kernel.far_centre.numpy(), centre, rtol=1e-12)
+    np.testing.assert_allclose(kernel.far_radius.numpy(), np.max(np.linalg.norm(H - centre, axis=1)), rtol=1e-12)
+    assert np.max(kernel.residual_diag(H).numpy()) == 0.0
 
 
 def test_save_load_fresh_process_exact(rng, tmp_path):
