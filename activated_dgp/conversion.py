@@ -28,6 +28,7 @@ import tf_keras
 
 from .config import ArchitectureConfig
 from .diagnostics import whitened_cross_covariance
+from .far_field import add_far_field, far_field_options
 from .models import build_activated_dgp
 from .nn import ActivatedLayer
 from .prediction import layer_inputs, propagate_means
@@ -499,6 +500,7 @@ def dgp_from_keras(
     q_sqrt_scale: float = 1e-5,
     truncation_level: int = 20,
     ridge: float = 1e-8,
+    far_field=False,
 ) -> Conversion:
     """An activated DeepGP whose mean propagation is the network's forward pass (Sec. 5.1).
 
@@ -521,7 +523,12 @@ def dgp_from_keras(
     :param kernel_variance: every layer's v, or ``"elbo"``: each layer's v chosen by maximising the
         ELBO on (``X``, ``Y``) with the mean propagation kept (:func:`select_kernel_variances`; the
         record is in ``Conversion.variance_selection``).
+    :param far_field: True or a dict (``order``, ``scale``): give the output layer the far-field residual
+        (:func:`activated_dgp.far_field.add_far_field`, constants from ``X``); the mean is unchanged.
     """
+    far_field = far_field_options(far_field)
+    if far_field is not None and X is None:
+        raise ValueError("far_field needs the data X (the residual's centre, radius and variance come from it)")
     select = isinstance(kernel_variance, str)
     if select:
         if kernel_variance != "elbo":
@@ -563,6 +570,8 @@ def dgp_from_keras(
                 plan.units.map, refit, *_mismatch(hidden_dgp.numpy() - target), *_mismatch(local.numpy() - target),
             ))
             hidden_net = target
+    if far_field is not None:
+        add_far_field(dgp, X, **far_field)
     result = Conversion(dgp, exact)
     if select:
         result.variance_selection = select_kernel_variances(dgp, X, Y)

@@ -44,10 +44,11 @@ def replicate(dgp: gpflux.models.DeepGP, strategy: tf.distribute.Strategy) -> gp
     """An activated DGP of the same architecture built in ``strategy.scope()`` (mirrored variables)
     with the values of ``dgp``. (A deep copy will not do: Keras layers keep call wrappers bound to the
     original layer, so the copy would compute with the original's variables.)"""
+    from .far_field import far_field_record
     from .persistence import architecture_of_dgp, mean_functions_of_dgp, rebuild_dgp
 
     with strategy.scope():
-        replica = rebuild_dgp(architecture_of_dgp(dgp), int(dgp.num_data), mean_functions_of_dgp(dgp))
+        replica = rebuild_dgp(architecture_of_dgp(dgp), int(dgp.num_data), mean_functions_of_dgp(dgp), far_field_record(dgp))
     flags = {path: (p.trainable, _parameters(replica)[path].trainable) for path, p in _parameters(dgp).items()}
     frozen = [path for path, (mine, built) in flags.items() if mine != built]
     if frozen:

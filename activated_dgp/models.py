@@ -16,6 +16,7 @@ from gpflow.likelihoods.utils import inv_probit
 
 from .conditionals import SharedActivationFeature
 from .inducing_variables import ActivationFeature
+from .far_field import FarFieldArcCosine
 from .kernels import ZonalArcCosine
 from .config import ArchitectureConfig, as_config
 from .nn import initial_directions
@@ -261,6 +262,7 @@ def activated_gp_layer(
     mean_function: Optional[gpflow.mean_functions.MeanFunction] = None,
     q_sqrt_scale: float = 1e-5,
     name: Optional[str] = None,
+    far_field: Optional[dict] = None,
 ) -> gpflux.layers.GPLayer:
     """One activated GP layer: ``GPLayer(SharedIndependent(ZonalArcCosine), SharedActivationFeature(ActivationFeature(W)))``.
 
@@ -270,6 +272,10 @@ def activated_gp_layer(
     W is [M, D+1]; the layer maps [N, D] → [N, output_dim]. q_μ = 0 and q_sqrt = q_sqrt_scale · I
     (the paper's 1e-5); the mean function is Zero unless given, so that the mean propagation is
     exactly a network forward pass.
+
+    ``far_field``: keywords of :class:`~activated_dgp.far_field.FarFieldArcCosine` (``far_variance``,
+    ``far_radius``, ``far_centre``, ``far_order``) to give this (output) layer the far-field residual, whose
+    variance grows away from the data while the mean is unchanged.
     """
     W = check_matrix(W, "W", nonzero_rows=True).astype(np.float64)
     if W.shape[1] < 2:
@@ -278,8 +284,9 @@ def activated_gp_layer(
         if isinstance(value, bool) or int(value) != value or value < 1:
             raise ValueError(f"{what} must be a positive integer, got {value!r}")
     input_dim = W.shape[1] - 1
+    zonal = ZonalArcCosine if far_field is None else FarFieldArcCosine
     kernel = gpflow.kernels.SharedIndependent(
-        ZonalArcCosine(input_dim, truncation_level, variance=kernel_variance, lengthscales=lengthscales),
+        zonal(input_dim, truncation_level, variance=kernel_variance, lengthscales=lengthscales, **(far_field or {})),
         output_dim=output_dim,
     )
     inducing = SharedActivationFeature(ActivationFeature(W, activation, truncation_level))

@@ -41,6 +41,7 @@ import tf_keras
 
 from .conditionals import SharedActivationFeature
 from .config import ArchitectureConfig
+from .far_field import FarFieldArcCosine, far_field_record, restore_far_field
 from .inducing_variables import ActivationFeature
 from .kernels import ZonalArcCosine
 from .models import build_activated_dgp, likelihood_name
@@ -149,7 +150,8 @@ def architecture_of_dgp(dgp: gpflux.models.DeepGP) -> ArchitectureConfig:
         if not isinstance(layer, gpflux.layers.GPLayer):
             raise ValueError(f"{where}: it is a {type(layer).__name__}, not a gpflux GPLayer")
         kernel = getattr(layer.kernel, "kernel", None)
-        if type(layer.kernel) is not gpflow.kernels.SharedIndependent or type(kernel) is not ZonalArcCosine:
+        kernels = (ZonalArcCosine, FarFieldArcCosine) if index == len(dgp.f_layers) - 1 else (ZonalArcCosine,)
+        if type(layer.kernel) is not gpflow.kernels.SharedIndependent or type(kernel) not in kernels:
             raise ValueError(f"{where}: kernel {_name(layer.kernel, kernel)} is not SharedIndependent(ZonalArcCosine)")
         feature = getattr(layer.inducing_variable, "inducing_variable", None)
         if type(layer.inducing_variable) not in _SHARED_INDUCING_TYPES or not isinstance(feature, ActivationFeature):
@@ -229,10 +231,11 @@ def mean_functions_of_dgp(dgp: gpflux.models.DeepGP) -> list:
     ]
 
 
-def rebuild_dgp(architecture: ArchitectureConfig, num_data: int, mean_functions=None) -> gpflux.models.DeepGP:
+def rebuild_dgp(architecture: ArchitectureConfig, num_data: int, mean_functions=None, far_field=None) -> gpflux.models.DeepGP:
     """:func:`build_activated_dgp` of ``architecture`` with the layers' mean functions rebuilt from their specs
-    (None: the builders' Zero everywhere, as in directories saved before mean functions were recorded)."""
-    dgp = build_activated_dgp(architecture, num_data)
+    (None: the builders' Zero everywhere, as in directories saved before mean functions were recorded) and the
+    output layer's far-field residual from its record (:func:`activated_dgp.far_field.far_field_record`; None: none)."""
+    dgp = restore_far_field(build_activated_dgp(architecture, num_data), far_field)
     if mean_functions is not None:
         if len(mean_functions) != len(dgp.f_layers):
             raise ValueError(f"{len(mean_functions)} mean functions for {len(dgp.f_layers)} layers")
@@ -401,7 +404,7 @@ def save_dgp(dgp: gpflux.models.DeepGP, directory, *, optimizer=None, state: Opt
         raise ValueError(f"cannot save the DGP: trainable variables outside its gpflow Parameters: {stray[:3]}")
     records = {path: dict(_record(p), trainable=bool(p.trainable)) for path, p in parameters.items()}
     mean_functions = mean_functions_of_dgp(dgp)
-    reference = rebuild_dgp(architecture, int(dgp.num_data), mean_functions)
+    reference = rebuild_dgp(architecture, int(dgp.num_data), mean_functions, far_field_record(dgp))
     _compare(records, {path: _record(p) for path, p in _parameters(reference).items()}, "cannot save the DGP as rebuilt from its architecture")
     spectra = _spectra(dgp)
     _check_spectra(spectra, _spectra(reference), "cannot save the DGP")
@@ -413,6 +416,7 @@ def save_dgp(dgp: gpflux.models.DeepGP, directory, *, optimizer=None, state: Opt
         architecture=architecture.to_dict(),
         num_data=int(dgp.num_data),
         mean_functions=mean_functions,
+        far_field=far_field_record(dgp),
         parameters=records,
         state=dict(state or {}),
     )
@@ -438,7 +442,7 @@ def load_dgp(directory) -> gpflux.models.DeepGP:
                 mean_function_from_spec(spec)
     except (KeyError, TypeError, ValueError) as error:
         raise ValueError(f"{directory} holds a corrupt saved dgp: mean functions: {error}") from None
-    dgp = rebuild_dgp(architecture, int(config["num_data"]), mean_functions)
+    dgp = rebuild_dgp(architecture, int(config["num_data"]), mean_functions, config.get("far_field"))
     parameters = _parameters(dgp)
     _compare(config["parameters"], {path: _record(p) for path, p in parameters.items()}, f"{directory} does not match its architecture")
     _check_spectra({k: v for k, v in arrays.items() if k.startswith("spectrum/")}, _spectra(dgp), f"{directory}")

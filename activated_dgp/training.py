@@ -18,6 +18,7 @@ import tf_keras
 
 from .config import ArchitectureConfig
 from .conversion import NOISE_FACTORS, dgp_from_keras, rescale_kernel_variance, select_kernel_variances
+from .far_field import add_far_field, far_field_options, refit_far_field
 from .distributed import check_global_batch, copy_values, distributed_dataset, replicate
 from .models import likelihood_name, network_loss, output_width
 from .streaming import ArraySource, CsvSource, DatasetSource, as_source, data_errors, global_batches
@@ -618,6 +619,7 @@ def train_two_stage(
     network: Optional[tf_keras.Model] = None,
     dgp_callbacks: Sequence[tf_keras.callbacks.Callback] = (),
     strategy: Optional[tf.distribute.Strategy] = None,
+    far_field: Union[bool, dict] = True,
 ) -> TwoStageResult:
     """Network twin → activated DGP → ELBO. Defaults follow appendix E.1 (Adam 0.01, ×0.9 on
     plateau, minibatch 128); every part is overridable. docs/results/stage2.md measures the options.
@@ -647,7 +649,12 @@ def train_two_stage(
         it costs that many passes over the whole data.
     :param strategy: a ``tf.distribute.Strategy`` for stage 2 (:func:`train_dgp`); stage 1, the
         network twin, trains on one device.
+    :param far_field: give the output layer the far-field residual after conversion (the default True, or a
+        dict with ``order`` / ``scale``; :func:`activated_dgp.far_field.add_far_field`): zero variance on the
+        training data's ball, growing like ρ^(2q+1) outside it, the mean unchanged (docs/results/far_field.md);
+        False gives the plain activated DGP.
     """
+    far_field = far_field_options(far_field)
     X, Y = _check_data(X, Y)
     config = ArchitectureConfig(  # validates the architecture and the likelihood before any training
         X.shape[1], num_layers=num_layers, num_units=num_units, layer_widths=layer_widths,
@@ -697,6 +704,8 @@ def train_two_stage(
     elif kernel_variance != 1.0:
         for layer in conversion.dgp.f_layers:
             rescale_kernel_variance(layer, float(kernel_variance))
+    if far_field is not None:
+        add_far_field(conversion.dgp, X, **far_field)
     if select_noise:  # the noise stage 2 starts from, as the joint search left it
         noise_variance = float(conversion.dgp.likelihood_layer.likelihood.variance.numpy())
     variances = [float(layer.kernel.kernel.variance.numpy()) for layer in conversion.dgp.f_layers]
@@ -709,6 +718,8 @@ def train_two_stage(
         conversion.dgp, X, Y, dgp_schedule, validation_data=validation_data if stop_dgp else None,
         warmup_steps=warmup_steps, callbacks=dgp_callbacks, strategy=strategy, seed=seed or 0,
     )
+    if far_field is not None and len(conversion.dgp.f_layers) > 1:  # stage 2 moved the hidden representations
+        refit_far_field(conversion.dgp, X)
     return TwoStageResult(
         network,
         conversion.dgp,

@@ -167,7 +167,7 @@ def run_configuration(
 
 
 GRID_EXTENT, GRID_RESOLUTION = 2.0, 90
-CURVE_FACTORS = np.geomspace(1.0, 20.0, 11)
+CURVE_FACTORS = np.geomspace(1.0, 100.0, 11)  # out to 100× the data's spread
 
 # ---- the study: one cell per depth; the figure's arrays are saved next to the records, so the page and the
 # figure are redrawn from committed files alone.
@@ -187,7 +187,8 @@ def add_options(parser) -> None:
 
 def PROTOCOL(options) -> str:
     """Every setting a cell's numbers depend on: records of other settings are never mixed in."""
-    return (f"v1:n{options.num_points}:seed{options.seed}:net{options.network_epochs}:dgp{options.dgp_epochs}"
+    # v2: train_two_stage's defaults gained the far-field residual (activated_dgp.far_field) and the stage-2 guard
+    return (f"v2:n{options.num_points}:seed{options.seed}:net{options.network_epochs}:dgp{options.dgp_epochs}"
             f":lr{options.dgp_learning_rate:g}:pat{options.dgp_patience}:S{options.num_samples}")
 
 
