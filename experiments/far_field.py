@@ -1,7 +1,8 @@
 """Far-field uncertainty of the activated DGP, with and without the far-field residual (issue 32).
 
-    nice -n 10 python -m experiments.far_field [--records docs/results/far_field/records.jsonl]
-                                               [--page docs/results/far_field.md] [--quick]
+    nice -n 10 python -m experiments far_field [--out docs/results/far_field] [--quick]
+
+(records in <out>/records.jsonl, the page <out>.md and its figure <out>.png)
 
 Cells: data set (banana, two moons, 1-D sine regression) × model (activated DGP with 1 and 3 layers, trained by
 ``train_two_stage(..., far_field=True)``; an SVGP with a squared-exponential kernel for contrast). Each activated
@@ -15,7 +16,6 @@ latent mean and std of f, and p(y=1|x) (classification) or the predictive mean a
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -31,15 +31,11 @@ from activated_dgp import TrainingSchedule, predict_y, predictive_log_density, t
 from activated_dgp.far_field import DEFAULT_ORDER, has_far_field  # noqa: E402
 from activated_dgp.prediction import layer_inputs, sample_layers  # noqa: E402
 from experiments.banana import banana_dataset  # noqa: E402
-from experiments.records import ResultStore, pending, portable_command  # noqa: E402
+from experiments.harness.study import page_path, records_path  # noqa: E402
 
 FACTORS = tuple(float(f) for f in np.round(np.geomspace(1.0, 200.0, 15), 4))
 KEY = ("dataset", "model", "layers")
-DEFAULTS = dict(
-    records=Path("docs/results/far_field/records.jsonl"), page=Path("docs/results/far_field.md"),
-    figure=Path("docs/results/far_field.png"), num_points=400, num_units=50, network_epochs=150, dgp_epochs=150,
-    num_samples=32, seed=0, far_order=DEFAULT_ORDER, quick=False,
-)
+DEFAULTS = dict(num_points=400, num_units=50, network_epochs=150, dgp_epochs=150, num_samples=32, far_order=DEFAULT_ORDER, quick=False)
 
 
 # ---------------------------------------------------------------- data
@@ -116,10 +112,10 @@ def measure_activated(dgp, X, X_test, Y_test, likelihood, options, seed) -> dict
                residual_fraction=residual_fraction(dgp.f_layers[-1], H).tolist())
     for state, value in (("on", None), ("off", 1e-200)):
         old = _set_far_variance(dgp, value) if value is not None else None
-        f_mean, f_std = _latent_moments(dgp, points, options["num_samples"], seed)
-        y_mean, y_var = predict_y(dgp, points, options["num_samples"], seed)
-        t_mean, _ = predict_y(dgp, X_test, options["num_samples"], seed)
-        nlpd = -float(np.mean(predictive_log_density(dgp, X_test, Y_test, options["num_samples"], seed)))
+        f_mean, f_std = _latent_moments(dgp, points, options.num_samples, seed)
+        y_mean, y_var = predict_y(dgp, points, options.num_samples, seed)
+        t_mean, _ = predict_y(dgp, X_test, options.num_samples, seed)
+        nlpd = -float(np.mean(predictive_log_density(dgp, X_test, Y_test, options.num_samples, seed)))
         entry = dict(test_nlpd=nlpd, f_mean=f_mean[:, 0].tolist(), f_std=f_std[:, 0].tolist(), y_mean=y_mean[:, 0].tolist(),
                      y_std=np.sqrt(np.maximum(y_var[:, 0], 0.0)).tolist())
         entry.update(_test_scores(t_mean, Y_test, likelihood))
@@ -163,17 +159,17 @@ def cells(options) -> list:
     """One cell per (data set, model, layers); ``quick``: the 1-layer activated cells only."""
     out = []
     for name in ("banana", "moons", "sine"):
-        for layers in ((1,) if options["quick"] else (1, 3)):
+        for layers in ((1,) if options.quick else (1, 3)):
             out.append(dict(dataset=name, model="adgp", layers=layers))
-        if not options["quick"]:
+        if not options.quick:
             out.append(dict(dataset=name, model="svgp_se", layers=1))
     return out
 
 
-def run_cell(cell, options) -> dict:
+def run_cell(cell, options, context=None) -> dict:
     """Train the cell's model and measure it along the rays (module docstring); returns the record."""
-    seed = options["seed"]
-    X, Y, X_test, Y_test, likelihood = dataset(cell["dataset"], seed, options["num_points"])
+    seed = options.seed
+    X, Y, X_test, Y_test, likelihood = dataset(cell["dataset"], seed, options.num_points)
     tf.random.set_seed(seed)
     start = time.perf_counter()
     record = dict(cell, seed=seed, num_points=len(X), likelihood=likelihood)
@@ -181,10 +177,10 @@ def run_cell(cell, options) -> dict:
         record.update(run_svgp(X, Y, X_test, Y_test, likelihood, options, seed))
     else:
         result = train_two_stage(
-            X, Y, likelihood=likelihood, num_layers=cell["layers"], num_units=options["num_units"], seed=seed,
-            network_schedule=TrainingSchedule(epochs=options["network_epochs"]),
-            dgp_schedule=TrainingSchedule(epochs=options["dgp_epochs"], learning_rate=0.01),
-            far_field=dict(order=options["far_order"]),
+            X, Y, likelihood=likelihood, num_layers=cell["layers"], num_units=options.num_units, seed=seed,
+            network_schedule=TrainingSchedule(epochs=options.network_epochs),
+            dgp_schedule=TrainingSchedule(epochs=options.dgp_epochs, learning_rate=0.01),
+            far_field=dict(order=options.far_order),
         )
         assert has_far_field(result.dgp)
         kernel = result.dgp.f_layers[-1].kernel.kernel
@@ -279,7 +275,7 @@ def report(records, options) -> None:
         else:
             axes[2, col].legend(fontsize=7)
     fig.tight_layout()
-    figure = Path(options["figure"])
+    figure = figure_path(options)
     figure.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(figure, dpi=100)
     plt.close(fig)
@@ -303,12 +299,12 @@ def _write_page(records, options, figure) -> None:
                 f"{'—' if net_score is None else f'{net_score:.3f}'} | {'—' if nlpd is None else f'{nlpd:.4f}'} | "
                 f"{'—' if outside is None else f'{outside:.3f}'} |"
             )
-    command = options.get("command", "nice -n 10 python -m experiments.far_field")
+    command = "nice -n 10 python -m experiments far_field" + (f" --out {Path(options.out).as_posix()}" if Path(options.out).name != "far_field" else "") + (f" --far-order {options.far_order}" if options.far_order != DEFAULT_ORDER else "")
     text = f"""# Far-field uncertainty (issue 32)
 
 ![far field]({figure.name})
 
-Regenerate: `{command}` (records: `{Path(options['records']).as_posix()}`, one JSON line per cell; the page and
+Regenerate: `{command}` (records: `{records_path(options).as_posix()}`, one JSON line per cell; the page and
 figure are rebuilt from them).
 
 Rays from the training data's centre x̄ at radii factor · R, R = max_i ‖x_i − x̄‖ (8 directions in 2-D, ±x in
@@ -343,7 +339,7 @@ and its std grows with slope q + 1/2, which makes |E f| / std f fall like r^(1/2
 |---|---|---|---|---|---|---|---|---|---|---|
 {chr(10).join(rows)}
 """
-    Path(options["page"]).write_text(text)
+    page_path(options).write_text(text)
 
 
 def growth(record, state: str, key: str) -> np.ndarray:
@@ -384,27 +380,24 @@ def _nearest(record, factor):
     return factors[np.argmin(np.abs(factors - factor))]
 
 
-def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_options(parser) -> None:
+    """The study's own options (the harness adds --out, --seed, --report-only, --quiet)."""
     for key, value in DEFAULTS.items():
         if isinstance(value, bool):
             parser.add_argument(f"--{key.replace('_', '-')}", action="store_true")
         else:
             parser.add_argument(f"--{key.replace('_', '-')}", type=type(value), default=value)
-    parser.add_argument("--report-only", action="store_true")
-    args = parser.parse_args(argv)
-    options = vars(args)
-    argv = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--report-only"]
-    options["command"] = "nice -n 10 " + portable_command("experiments.far_field", argv)
-    store = ResultStore(options["records"], KEY)
-    if not args.report_only:
-        for cell in pending(store, cells(options)):
-            print(f"cell {cell} ...", flush=True)
-            record = run_cell(cell, options)
-            store.append(record)
-            print(f"  done in {record['seconds']:.0f} s", flush=True)
-    report(store.records(), options)
-    print(f"wrote {options['page']} and {options['figure']}")
+
+
+def figure_path(options) -> Path:
+    """The figure next to the page: docs/results/far_field.png."""
+    return page_path(options).with_suffix(".png")
+
+
+def main(argv=None) -> list:
+    from experiments.harness import cli
+
+    return cli.main("far_field", sys.modules[__name__], argv)
 
 
 if __name__ == "__main__":

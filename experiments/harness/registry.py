@@ -11,6 +11,7 @@ STUDIES = {
     "neuralef_mnist": "experiments.neuralef_mnist",
     "eigenfunction_features": "experiments.eigenfunction_features",
     "eigenpro_p_equals_n": "experiments.eigenpro_p_equals_n",
+    "far_field": "experiments.far_field",
 }
 
 
