@@ -1,8 +1,8 @@
 """Every tutorial under docs/tutorials runs, in its fast mode (small data, few epochs), and the docs site builds in
 strict mode (mkdocs: no warning, no broken reference)."""
 
+import importlib.util
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -28,11 +28,10 @@ def test_tutorial_runs(tutorial, tmp_path):
 
 
 def test_docs_site_builds_in_strict_mode(tmp_path):
-    mkdocs = shutil.which("mkdocs")
-    if mkdocs is None:
+    if importlib.util.find_spec("mkdocs") is None:
         pytest.fail("mkdocs is not installed: pip install -e '.[docs]' (the test extra includes it)")
     run = subprocess.run(
-        [mkdocs, "build", "--strict", "--site-dir", str(tmp_path / "site")], cwd=ROOT, env=_environment(),
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")], cwd=ROOT, env=_environment(),
         capture_output=True, text=True, timeout=600,
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
