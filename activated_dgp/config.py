@@ -18,9 +18,10 @@ from typing import Any, Callable, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from .likelihoods import LIKELIHOODS, likelihood_name
 from .spectra import Activation, registered_activation_name, resolve_activation
 
-__all__ = ["ArchitectureConfig", "as_config"]
+__all__ = ["ArchitectureConfig", "as_config", "initial_directions"]
 
 
 def _positive_int(value, what: str) -> int:
@@ -52,6 +53,22 @@ def _lengthscale(value, input_width: int, layer: int):
     return float(array) if array.ndim == 0 else tuple(float(v) for v in array)
 
 
+def initial_directions(num_units: int, input_dim: int, rng: np.random.Generator, lengthscales=None) -> np.ndarray:
+    """W [M, D+1] with rows w ~ N(0, I / ((D+1) S)), S = Σ_i ℓ_i⁻² over the D + 1 entries of x̃ = [x, 1]/ℓ.
+
+    For inputs with unit second moments E‖x̃‖² = S and E‖w‖² = 1/S, so a unit's scale ‖w‖ ‖x̃‖ (the
+    factor in front of its zonal activation, eq. 14) is ≈ 1 whatever ℓ: the twin starts with the same
+    outputs for every common ℓ (a common ℓ changes no angle). ``lengthscales`` None means S = 1, the
+    scale of ℓ = √(D+1) (rows ~ N(0, I/(D+1)), Glorot-like); zero rows have probability 0.
+    """
+    scales = np.asarray(1.0 if lengthscales is None else lengthscales, dtype=np.float64)
+    if scales.ndim > 1 or scales.size not in (1, input_dim + 1) or not np.all(np.isfinite(scales) & (scales > 0)):
+        raise ValueError(f"lengthscales must be a positive scalar or D + 1 = {input_dim + 1} positive values, got {lengthscales!r}")
+    scales = np.broadcast_to(scales, (input_dim + 1,))
+    inverse_square_sum = 1.0 if lengthscales is None else float(np.sum(scales**-2.0))
+    return rng.normal(size=(num_units, input_dim + 1)) / np.sqrt((input_dim + 1.0) * inverse_square_sum)
+
+
 @dataclass(frozen=True)
 class ArchitectureConfig:
     """The architecture of an activated network twin / activated DGP (see the module docstring).
@@ -68,7 +85,7 @@ class ArchitectureConfig:
     :param truncation_level: Ñ_ℓ ≥ 1 (levels n < Ñ): one or one per layer.
     :param lengthscales: ℓ_ℓ, one entry per layer, each a scalar or D_ℓ + 1 values; default 1.
     :param whiten: whitened inducing outputs in the DGP.
-    :param likelihood: a name from :data:`activated_dgp.models.LIKELIHOODS` (checked here, before any
+    :param likelihood: a name from :data:`activated_dgp.likelihoods.LIKELIHOODS` (checked here, before any
         training), a gpflow likelihood, or None for a network that is used without one.
 
     Sequences are normalised at construction to tuples with one entry per layer (``num_units``,
@@ -107,8 +124,6 @@ class ArchitectureConfig:
             raise ValueError(f"whiten must be True or False, got {self.whiten!r}")
         likelihood = self.likelihood
         if likelihood is not None:
-            from .models import LIKELIHOODS, likelihood_name  # the registry lives with the likelihoods
-
             if isinstance(likelihood, str):
                 likelihood = likelihood_name(likelihood)
                 LIKELIHOODS[likelihood].latent_gps(output_dim)  # output_dim fits the likelihood
@@ -150,8 +165,6 @@ class ArchitectureConfig:
     def to_dict(self) -> dict:
         """A JSON-safe dict that :meth:`from_dict` turns back into an equal config; a ValueError naming the
         part when an activation or the likelihood is not registered (it could not be restored by name)."""
-        from .models import likelihood_name
-
         return dict(
             input_dim=self.input_dim,
             num_layers=self.num_layers,

@@ -15,28 +15,12 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from .config import ArchitectureConfig, as_config
+from .config import ArchitectureConfig, as_config, initial_directions  # noqa: F401  (initial_directions re-exported)
 from .inducing_variables import ActivationFeature
 from .kernels import ZonalArcCosine
 from .spectra import Activation, registered_activation_name, resolve_activation
 
 __all__ = ["ActivatedLayer", "build_activated_nn", "initial_directions", "with_dropout"]
-
-
-def initial_directions(num_units: int, input_dim: int, rng: np.random.Generator, lengthscales=None) -> np.ndarray:
-    """W [M, D+1] with rows w ~ N(0, I / ((D+1) S)), S = Σ_i ℓ_i⁻² over the D + 1 entries of x̃ = [x, 1]/ℓ.
-
-    For inputs with unit second moments E‖x̃‖² = S and E‖w‖² = 1/S, so a unit's scale ‖w‖ ‖x̃‖ (the
-    factor in front of its zonal activation, eq. 14) is ≈ 1 whatever ℓ: the twin starts with the same
-    outputs for every common ℓ (a common ℓ changes no angle). ``lengthscales`` None means S = 1, the
-    scale of ℓ = √(D+1) (rows ~ N(0, I/(D+1)), Glorot-like); zero rows have probability 0.
-    """
-    scales = np.asarray(1.0 if lengthscales is None else lengthscales, dtype=np.float64)
-    if scales.ndim > 1 or scales.size not in (1, input_dim + 1) or not np.all(np.isfinite(scales) & (scales > 0)):
-        raise ValueError(f"lengthscales must be a positive scalar or D + 1 = {input_dim + 1} positive values, got {lengthscales!r}")
-    scales = np.broadcast_to(scales, (input_dim + 1,))
-    inverse_square_sum = 1.0 if lengthscales is None else float(np.sum(scales**-2.0))
-    return rng.normal(size=(num_units, input_dim + 1)) / np.sqrt((input_dim + 1.0) * inverse_square_sum)
 
 
 @tf_keras.utils.register_keras_serializable(package="activated_dgp")

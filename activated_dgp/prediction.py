@@ -10,9 +10,12 @@ import numpy as np
 import tensorflow as tf
 from check_shapes import check_shapes
 
-from .validation import check_dgp, check_inputs, check_matrix, check_targets, dgp_input_width
+from .inducing_variables import ActivationFeature
+from .likelihoods import LIKELIHOODS, likelihood_name, output_width
+from .validation import check_inputs, check_matrix, check_targets, dgp_input_width
 
 __all__ = [
+    "check_dgp",
     "propagate_means",
     "sample_layers",
     "layer_moments",
@@ -20,6 +23,20 @@ __all__ = [
     "predict_y",
     "predict_class_probabilities",
 ]
+
+
+def check_dgp(dgp) -> None:
+    """The value checks of a DeepGP's own state: every activated feature's W finite with non-zero rows, and
+    every parameter finite (a model that training drove to NaN is named, not used)."""
+    if not isinstance(dgp, gpflux.models.DeepGP):
+        raise ValueError(f"expected a gpflux DeepGP, got {type(dgp).__name__}")
+    for index, layer in enumerate(dgp.f_layers):
+        feature = getattr(getattr(layer, "inducing_variable", None), "inducing_variable", None)
+        if isinstance(feature, ActivationFeature):
+            check_matrix(feature.W, f"W of layer {index}", nonzero_rows=True)
+    for path, parameter in gpflow.utilities.parameter_dict(dgp).items():
+        if "._" not in path and not np.all(np.isfinite(parameter.numpy())):
+            raise ValueError(f"the DGP's parameter {path} contains NaN or inf")
 
 
 def checked_inputs(dgp: gpflux.models.DeepGP, X) -> tf.Tensor:
@@ -35,8 +52,6 @@ def _checked_targets(dgp: gpflux.models.DeepGP, Y, num_rows: int) -> np.ndarray:
     """Y as a finite [N, P] matrix that fits the DGP's registered likelihood: P = the last layer's width for
     real targets, one column of 0/1 labels or class indices 0..C−1 otherwise (an unregistered likelihood
     keeps its own conventions)."""
-    from .models import LIKELIHOODS, likelihood_name, output_width
-
     Y = check_targets(Y, "Y")
     if Y.shape[0] != num_rows:
         raise ValueError(f"X and Y have different numbers of rows: {num_rows} and {Y.shape[0]}")

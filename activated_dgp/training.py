@@ -24,7 +24,8 @@ from .models import likelihood_name, network_loss, output_width
 from .streaming import ArraySource, CsvSource, DatasetSource, as_source, data_errors, global_batches
 from .nn import build_activated_nn
 from .spectra import Activation
-from .validation import check_dgp, check_matrix, check_targets, dgp_input_width
+from .prediction import check_dgp
+from .validation import check_matrix, check_targets, dgp_input_width
 
 __all__ = [
     "TwoStageResult",

@@ -85,21 +85,3 @@ def dgp_input_width(dgp) -> int:
     kernel = getattr(kernel, "kernel", kernel)
     width = getattr(kernel, "input_dim", None)
     return None if width is None else int(width)
-
-
-def check_dgp(dgp) -> None:
-    """The value checks of a DeepGP's own state: every activated feature's W finite with non-zero rows, and
-    every parameter finite (a model that training drove to NaN is named, not used)."""
-    import gpflux
-
-    from .inducing_variables import ActivationFeature
-
-    if not isinstance(dgp, gpflux.models.DeepGP):
-        raise ValueError(f"expected a gpflux DeepGP, got {type(dgp).__name__}")
-    for index, layer in enumerate(dgp.f_layers):
-        feature = getattr(getattr(layer, "inducing_variable", None), "inducing_variable", None)
-        if isinstance(feature, ActivationFeature):
-            check_matrix(feature.W, f"W of layer {index}", nonzero_rows=True)
-    for path, parameter in gpflow.utilities.parameter_dict(dgp).items():
-        if "._" not in path and not np.all(np.isfinite(parameter.numpy())):
-            raise ValueError(f"the DGP's parameter {path} contains NaN or inf")
