@@ -5,6 +5,7 @@ MSE or cross-entropy, convert it to an activated DGP, then optimise the ELBO ove
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 
 from dataclasses import dataclass, field
@@ -162,6 +163,25 @@ class FitProgress(tf_keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         values = [(name, float(value)) for name, value in (logs or {}).items() if name in ("loss", "lr", "val_loss")]
         self._bar.update(epoch + 1, values=values, finalize=epoch + 1 >= (self.params.get("epochs") or 0))
+
+
+class _NoRetracingWarning(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "triggered tf.function retracing" not in record.getMessage()
+
+
+@contextlib.contextmanager
+def without_retracing_warnings():
+    """Drop TensorFlow's "N out of the last N calls … triggered tf.function retracing" warning during one of the
+    library's own fits. Each fit builds a new Keras model whose train function is traced once, by design; after a
+    few fits (``train_two_stage`` in a loop, a study's cells) TensorFlow counts those first traces as retracing and
+    warns about something the user cannot act on. The filter is on TensorFlow's logger for this call only."""
+    logger, dropped = tf.get_logger(), _NoRetracingWarning()
+    logger.addFilter(dropped)
+    try:
+        yield
+    finally:
+        logger.removeFilter(dropped)
 
 
 class LearningRateRamp(tf_keras.callbacks.Callback):
@@ -362,7 +382,8 @@ def train_network(
         score = lambda: float(loss(Y_val, network(X_val, training=False)))  # noqa: E731
     stopper = _early_stopping(schedule, score, network)
     callbacks = schedule.callbacks() + ([stopper] if stopper is not None else [])
-    history = network.fit(X, Y, batch_size=schedule.batch_size, epochs=schedule.epochs, callbacks=callbacks, verbose=schedule.keras_verbose)
+    with without_retracing_warnings():
+        history = network.fit(X, Y, batch_size=schedule.batch_size, epochs=schedule.epochs, callbacks=callbacks, verbose=schedule.keras_verbose)
     record = dict(history.history)
     if stopper is not None:
         record.update(stopper.summary(schedule.steps_per_epoch(len(X))))
@@ -550,14 +571,15 @@ def _fit_elbo(
     callbacks = ramp + schedule.callbacks() + list(extra) + ([stopper] if stopper is not None else [])
     fit = dict(epochs=schedule.epochs, callbacks=callbacks, verbose=schedule.keras_verbose, initial_epoch=initial_epoch)
     if isinstance(data, tuple):
-        history = model.fit({"inputs": data[0], "targets": data[1]}, batch_size=schedule.batch_size, **fit)
+        with without_retracing_warnings():
+            history = model.fit({"inputs": data[0], "targets": data[1]}, batch_size=schedule.batch_size, **fit)
         return dict(history.history)
     if strategy is not None:
         dataset = distributed_dataset(data, schedule.batch_size, strategy, seed)
     else:
         batches = global_batches(data, schedule.batch_size, seed=seed)
         dataset = batches.map(lambda x, y: {"inputs": x, "targets": y}).prefetch(2)
-    with data_errors():
+    with data_errors(), without_retracing_warnings():
         history = model.fit(dataset, steps_per_epoch=_steps_per_epoch(schedule, data, strategy), **fit)
     return dict(history.history)
 

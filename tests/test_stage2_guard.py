@@ -140,3 +140,38 @@ def test_long_fits_show_progress_by_default_and_verbose_0_silences(capsys):
     assert silent.out.strip() == "" and "3/3" not in silent.err
     with pytest.raises(ValueError, match="verbose must be 0"):
         TrainingSchedule(verbose=3)
+
+
+def test_repeated_fits_do_not_warn_about_retracing():
+    """Fitting new models in a loop makes TensorFlow warn that their (first) traces are "retracing"; the library's
+    own fits drop that warning, and only during their fit: the same loop of plain Keras fits still gets it."""
+    import logging
+
+    import tf_keras
+
+    from activated_dgp import TrainingSchedule, train_network
+
+    messages = []
+
+    class Collect(logging.Handler):
+        def emit(self, record):
+            messages.append(record.getMessage())
+
+    handler = Collect()
+    tf.get_logger().addHandler(handler)
+    X = np.linspace(-1, 1, 32)[:, None]
+
+    def network():
+        return tf_keras.Sequential([tf_keras.Input((1,)), tf_keras.layers.Dense(4, "relu"), tf_keras.layers.Dense(1)])
+
+    try:
+        for _ in range(7):
+            train_network(network(), X, X**2, schedule=TrainingSchedule(epochs=1, verbose=0))
+        ours = [m for m in messages if "retracing" in m]
+        for _ in range(7):  # the control: new functions traced in a loop, outside the library's fits
+            tf.function(lambda x: 2.0 * x)(tf.constant(1.0))
+        theirs = [m for m in messages if "retracing" in m]
+    finally:
+        tf.get_logger().removeHandler(handler)
+    assert ours == []
+    assert theirs, "the control loop should trigger TensorFlow's retracing warning"
