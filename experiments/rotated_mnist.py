@@ -98,6 +98,10 @@ class Config:
     # stage-2 remedies (docs/results/stage2.md): "validation" (a2) / "elbo" (a) / a number, and (e) early stopping
     kernel_variance: Union[str, float] = 1.0
     dgp_patience: Optional[int] = None  # epochs without a better validation NLPD; None: every dgp_epochs epoch
+    # the library's stage-2 defaults: "ramp-guard" since train_dgp ramps a fresh Adam's learning rate over 100 steps
+    # and keeps its best training-ELBO check (twelfth session); records made before have no such field, so they are
+    # never mixed with new runs (the networks, which it does not change, are still shared: stage1_digest)
+    stage2_defaults: str = "ramp-guard"
 
     def __post_init__(self):
         variance = self.kernel_variance
@@ -128,7 +132,9 @@ class Config:
     def stage1_digest(self) -> str:
         """The digest without the stage-2 remedies, which do not change the networks: runs that differ only
         in them share the stage-1 checkpoints."""
-        return replace(self, **LATER_DEFAULTS).digest()
+        record = replace(self, **LATER_DEFAULTS).as_record()
+        record.pop("stage2_defaults")
+        return hashlib.sha1(json.dumps(record, sort_keys=True).encode()).hexdigest()[:12]
 
 
 KERNEL_VARIANCE_CHOICES = ("validation", "elbo")
