@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import gpflow
 import gpflux
 import numpy as np
+import scipy.special
 import tensorflow as tf
 from check_shapes import check_shapes
 
@@ -22,6 +23,8 @@ __all__ = [
     "predictive_log_density",
     "predict_y",
     "predict_class_probabilities",
+    "ensemble_log_density",
+    "ensemble_predict_y",
 ]
 
 
@@ -241,3 +244,37 @@ def predict_class_probabilities(
     (``batch_size`` as in :func:`predict_y`), clipped to [0, 1]: the likelihoods' quadrature can round a
     certain prediction to 1 + 2e-16, which plotting tools then leave blank."""
     return np.clip(predict_y(dgp, X, num_samples, seed, batch_size)[0], 0.0, 1.0)
+
+
+@check_shapes(
+    "X: [N, D]",
+    "return: [N]",
+)
+def ensemble_log_density(dgps: Sequence[gpflux.models.DeepGP], X, Y, num_samples: int = 100, seed: Optional[int] = None) -> np.ndarray:
+    """log p(y | x) of the uniform mixture of K DeepGPs, per point [N]:
+
+        log (1/K) Σ_k p_k(y | x) = logsumexp_k log p_k(y | x) − log K,
+
+    each log p_k by :func:`predictive_log_density` (member k seeded with ``seed + k``). The predictive of a deep
+    ensemble (Lakshminarayanan et al., 2017) whose members are DGPs, e.g. each ensemble network converted and
+    trained through stage 2."""
+    if len(dgps) == 0:
+        raise ValueError("an ensemble needs at least one DeepGP")
+    members = [predictive_log_density(dgp, X, Y, num_samples, None if seed is None else seed + k) for k, dgp in enumerate(dgps)]
+    return scipy.special.logsumexp(np.stack(members), axis=0) - np.log(len(dgps))
+
+
+@check_shapes(
+    "X: [N, D]",
+    "return[0]: [N, P]",
+    "return[1]: [N, P]",
+)
+def ensemble_predict_y(dgps: Sequence[gpflux.models.DeepGP], X, num_samples: int = 100, seed: Optional[int] = None) -> Tuple[np.ndarray, np.ndarray]:
+    """Mean and variance of y under the uniform mixture of K DeepGPs, [N, P] each, by the law of total variance:
+    E[y] = (1/K) Σ_k m_k, Var[y] = (1/K) Σ_k (v_k + m_k²) − E[y]², with (m_k, v_k) from :func:`predict_y`."""
+    if len(dgps) == 0:
+        raise ValueError("an ensemble needs at least one DeepGP")
+    moments = [predict_y(dgp, X, num_samples, None if seed is None else seed + k) for k, dgp in enumerate(dgps)]
+    means = np.stack([m for m, _ in moments])
+    variances = np.stack([v for _, v in moments])
+    return means.mean(0), variances.mean(0) + means.var(0)

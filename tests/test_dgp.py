@@ -268,3 +268,36 @@ def test_gpflux_training_path_names_nan_inputs_as_inputs():
         model.fit({"inputs": X, "targets": Y}, epochs=1, batch_size=32, verbose=0)
     for value, variable in zip(before, dgp.trainable_variables):
         np.testing.assert_array_equal(variable.numpy(), value)
+
+
+def test_ensemble_of_dgps_predicts_the_uniform_mixture():
+    """Two one-layer Gaussian DGPs (whose predictive is exactly N(μ_k(x), σ_k²(x) + noise_k)): the ensemble's log
+    density equals log of the mixture density computed here with scipy's normal pdf, and its mean and variance equal
+    those of 400,000 draws from the mixture."""
+    from scipy.stats import norm
+
+    from activated_dgp import build_activated_dgp
+    from activated_dgp.prediction import ensemble_log_density, ensemble_predict_y
+
+    rng = np.random.default_rng(0)
+    X, Y = rng.normal(size=(7, 2)), rng.normal(size=(7, 1))
+    dgps = []
+    for k in range(2):
+        dgp = build_activated_dgp(2, 50, num_layers=1, num_units=6, seed=k, noise_variance=0.1 * (k + 1))
+        dgp.f_layers[0].q_mu.assign(rng.normal(size=dgp.f_layers[0].q_mu.shape))
+        dgp.f_layers[0].q_sqrt.assign(0.3 * np.stack([np.eye(6)]))
+        dgps.append(dgp)
+    moments = []
+    for dgp in dgps:
+        mean, var = dgp.f_layers[0].predict(X, full_cov=False)
+        moments.append((mean.numpy()[:, 0], var.numpy()[:, 0] + float(dgp.likelihood_layer.likelihood.variance.numpy())))
+    density = np.mean([norm.pdf(Y[:, 0], m, np.sqrt(v)) for m, v in moments], axis=0)
+    np.testing.assert_allclose(ensemble_log_density(dgps, X, Y, num_samples=1, seed=0), np.log(density), rtol=1e-10)
+    member = rng.integers(2, size=(400_000, 7))
+    draws = np.where(member == 0, rng.normal(moments[0][0], np.sqrt(moments[0][1]), (400_000, 7)),
+                     rng.normal(moments[1][0], np.sqrt(moments[1][1]), (400_000, 7)))
+    mean, var = ensemble_predict_y(dgps, X, num_samples=1, seed=0)
+    np.testing.assert_allclose(mean[:, 0], draws.mean(0), atol=0.02)
+    np.testing.assert_allclose(var[:, 0], draws.var(0), rtol=0.02)
+    with pytest.raises(ValueError, match="at least one DeepGP"):
+        ensemble_log_density([], X, Y)
