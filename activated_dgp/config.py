@@ -20,14 +20,9 @@ import numpy as np
 
 from .likelihoods import LIKELIHOODS, likelihood_name
 from .spectra import Activation, registered_activation_name, resolve_activation
+from .validation import check_positive_int
 
 __all__ = ["ArchitectureConfig", "as_config", "initial_directions"]
-
-
-def _positive_int(value, what: str) -> int:
-    if isinstance(value, bool) or np.ndim(value) != 0 or int(value) != value or value < 1:
-        raise ValueError(f"{what} must be a positive integer, got {value!r}")
-    return int(value)
 
 
 def _per_layer(value, num_layers: int, what: str) -> tuple:
@@ -106,17 +101,17 @@ class ArchitectureConfig:
 
     def __post_init__(self):
         set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731  (frozen dataclass)
-        input_dim = _positive_int(self.input_dim, "input_dim")
-        L = _positive_int(self.num_layers, "num_layers")
-        output_dim = _positive_int(self.output_dim, "output_dim")
-        units = tuple(_positive_int(m, "num_units") for m in _per_layer(self.num_units, L, "num_units"))
+        input_dim = check_positive_int(self.input_dim, "input_dim")
+        L = check_positive_int(self.num_layers, "num_layers")
+        output_dim = check_positive_int(self.output_dim, "output_dim")
+        units = tuple(check_positive_int(m, "num_units") for m in _per_layer(self.num_units, L, "num_units"))
         widths = (input_dim,) * (L - 1) if self.layer_widths is None else tuple(self.layer_widths)
         if len(widths) != L - 1:
             raise ValueError(f"{L} layers need {L - 1} layer_widths, got {len(widths)}")
-        widths = tuple(_positive_int(p, "layer_widths") for p in widths)
+        widths = tuple(check_positive_int(p, "layer_widths") for p in widths)
         activations = tuple(resolve_activation(a) for a in _per_layer(self.activation, L, "activation"))
         activations = tuple(a.name if _is_registered(a) else a for a in activations)
-        truncations = tuple(_positive_int(n, "truncation_level") for n in _per_layer(self.truncation_level, L, "truncation_level"))
+        truncations = tuple(check_positive_int(n, "truncation_level") for n in _per_layer(self.truncation_level, L, "truncation_level"))
         scales = _per_layer(1.0 if self.lengthscales is None else self.lengthscales, L, "lengthscales")
         inputs = (input_dim,) + widths
         scales = tuple(_lengthscale(value, inputs[index], index) for index, value in enumerate(scales))

@@ -25,7 +25,7 @@ from .likelihoods import (  # noqa: F401  (re-exported: the registry's old home)
     output_width,
 )
 from .spectra import Activation
-from .validation import check_matrix
+from .validation import check_matrix, check_positive_int
 
 __all__ = [
     "build_activated_dgp",
@@ -72,9 +72,7 @@ def activated_gp_layer(
     W = check_matrix(W, "W", nonzero_rows=True).astype(np.float64)
     if W.shape[1] < 2:
         raise ValueError(f"W must be [M, D + 1] with D ≥ 1 (the inputs plus the bias coordinate), got shape {W.shape}")
-    for what, value in (("output_dim", output_dim), ("num_data", num_data)):
-        if isinstance(value, bool) or int(value) != value or value < 1:
-            raise ValueError(f"{what} must be a positive integer, got {value!r}")
+    output_dim, num_data = check_positive_int(output_dim, "output_dim"), check_positive_int(num_data, "num_data")
     input_dim = W.shape[1] - 1
     zonal = ZonalArcCosine if far_field is None else FarFieldArcCosine
     kernel = gpflow.kernels.SharedIndependent(

@@ -70,6 +70,13 @@ def check_matrix(values, what: str, width: int = None, nonzero_rows: bool = Fals
     return array
 
 
+def check_positive_int(value, what: str) -> int:
+    """``value`` as an int ≥ 1 (a bool, a non-integral or an array value is refused); a ValueError naming ``what``."""
+    if isinstance(value, bool) or np.ndim(value) != 0 or int(value) != value or value < 1:
+        raise ValueError(f"{what} must be a positive integer, got {value!r}")
+    return int(value)
+
+
 def check_targets(values, what: str = "Y", width: int = None) -> np.ndarray:
     """Targets as a finite matrix [N, P] (:func:`check_matrix`), with one rule for a vector: a 1-D ``values`` of N
     entries is one target column, [N, 1], as in tf-keras' ``fit`` and the regressors of :mod:`activated_dgp.eigen`."""

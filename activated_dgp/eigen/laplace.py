@@ -69,8 +69,8 @@ import tensorflow as tf
 import tf_keras
 from scipy.optimize import minimize_scalar
 
-from ..models import output_width
-from ..validation import check_inputs, check_matrix
+from ..likelihoods import output_width
+from ..validation import check_inputs, check_matrix, check_positive_int
 from .kernel_sources import FeatureKernel, ntk_kernel
 from .laplace_likelihoods import (
     LIKELIHOOD_NAMES,
@@ -103,12 +103,6 @@ def _positive(value, what: str) -> float:
     if not (np.isfinite(value) and value > 0):
         raise ValueError(f"{what} must be positive and finite, got {value!r}")
     return float(value)
-
-
-def _positive_integer(value, what: str) -> int:
-    if isinstance(value, bool) or int(value) != value or value < 1:
-        raise ValueError(f"{what} must be a positive integer, got {value!r}")
-    return int(value)
 
 
 def _last_dense_variables(model) -> list:
@@ -236,7 +230,7 @@ class LinearisedLaplace:
         elif eigenfunctions is not None:
             raise ValueError(f"eigenfunctions= is only used by method='eigenfunctions', not {method!r}")
         if ntk_samples is not None:
-            ntk_samples = _positive_integer(ntk_samples, "ntk_samples")
+            ntk_samples = check_positive_int(ntk_samples, "ntk_samples")
         grid = np.logspace(-4, 4, 33) if prior_precision_grid is None else np.asarray(prior_precision_grid, dtype=np.float64)
         if grid.ndim != 1 or grid.size == 0 or not np.all(np.isfinite(grid) & (grid > 0)):
             raise ValueError("prior_precision_grid must be a non-empty list of positive numbers")
@@ -245,14 +239,14 @@ class LinearisedLaplace:
         self.model, self.likelihood, self.method = model, likelihood, method
         self.noise_variance = _positive(noise_variance, "noise_variance")
         self.prior_precision_setting = prior_precision
-        self.num_eigenpairs = _positive_integer(num_eigenpairs, "num_eigenpairs")
+        self.num_eigenpairs = check_positive_int(num_eigenpairs, "num_eigenpairs")
         self.eigenfunctions = eigenfunctions
         self.ntk_samples = ntk_samples
-        self.neuralef_steps = _positive_integer(neuralef_steps, "neuralef_steps")
+        self.neuralef_steps = check_positive_int(neuralef_steps, "neuralef_steps")
         self.neuralef_options = dict(neuralef_options or {})
-        self.predictive, self.num_samples, self.seed = predictive, _positive_integer(num_samples, "num_samples"), int(seed)
-        self.batch_size = _positive_integer(batch_size, "batch_size")
-        self.max_parameters = _positive_integer(max_parameters, "max_parameters")
+        self.predictive, self.num_samples, self.seed = predictive, check_positive_int(num_samples, "num_samples"), int(seed)
+        self.batch_size = check_positive_int(batch_size, "batch_size")
+        self.max_parameters = check_positive_int(max_parameters, "max_parameters")
         self.prior_precision_grid = grid
         self.verbose = int(verbose)
         self.variables = _last_dense_variables(model) if method == "last_layer" else list(model.trainable_variables)

@@ -30,6 +30,7 @@ import numpy as np
 import tensorflow as tf
 
 from ..eigen.base import require_float64
+from ..validation import check_positive_int
 from .blocks import DEFAULT_BLOCK, BasisGram, IndexedGramSource, KernelCenters, KernelGram, check_data, check_targets
 from .preconditioner import Preconditioner, batch_step, fit_nystrom, step_schedule
 from .training_loop import TrainedWeights, TrainingState, run_epochs
@@ -37,12 +38,6 @@ from .training_loop import TrainedWeights, TrainingState, run_epochs
 __all__ = ["EigenPro2Solver", "EigenPro2", "SCHEDULE_CACHE_BYTES"]
 
 SCHEDULE_CACHE_BYTES = 1 << 28  # EigenPro2Solver's default: ψ blocks of one fixed schedule up to 256 MiB
-
-
-def _positive_int(value, what: str) -> int:
-    if int(value) != value or value < 1:
-        raise ValueError(f"{what} must be a positive integer, got {value!r}")
-    return int(value)
 
 
 class EigenPro2Solver:
@@ -60,7 +55,7 @@ class EigenPro2Solver:
                  schedule_cache_bytes: int = SCHEDULE_CACHE_BYTES):
         self.operator = operator
         N = operator.size
-        s = min(_positive_int(subsample_size, "subsample_size"), N)
+        s = min(check_positive_int(subsample_size, "subsample_size"), N)
         q = int(num_eigenpairs)
         if q != num_eigenpairs or q < 0:
             raise ValueError(f"num_eigenpairs q must be a non-negative integer, got {num_eigenpairs!r}")
@@ -77,7 +72,7 @@ class EigenPro2Solver:
         Psi_S = self.preconditioner.eigenfunctions(landmarks)
         self.beta = self.preconditioner.beta(operator.diagonal(self.subsample).numpy(), Psi_S)
         self.top_eigenvalue = max(self.preconditioner.tail, self._check_top(rng))
-        self.batch_size, self.step_size = step_schedule(self.beta, self.top_eigenvalue, min(_positive_int(max_batch, "max_batch"), N))
+        self.batch_size, self.step_size = step_schedule(self.beta, self.top_eigenvalue, min(check_positive_int(max_batch, "max_batch"), N))
 
     def _check_top(self, rng, size: int = 1000) -> float:
         """The top eigenvalue of the preconditioned Gram (G_RR − Ψ_R D Ψ_Rᵀ)/r on r ≤ 1000 points R

@@ -68,9 +68,10 @@ import tensorflow as tf
 
 from ..eigen import EigenApproximation
 from ..eigen.base import require_float64
+from ..validation import check_positive_int
 from .blocks import DEFAULT_BLOCK, ActivatedBasis, KernelCenters, check_data, check_targets
 from .centers import choose_centers
-from .eigenpro2 import EigenPro2Solver, _positive_int
+from .eigenpro2 import EigenPro2Solver
 from .preconditioner import Preconditioner, batch_step, step_schedule
 from .span import SpanEigenfunctions
 from .training_loop import TrainedWeights, TrainingState, run_epochs
@@ -167,16 +168,16 @@ class EigenPro3(TrainedWeights, tf.Module):
         self._given_centers = None if centers is None else check_data(centers, "the centers")
         self.num_centers, self.center_method = num_centers, center_method
         self.preconditioner_option = preconditioner
-        self.subsample_size = _positive_int(subsample_size, "subsample_size")
+        self.subsample_size = check_positive_int(subsample_size, "subsample_size")
         self.num_eigenpairs = num_eigenpairs
         self.projection, self.update = projection, update
-        self.projection_epochs = _positive_int(projection_epochs, "projection_epochs")
-        self.projection_subsample = _positive_int(projection_subsample, "projection_subsample")
+        self.projection_epochs = check_positive_int(projection_epochs, "projection_epochs")
+        self.projection_subsample = check_positive_int(projection_subsample, "projection_subsample")
         self.projection_eigenpairs = projection_eigenpairs
-        self.max_batch = _positive_int(max_batch, "max_batch")
-        self.fixed_batch = None if batch_size is None else _positive_int(batch_size, "batch_size")
-        self.estimate_size = _positive_int(estimate_size, "estimate_size")
-        self.power_iterations = _positive_int(power_iterations, "power_iterations")
+        self.max_batch = check_positive_int(max_batch, "max_batch")
+        self.fixed_batch = None if batch_size is None else check_positive_int(batch_size, "batch_size")
+        self.estimate_size = check_positive_int(estimate_size, "estimate_size")
+        self.power_iterations = check_positive_int(power_iterations, "power_iterations")
         self.block_size, self.seed = block_size, int(seed)
         if average_after is not None and (isinstance(average_after, bool) or int(average_after) != average_after or average_after < 0):
             raise ValueError(f"average_after must be None or a number of epochs ≥ 0, got {average_after!r}")
