@@ -550,6 +550,9 @@ def markdown(rows: Sequence[Dict], records: Sequence[Dict]) -> str:
         out.append("")
     protocols = sorted({r.get("protocol", r["budget"]["name"]) for r in records})
     out.append(f"{len(records)} records; protocol: " + "; ".join(protocols) + ".")
+    stale = older_versions(records)
+    if stale:
+        out += ["", "Not yet rerun under the newest protocol version (their older records are shown): " + "; ".join(stale) + "."]
     return "\n".join(out) + "\n"
 
 
@@ -641,24 +644,55 @@ def figure(rows: Sequence[Dict], path: Path) -> None:
     plt.close(fig)
 
 
+def _version(protocol: str) -> int:
+    """The protocol version number at the end of a budget key ("…:v6" → 6; -1 without one)."""
+    tail = str(protocol).rpartition(":")[2]
+    return int(tail[1:]) if tail[:1] == "v" and tail[1:].isdigit() else -1
+
+
 def load_records(out: Path, protocol: Optional[str] = None, as_recorded: bool = False) -> List[Dict]:
-    """The records in ``out``/records.jsonl of one ``protocol`` (budget key; default: the one with the most
-    records). Older versions' records count for methods the current version did not change, unless
-    ``as_recorded``."""
+    """The records in ``out``/records.jsonl of one budget (default: the one with the most records).
+
+    With ``protocol`` given, exactly the records under that key. Otherwise, per (dataset, method), the records
+    of the newest protocol version that has any for it: methods the current version did not change count
+    under it (``upgrade_record``, unless ``as_recorded``), and a changed method that has not been rerun yet
+    keeps its older records, which :func:`older_versions` names in the report."""
     from experiments.uci_methods import upgrade_record
 
     store = ResultStore(Path(out) / "records.jsonl", KEY_FIELDS, upgrade=None if as_recorded else upgrade_record)
     everything = store.records()
     if not everything:
         raise FileNotFoundError(f"no records in {store.path}; run the benchmark first")
-    counts: Dict[str, int] = {}
+    if protocol is not None:
+        records = [r for r in everything if r["protocol"] == protocol]
+        if not records:
+            raise ValueError(f"no records of protocol {protocol!r} in {store.path}; it has {sorted({r['protocol'] for r in everything})}")
+        return records
+    heads: Dict[str, int] = {}
     for r in everything:
-        counts[r["protocol"]] = counts.get(r["protocol"], 0) + 1
-    protocol = protocol or max(counts, key=counts.get)
-    records = [r for r in everything if r["protocol"] == protocol]
-    if not records:
-        raise ValueError(f"no records of protocol {protocol!r} in {store.path}; it has {sorted(counts)}")
-    return records
+        head = r["protocol"].rpartition(":")[0]
+        heads[head] = heads.get(head, 0) + 1
+    head = max(heads, key=heads.get)
+    ours = [r for r in everything if r["protocol"].rpartition(":")[0] == head]
+    newest: Dict[tuple, int] = {}
+    for r in ours:
+        key = (r["dataset"], r["method"])
+        newest[key] = max(newest.get(key, -1), _version(r["protocol"]))
+    return [r for r in ours if _version(r["protocol"]) == newest[(r["dataset"], r["method"])]]
+
+
+def older_versions(records: Sequence[Dict]) -> List[str]:
+    """"method (vK): datasets" for every (dataset, method) whose records predate the newest version present."""
+    from experiments.uci_methods import LABELS
+
+    current = max(_version(r["protocol"]) for r in records)
+    every = {r["dataset"] for r in records}
+    older: Dict[tuple, List[str]] = {}
+    for r in records:
+        version = _version(r["protocol"])
+        if version < current and r["dataset"] not in older.setdefault((r["method"], version), []):
+            older[(r["method"], version)].append(r["dataset"])
+    return [f"{LABELS[m]} (v{v}): " + ("every set" if set(d) == every else ", ".join(sorted(d))) for (m, v), d in sorted(older.items())]
 
 
 def report(out: Path, doc: Optional[str] = None, protocol: Optional[str] = None, as_recorded: bool = False) -> str:

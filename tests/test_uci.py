@@ -334,8 +334,10 @@ def test_records_of_an_older_version_count_only_for_methods_it_did_not_change(tm
     assert len(lines) == 3 and lines[:2] == rewritten  # the file is appended to, never rewritten
     from experiments.uci import report
 
-    assert f":v{older}." in report(tmp_path, as_recorded=True)  # the records as made: two of the older version
-    assert f":{methods.PROTOCOL_VERSION}." in report(tmp_path)  # carried over: all three under the current one
+    # the records as made: NN's only record is of the older version, shown and named as such
+    assert f"NN (v{older}): every set" in report(tmp_path, as_recorded=True)
+    carried = report(tmp_path)  # carried over: NN's record counts under the current version, nothing is stale
+    assert f":{methods.PROTOCOL_VERSION}." in carried and "Not yet rerun" not in carried
 
 
 def test_every_protocol_version_lists_what_it_changed():
@@ -452,3 +454,21 @@ def test_stage2_effect_groups_splits_by_the_restored_step():
     ]
     row = next(line for line in stage2_effect_markdown(records) if line.startswith("| energy |"))
     assert row == "| energy | 1: +0.0000 / -0.100 | 1: -0.0400 / -0.800 |"
+
+
+def test_report_takes_each_methods_newest_version_and_carries_records_only_up_to_their_next_change(tmp_path, monkeypatch):
+    """Changes v5: ("a",), v6: ("b",). A v4 record of "b" counts under v5 (b changed only in v6), not v6; "a" keeps
+    its v6 records; "b" has no v6 record on yacht, so its v5 one is shown and named as older."""
+    import experiments.uci_methods as methods
+    from experiments.uci import load_records, older_versions
+
+    monkeypatch.setattr(methods, "PROTOCOL_VERSION", "v6")
+    monkeypatch.setattr(methods, "METHOD_CHANGES", {"v2": ("*",), "v5": ("a",), "v6": ("b",)})
+    monkeypatch.setitem(methods.LABELS, "a", "A")
+    monkeypatch.setitem(methods.LABELS, "b", "B")
+    rows = [("a", "v4", 0), ("a", "v6", 0), ("b", "v4", 0), ("b", "v4", 1)]
+    path = tmp_path / "records.jsonl"
+    path.write_text("".join(json.dumps({"dataset": "yacht", "method": m, "split": s, "protocol": f"h:{v}"}) + "\n" for m, v, s in rows))
+    records = load_records(tmp_path)
+    assert sorted((r["method"], r["protocol"], r["split"]) for r in records) == [("a", "h:v6", 0), ("b", "h:v5", 0), ("b", "h:v5", 1)]
+    assert older_versions(records) == ["B (v5): every set"]
