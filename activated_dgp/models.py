@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from typing import Callable, Optional, Sequence, Union
 
 import gpflow
@@ -13,6 +12,7 @@ from .conditionals import SharedActivationFeature
 from .inducing_variables import ActivationFeature
 from .far_field import FarFieldArcCosine
 from .kernels import ZonalArcCosine
+from .layers import ActivatedGPLayer, LikelihoodLayer
 from .config import ArchitectureConfig, as_config, initial_directions
 from .likelihoods import (  # noqa: F401  (re-exported: the registry's old home)
     LIKELIHOODS,
@@ -80,7 +80,7 @@ def activated_gp_layer(
         output_dim=output_dim,
     )
     inducing = SharedActivationFeature(ActivationFeature(W, activation, truncation_level))
-    layer = gpflux.layers.GPLayer(
+    layer = ActivatedGPLayer(
         kernel,
         inducing,
         num_data=num_data,
@@ -164,8 +164,7 @@ def build_activated_dgp(
 
 
 def likelihood_layer(likelihood: gpflow.likelihoods.Likelihood) -> gpflux.layers.LikelihoodLayer:
-    """gpflux's LikelihoodLayer, without the deprecation warning gpflux 0.4.5 raises from inside it for its own base
-    class (TrackableLayer): nothing a user of this library can act on. The filter covers this call only."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*TrackableLayer.*", category=DeprecationWarning)
-        return gpflux.layers.LikelihoodLayer(likelihood)
+    """gpflux's LikelihoodLayer (as :class:`~activated_dgp.layers.LikelihoodLayer`, whose ``.weights.h5`` state
+    holds the likelihood's parameters), without the deprecation warning gpflux 0.4.5 raises from inside it for its
+    own base class (TrackableLayer): nothing a user of this library can act on."""
+    return LikelihoodLayer(likelihood)

@@ -6,7 +6,10 @@
 # | object | ways to save it |
 # |---|---|
 # | the network twin (`build_activated_nn`) | `save_weights` (`.weights.h5`, TF checkpoint), `model.save("twin.keras")`, `ModelCheckpoint`, `BackupAndRestore`, `tf.train.Checkpoint` |
-# | an activated DGP | `save_dgp` / `load_dgp` (architecture + every parameter, optimiser state), `DGPCheckpoint` during `fit`, `tf.train.Checkpoint` into a DGP of the same architecture |
+# | an activated DGP | `save_dgp` / `load_dgp` (architecture + every parameter, optimiser state), `DGPCheckpoint` during `fit`, `tf.train.Checkpoint` or the training model's `save_weights("….weights.h5")` into a DGP of the same architecture |
+#
+# A DGP's Keras models cannot be saved whole (`model.save("m.keras")` or a SavedModel): tf-keras cannot serialise
+# gpflux's layers, and the library says so, naming the alternatives, instead of failing deep inside tf-keras.
 
 # %%
 import os

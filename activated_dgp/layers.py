@@ -1,0 +1,80 @@
+"""The library's GPflux layers, whose whole state survives tf-keras' ``.weights.h5`` format.
+
+tf-keras' ``Model.save_weights("….weights.h5")`` (and the weights inside a ``.keras`` archive) stores each layer's
+*own* variables only: for gpflux's ``GPLayer`` that is q_μ and q_sqrt, and the kernel's, the inducing variables'
+(the activated directions W), the mean function's and the likelihood's parameters are silently left out, so
+loading such a file into a fresh model gives a different model (measured: a mean error of 6.46 on the tutorial's
+DGP). These subclasses save and load every variable the layer reaches (``layer.weights``, which walks the nested
+GPflow modules) in a fixed order, and refuse a file whose variables do not match, naming the layer. Nothing else
+about the layers changes: they are gpflux's ``GPLayer`` and ``LikelihoodLayer``.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import gpflux
+import numpy as np
+import tensorflow_probability as tfp
+from gpflux.layers.likelihood_layer import unwrap_dist
+
+__all__ = ["ActivatedGPLayer", "LikelihoodLayer"]
+
+
+WHOLE_MODEL_ERROR = (
+    "a DeepGP's Keras models cannot be saved whole (.keras or SavedModel): gpflux's layers hold GPflow modules and "
+    "return distributions, which tf-keras can neither serialise nor trace. Save the state instead: "
+    "model.save_weights('….weights.h5') or tf.train.Checkpoint(model=model) into a DGP of the same architecture, "
+    "or activated_dgp.save_dgp(dgp, directory), which also records the architecture (docs/saving.md)."
+)
+
+
+class _SavesNestedVariables:
+    """``save_own_variables`` / ``load_own_variables`` (tf-keras' saving hooks) over all of ``self.weights``, and
+    a clear error instead of upstream's for whole-model saving (``get_config``)."""
+
+    def get_config(self):
+        raise NotImplementedError(WHOLE_MODEL_ERROR)
+
+    def save_own_variables(self, store) -> None:
+        for index, variable in enumerate(self.weights):
+            store[f"{index}"] = variable.numpy()
+
+    def load_own_variables(self, store) -> None:
+        variables = self.weights
+        if len(store.keys()) != len(variables):
+            raise ValueError(
+                f"cannot load layer {self.name!r}: the file holds {len(store.keys())} variables, the layer has "
+                f"{len(variables)} ({[v.name for v in variables]}). Was it saved from the same architecture? "
+                "activated_dgp.save_dgp / load_dgp also rebuild the architecture."
+            )
+        for index, variable in enumerate(variables):
+            value = np.asarray(store[f"{index}"])
+            if value.shape != tuple(variable.shape):
+                raise ValueError(
+                    f"cannot load layer {self.name!r}: variable {index} ({variable.name}) has shape "
+                    f"{tuple(variable.shape)}, the file {value.shape}"
+                )
+            variable.assign(value)
+
+
+class ActivatedGPLayer(_SavesNestedVariables, gpflux.layers.GPLayer):
+    """gpflux's ``GPLayer`` whose ``.weights.h5`` state holds the kernel, inducing-variable and mean-function
+    parameters too (module docstring); built by :func:`activated_dgp.models.activated_gp_layer`."""
+
+
+class LikelihoodLayer(_SavesNestedVariables, gpflux.layers.LikelihoodLayer):
+    """gpflux's ``LikelihoodLayer`` whose ``.weights.h5`` state holds the likelihood's parameters (e.g. the
+    Gaussian noise variance). Named as gpflux's, so that Keras names its instances as it names gpflux's."""
+
+    def __init__(self, likelihood, **kwargs):
+        with warnings.catch_warnings():  # gpflux 0.4.5 warns about its own base class (TrackableLayer)
+            warnings.filterwarnings("ignore", message=".*TrackableLayer.*", category=DeprecationWarning)
+            super().__init__(likelihood, **kwargs)
+
+    def call(self, inputs, targets=None, training=None):
+        """gpflux's call; a plain tensor in place of the last layer's distribution (what SavedModel tracing passes)
+        gets :data:`WHOLE_MODEL_ERROR` instead of gpflux's bare ``AssertionError``."""
+        if not isinstance(unwrap_dist(inputs), tfp.distributions.MultivariateNormalDiag):
+            raise TypeError(f"{self.name} received {type(inputs).__name__}, not the last GP layer's distribution: " + WHOLE_MODEL_ERROR)
+        return super().call(inputs, targets=targets, training=training)
