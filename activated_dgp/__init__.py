@@ -25,7 +25,9 @@ from .persistence import DGPCheckpoint, load_dgp, load_network, load_optimizer, 
 from .prediction import layer_moments, predict_class_probabilities, predict_y, predictive_log_density, propagate_means
 from .batch_prediction import BatchPredictor
 from .streaming import ArraySource, CsvSource
-from .training import TrainingSchedule, TwoStageResult, evaluate_elbo, train_dgp, train_network, train_two_stage
+from .training.fitters import evaluate_elbo, train_dgp, train_network
+from .training.schedule import TrainingSchedule
+from .training.two_stage import TwoStageResult, train_two_stage
 from .spectra import (
     ACTIVATIONS,
     Activation,

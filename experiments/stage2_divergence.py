@@ -188,7 +188,8 @@ def guard_cost(sizes=(300, 20000), repeats: int = 3) -> dict:
 
     import tensorflow as tf
 
-    from activated_dgp import TrainingSchedule, dgp_from_keras, train_dgp, training
+    from activated_dgp import TrainingSchedule, dgp_from_keras, train_dgp
+    from activated_dgp.training import fitters as training  # GUARD_MIN_STEPS is read from the fitters' module
 
     X, Y = data(0)
     net = network(0, X, Y)

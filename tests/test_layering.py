@@ -78,3 +78,14 @@ def test_the_cycle_finder_finds_a_cycle():
 
 def test_validation_is_a_leaf():
     assert _graph(_modules())["activated_dgp.validation"] == set()
+
+
+def test_training_package_imports_go_down():
+    """activated_dgp.training's modules, lowest first; each imports only modules before it (function-level
+    imports counted)."""
+    order = ["callbacks", "schedule", "fitters", "two_stage"]
+    graph = _graph(_modules())
+    modules = [f"activated_dgp.training.{name}" for name in order]
+    for position, name in enumerate(modules):
+        inside = {target for target in graph[name] if target.startswith("activated_dgp.training")}
+        assert inside <= set(modules[:position]), f"{name} imports {sorted(inside - set(modules[:position]))}"

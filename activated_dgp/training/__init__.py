@@ -1,0 +1,37 @@
+"""Training of activated DGPs, one concept per module, imports going down:
+:mod:`~activated_dgp.training.callbacks` (progress, learning-rate ramp, early stopping with the best parameters
+restored) → :mod:`~activated_dgp.training.schedule` (:class:`TrainingSchedule`) →
+:mod:`~activated_dgp.training.fitters` (stage 1 :func:`train_network`, stage 2 :func:`train_dgp`, their scores and
+stage 2's guard) → :mod:`~activated_dgp.training.two_stage` (the pipeline :func:`train_two_stage`).
+Every name is re-exported here, so ``from activated_dgp.training import …`` keeps working."""
+
+from .callbacks import FitProgress, LearningRateRamp, RestoreBest, without_retracing_warnings
+from .fitters import (
+    GUARD_MIN_STEPS,
+    GUARD_ROWS,
+    evaluate_elbo,
+    guard_rows,
+    negative_elbo_score,
+    train_dgp,
+    train_network,
+    validation_nlpd,
+)
+from .schedule import TrainingSchedule
+from .two_stage import TwoStageResult, split_validation, train_two_stage
+
+__all__ = [
+    "TwoStageResult",
+    "TrainingSchedule",
+    "RestoreBest",
+    "LearningRateRamp",
+    "split_validation",
+    "train_network",
+    "train_dgp",
+    "validation_nlpd",
+    "train_two_stage",
+    "evaluate_elbo",
+    "guard_rows",
+    "negative_elbo_score",
+    "GUARD_ROWS",
+    "GUARD_MIN_STEPS",
+]

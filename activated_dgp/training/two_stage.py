@@ -1,0 +1,188 @@
+"""Two-stage training (Dutordoir et al., 2021, Sec. 5.1, appendix E.1): fit the network twin on
+MSE or cross-entropy, convert it to an activated DGP, then optimise the ELBO over all DGP parameters
+(:func:`train_two_stage`, :class:`TwoStageResult`; the held-out split :func:`split_validation`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Sequence, Union
+
+import gpflux
+import numpy as np
+import tensorflow as tf
+import tf_keras
+
+from ..config import ArchitectureConfig
+from ..conversion import NOISE_FACTORS, dgp_from_keras, rescale_kernel_variance, select_kernel_variances
+from ..far_field import add_far_field, far_field_options, refit_far_field
+from ..models import likelihood_name, output_width
+from ..nn import build_activated_nn
+from ..spectra import Activation
+from .fitters import _check_data, evaluate_elbo, train_dgp, train_network
+from .schedule import TrainingSchedule
+
+__all__ = ["TwoStageResult", "split_validation", "train_two_stage"]
+
+
+@dataclass
+class TwoStageResult:
+    network: tf_keras.Model
+    dgp: gpflux.models.DeepGP
+    network_history: dict = field(default_factory=dict)
+    dgp_history: dict = field(default_factory=dict)
+    conversion_mismatch: Optional[float] = None
+    initial_elbo: Optional[float] = None  # the converted DGP's ELBO before stage 2 (evaluate_elbo)
+    kernel_variances: Optional[list] = None  # per layer, after conversion (chosen when kernel_variance="elbo")
+    initial_noise_variance: Optional[float] = None
+
+
+def split_validation(X, Y, fraction: float, seed: Optional[int] = None):
+    """A seeded random split of (X, Y) into (X_fit, Y_fit), (X_val, Y_val) with round(fraction·N) ≥ 1
+    validation rows."""
+    if not 0.0 < fraction < 1.0:
+        raise ValueError(f"the validation fraction must be in (0, 1), got {fraction!r}")
+    order = np.random.default_rng(seed).permutation(len(X))
+    num_val = max(1, int(round(fraction * len(X))))
+    if num_val >= len(X):
+        raise ValueError(f"{len(X)} rows are too few to hold out {fraction:.0%} for validation")
+    val, fit = order[:num_val], order[num_val:]
+    return (X[fit], Y[fit]), (X[val], Y[val])
+
+
+def train_two_stage(
+    X,
+    Y,
+    *,
+    likelihood: str = "gaussian",
+    num_classes: Optional[int] = None,
+    num_layers: int = 3,
+    num_units: Union[int, Sequence[int]] = 128,
+    layer_widths: Optional[Sequence[int]] = None,
+    activation: Union[str, Activation, Callable] = "softplus",
+    truncation_level: Union[int, Sequence[int]] = 20,
+    lengthscales: Optional[Sequence] = None,
+    whiten: bool = True,
+    network_schedule: Optional[TrainingSchedule] = None,
+    dgp_schedule: Optional[TrainingSchedule] = None,
+    noise_variance: Union[None, float, str] = None,
+    kernel_variance: Union[float, str] = 1.0,
+    warmup_steps: int = 0,
+    validation_data=None,
+    validation_fraction: float = 0.0,
+    seed: Optional[int] = None,
+    elbo_samples: int = 0,
+    network: Optional[tf_keras.Model] = None,
+    dgp_callbacks: Sequence[tf_keras.callbacks.Callback] = (),
+    strategy: Optional[tf.distribute.Strategy] = None,
+    far_field: Union[bool, dict] = True,
+) -> TwoStageResult:
+    """Network twin → activated DGP → ELBO. Defaults follow appendix E.1 (Adam 0.01, ×0.9 on
+    plateau, minibatch 128); every part is overridable. docs/results/stage2.md measures the options.
+
+    :param Y: [N, P] targets; for "bernoulli" 0/1 labels [N, 1]; for "softmax"/"robustmax" class
+        indices [N, 1] with ``num_classes`` (default: max label + 1).
+    :param lengthscales: per-layer lengthscales of the twin (:func:`build_activated_nn`), copied into
+        the DGP's kernels by the converter.
+    :param noise_variance: initial Gaussian noise: a number, "train" (the network's training MSE, the
+        default without validation data) or "validation" (its MSE on the validation part, the default
+        with it), or "selected": the validation MSE, then chosen jointly with the output layer's kernel
+        variance by the ``kernel_variance`` search (``noise_factors`` of :func:`select_kernel_variances`).
+    :param kernel_variance: each layer's kernel variance at conversion, or "elbo" / "validation" to
+        choose it by maximising the ELBO / the validation log density, with the mean propagation kept
+        (:func:`select_kernel_variances`).
+    :param warmup_steps: stage-2 steps with W and the lengthscales frozen before all parameters train
+        (:func:`train_dgp`).
+    :param validation_data: (X_val, Y_val) for early stopping of each stage whose schedule sets a
+        ``patience`` (best parameters restored), and for ``noise_variance="validation"``; or
+        ``validation_fraction`` of (X, Y) is held out (seeded by ``seed``).
+    :param dgp_callbacks: tf-keras callbacks for stage 2; one with a ``set_dgp(dgp)`` method is handed
+        the converted DeepGP before stage 2 starts.
+    :param network: a network to start from instead of building and training a twin (stage 1 is
+        then skipped).
+    :param elbo_samples: passes of :func:`evaluate_elbo` for ``TwoStageResult.initial_elbo`` (the
+        converted DGP's ELBO before stage 2); 0 (the default) skips it, leaving ``initial_elbo`` None —
+        it costs that many passes over the whole data.
+    :param strategy: a ``tf.distribute.Strategy`` for stage 2 (:func:`train_dgp`); stage 1, the
+        network twin, trains on one device.
+    :param far_field: give the output layer the far-field residual after conversion (the default True, or a
+        dict with ``order`` / ``scale``; :func:`activated_dgp.far_field.add_far_field`): zero variance on the
+        training data's ball, growing like ρ^(2q+1) outside it, the mean unchanged (docs/results/far_field.md);
+        False gives the plain activated DGP.
+    """
+    far_field = far_field_options(far_field)
+    X, Y = _check_data(X, Y)
+    config = ArchitectureConfig(  # validates the architecture and the likelihood before any training
+        X.shape[1], num_layers=num_layers, num_units=num_units, layer_widths=layer_widths,
+        output_dim=output_width(likelihood, Y, num_classes), activation=activation,
+        truncation_level=truncation_level, lengthscales=lengthscales, whiten=whiten, likelihood=likelihood,
+    )
+    gaussian = likelihood_name(config.likelihood) == "gaussian"
+    if isinstance(noise_variance, str) and noise_variance not in ("train", "validation", "selected"):
+        raise ValueError(f"noise_variance must be a number, 'train', 'validation' or 'selected', got {noise_variance!r}")
+    select_noise = noise_variance == "selected"
+    if select_noise and not (gaussian and kernel_variance in ("elbo", "validation")):
+        raise ValueError("noise_variance='selected' needs a Gaussian likelihood and kernel_variance='elbo' or 'validation'")
+    if validation_data is None and validation_fraction > 0:
+        (X, Y), validation_data = split_validation(X, Y, validation_fraction, seed)
+    if validation_data is not None:
+        validation_data = _check_data(*validation_data)
+        if validation_data[0].shape[1] != X.shape[1] or validation_data[1].shape[1] != Y.shape[1]:
+            raise ValueError(
+                f"validation_data must have the widths of (X, Y), {X.shape[1]} and {Y.shape[1]}; got "
+                f"{validation_data[0].shape[1]} and {validation_data[1].shape[1]}"
+            )
+    if isinstance(kernel_variance, str) and kernel_variance not in ("elbo", "validation"):
+        raise ValueError(f"kernel_variance must be a positive number, 'elbo' or 'validation', got {kernel_variance!r}")
+    for name, value in (("noise_variance", noise_variance), ("kernel_variance", kernel_variance)):
+        if value in ("validation", "selected") and validation_data is None:
+            raise ValueError(f"{name}={value!r} needs validation_data or a validation_fraction")
+    if seed is not None:
+        tf.random.set_seed(seed)
+    network_history = {}
+    if network is None:
+        network = build_activated_nn(config, seed=seed)
+        stop_network = network_schedule is not None and network_schedule.patience is not None
+        network_history = train_network(
+            network, X, Y, config.likelihood, network_schedule, validation_data=validation_data if stop_network else None
+        )
+    if gaussian and not isinstance(noise_variance, (int, float)):
+        source = validation_data if (noise_variance in ("validation", "selected") or (noise_variance is None and validation_data is not None)) else (X, Y)
+        noise_variance = float(max(np.mean((network(source[0]).numpy() - source[1]) ** 2), 1e-4))
+    conversion = dgp_from_keras(
+        network, len(X), X=X[:2048], likelihood=config.likelihood, whiten=config.whiten, noise_variance=noise_variance or 0.01
+    )
+    noise_factors = NOISE_FACTORS if select_noise else None
+    if kernel_variance == "elbo":
+        select_kernel_variances(conversion.dgp, X, Y, seed=seed or 0, noise_factors=noise_factors)
+    elif kernel_variance == "validation":
+        select_kernel_variances(conversion.dgp, *validation_data, objective="validation", seed=seed or 0, noise_factors=noise_factors)
+    elif kernel_variance != 1.0:
+        for layer in conversion.dgp.f_layers:
+            rescale_kernel_variance(layer, float(kernel_variance))
+    if far_field is not None:
+        add_far_field(conversion.dgp, X, **far_field)
+    if select_noise:  # the noise stage 2 starts from, as the joint search left it
+        noise_variance = float(conversion.dgp.likelihood_layer.likelihood.variance.numpy())
+    variances = [float(layer.kernel.kernel.variance.numpy()) for layer in conversion.dgp.f_layers]
+    initial_elbo = evaluate_elbo(conversion.dgp, X, Y, num_samples=elbo_samples) if elbo_samples > 0 else None
+    for callback in dgp_callbacks:  # e.g. diagnostics that want to see the converted model
+        if hasattr(callback, "set_dgp"):
+            callback.set_dgp(conversion.dgp)
+    stop_dgp = dgp_schedule is not None and dgp_schedule.patience is not None
+    dgp_history = train_dgp(
+        conversion.dgp, X, Y, dgp_schedule, validation_data=validation_data if stop_dgp else None,
+        warmup_steps=warmup_steps, callbacks=dgp_callbacks, strategy=strategy, seed=seed or 0,
+    )
+    if far_field is not None and len(conversion.dgp.f_layers) > 1:  # stage 2 moved the hidden representations
+        refit_far_field(conversion.dgp, X)
+    return TwoStageResult(
+        network,
+        conversion.dgp,
+        network_history,
+        dgp_history,
+        conversion.max_abs_mismatch,
+        initial_elbo,
+        variances,
+        noise_variance if gaussian else None,
+    )
