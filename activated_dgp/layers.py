@@ -25,7 +25,7 @@ WHOLE_MODEL_ERROR = (
     "a DeepGP's Keras models cannot be saved whole (.keras or SavedModel): gpflux's layers hold GPflow modules and "
     "return distributions, which tf-keras can neither serialise nor trace. Save the state instead: "
     "model.save_weights('….weights.h5') or tf.train.Checkpoint(model=model) into a DGP of the same architecture, "
-    "or activated_dgp.save_dgp(dgp, directory), which also records the architecture (docs/saving.md)."
+    "or activated_dgp.save_dgp(dgp, directory), which also records the architecture (the saving tutorial, docs/tutorials/saving_and_resuming.py)."
 )
 
 
