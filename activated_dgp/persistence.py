@@ -259,7 +259,7 @@ def _restore_checkpoint(optimizer, saved: dict, directory: Path) -> None:
         raise ValueError(f"{directory} is not a saved dgp: its optimizer checkpoint {name!r} is missing")
     try:
         tf.train.Checkpoint(optimizer=optimizer).read(str(directory / name)).assert_consumed()
-    except (AssertionError, ValueError, tf.errors.OpError) as error:
+    except Exception as error:  # AssertionError (unmatched), tf.errors.OpError, IndexError (truncated): not this optimiser's
         raise ValueError(
             f"{directory}: the optimizer checkpoint {name} does not restore into a {type(optimizer).__name__} built over "
             f"the DGP's parameters: {str(error).splitlines()[0] if str(error) else type(error).__name__}"

@@ -530,9 +530,25 @@ def test_optimizers_that_cannot_be_restored_are_refused(tmp_path, rng):
     model = _fit(dgp, rng.normal(size=(N, 2)), rng.normal(size=(N, 1)), tf_keras.optimizers.Adam(0.1), epochs=1)
     directory = save_dgp(dgp, tmp_path / "saved", optimizer=model.optimizer)
     config = json.loads((directory / "config.json").read_text())
+    data = next(directory.glob(f"{config['optimizer']['checkpoint']}.data-*"))
+    data.write_bytes(data.read_bytes()[:40])  # truncated
+    with pytest.raises(ValueError, match="does not restore into a Adam"):
+        load_optimizer(directory, load_dgp(directory))
     (directory / f"{config['optimizer']['checkpoint']}.index").unlink()
     with pytest.raises(ValueError, match="optimizer checkpoint .* is missing"):
         load_optimizer(directory, load_dgp(directory))
+
+
+def test_resaving_deletes_only_files_it_wrote(tmp_path):
+    """A config.json whose file names were edited (here to glob patterns and a sibling file) makes a
+    resave delete nothing but what the save itself replaced."""
+    dgp = build_activated_dgp(2, N, num_layers=1, num_units=4, seed=0)
+    directory = save_dgp(dgp, tmp_path)
+    config = json.loads((directory / "config.json").read_text())
+    (directory / "notes.txt").write_text("keep")
+    (directory / "config.json").write_text(json.dumps(dict(config, arrays="notes.txt", optimizer=dict(checkpoint="*"))))
+    save_dgp(dgp, directory)
+    assert (directory / "notes.txt").read_text() == "keep" and (directory / config["arrays"]).is_file()
 
 
 def test_another_function_under_the_same_activation_name_is_refused_at_load(tmp_path):
