@@ -239,7 +239,10 @@ def _optimizer_record(optimizer, dgp: gpflux.models.DeepGP, parameters: Dict[str
             "not the legacy ones) are supported"
         )
     path_of = {id(p.unconstrained_variable): path for path, p in parameters.items()}
-    order = [path_of[id(v)] for v in _training_variables(dgp)]  # save_dgp refused trainable variables outside them
+    outside = [v.name for v in _training_variables(dgp) if id(v) not in path_of]
+    if outside:
+        raise ValueError(f"cannot save the optimizer: the training model trains variables outside the DGP's parameters: {outside[:3]}")
+    order = [path_of[id(v)] for v in _training_variables(dgp)]
     serialized = tf_keras.optimizers.serialize(optimizer)
     probe = tf_keras.optimizers.deserialize(serialized)
     probe.build([parameters[path].unconstrained_variable for path in order])
@@ -272,8 +275,9 @@ def _restore_checkpoint(optimizer, saved: dict, directory: Path) -> None:
 def _restore_format2(optimizer, saved: dict, arrays: dict, directory: Path) -> None:
     """Format 2: the optimiser's variables, in the order of ``optimizer.variables``, as ``optimizer/<i>`` arrays."""
     variables = list(optimizer.variables)
-    if len(variables) != len(saved["variables"]):
-        raise ValueError(f"{directory}: the optimiser has {len(variables)} variables, the file {len(saved['variables'])}")
+    records = saved.get("variables") or []
+    if len(variables) != len(records):
+        raise ValueError(f"{directory}: the optimiser has {len(variables)} variables, the file {len(records)}")
     for i, variable in enumerate(variables):
         variable.assign(_array(arrays, f"optimizer/{i}", variable.shape, directory))
 
