@@ -45,7 +45,7 @@ def replicate(dgp: gpflux.models.DeepGP, strategy: tf.distribute.Strategy) -> gp
     with the values of ``dgp``. (A deep copy will not do: Keras layers keep call wrappers bound to the
     original layer, so the copy would compute with the original's variables.)"""
     from .far_field import far_field_record
-    from .persistence import architecture_of_dgp, mean_functions_of_dgp, rebuild_dgp
+    from .introspection import architecture_of_dgp, mean_functions_of_dgp, rebuild_dgp
 
     with strategy.scope():
         replica = rebuild_dgp(architecture_of_dgp(dgp), int(dgp.num_data), mean_functions_of_dgp(dgp), far_field_record(dgp))

@@ -8,6 +8,8 @@ parameters moved away from anything the builders would produce, so a loader that
 
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -37,6 +39,7 @@ from activated_dgp import (
     save_network,
 )
 from activated_dgp.models import LIKELIHOODS, LogisticBernoulli, MonteCarloSoftmax, activated_gp_layer, make_likelihood
+from activated_dgp import persistence
 from activated_dgp.persistence import architecture_of_dgp
 
 BUMP_SOURCE = "def bump(t):\n    return np.sin(3.0 * t) + 0.5 * t * t\n"
@@ -160,6 +163,9 @@ for label, restore in (("resumed", True), ("fresh_optimizer", False)):
     if restore:
         info["optimizer_iterations"] = int(optimizer.iterations.numpy())
         info["optimizer_learning_rate"] = float(optimizer.learning_rate.numpy())
+        info["optimizer_names"] = [v.name for v in optimizer.variables]
+        for i, v in enumerate(optimizer.variables):
+            out[f"optimizer/{i}"] = v.numpy()
     model = dgp.as_training_model()
     model.compile(optimizer)
     epoch = load_state(meta["checkpoint"])["epoch"]
@@ -256,10 +262,18 @@ def fresh_process(tmp_path_factory, interrupt_after):
     _train_1_layer(straight, X_fit, Y_fit, epochs=4)
     expected["resume/resumed"] = np.concatenate([p.unconstrained_variable.numpy().ravel() for p in straight.trainable_parameters])
     interrupted = build_activated_dgp(config, N, seed=3)
+    checkpoint = DGPCheckpoint(meta["checkpoint"], interrupted)
     try:
-        _train_1_layer(interrupted, X_fit, Y_fit, epochs=4, callbacks=[DGPCheckpoint(meta["checkpoint"], interrupted), interrupt_after(2)])
+        _train_1_layer(interrupted, X_fit, Y_fit, epochs=4, callbacks=[checkpoint, interrupt_after(2)])
     except KeyboardInterrupt:
         pass
+    # the optimiser's own variables at the interruption (the checkpoint was written just before it)
+    extra["optimizer"] = [(v.name, v.numpy().copy()) for v in checkpoint.model.optimizer.variables]
+    extra["checkpoint_dir"] = root / "checkpoint"
+    extra["checkpointed_parameters"] = {
+        path: p.unconstrained_variable.name for path, p in gpflow.utilities.parameter_dict(interrupted).items()
+        if "._" not in path and p.trainable
+    }
 
     (root / "meta.json").write_text(json.dumps(meta))
     (root / "script.py").write_text(SCRIPT.replace("BUMP\n", BUMP_SOURCE))
@@ -328,6 +342,30 @@ def test_resuming_mid_training_with_the_optimiser_continues_the_same_trajectory(
     np.testing.assert_allclose(loaded["resume/resumed"], expected["resume/resumed"], rtol=1e-9, atol=1e-12)
     # control: the same parameters with a fresh Adam do not continue the trajectory (the test can fail)
     assert np.max(np.abs(loaded["resume/fresh_optimizer"] - expected["resume/resumed"])) > 1e-3
+
+
+def test_optimizer_state_round_trips_through_its_checkpoint_in_a_fresh_process(fresh_process):
+    """Adam's step count and its m and v slots for every trainable gpflow Parameter, read from the
+    optimiser's own ``variables`` before the interruption and after :func:`load_optimizer` in the fresh
+    process, ordered by name: equal, and nonzero (a fresh Adam's slots are zeros, so a lost state shows)."""
+    _, loaded, info, extra = fresh_process
+    saved = sorted(extra["optimizer"], key=lambda item: item[0])  # stable: equal names keep Keras' order
+    order = sorted(range(len(info["optimizer_names"])), key=lambda i: info["optimizer_names"][i])
+    assert [info["optimizer_names"][i] for i in order] == [name for name, _ in saved]
+    for (name, value), i in zip(saved, order):
+        np.testing.assert_array_equal(loaded[f"optimizer/{i}"], value, err_msg=name)
+    names = [name for name, _ in saved]
+    for variable_name in set(extra["checkpointed_parameters"].values()):  # one m and one v per trainable Parameter
+        count = sum(1 for v in extra["checkpointed_parameters"].values() if v == variable_name)
+        for slot in ("m", "v"):
+            assert names.count(f"Adam/{slot}/{variable_name}") == count, (slot, variable_name)
+    slots = [value for name, value in saved if "/m/" in name or "/v/" in name]
+    assert len(slots) == 2 * len(extra["checkpointed_parameters"]) and all(np.any(value != 0) for value in slots)
+    directory = extra["checkpoint_dir"]  # format 3: the slots are in the TensorFlow checkpoint, not the arrays file
+    config = json.loads((directory / "config.json").read_text())
+    assert config["format"] == "activated_dgp/3" and (directory / f"{config['optimizer']['checkpoint']}.index").is_file()
+    with np.load(directory / config["arrays"]) as data:
+        assert not [key for key in data.files if key.startswith("optimizer")]
 
 
 # ------------------------------------------------------------------------------------------------ refusals
@@ -399,6 +437,121 @@ def test_load_refuses_tampered_corrupt_and_mismatched_directories(tmp_path, rng)
         load_dgp(directory)
     with pytest.raises(ValueError, match="saved network"):
         load_network(save_dgp(dgp, tmp_path / "again"))
+
+
+FORMAT_2 = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "persistence_format2")
+
+
+def _fit(dgp, X, Y, optimizer, epochs, initial_epoch=0):
+    model = dgp.as_training_model()
+    model.compile(optimizer)
+    model.fit({"inputs": X, "targets": Y}, epochs=epochs, initial_epoch=initial_epoch, batch_size=len(X), shuffle=False, verbose=0)
+    return model
+
+
+def _values(dgp):
+    return {path: p.unconstrained_variable.numpy() for path, p in gpflow.utilities.parameter_dict(dgp).items() if "._" not in path}
+
+
+def test_a_format_2_directory_still_loads_and_resumes(tmp_path):
+    """tests/fixtures/persistence_format2 was written by the format-2 writer (the optimiser's variables in the
+    arrays file; tests/fixtures/make_persistence_format2.py says how) after 2 of 4 epochs, with reference.npz:
+    the parameters after all 4 epochs straight through. Its parameters and optimiser variables, read with
+    np.load, come back exactly; the resumed fit ends at the reference; resaving writes format 3."""
+    directory = tmp_path / "format2"
+    shutil.copytree(FORMAT_2, directory)
+    config = json.loads((directory / "config.json").read_text())
+    assert config["format"] == "activated_dgp/2"
+    with np.load(directory / config["arrays"]) as data:
+        arrays = {key: data[key] for key in data.files}
+    with np.load(directory / "reference.npz") as data:
+        reference = {key: data[key] for key in data.files}
+    dgp = load_dgp(directory)
+    for path, value in _values(dgp).items():
+        np.testing.assert_array_equal(value, arrays[f"parameter/{path}"], err_msg=path)
+    assert not dgp.f_layers[0].kernel.kernel.variance.trainable  # frozen before the fit: Adam was built over the rest
+    optimizer = load_optimizer(directory, dgp)
+    assert [v.name for v in optimizer.variables] == [record["name"] for record in config["optimizer"]["variables"]]
+    for i, variable in enumerate(optimizer.variables):
+        np.testing.assert_array_equal(variable.numpy(), arrays[f"optimizer/{i}"])
+    assert int(optimizer.iterations.numpy()) == load_state(directory)["epoch"] == 2
+    control = load_dgp(directory)
+    _fit(control, reference["X"], reference["Y"], tf_keras.optimizers.Adam(0.05), int(reference["epochs"]), initial_epoch=2)
+    _fit(dgp, reference["X"], reference["Y"], optimizer, int(reference["epochs"]), initial_epoch=2)
+    for path, value in _values(dgp).items():
+        np.testing.assert_allclose(value, reference[f"parameter/{path}"], rtol=1e-9, atol=1e-12, err_msg=path)
+    assert max(np.max(np.abs(v - reference[f"parameter/{p}"])) for p, v in _values(control).items()) > 1e-3  # a fresh Adam does not
+
+    save_dgp(dgp, directory, optimizer=optimizer, state={"epoch": 4})
+    config = json.loads((directory / "config.json").read_text())
+    assert config["format"] == "activated_dgp/3" and sorted(p.name for p in directory.glob("arrays-*")) == [config["arrays"]]
+    restored = load_optimizer(directory, load_dgp(directory))
+    for a, b in zip(restored.variables, optimizer.variables, strict=True):
+        assert a.name == b.name
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+@pytest.mark.parametrize("version", ["activated_dgp/4", "activated_dgp/1", None])
+def test_an_unknown_format_is_refused_naming_it(tmp_path, version):
+    directory = save_dgp(build_activated_dgp(2, N, num_layers=1, num_units=4, seed=0), tmp_path)
+    config = json.loads((directory / "config.json").read_text())
+    (directory / "config.json").write_text(json.dumps(dict(config, format=version)))
+    for load in (load_dgp, load_state, lambda d: load_optimizer(d, None)):
+        with pytest.raises(ValueError, match=f"in format {re.escape(repr(version))}, which this version of activated_dgp does not read"):
+            load(directory)
+
+
+def test_optimizer_over_a_partly_frozen_two_layer_dgp_round_trips_and_resaves_in_place(tmp_path, rng):
+    """Adam built by fit over a 2-layer DGP with a frozen parameter between trainable ones: saved, loaded,
+    its variables equal to the original's by name (stable order); a second save leaves one checkpoint."""
+    dgp = build_activated_dgp(2, N, num_layers=2, num_units=4, layer_widths=[2], seed=0)
+    gpflow.set_trainable(dgp.f_layers[0].kernel.kernel.variance, False)
+    X, Y = rng.normal(size=(N, 2)), rng.normal(size=(N, 1))
+    model = _fit(dgp, X, Y, tf_keras.optimizers.Adam(0.03), epochs=2)
+    # the order saving records is the one Keras builds a fit's optimiser over: the training model's own
+    assert [id(v) for v in persistence._training_variables(dgp)] == [id(v) for v in model.trainable_variables]
+    for _ in range(2):
+        save_dgp(dgp, tmp_path, optimizer=model.optimizer)
+    assert len(list(tmp_path.glob("optimizer-*.index"))) == 1 and len(list(tmp_path.glob("arrays-*.npz"))) == 1
+    restored = load_optimizer(tmp_path, load_dgp(tmp_path))
+    ours = sorted(((v.name, v.numpy()) for v in restored.variables), key=lambda item: item[0])
+    theirs = sorted(((v.name, v.numpy()) for v in model.optimizer.variables), key=lambda item: item[0])
+    assert [name for name, _ in ours] == [name for name, _ in theirs]
+    for (name, a), (_, b) in zip(ours, theirs):
+        np.testing.assert_array_equal(a, b, err_msg=name)
+    assert float(restored.learning_rate.numpy()) == pytest.approx(0.03) and int(restored.iterations.numpy()) == 2
+    save_dgp(dgp, tmp_path)  # without an optimiser: its checkpoint goes with the old config
+    assert not list(tmp_path.glob("optimizer-*")) and load_optimizer(tmp_path, dgp) is None
+
+
+def test_optimizers_that_cannot_be_restored_are_refused(tmp_path, rng):
+    dgp = build_activated_dgp(2, N, num_layers=1, num_units=4, seed=0)
+    with pytest.raises(ValueError, match="has not taken a step yet"):
+        save_dgp(dgp, tmp_path / "unbuilt", optimizer=tf_keras.optimizers.Adam(0.1))
+    with pytest.raises(ValueError, match="not the legacy ones"):
+        save_dgp(dgp, tmp_path / "legacy", optimizer=tf_keras.optimizers.legacy.Adam(0.1))
+    model = _fit(dgp, rng.normal(size=(N, 2)), rng.normal(size=(N, 1)), tf_keras.optimizers.Adam(0.1), epochs=1)
+    directory = save_dgp(dgp, tmp_path / "saved", optimizer=model.optimizer)
+    config = json.loads((directory / "config.json").read_text())
+    data = next(directory.glob(f"{config['optimizer']['checkpoint']}.data-*"))
+    data.write_bytes(data.read_bytes()[:40])  # truncated
+    with pytest.raises(ValueError, match="does not restore into a Adam"):
+        load_optimizer(directory, load_dgp(directory))
+    (directory / f"{config['optimizer']['checkpoint']}.index").unlink()
+    with pytest.raises(ValueError, match="optimizer checkpoint .* is missing"):
+        load_optimizer(directory, load_dgp(directory))
+
+
+def test_resaving_deletes_only_files_it_wrote(tmp_path):
+    """A config.json whose file names were edited (here to glob patterns and a sibling file) makes a
+    resave delete nothing but what the save itself replaced."""
+    dgp = build_activated_dgp(2, N, num_layers=1, num_units=4, seed=0)
+    directory = save_dgp(dgp, tmp_path)
+    config = json.loads((directory / "config.json").read_text())
+    (directory / "notes.txt").write_text("keep")
+    (directory / "config.json").write_text(json.dumps(dict(config, arrays="notes.txt", optimizer=dict(checkpoint="*"))))
+    save_dgp(dgp, directory)
+    assert (directory / "notes.txt").read_text() == "keep" and (directory / config["arrays"]).is_file()
 
 
 def test_another_function_under_the_same_activation_name_is_refused_at_load(tmp_path):
