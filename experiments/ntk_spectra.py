@@ -250,7 +250,7 @@ def figure(records, options) -> None:
     records = sorted(records, key=lambda r: r["seed"])
     first = records[0]
     kernels = np.load(out_dir(options) / first["kernels_file"])
-    fig = plt.figure(figsize=(13, 8))
+    fig = plt.figure(figsize=(13, 8), layout="constrained")
     grid = fig.add_gridspec(2, 3, height_ratios=(1, 1.1))
     bars = fig.add_subplot(grid[0, :2])
     index, width = np.arange(1, RANK + 1), 0.8 / (2 * len(records))
@@ -276,16 +276,17 @@ def figure(records, options) -> None:
     scale = np.abs(exact).max()
     titles = {"exact": "exact (Jacobian)", "neuralef": f"NeuralEF, top {RANK}",
               "random_features": f"random features, S = {settings(options)['rf_samples']}"}
+    heat = []
     for column, name in enumerate(("exact", "neuralef", "random_features")):
         ax = fig.add_subplot(grid[1, column])
+        heat.append(ax)
         image = ax.imshow(kernels[name], cmap="RdBu_r", vmin=-scale, vmax=scale)
         error = "" if name == "exact" else f" (rel. error {first['kernel_errors'][name]:.2f})"
         ax.set_title(titles[name] + error, fontsize=9)
         ax.set_xticks([])
         ax.set_yticks([])
-    fig.colorbar(image, ax=ax, fraction=0.046)
-    fig.suptitle(f"seed {first['seed']}: {len(exact)} test images (sorted by class), kernel on the same colour scale", y=0.02, fontsize=9)
-    fig.tight_layout()
+    fig.colorbar(image, ax=heat, fraction=0.02)
+    fig.supxlabel(f"seed {first['seed']}: {len(exact)} test images (sorted by class), the three kernels on one colour scale", fontsize=9)
     fig.savefig(figure_path(options), dpi=90)
     plt.close(fig)
 
