@@ -17,6 +17,7 @@ from .rayleigh_ritz import generalised_eigh, span_products
 from .features import EigenfunctionFeature
 from .cnn_gp import cnn_forward, cnn_gp_features, sample_cnn_weights
 from .nystrom import Nystrom
+from .ntk import jacobian_features, jacobian_function, jacobian_kernel, ntk_gram
 from .laplace import LinearisedLaplace
 
 __all__ = [
@@ -31,6 +32,10 @@ __all__ = [
     "as_kernel_source",
     "Nystrom",
     "LinearisedLaplace",
+    "jacobian_function",
+    "jacobian_features",
+    "jacobian_kernel",
+    "ntk_gram",
     "NeuralEF",
     "StackedMLP",
     "neural_eigenfunction",

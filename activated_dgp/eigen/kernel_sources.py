@@ -127,13 +127,14 @@ def ntk_kernel(network: tf.Module, num_samples: int, seed: int = 0) -> FeatureKe
         for _ in range(int(num_samples))
     ]
 
+    @tf.function(reduce_retracing=True)
+    def jvp(X, tangents):  # one graph for all directions: the tangents are arguments, not constants
+        with tf.autodiff.ForwardAccumulator(variables, tangents) as accumulator:
+            output = tf.reshape(network(X), [-1])
+        return tf.cast(accumulator.jvp(output), tf.float64)
+
     def feature_map(X):
-        columns = []
-        for tangents in directions:
-            with tf.autodiff.ForwardAccumulator(variables, tangents) as accumulator:
-                output = tf.reshape(network(X), [-1])
-            columns.append(tf.cast(accumulator.jvp(output), tf.float64))
-        return tf.stack(columns, axis=1)
+        return tf.stack([jvp(X, tangents) for tangents in directions], axis=1)
 
     return FeatureKernel(feature_map, num_samples)
 

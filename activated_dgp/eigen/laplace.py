@@ -71,7 +71,7 @@ from scipy.optimize import minimize_scalar
 
 from ..likelihoods import output_width
 from ..validation import check_inputs, check_matrix, check_positive_int
-from .kernel_sources import FeatureKernel, ntk_kernel
+from .kernel_sources import ntk_kernel
 from .laplace_likelihoods import (
     LIKELIHOOD_NAMES,
     PREDICTIVES,
@@ -81,6 +81,7 @@ from .laplace_likelihoods import (
     predictive_probabilities,
 )
 from .neuralef import NeuralEF
+from .ntk import jacobian_function, jacobian_kernel
 
 __all__ = ["LinearisedLaplace", "METHODS"]
 
@@ -144,21 +145,6 @@ def pair_inputs(X: np.ndarray, num_outputs: int) -> np.ndarray:
     if num_outputs == 1:
         return X
     return np.concatenate([np.repeat(X, num_outputs, axis=0), np.tile(np.eye(num_outputs), (X.shape[0], 1))], axis=1)
-
-
-def _make_jacobian(function, variables):
-    """X [B, D] → J [B, C, m], ∂ function(X)_bc / ∂(flattened variables) per example (pfor Jacobian)."""
-
-    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.float64)])
-    def jacobian(X):
-        with tf.GradientTape() as tape:
-            outputs = tf.cast(function(X), tf.float64)
-            outputs = tf.reshape(outputs, [tf.shape(outputs)[0], -1])
-        blocks = tape.jacobian(outputs, variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)
-        B, C = tf.shape(outputs)[0], tf.shape(outputs)[1]
-        return tf.concat([tf.reshape(tf.cast(block, tf.float64), [B, C, -1]) for block in blocks], axis=2)
-
-    return jacobian
 
 
 class LinearisedLaplace:
@@ -256,7 +242,7 @@ class LinearisedLaplace:
                 f"method={method!r} forms a {self.num_parameters} × {self.num_parameters} matrix, more than "
                 f"max_parameters={self.max_parameters}; raise max_parameters, or use 'diagonal' or 'neuralef'"
             )
-        self._jacobian = _make_jacobian(lambda X: self.model(X, training=False), self.variables)
+        self._jacobian = jacobian_function(lambda X: self.model(X, training=False), self.variables)
         self.input_dim = self.num_outputs = None
         self.prior_precision: Optional[float] = None
         self.log_evidence: Optional[float] = None
@@ -333,8 +319,7 @@ class LinearisedLaplace:
         C = self.num_outputs
         network = self.model if C == 1 else _OutputSelector(self.model, self.input_dim, C)
         if self.ntk_samples is None:
-            jacobian = _make_jacobian(network, list(network.trainable_variables))
-            source = FeatureKernel(lambda inputs: jacobian(inputs)[:, 0, :], 1)
+            source = jacobian_kernel(network)
         else:
             source = ntk_kernel(network, self.ntk_samples, seed=self.seed)
         inputs = pair_inputs(X, C)

@@ -1,0 +1,91 @@
+"""The exact empirical NTK of a network: per-example Jacobians and their Gram matrix.
+
+For a network g(x, θ): R^D → R^C with parameters θ ∈ R^P (all its trainable variables, flattened in
+the order of ``trainable_variables``), the empirical NTK (Deng et al. 2022, "NeuralEF", eq. 3; Jacot
+et al. 2018) is
+
+    κ(x, x') = ∂_θ g(x, θ) ∂_θ g(x', θ)ᵀ = J(x) J(x')ᵀ,      J(x) [C, P].
+
+:func:`jacobian_function` gives X [B, D] → J [B, C, P] by one reverse-mode Jacobian per batch
+(``GradientTape.jacobian`` with pfor); :func:`jacobian_features` stacks the Jacobians of a scalar-output
+network in batches ([N, P]); :func:`ntk_gram` forms J(X) J(X')ᵀ; :func:`jacobian_kernel` is the exact
+NTK as a :class:`~.kernel_sources.FeatureKernel` (S = 1 "sample" of P features), the exact counterpart
+of the Rademacher estimate :func:`~.kernel_sources.ntk_kernel` (eq. 20), whose expectation it is.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from ..validation import check_matrix, check_positive_int
+from .kernel_sources import FeatureKernel
+
+__all__ = ["jacobian_function", "jacobian_features", "ntk_gram", "jacobian_kernel"]
+
+
+def jacobian_function(function: Callable, variables: Sequence[tf.Variable]) -> Callable:
+    """X [B, D] → J [B, C, m]: J_bci = ∂ function(X)_bc / ∂ v_i, v the flattened ``variables``
+    (concatenated in order; float64). ``function`` maps [B, D] to [B, C] or [B] (then C = 1); a variable
+    the output does not depend on gets zero columns."""
+    variables = list(variables)
+    if not variables:
+        raise ValueError("no variables to differentiate with respect to (is the network built?)")
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.float64)])
+    def jacobian(X):
+        with tf.GradientTape() as tape:
+            outputs = tf.cast(function(X), tf.float64)
+            outputs = tf.reshape(outputs, [tf.shape(outputs)[0], -1])
+        blocks = tape.jacobian(outputs, variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        B, C = tf.shape(outputs)[0], tf.shape(outputs)[1]
+        return tf.concat([tf.reshape(tf.cast(block, tf.float64), [B, C, -1]) for block in blocks], axis=2)
+
+    return jacobian
+
+
+def _network_variables(network) -> list:
+    try:
+        variables = list(getattr(network, "trainable_variables", []))
+    except ValueError:  # an unbuilt tf-keras model refuses to list its weights
+        variables = []
+    if not variables:
+        raise ValueError("the network has no trainable variables; build it (call it once) first")
+    return variables
+
+
+def _scalar_jacobian(network) -> Callable:
+    jacobian = jacobian_function(network, _network_variables(network))
+
+    def features(X):
+        J = jacobian(tf.convert_to_tensor(X, tf.float64))
+        if J.shape[1] is not None and J.shape[1] != 1:
+            raise ValueError(f"the network has {J.shape[1]} outputs; the NTK features here are for one output (a logit)")
+        return J[:, 0, :]
+
+    return features
+
+
+def jacobian_features(network, X, batch_size: int = 256) -> np.ndarray:
+    """J(X) [N, P]: row n is ∂_θ g(x_n, θ) of a one-output network g (X [N, D] float64), computed
+    ``batch_size`` rows at a time."""
+    X = check_matrix(X, "X")
+    batch_size = check_positive_int(batch_size, "batch_size")
+    features = _scalar_jacobian(network)
+    return np.concatenate([features(X[a : a + batch_size]).numpy() for a in range(0, X.shape[0], batch_size)], axis=0)
+
+
+def ntk_gram(network, X, X2=None, batch_size: int = 256) -> np.ndarray:
+    """The exact empirical NTK Gram matrix κ(X, X2) = J(X) J(X2)ᵀ [N, N2] (NeuralEF eq. 3) of a
+    one-output network; X2 = X when omitted."""
+    J = jacobian_features(network, X, batch_size)
+    J2 = J if X2 is None else jacobian_features(network, X2, batch_size)
+    return J @ J2.T
+
+
+def jacobian_kernel(network) -> FeatureKernel:
+    """The exact empirical NTK of a one-output network as a kernel source for NeuralEF / Nyström:
+    φ(X) = J(X) [B, P], κ = φ φᵀ (a :class:`FeatureKernel` with S = 1)."""
+    return FeatureKernel(_scalar_jacobian(network), 1)
