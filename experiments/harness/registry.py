@@ -12,6 +12,7 @@ STUDIES = {
     "eigenfunction_features": "experiments.eigenfunction_features",
     "eigenpro_p_equals_n": "experiments.eigenpro_p_equals_n",
     "far_field": "experiments.far_field",
+    "uci": "experiments.uci",
 }
 
 
