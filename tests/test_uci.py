@@ -470,3 +470,25 @@ def test_report_takes_each_methods_newest_version_and_carries_records_only_up_to
     records = load_records(tmp_path)
     assert sorted((r["method"], r["protocol"], r["split"]) for r in records) == [("a", "h:v6", 0), ("b", "h:v5", 0), ("b", "h:v5", 1)]
     assert older_versions(records) == ["B (v5): every set"]
+
+
+@pytest.mark.parametrize("run", [0, 1])
+def test_the_committed_pages_are_what_their_records_give(tmp_path, run):
+    """``python -m experiments report`` runs the study once per page (REPORT_RUNS): a stale generated block comes
+    back equal to the committed page, from the committed records alone (nothing trained, no data read)."""
+    from experiments import uci
+    from experiments.harness import blocks
+
+    root = Path(__file__).resolve().parents[1]
+    argv = uci.REPORT_RUNS[run]
+    source, page = Path(argv[argv.index("--out") + 1]), Path(argv[argv.index("--doc") + 1])
+    committed = (root / page).read_text()
+    stale = tmp_path / page.name
+    stale.write_text(committed.replace(blocks.read_block(root / page, "uci"), "stale\n"))
+    out = tmp_path / source.name
+    out.mkdir()
+    (out / "records.jsonl").write_text((root / source / "records.jsonl").read_text())
+    flags = [a for a in argv if a == "--as-recorded"]
+    uci.main(["--report-only", "--quiet", *flags, "--out", str(out), "--doc", str(stale)])
+    assert stale.read_text() == committed
+    assert (out / "table.md").read_text() == blocks.read_block(stale, "uci").rstrip("\n") + "\n"
