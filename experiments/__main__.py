@@ -11,9 +11,6 @@ from experiments.harness import cli, registry
 
 # Pages of the studies not yet on the harness: (module, argv of its --report-only command), as the pages cite them.
 LEGACY_REPORTS = [
-    ("experiments.uci", ["--report-only", "--out", "docs/results/uci_long", "--doc", "docs/results/uci.md"]),
-    ("experiments.uci", ["--report-only", "--as-recorded", "--out", "docs/results/uci",
-                         "--doc", "docs/results/uci_patience500.md"]),
     *[("experiments.rotated_mnist", ["--report-only", "--out", f"docs/results/{run}", "--doc", f"docs/results/{run}.md",
                                      "--figure", f"docs/figures/{run}.png"])
       for run in ("rotated_mnist", "rotated_mnist_n20_full", "rotated_mnist_n20_remedies")],
@@ -24,8 +21,9 @@ LEGACY_REPORTS = [
 def report_all(quiet: bool = False) -> None:
     for name in registry.STUDIES:
         study = registry.study(name)
-        if getattr(study, "REPORTS", True):
-            cli.main(name, study, ["--report-only", "--quiet"] + getattr(study, "REPORT_ARGS", []))
+        if getattr(study, "REPORTS", True):  # REPORT_RUNS: one argument list per page, when a study has several
+            for extra in getattr(study, "REPORT_RUNS", [getattr(study, "REPORT_ARGS", [])]):
+                cli.main(name, study, ["--report-only", "--quiet"] + extra)
     for module, argv in LEGACY_REPORTS:
         if not quiet:
             print(f"python -m {module} {' '.join(argv)}", file=sys.stderr)

@@ -41,6 +41,7 @@ does not retrain them). ``--report-only`` rewrites the generated part of ``docs/
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import os
@@ -54,6 +55,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np  # noqa: E402
 
+from experiments.harness.artifacts import atomic_write, atomic_write_text  # noqa: E402
 from experiments.harness.blocks import write_block  # noqa: E402
 from experiments.harness.store import ResultStore, pending, portable_command, portable_path  # noqa: E402
 
@@ -255,11 +257,8 @@ def trained_classifier(config: Config, splits: Splits, seed: int, dropout: float
     start = time.time()
     train_network(model, splits.x_train, splits.y_train, "softmax", _schedule(config, config.epochs, config.learning_rate))
     seconds = time.time() - start
-    weights.parent.mkdir(parents=True, exist_ok=True)
-    record.write_text(json.dumps({"seconds": seconds}))
-    partial = checkpoint.with_suffix(".partial.weights.h5")  # renamed when complete: an interrupted save is not loaded
-    model.save_weights(partial)
-    partial.replace(weights)
+    atomic_write_text(record, json.dumps({"seconds": seconds}))
+    atomic_write(weights, lambda temporary: model.save_weights(temporary))  # an interrupted save is never loaded
     return extractor, head, seconds
 
 
@@ -282,62 +281,97 @@ def fit_temperature(logits: np.ndarray, labels: np.ndarray) -> float:
 
 def finetune_dgp_and_extractor(dgp, extractor, x: np.ndarray, y: np.ndarray, config: Config, seed: int, validation=None) -> dict:
     """Stage 2 with the convolutional layers trained too: Adam on −ELBO/N over the DGP's variables and the
-    extractor's (the ELBO of :meth:`gpflux.models.DeepGP.elbo` on minibatches of features extractor(x)).
+    extractor's (the ELBO of :meth:`gpflux.models.DeepGP.elbo` on minibatches of features extractor(x)), as a Keras
+    fit of :class:`ExtractorDGP` over ``config.dgp_epochs`` epochs of seeded shuffled full minibatches.
 
     With ``config.dgp_patience`` (remedy e), ``validation`` = (x_val, y_val) images: the validation NLPD of the
-    DGP on extractor(x_val) (:func:`activated_dgp.training.validation_nlpd`, as in :func:`activated_dgp.train_dgp`) is checked before training and after every epoch, training
-    stops after ``dgp_patience`` epochs without improvement, and the DGP's and the extractor's parameters of the
-    best check are restored (:class:`activated_dgp.training.RestoreBest`, as in :func:`activated_dgp.train_dgp`)."""
-    from types import SimpleNamespace
-
+    DGP on extractor(x_val) (:func:`activated_dgp.training.validation_nlpd`, as in :func:`activated_dgp.train_dgp`)
+    is checked before training and after every epoch by :class:`activated_dgp.training.RestoreBest` on the fitted
+    model, training stops after ``dgp_patience`` epochs without improvement, and the DGP's and the extractor's
+    parameters of the best check are restored."""
     import tensorflow as tf
     import tf_keras
 
     from activated_dgp.training import RestoreBest, validation_nlpd
 
-    optimizer = tf_keras.optimizers.Adam(config.dgp_learning_rate)
-    variables = list(dgp.trainable_variables) + list(extractor.trainable_variables)
+    model = ExtractorDGP(dgp, extractor)
+    model.compile(optimizer=tf_keras.optimizers.Adam(config.dgp_learning_rate))
+    rng = np.random.default_rng(seed)
+    x32 = x.astype(np.float32)
 
-    @tf.function
-    def step(x_batch, y_batch):
-        with tf.GradientTape() as tape:
-            feats = tf.cast(extractor(x_batch, training=True), tf.float64)
-            loss = -dgp.elbo((feats, y_batch)) / dgp.num_data
-        optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
-        return loss
+    size = min(config.batch_size, len(x))  # fewer images than a minibatch: one batch of all (never an empty epoch)
 
-    stopper = None
+    def batches():  # one epoch: a fresh seeded permutation, full minibatches only
+        order = rng.permutation(len(x))
+        for start in range(0, len(x) - size + 1, size):
+            rows = order[start : start + size]
+            yield x32[rows], y[rows]
+
+    signature = (tf.TensorSpec((None, x.shape[1]), tf.float32), tf.TensorSpec((None, y.shape[1]), tf.as_dtype(y.dtype)))
+    callbacks, stopper = [], None
     if config.dgp_patience is not None:
         if validation is None or len(validation[0]) == 0:
             raise ValueError("dgp_patience (early stopping) needs validation images")
         x_val, y_val = validation
-        stopper = RestoreBest(
-            lambda: validation_nlpd(dgp, features(extractor, x_val), y_val, VALIDATION_SAMPLES, 0),
-            SimpleNamespace(variables=list(dgp.variables) + list(extractor.variables)),  # every parameter stage 2 changes
-            every=1, patience=config.dgp_patience,
-        )
-        stopper.set_model(SimpleNamespace(stop_training=False))  # the loop below reads the stop flag
-        stopper.on_train_begin()
-        log(f"  fine-tune epoch 0: validation NLPD = {stopper.checks[-1][1]:.4f}")
-    rng = np.random.default_rng(seed)
-    x32, losses = x.astype(np.float32), []
-    for epoch in range(config.dgp_epochs):
-        order = rng.permutation(len(x))
-        batches = [order[i : i + config.batch_size] for i in range(0, len(x) - config.batch_size + 1, config.batch_size)]
-        losses.append(float(np.mean([step(x32[b], y[b]).numpy() for b in batches])))
-        line = f"  fine-tune epoch {epoch + 1}/{config.dgp_epochs}: −ELBO/N = {losses[-1]:.4f}"
+        stopper = RestoreBest(lambda: validation_nlpd(dgp, features(extractor, x_val), y_val, VALIDATION_SAMPLES, 0),
+                              model, every=1, patience=config.dgp_patience)
+        callbacks.append(stopper)
+
+    def progress(epoch, logs):
+        line = f"  fine-tune epoch {epoch + 1}/{config.dgp_epochs}: −ELBO/N = {logs['loss']:.4f}"
+        log(line + (f", validation NLPD = {stopper.checks[-1][1]:.4f}" if stopper is not None else ""))
+
+    def start(logs):
         if stopper is not None:
-            stopper.on_epoch_end(epoch)
-            line += f", validation NLPD = {stopper.checks[-1][1]:.4f}"
-        log(line)
-        if stopper is not None and stopper.model.stop_training:
-            break
-    record = {"loss": losses}
-    if stopper is not None:
-        stopper.on_train_end()  # the best check's parameters back in the DGP and the extractor
+            log(f"  fine-tune epoch 0: validation NLPD = {stopper.checks[-1][1]:.4f}")
+
+    callbacks.append(tf_keras.callbacks.LambdaCallback(on_train_begin=start, on_epoch_end=progress))
+    history = model.fit(tf.data.Dataset.from_generator(batches, output_signature=signature), epochs=config.dgp_epochs,
+                        callbacks=callbacks, verbose=0)
+    record = {"loss": [float(v) for v in history.history.get("loss", [])]}
+    if stopper is not None:  # the best check's parameters are back in the DGP and the extractor
         record.update(validation_nlpd=[[int(e), float(v)] for e, v in stopper.checks], best_epoch=int(stopper.best_epoch),
                       epochs_run=int(stopper.epochs_run))
     return record
+
+
+@functools.lru_cache(maxsize=None)
+def _extractor_dgp_class():
+    import tensorflow as tf
+    import tf_keras
+
+    class ExtractorDGP(tf_keras.Model):
+        """The convolutional extractor followed by a DeepGP, trained as one Keras model on the DGP's −ELBO/N of
+        the features (float32 features cast to float64). Its variables are the extractor's and the DGP's layers',
+        so callbacks on the model (:class:`activated_dgp.training.RestoreBest`) see every parameter stage 2 changes."""
+
+        def __init__(self, dgp, extractor):
+            super().__init__()
+            self.dgp_layers, self.likelihood_layer, self.extractor = list(dgp.f_layers), dgp.likelihood_layer, extractor
+            self.deep_gp = dgp
+            self.loss_tracker = tf_keras.metrics.Mean(name="loss", dtype="float64")
+
+        @property
+        def metrics(self):
+            return [self.loss_tracker]  # reset every epoch: the logged loss is the epoch's mean
+
+        def train_step(self, data):
+            x_batch, y_batch = data
+            variables = list(self.deep_gp.trainable_variables) + list(self.extractor.trainable_variables)
+            with tf.GradientTape() as tape:
+                feats = tf.cast(self.extractor(x_batch, training=True), tf.float64)
+                loss = -self.deep_gp.elbo((feats, y_batch)) / self.deep_gp.num_data
+            self.optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+            self.loss_tracker.update_state(loss)
+            return {"loss": self.loss_tracker.result()}
+
+    return ExtractorDGP
+
+
+def ExtractorDGP(dgp, extractor):
+    """A Keras model of ``extractor`` then ``dgp`` whose fit minimises the DGP's −ELBO/N (the class is built on
+    first use, so importing this module does not import TensorFlow)."""
+    return _extractor_dgp_class()(dgp, extractor)
 
 
 def converted_dgp(config: Config, head, train, validation, seed: int):
@@ -399,8 +433,7 @@ def trained_adgp(config: Config, splits: Splits, extractor, head, seed: int, che
         history = finetune_dgp_and_extractor(
             dgp, extractor, splits.x_train, splits.y_train, config, seed, validation=(splits.x_val, splits.y_val) if stopping else None
         )
-        extractor_weights.parent.mkdir(parents=True, exist_ok=True)
-        extractor.save_weights(extractor_weights)
+        atomic_write(extractor_weights, lambda temporary: extractor.save_weights(temporary))
     else:
         schedule = _schedule(config, config.dgp_epochs, config.dgp_learning_rate, config.dgp_patience)
         history = train_dgp(
@@ -416,8 +449,7 @@ def trained_adgp(config: Config, splits: Splits, extractor, head, seed: int, che
         info.update({key: history[key] for key in ("validation_nlpd", "best_epoch", "epochs_run")})
         log(f"  early stopping: best validation NLPD {min(v for _, v in info['validation_nlpd']):.4f} at epoch "
             f"{info['best_epoch']} of {info['epochs_run']} (restored)")
-    record.parent.mkdir(parents=True, exist_ok=True)
-    record.write_text(json.dumps(info))
+    atomic_write_text(record, json.dumps(info))
     save_dgp(dgp, checkpoint)  # its config.json, written last and atomically, marks a complete checkpoint
     return dgp, info
 
@@ -515,9 +547,8 @@ def run_seed(config: Config, splits: Splits, seed: int, models: Sequence[str], s
                 line.append(f"{model} acc {scores['accuracy']:.3f} tll {scores['log_likelihood']:.3f}")
         if line:
             log(f"  seed {seed} angle {angle:3d}°: " + "; ".join(line))
-            partial = progress.with_suffix(".partial.json")
-            partial.write_text(json.dumps({"results": results, "eval_seconds": eval_seconds}))
-            os.replace(partial, progress)  # an interrupted write leaves the previous angle's file intact
+            # an interrupted write leaves the previous angle's file intact
+            atomic_write_text(progress, json.dumps({"results": results, "eval_seconds": eval_seconds}))
     for model in models:
         record = dict(
             dataset=config.dataset, model=model, seed=seed, angles=list(config.angles), **results[model],

@@ -19,6 +19,13 @@ continues from the same network. At conversion, every ``--every`` steps and at t
 
 Records (one per dataset, split, variant; resumable) go to ``<out>/records.jsonl``; ``--report-only``
 writes ``<out>/table.md`` and ``<out>/traces.png``.
+
+The report also rewrites two generated blocks of the page ``<out>.md`` (docs/results/stage2.md) from the
+committed records of two finished side studies whose runners are retired (their code is in the git history
+before the harness migration): ``<out>/output_layer.jsonl`` (the output layer's variance at conversion:
+NN+TS, v at fixed noise, v and noise jointly, plus the ELBO-optimal q(u)) and ``<out>/twin_weight_decay.jsonl``
+(the twin trained with an L2 penalty λ chosen on the validation MSE, beside the classic DGP's RMSE from
+docs/results/uci_long/records.jsonl).
 """
 
 from __future__ import annotations
@@ -250,11 +257,81 @@ def report(out: Path) -> str:
     return text
 
 
+OUTPUT_LAYER_STATES = ("nn_ts", "fixed_noise", "joint_noise", "joint_noise_optimal_q")
+REPORT_COMMAND = "python -m experiments.stage2_diagnosis --report-only --out docs/results/stage2"
+
+
+def output_layer_markdown(records) -> str:
+    """Per (dataset, split) record of output_layer.jsonl: the test NLPD of each state at conversion, and the joint
+    search's output-layer v and noise as a multiple of the validation MSE."""
+    lines = [
+        "| set, split (validation rows) | NN+TS | v at fixed σ² (v3) | v and σ² jointly (v4) | v4 + optimal q(u) | v4's output v, σ² / validation MSE |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in records:
+        joint = r["joint_noise"]
+        cells = " | ".join(f"{r[k]['nlpd']:.3f}" for k in OUTPUT_LAYER_STATES)
+        lines.append(
+            f"| {r['dataset']} {r['split']} ({r['num_validation']}) | {cells} | "
+            f"{joint['kernel_variances'][-1]:.1e}, {joint['noise_variance'] / r['validation_mse']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def weight_decay_markdown(records, uci_records=()) -> str:
+    """Per (dataset, split) of twin_weight_decay.jsonl: the unpenalised twin's test RMSE (standardised), the λ with
+    the lowest validation MSE and its twin's test RMSE, and the classic DGP's from ``uci_records`` (the protocol
+    version it was made with in the header)."""
+    cells = {}
+    for record in records:
+        cells.setdefault((record["dataset"], record["split"]), []).append(record)
+    dgp = {(r["dataset"], r["split"]): r for r in uci_records if r.get("method") == "dgp"}
+    shown = [dgp[cell] for cell in cells if cell in dgp]
+    versions = sorted({r.get("upgraded_from", r["protocol"].rpartition(":")[2]) for r in shown})
+    header = f"classic DGP ({', '.join(versions)})" if versions else "classic DGP"
+    lines = [f"| set, split | twin, λ = 0 | chosen λ | twin, chosen λ | {header} |",
+             "|---|---|---|---|---|"]
+    for (name, split), rows in sorted(cells.items()):
+        plain = [r for r in rows if r["weight_decay"] == 0.0]
+        if not plain:
+            continue
+        best = min(rows, key=lambda r: r["validation_mse"])
+        reference = dgp.get((name, split))
+        lines.append(f"| {name} {split} | {plain[0]['test_rmse']:.4f} | {best['weight_decay']:g} | {best['test_rmse']:.4f} | "
+                     f"{'—' if reference is None else format(reference['rmse'], '.4f')} |")
+    return "\n".join(lines)
+
+
+def write_side_studies(out: Path, uci_out: Path = Path("docs") / "results" / "uci_long") -> None:
+    """The two generated blocks of ``<out>.md`` made from the retired side studies' committed records."""
+    from experiments.harness.blocks import write_block
+    from experiments.uci import load_records
+    from experiments.uci_methods import BUDGETS
+
+    page = Path(out).parent / f"{Path(out).name}.md"
+    output_layer, weight_decay = Path(out) / "output_layer.jsonl", Path(out) / "twin_weight_decay.jsonl"
+    if not page.exists():
+        return
+    if output_layer.exists():
+        records = ResultStore(output_layer, ("dataset", "split")).records()
+        write_block(page, "stage2_output_layer", output_layer_markdown(records), REPORT_COMMAND)
+    if weight_decay.exists():
+        records = ResultStore(weight_decay, ("dataset", "split", "weight_decay")).records()
+        budgets = sorted({r.get("budget", "converged-long") for r in records})
+        try:
+            uci_records = [r for b in budgets for r in load_records(uci_out, BUDGETS[b].key())]
+        except (FileNotFoundError, ValueError):
+            uci_records = []
+        write_block(page, "twin_weight_decay", weight_decay_markdown(records, uci_records), REPORT_COMMAND)
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     if not args.report_only:
         run(args)
-    print(report(Path(args.out)))
+    text = report(Path(args.out))
+    write_side_studies(Path(args.out))
+    print(text)
     return 0
 
 

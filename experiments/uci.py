@@ -1,13 +1,14 @@
 """UCI regression benchmark (Dutordoir et al., 2021, Sec. 5.2, Fig. 7, appendix E.1).
 
-    python -m experiments.uci --dataset boston-embedded --method nn,adgp --budget small
-    python -m experiments.uci --dataset all --method all --data-dir ../shared/data --out docs/results/uci
-    python -m experiments.uci --report-only --out docs/results/uci_long --doc docs/results/uci.md
+    python -m experiments uci --dataset boston-embedded --method nn,adgp --budget small
+    python -m experiments uci --dataset all --method all --data-dir ../shared/data --out docs/results/uci
+    python -m experiments uci --report-only --out docs/results/uci_long --doc docs/results/uci.md
 
-Each (dataset, method, split) cell is one record appended atomically to ``<out>/records.jsonl``
-(experiments/records.py), so an interrupted run resumes where it stopped and never repeats a finished cell.
-Every trained network (stage 1) is also saved to ``<out>/networks``, so a cell interrupted after stage 1 resumes
-from its network instead of training it again.
+(``python -m experiments.uci …`` is the same command.) A study on the harness (experiments/harness/): each
+(dataset, method, split, protocol) cell is one record appended atomically to ``<out>/records.jsonl``, so an
+interrupted run resumes where it stopped and never repeats a finished cell. Every trained network (stage 1) is
+also saved to ``<out>/networks`` (or ``--artifacts``; :class:`experiments.uci_methods.NetworkCache`), so a cell
+interrupted after stage 1 resumes from its network instead of training it again.
 Cells run split by split, datasets small to large, all methods per split: partial results cover every dataset.
 After the cells, ``<out>/table.md``, ``<out>/summary.csv`` and ``<out>/uci.png`` (Fig. 7: median and 25/75 %
 quantiles of RMSE and NLPD per method) are written from all records; ``--doc`` also refreshes the generated
@@ -16,23 +17,25 @@ block of a Markdown page. Models and protocol: experiments/uci_methods.py.
 
 from __future__ import annotations
 
-import argparse
 import csv
+import functools
 import json
 import os
 import sys
-import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Dict, List, Optional, Sequence
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np  # noqa: E402
 
+from experiments.harness.artifacts import atomic_write_text  # noqa: E402
 from experiments.harness.blocks import write_block  # noqa: E402
-from experiments.harness.store import ResultStore, pending  # noqa: E402
+from experiments.harness.store import ResultStore  # noqa: E402
+from experiments.harness.study import records_path  # noqa: E402
 
-KEY_FIELDS = ("dataset", "method", "split", "protocol")
+KEY = ("dataset", "method", "split", "protocol")  # the protocol (budget key) is part of a cell's name
 METRICS = ("rmse", "nlpd", "rmse_original", "nlpd_original")
 CALIBRATION_METRICS = ("coverage_90", "calibration_error")
 METHOD_ORDER = ("nn", "dropout", "ensemble", "nn_ts", "dgp", "adgp", "plain", "plain_adgp")
@@ -50,6 +53,12 @@ DATASET_ORDER = (
     "protein-tertiary-structure",
 )
 BLOCK_COMMAND = "python -m experiments.uci --report-only"  # named in the page's generated-block marker
+#: The committed pages, one report run each (``python -m experiments report``): the long run's page, and the
+#: patience-500 run's records each under the protocol version it was made with.
+REPORT_RUNS = [
+    ["--out", "docs/results/uci_long", "--doc", "docs/results/uci.md"],
+    ["--as-recorded", "--out", "docs/results/uci", "--doc", "docs/results/uci_patience500.md"],
+]
 
 
 def _split_list(values: Optional[Sequence[str]], everything: Sequence[str]) -> List[str]:
@@ -59,34 +68,27 @@ def _split_list(values: Optional[Sequence[str]], everything: Sequence[str]) -> L
     return items
 
 
-def parse_args(argv=None) -> argparse.Namespace:
+def add_options(parser) -> None:
+    """The benchmark's options (the harness adds --data-dir, --out, --artifacts, --seed, --report-only, --quiet)."""
     from experiments.uci_methods import BUDGETS
 
-    from experiments.harness.cli import make_parser, shared_option
-
-    parser = make_parser("python -m experiments.uci", __doc__)
+    parser.set_defaults(out=Path("runs") / "uci")  # a new run never meets the committed records of another setting
     parser.add_argument("--dataset", action="append", help="name(s), repeatable or comma list; 'all' = the nine UCI sets; default boston-embedded")
     parser.add_argument("--method", action="append", help=f"method(s) from {', '.join(METHOD_ORDER)}, or 'all' (default)")
     parser.add_argument("--splits", type=int, default=5, help="number of splits per dataset (default 5)")
     parser.add_argument("--fixed-splits", action="store_true", help="(the default where the data has them) use the published splits index_train_k/index_test_k")
     parser.add_argument("--random-splits", action="store_true", help="seeded random 90/10 splits even where published splits exist")
-    shared_option(parser, "--data-dir", help="directory holding uci/<folder> (default $ADGP_DATA_DIR)")
-    parser.add_argument("--out", default="runs/uci", help="output folder: records.jsonl, table.md, summary.csv, uci.png")
-    shared_option(parser, "--seed", help="seed of the random splits and of model initialisation")
     parser.add_argument("--budget", choices=sorted(BUDGETS), default="small", help="iteration budget (experiments/uci_methods.py BUDGETS); 'converged' stops every fit on a validation part")
     parser.add_argument("--nn-steps", type=int, help="override the budget's gradient steps per network fit")
     parser.add_argument("--dgp-steps", type=int, help="override the budget's ELBO steps")
     parser.add_argument("--mc-samples", type=int, help="override the budget's MC samples at test time")
     parser.add_argument("--max-splits", action="append", default=[], metavar="DATASET=K", help="fewer splits for one dataset, e.g. protein=3")
-    shared_option(parser, "--report-only", help="only regenerate table, CSV and figure from the records")
     parser.add_argument("--doc", default=None, help="Markdown page whose generated block is replaced by the table")
     parser.add_argument("--as-recorded", action="store_true",
                         help="with --report-only: every record under the protocol version it was made with (no carry-over of unchanged methods to the current version)")
     parser.add_argument("--rescore", action="store_true",
                         help="add the calibration metrics to records of nn, plain (and nn_ts under a converged budget) that lack them, "
                              "from their saved networks (nothing is trained); rewrites records.jsonl: run it while no runner writes there")
-    shared_option(parser, "--quiet", help="no per-cell progress lines")
-    return parser.parse_args(argv)
 
 
 def _budget(args):
@@ -159,58 +161,75 @@ def prepare_split(dataset, split_index: int, args):
     )
 
 
-def run(args) -> ResultStore:
-    from activated_dgp.data import load_regression_dataset
-    from experiments import uci_methods
-    from experiments.uci_methods import METHODS, run_method, upgrade_record
+def upgrade(record: Dict) -> Dict:
+    """:func:`experiments.uci_methods.upgrade_record`: a record counts under a later protocol version that did not
+    change its method."""
+    from experiments.uci_methods import upgrade_record
 
-    store = ResultStore(Path(args.out) / "records.jsonl", KEY_FIELDS, upgrade=upgrade_record)
-    uci_methods.NETWORK_DIR = Path(args.out) / "networks"  # stage-1 checkpoints: a resumed cell reuses its network
-    datasets = canonical_datasets(_split_list(args.dataset, DATASET_ORDER[1:]))
-    methods = _split_list(args.method, METHOD_ORDER) or list(METHOD_ORDER)
+    return upgrade_record(record)
+
+
+def artifact_cache(options):
+    """The run's stage-1 networks: ``<out>/networks`` (or ``--artifacts``); ``--rescore`` only reads them."""
+    from experiments.uci_methods import NetworkCache
+
+    root = Path(options.artifacts) if options.artifacts else Path(options.out) / "networks"
+    return NetworkCache(root, saved_only=options.rescore)
+
+
+def cells(options) -> List[Dict]:
+    """Split by split, datasets small to large, all methods per split: partial results cover every dataset."""
+    from experiments.uci_methods import METHODS
+
+    datasets = canonical_datasets(_split_list(options.dataset, DATASET_ORDER[1:]))
+    methods = _split_list(options.method, METHOD_ORDER) or list(METHOD_ORDER)
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         raise ValueError(f"unknown method(s) {unknown}; choose from {list(METHOD_ORDER)}")
-    limits = _max_splits(args.max_splits)
-    budget = _budget(args)
-    loaded = {name: load_regression_dataset(name, args.data_dir) for name in datasets}  # fail early on bad data
-    cells = [
-        {"dataset": name, "method": method, "split": split, "protocol": budget.key()}
-        for split in range(args.splits)
+    limits = _max_splits(options.max_splits)
+    protocol = _budget(options).key()
+    if options.rescore:
+        return []
+    for name in datasets:
+        _dataset(name, options.data_dir)  # fail early on bad data
+    return [
+        {"dataset": name, "method": method, "split": split, "protocol": protocol}
+        for split in range(options.splits)
         for name in datasets
-        if split < limits.get(name, args.splits)
+        if split < limits.get(name, options.splits)
         for method in methods
     ]
-    todo = pending(store, cells)
-    log = (lambda *a: None) if args.quiet else (lambda *a: print(*a, flush=True))
-    log(f"{len(cells)} cells, {len(cells) - len(todo)} already in {store.path}, {len(todo)} to run; budget {budget}")
-    start, prepared = time.perf_counter(), {}
-    for number, cell in enumerate(todo, 1):
-        if store.done(**cell):  # finished meanwhile by another process sharing the records file
-            continue
-        dataset = loaded[cell["dataset"]]
-        key = (cell["dataset"], cell["split"])
-        if key not in prepared:
-            prepared = {key: prepare_split(dataset, cell["split"], args)}
-        data = prepared[key]
-        result = run_method(cell["method"], data, budget)
-        record = {
-            **cell,
-            **result,
-            "num_train": len(data.X_train),
-            "num_test": len(data.X_test),
-            "input_dim": dataset.input_dim,
-            "split_kind": "fixed" if _use_fixed(dataset, args) else "random",
-            "seed": args.seed,
-        }
-        store.append(record)
-        elapsed = time.perf_counter() - start
-        log(
-            f"[{number}/{len(todo)}] {cell['dataset']} {cell['method']} split {cell['split']}: "
-            f"RMSE {result['rmse']:.3f} NLPD {result['nlpd']:.3f} ({result['seconds']:.0f} s; "
-            f"elapsed {elapsed / 60:.1f} min, ~{elapsed / number * (len(todo) - number) / 60:.0f} min left)"
-        )
-    return store
+
+
+@functools.lru_cache(maxsize=None)
+def _dataset(name: str, data_dir: Optional[str]):
+    from activated_dgp.data import load_regression_dataset
+
+    return load_regression_dataset(name, data_dir)
+
+
+def run_cell(cell: Dict, options, context) -> Dict:
+    """Fit and score one method on one split (:func:`experiments.uci_methods.run_method`) with the run's networks."""
+    from experiments import uci_methods
+
+    dataset = _dataset(cell["dataset"], options.data_dir)
+    data = prepare_split(dataset, cell["split"], options)
+    result = uci_methods.run_method(cell["method"], data, _budget(options), context.artifacts)
+    context.progress(f"{cell['dataset']} {cell['method']} split {cell['split']}: RMSE {result['rmse']:.3f} NLPD {result['nlpd']:.3f}")
+    return {
+        **result,
+        "num_train": len(data.X_train),
+        "num_test": len(data.X_test),
+        "input_dim": dataset.input_dim,
+        "split_kind": "fixed" if _use_fixed(dataset, options) else "random",
+        "seed": options.seed,
+    }
+
+
+def prepare(options, context) -> None:
+    """``--rescore``: amend the records from the saved networks before (no) cells run."""
+    if options.rescore:
+        rescore(options, context.artifacts, context.progress)
 
 
 # --------------------------------------------------------------------------------------------- report
@@ -651,22 +670,25 @@ def _version(protocol: str) -> int:
 
 
 def load_records(out: Path, protocol: Optional[str] = None, as_recorded: bool = False) -> List[Dict]:
-    """The records in ``out``/records.jsonl of one budget (default: the one with the most records).
+    """The records in ``out``/records.jsonl of one budget (:func:`select_records`); ``as_recorded``: each under
+    the protocol version it was made with (no :func:`upgrade`)."""
+    store = ResultStore(Path(out) / "records.jsonl", KEY, upgrade=None if as_recorded else upgrade)
+    return select_records(store.records(), protocol, store.path)
+
+
+def select_records(everything: Sequence[Dict], protocol: Optional[str] = None, where="the records") -> List[Dict]:
+    """The records of one budget (default: the one with the most records).
 
     With ``protocol`` given, exactly the records under that key. Otherwise, per (dataset, method), the records
     of the newest protocol version that has any for it: methods the current version did not change count
-    under it (``upgrade_record``, unless ``as_recorded``), and a changed method that has not been rerun yet
-    keeps its older records, which :func:`older_versions` names in the report."""
-    from experiments.uci_methods import upgrade_record
-
-    store = ResultStore(Path(out) / "records.jsonl", KEY_FIELDS, upgrade=None if as_recorded else upgrade_record)
-    everything = store.records()
+    under it (if the records were read through :func:`upgrade`), and a changed method that has not been rerun
+    yet keeps its older records, which :func:`older_versions` names in the report."""
     if not everything:
-        raise FileNotFoundError(f"no records in {store.path}; run the benchmark first")
+        raise FileNotFoundError(f"no records in {where}; run the benchmark first")
     if protocol is not None:
         records = [r for r in everything if r["protocol"] == protocol]
         if not records:
-            raise ValueError(f"no records of protocol {protocol!r} in {store.path}; it has {sorted({r['protocol'] for r in everything})}")
+            raise ValueError(f"no records of protocol {protocol!r} in {where}; it has {sorted({r['protocol'] for r in everything})}")
         return records
     heads: Dict[str, int] = {}
     for r in everything:
@@ -695,18 +717,29 @@ def older_versions(records: Sequence[Dict]) -> List[str]:
     return [f"{LABELS[m]} (v{v}): " + ("every set" if set(d) == every else ", ".join(sorted(d))) for (m, v), d in sorted(older.items())]
 
 
-def report(out: Path, doc: Optional[str] = None, protocol: Optional[str] = None, as_recorded: bool = False) -> str:
-    """Table, CSV and figure from the records of one ``protocol`` (budget key; default: the one with
-    the most records), so that records of other settings never mix into a table."""
-    records = load_records(out, protocol, as_recorded)
+def write_report(out: Path, records: Sequence[Dict], doc: Optional[str] = None) -> str:
+    """Table, CSV and figure from ``records`` (one budget, :func:`select_records`), so that records of other
+    settings never mix into a table; ``doc``: also the page's generated block."""
     rows = summarise(records)
     text = markdown(rows, records)
-    (Path(out) / "table.md").write_text(text)
+    atomic_write_text(Path(out) / "table.md", text)
     write_csv(rows, Path(out) / "summary.csv")
     figure(rows, Path(out) / "uci.png")
     if doc:
         write_block(doc, "uci", text, BLOCK_COMMAND, create=True)
     return text
+
+
+def report(records: Sequence[Dict], options) -> None:
+    """The study's report: the records of the run's budget (after a run) or of the budget with the most records
+    (``--report-only``, ``--rescore``), each method at its newest version; ``--as-recorded``: no carry-over."""
+    if options.as_recorded:
+        records = ResultStore(records_path(options), KEY).records()
+    protocol = None if options.report_only or options.rescore else _budget(options).key()
+    text = write_report(Path(options.out), select_records(records, protocol, records_path(options)), options.doc)
+    if not options.quiet:
+        print(text)
+        print(f"wrote {Path(options.out) / 'table.md'}, summary.csv and uci.png")
 
 
 def _rescorable(record: Dict) -> bool:
@@ -715,74 +748,60 @@ def _rescorable(record: Dict) -> bool:
     return record["method"] in ("nn", "plain") or (record["method"] == "nn_ts" and converged)
 
 
-def rescore(args) -> int:
+def rescore(options, networks, log=print) -> int:
     """Add the calibration metrics (``CALIBRATION_METRICS``) to the records that lack them, for methods whose
     prediction is a function of the saved network (:func:`_rescorable`): the split is rebuilt as the record
-    says, the network loaded from ``<out>/networks`` (a missing one is not retrained: the record is left as it
-    is), and the record is amended only if the recomputed RMSE and NLPD equal the recorded ones to 1e-9 — the
-    check that it is the same network. records.jsonl is rewritten atomically; returns the number amended."""
+    says, the network read from ``networks`` (a ``saved_only`` :class:`experiments.uci_methods.NetworkCache`: a
+    missing one is not retrained, the record is left as it is), and the record is amended only if the recomputed
+    RMSE and NLPD equal the recorded ones to 1e-9 — the check that it is the same network. records.jsonl is
+    rewritten atomically; returns the number amended."""
     from dataclasses import fields
 
-    from activated_dgp.data import load_regression_dataset
     from experiments import uci_methods
-    from experiments.uci_methods import Budget, run_method
+    from experiments.uci_methods import Budget
 
-    path = Path(args.out) / "records.jsonl"
-    uci_methods.NETWORK_DIR = Path(args.out) / "networks"
-    uci_methods._NETWORK_CACHE.clear()  # the saved networks only, not ones this process happens to hold
-    log = (lambda *a: None) if args.quiet else (lambda *a: print(*a, flush=True))
-    lines, amended, loaded = [], 0, {}
-    uci_methods.SAVED_NETWORKS_ONLY = True
-    try:
-        for line in path.read_text().splitlines():
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a torn line from an interrupted write
-            if all(m in record for m in CALIBRATION_METRICS) or not _rescorable(record):
-                lines.append(line)
-                continue
-            name = record["dataset"]
-            if name not in loaded:
-                loaded[name] = load_regression_dataset(name, args.data_dir)
-            split_args = argparse.Namespace(fixed_splits=record["split_kind"] == "fixed", random_splits=record["split_kind"] == "random", seed=record["seed"])
-            data = prepare_split(loaded[name], record["split"], split_args)
-            budget = Budget(**{f.name: record["budget"][f.name] for f in fields(Budget) if f.name in record["budget"]})
-            cell = f"{name} {record['method']} split {record['split']}"
-            try:
-                result = run_method(record["method"], data, budget)
-            except uci_methods.NetworkMissing:
-                log(f"{cell}: no saved network, left as recorded")
-                lines.append(line)
-                continue
-            if not (np.isclose(result["rmse"], record["rmse"], rtol=1e-9, atol=0) and np.isclose(result["nlpd"], record["nlpd"], rtol=1e-9, atol=1e-12)):
-                log(f"{cell}: recomputed RMSE/NLPD {result['rmse']:.6g}/{result['nlpd']:.6g} differ from the record's, left as recorded")
-                lines.append(line)
-                continue
-            record.update({m: result[m] for m in CALIBRATION_METRICS})
-            lines.append(json.dumps(record, sort_keys=True))
-            amended += 1
-            log(f"{cell}: coverage {result['coverage_90']:.3f}, calibration error {result['calibration_error']:.3f}")
-    finally:
-        uci_methods.SAVED_NETWORKS_ONLY = False
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text("".join(f"{line}\n" for line in lines))
-    os.replace(partial, path)
+    if not networks.saved_only:
+        raise ValueError("rescore reads saved networks only: give it a NetworkCache with saved_only=True")
+    path = records_path(options)
+    lines, amended = [], 0
+    for line in path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a torn line from an interrupted write
+        if all(m in record for m in CALIBRATION_METRICS) or not _rescorable(record):
+            lines.append(line)
+            continue
+        name = record["dataset"]
+        split_options = SimpleNamespace(fixed_splits=record["split_kind"] == "fixed", random_splits=record["split_kind"] == "random", seed=record["seed"])
+        data = prepare_split(_dataset(name, options.data_dir), record["split"], split_options)
+        budget = Budget(**{f.name: record["budget"][f.name] for f in fields(Budget) if f.name in record["budget"]})
+        cell = f"{name} {record['method']} split {record['split']}"
+        try:
+            result = uci_methods.run_method(record["method"], data, budget, networks)
+        except uci_methods.NetworkMissing:
+            log(f"{cell}: no saved network, left as recorded")
+            lines.append(line)
+            continue
+        if not (np.isclose(result["rmse"], record["rmse"], rtol=1e-9, atol=0) and np.isclose(result["nlpd"], record["nlpd"], rtol=1e-9, atol=1e-12)):
+            log(f"{cell}: recomputed RMSE/NLPD {result['rmse']:.6g}/{result['nlpd']:.6g} differ from the record's, left as recorded")
+            lines.append(line)
+            continue
+        record.update({m: result[m] for m in CALIBRATION_METRICS})
+        lines.append(json.dumps(record, sort_keys=True))
+        amended += 1
+        log(f"{cell}: coverage {result['coverage_90']:.3f}, calibration error {result['calibration_error']:.3f}")
+    atomic_write_text(path, "".join(f"{line}\n" for line in lines))
     log(f"amended {amended} records in {path}")
     return amended
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    if args.rescore:
-        rescore(args)
-    elif not args.report_only:
-        run(args)
-    text = report(Path(args.out), args.doc, None if args.report_only or args.rescore else _budget(args).key(), as_recorded=args.as_recorded)
-    print(text)
-    print(f"wrote {Path(args.out) / 'table.md'}, summary.csv and uci.png")
-    return 0
+def main(argv=None) -> list:
+    """``python -m experiments.uci …``: the same as ``python -m experiments uci …`` (the pages cite this form)."""
+    from experiments.harness import cli
+
+    return cli.main("uci", sys.modules[__name__], argv)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

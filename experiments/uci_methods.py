@@ -52,10 +52,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import time
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 from typing import Callable, Dict, Optional, Tuple
 
 import gpflow
@@ -70,6 +68,7 @@ from activated_dgp.metrics import regression_metrics
 from activated_dgp.far_field import has_far_field
 from activated_dgp.nn import with_dropout
 from activated_dgp.prediction import sample_layers
+from experiments.harness.artifacts import ArtifactCache, atomic_write, atomic_write_text
 
 NUM_LAYERS = 3
 NUM_UNITS = 128
@@ -231,13 +230,6 @@ def twin_lengthscales(input_dim: int) -> list:
     return [math.sqrt(input_dim + 1.0)] * NUM_LAYERS
 
 
-def _fit_parts(data: SplitData, budget: Budget):
-    """(X_fit, y_fit) and the validation part (None for a fixed-step budget, which trains on all)."""
-    if budget.converged:
-        return data.validation_split()
-    return (data.X_train, data.y_train), None
-
-
 def build_twin_network(input_dim: int, seed: int) -> tf_keras.Model:
     """The benchmark's activated twin (module docstring): :func:`activated_dgp.build_activated_nn` with
     :data:`NUM_LAYERS` layers of :data:`NUM_UNITS` units and :func:`twin_lengthscales`, seeded."""
@@ -260,58 +252,78 @@ def build_plain_network(input_dim: int, seed: int) -> tf_keras.Sequential:
     return tf_keras.Sequential(layers, name="plain_nn")
 
 
-_NETWORK_CACHE: Dict[tuple, tuple] = {}
-
-#: Folder of stage-1 checkpoints (the runner sets ``<out>/networks``; None: none are written). Each trained
-#: network is saved there under a digest of its cache key, so a run interrupted after stage 1 (e.g. during
-#: ADGP's stage 2) resumes the cell from the saved network instead of training it again.
-NETWORK_DIR: Optional[Path] = None
-# True: a network with no saved checkpoint raises NetworkMissing instead of being trained (the UCI runner's --rescore)
-SAVED_NETWORKS_ONLY = False
-
-
 class NetworkMissing(LookupError):
-    """No saved stage-1 network for a cell while ``SAVED_NETWORKS_ONLY`` is set."""
+    """No saved stage-1 network for a cell while the :class:`NetworkCache` is ``saved_only``."""
 
 
-def _network_file(key: tuple, suffix: str) -> Optional[Path]:
-    """The checkpoint file ``<kind>-seed<k>-<digest><suffix>`` of the network under ``key`` (None without a
-    :data:`NETWORK_DIR`). The name is built whole, never with ``Path.with_suffix``: a kind such as "dropout0.005"
-    has a dot, at which ``with_suffix`` would cut, so every dropout rate and split would share "dropout0.h5"."""
-    if NETWORK_DIR is None:
-        return None
-    return Path(NETWORK_DIR) / f"{key[0]}-seed{key[1]}-{hashlib.sha1(repr(key).encode()).hexdigest()[:16]}{suffix}"
+def network_file_name(kind: str, key: tuple, suffix: str) -> str:
+    """The checkpoint file ``<kind>-seed<k>-<digest><suffix>`` of the network under ``key`` (``kind`` = key[0],
+    digest: SHA-1 of ``repr(key)``). The name is built whole, never with ``Path.with_suffix``: a kind such as
+    "dropout0.005" has a dot, at which ``with_suffix`` would cut, so every dropout rate and split would share
+    "dropout0.h5"."""
+    return f"{kind}-seed{key[1]}-{hashlib.sha1(repr(key).encode()).hexdigest()[:16]}{suffix}"
 
 
-def _load_checkpoint(network: tf_keras.Model, key: tuple) -> Optional[Dict]:
-    """The history of the network saved under ``key`` after loading its weights into ``network``; None
-    when there is no complete checkpoint (its JSON, written last, marks it complete)."""
-    history = _network_file(key, ".json")
-    if history is None or not history.exists():
-        return None
-    network.load_weights(str(_network_file(key, ".h5")))
-    return json.loads(history.read_text())
+class NetworkCache(ArtifactCache):
+    """The stage-1 networks of a run: saved under ``root`` (the runner's ``<out>/networks``; None: nothing is
+    written) as ``<kind>-seed<k>-<digest>.h5`` (every Keras weight, the twin's W included) and ``.json`` (the
+    training history, written last: it marks a complete checkpoint), so a run interrupted after stage 1 (e.g.
+    during ADGP's stage 2) resumes the cell from the saved network. The fits of the current split are also kept
+    in memory, so NN, ensemble member 0, NN+TS and ADGP of one split share one network. ``saved_only``: a
+    network with no checkpoint raises :class:`NetworkMissing` instead of being trained (the runner's
+    ``--rescore``)."""
+
+    def __init__(self, root=None, saved_only: bool = False):
+        super().__init__(root, saved_only, name=network_file_name)
+        self.memory: Dict[tuple, tuple] = {}
+
+    def network(self, key: tuple, network: tf_keras.Model, train: Callable[[], Dict]) -> Dict:
+        """Put the weights of the network under ``key`` into ``network`` (built, same architecture) and return
+        its history: from memory, else from its checkpoint, else ``train()`` (which trains ``network`` in place
+        and returns the history), saving the checkpoint atomically."""
+        if key in self.memory:
+            weights, history = self.memory[key]
+            network.set_weights(weights)
+            return history
+        history = self._load(network, key)
+        if history is None:
+            if self.saved_only:
+                raise NetworkMissing(f"no saved network for {key[:2]} under {self.root}")
+            history = train()
+            self._save(network, key, history)
+        for stale in [k for k in self.memory if k[2:] != key[2:]]:  # another split or budget
+            del self.memory[stale]
+        self.memory[key] = (network.get_weights(), history)
+        return history
+
+    def _load(self, network: tf_keras.Model, key: tuple) -> Optional[Dict]:
+        history = self.path(key[0], key, ".json")
+        if history is None or not history.exists():
+            return None
+        network.load_weights(str(self.path(key[0], key, ".h5")))
+        return json.loads(history.read_text())
+
+    def _save(self, network: tf_keras.Model, key: tuple, history: Dict) -> None:
+        if self.root is None:
+            return
+        atomic_write(self.path(key[0], key, ".h5"), lambda temporary: network.save_weights(str(temporary)))
+        atomic_write_text(self.path(key[0], key, ".json"), json.dumps(history))
 
 
-def _save_checkpoint(network: tf_keras.Model, key: tuple, history: Dict) -> None:
-    """Weights (HDF5, every Keras weight incl. the twin's W) renamed into place, then the history JSON."""
-    if NETWORK_DIR is None:
-        return
-    Path(NETWORK_DIR).mkdir(parents=True, exist_ok=True)
-    for suffix, write in ((".h5", lambda path: network.save_weights(str(path))), (".json", lambda path: path.write_text(json.dumps(history)))):
-        target = _network_file(key, suffix)
-        partial = target.with_name(f"{target.name}.partial{suffix}")
-        write(partial)
-        os.replace(partial, target)
+def fit_parts(data: SplitData, budget: Budget):
+    """(X_fit, y_fit) and the validation part (None for a fixed-step budget, which trains on all)."""
+    if budget.converged:
+        return data.validation_split()
+    return (data.X_train, data.y_train), None
 
 
-def _fit_network(kind: str, data: SplitData, budget: Budget, seed: int, dropout_rate: float = DROPOUT_RATE) -> Tuple[tf_keras.Model, Dict]:
+def fit_network(kind: str, data: SplitData, budget: Budget, seed: int, networks: Optional[NetworkCache] = None,
+                dropout_rate: float = DROPOUT_RATE) -> Tuple[tf_keras.Model, Dict]:
     """The ``kind`` ("twin", "plain" or "dropout") network trained on MSE on the fit part, with early
     stopping on the validation part for a converged budget; seeded like stage 1 of ``train_two_stage``.
-
-    The fits of the current split are cached (weights and history), so NN, ensemble member 0, NN+TS and
-    ADGP of one split share one network instead of training the same seeded network again."""
-    (X, y), validation = _fit_parts(data, budget)
+    ``networks`` (default: a fresh in-memory one) supplies it when it holds the network already."""
+    networks = NetworkCache() if networks is None else networks
+    (X, y), validation = fit_parts(data, budget)
     # keyed by the version that last changed stage 1, so checkpoints outlive versions that did not
     network_protocol = budget.key().rpartition(":")[0] + f":v{last_change('network')}"
     key = (kind if kind != "dropout" else f"dropout{dropout_rate}", seed, network_protocol, X.shape, float(np.sum(X)), float(np.sum(y)))
@@ -324,22 +336,13 @@ def _fit_network(kind: str, data: SplitData, budget: Budget, seed: int, dropout_
         if kind == "dropout":
             network = with_dropout(network, dropout_rate, seed=seed)
     network(X[:1])
-    if key in _NETWORK_CACHE:
-        weights, history = _NETWORK_CACHE[key]
-        network.set_weights(weights)
-        return network, history
-    history = _load_checkpoint(network, key)
-    if history is None and SAVED_NETWORKS_ONLY:
-        raise NetworkMissing(f"no saved network for {key[:2]} under {NETWORK_DIR}")
-    if history is None:
+
+    def train() -> Dict:
         history = train_network(network, X, y, "gaussian", budget.schedule(budget.nn_steps, len(X)), validation_data=validation)
-        history = {"steps_run": history.get("steps_run", budget.epochs(budget.nn_steps, len(X)) * math.ceil(len(X) / BATCH_SIZE)),
-                   "best_step": history.get("best_step")}
-        _save_checkpoint(network, key, history)
-    for stale in [k for k in _NETWORK_CACHE if k[2:] != key[2:]]:  # another split or budget
-        del _NETWORK_CACHE[stale]
-    _NETWORK_CACHE[key] = (network.get_weights(), history)
-    return network, history
+        return {"steps_run": history.get("steps_run", budget.epochs(budget.nn_steps, len(X)) * math.ceil(len(X) / BATCH_SIZE)),
+                "best_step": history.get("best_step")}
+
+    return network, networks.network(key, network, train)
 
 
 def _fit_twin(X, y, budget: Budget, seed: int) -> tf_keras.Model:
@@ -358,19 +361,19 @@ def _training_mse(network, X, y) -> float:
     return float(max(np.mean((_network_mean(network, X) - y[:, 0]) ** 2), 1e-8))
 
 
-def _network_prediction(kind: str, data: SplitData, budget: Budget) -> Prediction:
-    network, history = _fit_network(kind, data, budget, data.seed)
-    (X, y), _ = _fit_parts(data, budget)
+def _network_prediction(kind: str, data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Prediction:
+    network, history = fit_network(kind, data, budget, data.seed, networks)
+    (X, y), _ = fit_parts(data, budget)
     noise = _training_mse(network, X, y)
     return _network_mean(network, data.X_test)[None], np.full((1, len(data.X_test)), noise), {"train_mse": noise, "network": history}
 
 
-def predict_nn(data: SplitData, budget: Budget) -> Prediction:
-    return _network_prediction("twin", data, budget)
+def predict_nn(data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Prediction:
+    return _network_prediction("twin", data, budget, networks)
 
 
-def predict_plain(data: SplitData, budget: Budget) -> Prediction:
-    return _network_prediction("plain", data, budget)
+def predict_plain(data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Prediction:
+    return _network_prediction("plain", data, budget, networks)
 
 
 def build_dropout_twin(input_dim: int, seed: int, rate: float = DROPOUT_RATE) -> tf_keras.Model:
@@ -393,14 +396,14 @@ def mixture_noise_variance(means: np.ndarray, y: np.ndarray) -> float:
     return float(np.exp(result.x))
 
 
-def predict_dropout(data: SplitData, budget: Budget) -> Prediction:
-    (X, y), validation = _fit_parts(data, budget)
+def predict_dropout(data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Prediction:
+    (X, y), validation = fit_parts(data, budget)
 
     def mc_means(network, inputs):  # [T, N] passes with dropout on
         return np.stack([_batched(lambda b: network(b, training=True).numpy(), inputs)[:, 0] for _ in range(budget.mc_samples)])
 
     if validation is None:  # fixed-step budgets: p = 0.1, 1/τ = the training MSE of the MC-mean prediction
-        network, history = _fit_network("dropout", data, budget, data.seed)
+        network, history = fit_network("dropout", data, budget, data.seed, networks)
         rows = np.random.default_rng(data.seed).permutation(len(X))[:2000]
         noise = float(max(np.mean((mc_means(network, X[rows]).mean(0) - y[rows, 0]) ** 2), 1e-8))
         means = mc_means(network, data.X_test)
@@ -410,7 +413,7 @@ def predict_dropout(data: SplitData, budget: Budget) -> Prediction:
 
     candidates = []
     for rate in DROPOUT_RATES:
-        network, history = _fit_network("dropout", data, budget, data.seed, dropout_rate=rate)
+        network, history = fit_network("dropout", data, budget, data.seed, networks, dropout_rate=rate)
         validation_means = mc_means(network, validation[0])
         noise = mixture_noise_variance(validation_means, validation[1][:, 0])
         score = float(np.mean(gaussian_mixture_log_density(validation[1][:, 0], validation_means, np.full_like(validation_means, noise))))
@@ -423,20 +426,20 @@ def predict_dropout(data: SplitData, budget: Budget) -> Prediction:
     }
 
 
-def predict_ensemble(data: SplitData, budget: Budget) -> Prediction:
+def predict_ensemble(data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Prediction:
     means, variances, histories = [], [], []
-    (X, y), _ = _fit_parts(data, budget)
+    (X, y), _ = fit_parts(data, budget)
     for member in range(ENSEMBLE_SIZE):
-        network, history = _fit_network("twin", data, budget, data.seed + 1000 * member)
+        network, history = fit_network("twin", data, budget, data.seed + 1000 * member, networks)
         means.append(_network_mean(network, data.X_test))
         variances.append(np.full(len(data.X_test), _training_mse(network, X, y)))
         histories.append(history)
     return np.stack(means), np.stack(variances), {"members": ENSEMBLE_SIZE, "networks": histories}
 
 
-def predict_nn_ts(data: SplitData, budget: Budget) -> Prediction:
+def predict_nn_ts(data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Prediction:
     if budget.converged:  # the NN's own network (trained on the fit part, stopped on the validation part)
-        network, history = _fit_network("twin", data, budget, data.seed)
+        network, history = fit_network("twin", data, budget, data.seed, networks)
         (X_fit, y_fit), (X_val, y_val) = data.validation_split()
     else:
         (X_fit, y_fit), (X_val, y_val) = data.validation_split()
@@ -472,9 +475,9 @@ def _elbo_fit_summary(history: dict) -> dict:
     return {k: history.get(k) for k in ("steps_run", "best_step", "best_validation", "diverged_step")}
 
 
-def _adgp(kind: str, data: SplitData, budget: Budget) -> Prediction:
-    network, history = _fit_network(kind, data, budget, data.seed)
-    (X, y), validation = _fit_parts(data, budget)
+def _adgp(kind: str, data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Prediction:
+    network, history = fit_network(kind, data, budget, data.seed, networks)
+    (X, y), validation = fit_parts(data, budget)
     options = dict(ADGP_OPTIONS) if validation is not None else {}
     result = train_two_stage(
         X, y, likelihood="gaussian", network=network, validation_data=validation,
@@ -513,12 +516,12 @@ def _without_far_field(dgp: gpflux.models.DeepGP, data: SplitData, budget: Budge
     return regression_metrics(data.y_test, means, variances, data.y_scale)
 
 
-def predict_adgp(data: SplitData, budget: Budget) -> Prediction:
-    return _adgp("twin", data, budget)
+def predict_adgp(data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Prediction:
+    return _adgp("twin", data, budget, networks)
 
 
-def predict_plain_adgp(data: SplitData, budget: Budget) -> Prediction:
-    return _adgp("plain", data, budget)
+def predict_plain_adgp(data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Prediction:
+    return _adgp("plain", data, budget, networks)
 
 
 #: The classic DGP's initial noise variance (targets standardised). Salimbeni & Deisenroth start at 0.01 and run
@@ -555,8 +558,8 @@ def build_classic_dgp(X: np.ndarray, seed: int, num_layers: int = NUM_LAYERS, nu
     return gpflux.models.DeepGP(layers, gpflux.layers.LikelihoodLayer(gpflow.likelihoods.Gaussian(DGP_INITIAL_NOISE)))
 
 
-def predict_dgp(data: SplitData, budget: Budget) -> Prediction:
-    (X, y), validation = _fit_parts(data, budget)
+def predict_dgp(data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Prediction:
+    (X, y), validation = fit_parts(data, budget)
     tf.random.set_seed(data.seed)
     dgp = build_classic_dgp(X, data.seed)
     schedule = replace(budget.schedule(budget.dgp_steps, len(X)), ramp_steps=0)  # v5's definition, as the paper trains it
@@ -570,7 +573,7 @@ def predict_dgp(data: SplitData, budget: Budget) -> Prediction:
     return means, variances, extra
 
 
-METHODS: Dict[str, Callable[[SplitData, Budget], Prediction]] = {
+METHODS: Dict[str, Callable[[SplitData, Budget, NetworkCache], Prediction]] = {
     "nn": predict_nn,
     "dropout": predict_dropout,
     "ensemble": predict_ensemble,
@@ -592,15 +595,16 @@ LABELS = {
 }
 
 
-def run_method(method: str, data: SplitData, budget: Budget) -> Dict:
+def run_method(method: str, data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Dict:
     """Fit ``method`` on the split and score it: rmse, nlpd (standardised), rmse_original, nlpd_original,
-    seconds, the epochs used, and method-specific extras."""
+    seconds, the epochs used, and method-specific extras. ``networks``: the run's stage-1 networks (saved and
+    reused; default a fresh in-memory cache)."""
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose from {sorted(METHODS)}")
     gpflow.config.set_default_float(np.float64)
     tf_keras.backend.clear_session()
     start = time.perf_counter()
-    means, variances, extra = METHODS[method](data, budget)
+    means, variances, extra = METHODS[method](data, budget, NetworkCache() if networks is None else networks)
     scores = regression_metrics(data.y_test, means, variances, data.y_scale)
     return {
         **scores,
@@ -618,6 +622,11 @@ __all__ = [
     "METHODS",
     "LABELS",
     "run_method",
+    "NetworkCache",
+    "NetworkMissing",
+    "fit_network",
+    "fit_parts",
+    "build_twin_network",
     "build_classic_dgp",
     "build_dropout_twin",
     "build_plain_network",

@@ -221,11 +221,11 @@ def test_resume_after_interruption(tmp_path, monkeypatch):
 
     real, calls = methods.run_method, []
 
-    def failing(method, data, budget):
+    def failing(method, *args):
         calls.append(method)
         if len(calls) == 2:
             raise KeyboardInterrupt("simulated interruption")
-        return real(method, data, budget)
+        return real(method, *args)
 
     monkeypatch.setattr(methods, "run_method", failing)
     with pytest.raises(KeyboardInterrupt):
@@ -265,10 +265,8 @@ def test_adgp_interrupted_after_stage_1_resumes_from_the_saved_network(tmp_path,
     assert trained == [1] and len(list((tmp_path / "resumed" / "networks").glob("*.json"))) == 1
     assert not (tmp_path / "resumed" / "records.jsonl").exists() or not (tmp_path / "resumed" / "records.jsonl").read_text()
     monkeypatch.setattr(methods, "train_two_stage", real_two_stage)
-    methods._NETWORK_CACHE.clear()  # as in a new process
-    _run(tmp_path / "resumed", "--method", "adgp", "--splits", "1")
+    _run(tmp_path / "resumed", "--method", "adgp", "--splits", "1")  # a new run holds no network in memory
     assert trained == [1]  # stage 1 came from the checkpoint
-    methods._NETWORK_CACHE.clear()
     _run(tmp_path / "straight", "--method", "adgp", "--splits", "1")
     assert trained == [1, 1]
     resumed, straight = (json.loads((tmp_path / name / "records.jsonl").read_text()) for name in ("resumed", "straight"))
@@ -327,16 +325,16 @@ def test_records_of_an_older_version_count_only_for_methods_it_did_not_change(tm
     path.write_text("".join(json.dumps(r) + "\n" for r in rewritten))  # as written by the older version
     monkeypatch.setitem(methods.METHOD_CHANGES, methods.PROTOCOL_VERSION, ("nn_ts",))
     real, calls = methods.run_method, []
-    monkeypatch.setattr(methods, "run_method", lambda method, data, budget: calls.append(method) or real(method, data, budget))
+    monkeypatch.setattr(methods, "run_method", lambda method, *args: calls.append(method) or real(method, *args))
     _run(tmp_path, "--method", "nn,nn_ts", "--splits", "1")
     assert calls == ["nn_ts"]  # nn's older record still counts; nn_ts changed, so it reran
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     assert len(lines) == 3 and lines[:2] == rewritten  # the file is appended to, never rewritten
-    from experiments.uci import report
-
     # the records as made: NN's only record is of the older version, shown and named as such
-    assert f"NN (v{older}): every set" in report(tmp_path, as_recorded=True)
-    carried = report(tmp_path)  # carried over: NN's record counts under the current version, nothing is stale
+    _run(tmp_path, "--report-only", "--as-recorded")
+    assert f"NN (v{older}): every set" in (tmp_path / "table.md").read_text()
+    _run(tmp_path, "--report-only")  # carried over: NN's record counts under the current version, nothing is stale
+    carried = (tmp_path / "table.md").read_text()
     assert f":{methods.PROTOCOL_VERSION}." in carried and "Not yet rerun" not in carried
 
 
@@ -472,3 +470,25 @@ def test_report_takes_each_methods_newest_version_and_carries_records_only_up_to
     records = load_records(tmp_path)
     assert sorted((r["method"], r["protocol"], r["split"]) for r in records) == [("a", "h:v6", 0), ("b", "h:v5", 0), ("b", "h:v5", 1)]
     assert older_versions(records) == ["B (v5): every set"]
+
+
+@pytest.mark.parametrize("run", [0, 1])
+def test_the_committed_pages_are_what_their_records_give(tmp_path, run):
+    """``python -m experiments report`` runs the study once per page (REPORT_RUNS): a stale generated block comes
+    back equal to the committed page, from the committed records alone (nothing trained, no data read)."""
+    from experiments import uci
+    from experiments.harness import blocks
+
+    root = Path(__file__).resolve().parents[1]
+    argv = uci.REPORT_RUNS[run]
+    source, page = Path(argv[argv.index("--out") + 1]), Path(argv[argv.index("--doc") + 1])
+    committed = (root / page).read_text()
+    stale = tmp_path / page.name
+    stale.write_text(committed.replace(blocks.read_block(root / page, "uci"), "stale\n"))
+    out = tmp_path / source.name
+    out.mkdir()
+    (out / "records.jsonl").write_text((root / source / "records.jsonl").read_text())
+    flags = [a for a in argv if a == "--as-recorded"]
+    uci.main(["--report-only", "--quiet", *flags, "--out", str(out), "--doc", str(stale)])
+    assert stale.read_text() == committed
+    assert (out / "table.md").read_text() == blocks.read_block(stale, "uci").rstrip("\n") + "\n"

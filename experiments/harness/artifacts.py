@@ -37,18 +37,26 @@ def atomic_write_text(path, text: str) -> Path:
 
 class ArtifactCache:
     """Artifacts under ``root``, one file per (kind, key). ``root=None`` disables the cache (nothing is saved,
-    every :meth:`get_or_build` builds); ``saved_only=True`` refuses to build (a report run that must not train)."""
+    every :meth:`get_or_build` builds); ``saved_only=True`` refuses to build (a report run that must not train).
+    ``name(kind, key, suffix) -> str`` replaces the default file name (:meth:`default_name`), for a study whose
+    artifacts already exist under names of its own."""
 
-    def __init__(self, root=None, saved_only: bool = False):
+    def __init__(self, root=None, saved_only: bool = False, name: Optional[Callable[[str, object, str], str]] = None):
         self.root = None if root is None else Path(root)
         self.saved_only = saved_only
+        self.name = name or self.default_name
+
+    @staticmethod
+    def default_name(kind: str, key, suffix: str) -> str:
+        """Readable kind prefix plus a hash of the whole key (any JSON-serialisable value)."""
+        digest = hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
+        return f"{kind}-{digest}{suffix}"
 
     def path(self, kind: str, key, suffix: str) -> Optional[Path]:
-        """The file for ``key`` (any JSON-serialisable value): readable kind prefix plus a hash of the whole key."""
+        """The file for ``key`` under ``root`` (None without a root)."""
         if self.root is None:
             return None
-        digest = hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
-        return self.root / f"{kind}-{digest}{suffix}"
+        return self.root / self.name(kind, key, suffix)
 
     def get_or_build(self, kind: str, key, suffix: str, build: Callable[[], object],
                      save: Callable[[object, Path], None], load: Callable[[Path], object]):

@@ -9,7 +9,12 @@ A study is a module with
 * ``cells(options) -> list[dict]`` — the cells to run, each holding the ``KEY`` fields;
 * ``run_cell(cell, options, context) -> dict`` — run one cell and return its record (the cell's fields are added);
 * ``report(records, options) -> None`` — write the study's pages from the records alone (no training);
-* optionally ``add_options(parser)`` — the study's own command-line options.
+* optionally ``add_options(parser)`` — the study's own command-line options;
+* optionally ``artifact_cache(options) -> ArtifactCache`` — the study's own cache (its folder, file names or
+  ``saved_only`` mode; default: ``--artifacts`` or ``.cache/experiments/<out name>``), handed to every cell in the
+  run context;
+* optionally ``prepare(options, context)`` — work on the existing records before the cells run (e.g. amending
+  them from saved artifacts, training nothing).
 
 :func:`run_study` asks the store which cells have no record, runs only those, appends each record the moment its
 cell finishes (so an interrupted run loses no finished cell, and a rerun neither repeats nor duplicates one), and
@@ -75,10 +80,13 @@ def open_store(study: ModuleType, options) -> ResultStore:
     return ResultStore(records_path(options), study.KEY, upgrade=getattr(study, "upgrade", None), protocol=protocol)
 
 
-def make_context(options) -> Context:
-    artifacts = getattr(options, "artifacts", None)
-    root = Path(artifacts) if artifacts else Path(".cache") / "experiments" / Path(options.out).name
-    return Context(artifacts=ArtifactCache(root), data_dir=options.data_dir, quiet=options.quiet)
+def make_context(options, study: Optional[ModuleType] = None) -> Context:
+    if study is not None and hasattr(study, "artifact_cache"):
+        cache = study.artifact_cache(options)
+    else:
+        artifacts = getattr(options, "artifacts", None)
+        cache = ArtifactCache(Path(artifacts) if artifacts else Path(".cache") / "experiments" / Path(options.out).name)
+    return Context(artifacts=cache, data_dir=options.data_dir, quiet=options.quiet)
 
 
 def run_study(study: ModuleType, options, context: Optional[Context] = None) -> list:
@@ -86,11 +94,15 @@ def run_study(study: ModuleType, options, context: Optional[Context] = None) -> 
     records the report was made from."""
     check_study(study)
     store = open_store(study, options)
-    context = context or make_context(options)
+    context = context or make_context(options, study)
     if not options.report_only:
+        if hasattr(study, "prepare"):
+            study.prepare(options, context)
         todo = pending(store, study.cells(options))
         context.progress(f"{study.__name__}: {len(todo)} cell(s) to run, records in {store.path}")
         for index, cell in enumerate(todo, 1):
+            if index > 1 and store.done(**cell):  # finished meanwhile by another process appending to the same file
+                continue
             start = time.perf_counter()
             record = {**study.run_cell(cell, options, context), **cell}
             store.append(record)
