@@ -55,7 +55,8 @@ DATASET_ORDER = (
 BLOCK_COMMAND = "python -m experiments.uci --report-only"  # named in the page's generated-block marker
 #: The committed pages, one report run each (``python -m experiments report``): the long run's page, and the
 #: patience-500 run's records each under the protocol version it was made with.
-REPORT_RUNS = [
+REPORT_RUNS = [  # v5's first: the last run's table.md, summary.csv and uci.png are the newest records'
+    ["--only-version", "v5", "--out", "docs/results/uci_long", "--doc", "docs/results/uci_long.md"],
     ["--out", "docs/results/uci_long", "--doc", "docs/results/uci.md"],
     ["--as-recorded", "--out", "docs/results/uci", "--doc", "docs/results/uci_patience500.md"],
 ]
@@ -86,6 +87,8 @@ def add_options(parser) -> None:
     parser.add_argument("--doc", default=None, help="Markdown page whose generated block is replaced by the table")
     parser.add_argument("--as-recorded", action="store_true",
                         help="with --report-only: every record under the protocol version it was made with (no carry-over of unchanged methods to the current version)")
+    parser.add_argument("--only-version", metavar="vK", default=None,
+                        help="with --report-only: the records of this protocol version only (after carry-over), e.g. v5's complete tables")
     parser.add_argument("--rescore", action="store_true",
                         help="add the calibration metrics to records of nn, plain (and nn_ts under a converged budget) that lack them, "
                              "from their saved networks (nothing is trained); rewrites records.jsonl: run it while no runner writes there")
@@ -324,27 +327,62 @@ def claims(records: Sequence[Dict]) -> List[str]:
         line = _calibration_claim(records, datasets, other)
         if line:
             lines.append(line)
-    # the stage-2 issue's accuracy target: ADGP's RMSE better than its network's, or within one standard
-    # error (over the shared splits) of the network's mean RMSE
-    within, unknown, total = [], [], 0
+    # accuracy targets: ADGP's RMSE against its network's (the stage-2 issue), the twin's against the plain network's
+    # (the twin issue): better, or within one standard error (over the shared splits) of the other's mean RMSE
+    for method, other, text in (
+        ("adgp", "nn", "ADGP RMSE better than NN or within one standard error of NN's mean"),
+        ("nn", "plain", "The twin (NN) RMSE better than the plain network's or within one standard error of its mean"),
+    ):
+        line = _within_one_se(records, datasets, method, other, text)
+        if line:
+            lines.append(line)
+    line = _best_step_claim(records, datasets)
+    if line:
+        lines.append(line)
+    return lines
+
+
+def _within_one_se(records: Sequence[Dict], datasets: Sequence[str], method: str, other: str, text: str) -> Optional[str]:
+    """"text: k of n datasets": ``method``'s mean RMSE ≤ ``other``'s, or above it by at most ``other``'s standard error."""
+    within, unknown, missed = [], [], []
     for d in datasets:
-        rows = _paired(records, d, ("adgp", "nn"))
-        if "adgp" not in rows or "nn" not in rows:
+        rows = _paired(records, d, (method, other))
+        if method not in rows or other not in rows:
             continue
-        total += 1
-        a, n = rows["adgp"], rows["nn"]
+        a, n = rows[method], rows[other]
         if a["rmse_mean"] <= n["rmse_mean"] or (np.isfinite(n["rmse_se"]) and a["rmse_mean"] - n["rmse_mean"] <= n["rmse_se"]):
             within.append(d)
         elif not np.isfinite(n["rmse_se"]):
             unknown.append(d)
-    if total:
-        missed = [d for d in datasets if d not in within and d not in unknown and "adgp" in _paired(records, d, ("adgp", "nn"))]
-        lines.append(
-            f"- ADGP RMSE better than NN or within one standard error of NN's mean: {len(within)} of {total} datasets"
-            + (f" (not on: {', '.join(missed)})" if missed else "")
-            + (f" (one split only, no standard error: {', '.join(unknown)})" if unknown else "")
-        )
-    return lines
+        else:
+            missed.append(d)
+    total = len(within) + len(unknown) + len(missed)
+    if not total:
+        return None
+    return (
+        f"- {text}: {len(within)} of {total} datasets"
+        + (f" (not on: {', '.join(missed)})" if missed else "")
+        + (f" (one split only, no standard error: {', '.join(unknown)})" if unknown else "")
+    )
+
+
+def _best_step_claim(records: Sequence[Dict], datasets: Sequence[str], method: str = "nn", fraction: float = 0.8) -> Optional[str]:
+    """Whether the twin's early stopping found its best step within ``fraction`` of the network cap on every split
+    (the twin issue's "still improving when stopped" check), per dataset: the largest best step over splits."""
+    worst = {}
+    for r in records:
+        network = r.get("extra", {}).get("network")
+        cap = r.get("budget", {}).get("nn_steps")
+        if r["method"] != method or not isinstance(network, dict) or network.get("best_step") is None or not cap:
+            continue
+        worst[r["dataset"]] = max(worst.get(r["dataset"], (0, cap)), (int(network["best_step"]), int(cap)))
+    if not worst:
+        return None
+    late = [f"{d} {step:,} of {cap:,}" for d in datasets if d in worst for step, cap in [worst[d]] if step > fraction * cap]
+    return (
+        f"- The twin's best step ≤ {fraction:.0%} of the network cap on every split: {len(worst) - len(late)} of {len(worst)} datasets"
+        + (f" (not on: {'; '.join(late)}; largest best step over the splits)" if late else "")
+    )
 
 
 #: MC dropout's published per-split results on the same published splits (original units), splits 0–4: test RMSE of
@@ -676,8 +714,11 @@ def load_records(out: Path, protocol: Optional[str] = None, as_recorded: bool = 
     return select_records(store.records(), protocol, store.path)
 
 
-def select_records(everything: Sequence[Dict], protocol: Optional[str] = None, where="the records") -> List[Dict]:
+def select_records(everything: Sequence[Dict], protocol: Optional[str] = None, where="the records", version: Optional[str] = None) -> List[Dict]:
     """The records of one budget (default: the one with the most records).
+
+    With ``version`` ("v5"), the records of that protocol version only (after carry-over), e.g. the complete tables
+    of a version while its successor is being run.
 
     With ``protocol`` given, exactly the records under that key. Otherwise, per (dataset, method), the records
     of the newest protocol version that has any for it: methods the current version did not change count
@@ -696,6 +737,11 @@ def select_records(everything: Sequence[Dict], protocol: Optional[str] = None, w
         heads[head] = heads.get(head, 0) + 1
     head = max(heads, key=heads.get)
     ours = [r for r in everything if r["protocol"].rpartition(":")[0] == head]
+    if version is not None:
+        chosen = [r for r in ours if r["protocol"].rpartition(":")[2] == version]
+        if not chosen:
+            raise ValueError(f"no records of version {version!r} in {where}")
+        return chosen
     newest: Dict[tuple, int] = {}
     for r in ours:
         key = (r["dataset"], r["method"])
@@ -717,7 +763,7 @@ def older_versions(records: Sequence[Dict]) -> List[str]:
     return [f"{LABELS[m]} (v{v}): " + ("every set" if set(d) == every else ", ".join(sorted(d))) for (m, v), d in sorted(older.items())]
 
 
-def write_report(out: Path, records: Sequence[Dict], doc: Optional[str] = None) -> str:
+def write_report(out: Path, records: Sequence[Dict], doc: Optional[str] = None, command: str = BLOCK_COMMAND) -> str:
     """Table, CSV and figure from ``records`` (one budget, :func:`select_records`), so that records of other
     settings never mix into a table; ``doc``: also the page's generated block."""
     rows = summarise(records)
@@ -726,7 +772,7 @@ def write_report(out: Path, records: Sequence[Dict], doc: Optional[str] = None) 
     write_csv(rows, Path(out) / "summary.csv")
     figure(rows, Path(out) / "uci.png")
     if doc:
-        write_block(doc, "uci", text, BLOCK_COMMAND, create=True)
+        write_block(doc, "uci", text, command, create=True)
     return text
 
 
@@ -736,7 +782,9 @@ def report(records: Sequence[Dict], options) -> None:
     if options.as_recorded:
         records = ResultStore(records_path(options), KEY).records()
     protocol = None if options.report_only or options.rescore else _budget(options).key()
-    text = write_report(Path(options.out), select_records(records, protocol, records_path(options)), options.doc)
+    selected = select_records(records, protocol, records_path(options), version=options.only_version)
+    command = BLOCK_COMMAND + (f" --only-version {options.only_version}" if options.only_version else "")
+    text = write_report(Path(options.out), selected, options.doc, command)
     if not options.quiet:
         print(text)
         print(f"wrote {Path(options.out) / 'table.md'}, summary.csv and uci.png")
