@@ -8,7 +8,7 @@ import gpflow
 import numpy as np
 import tensorflow as tf
 
-from .spectra import Activation, activation_coefficients, resolve_activation
+from .spectra import ZonalActivation, activation_coefficients, resolve_activation
 from .spherical import _check_truncation_level, polar_decomposition
 from .validation import check_matrix
 
@@ -40,7 +40,7 @@ class ActivationFeature(gpflow.inducing_variables.InducingVariables):
     def __init__(
         self,
         W,
-        activation: Union[str, Activation, Callable] = "softplus",
+        activation: Union[str, ZonalActivation, Callable] = "softplus",
         truncation_level: int = 20,
         *,
         threshold: float = 1e-9,

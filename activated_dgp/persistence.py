@@ -39,6 +39,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from ._deprecation import deprecated_aliases
 from .conditionals import SharedActivationFeature
 from .config import ArchitectureConfig
 from .far_field import FarFieldArcCosine, far_field_record, restore_far_field
@@ -52,7 +53,7 @@ __all__ = [
     "save_dgp",
     "load_dgp",
     "load_optimizer",
-    "load_state",
+    "load_training_state",
     "save_network",
     "load_network",
     "architecture_of_dgp",
@@ -393,7 +394,7 @@ def save_dgp(dgp: gpflux.models.DeepGP, directory, *, optimizer=None, state: Opt
 
     :param optimizer: optionally the (built) tf-keras optimiser training it, e.g. ``training_model.optimizer``,
         restored by :func:`load_optimizer`.
-    :param state: optionally a JSON-serialisable dict (epoch, history), returned by :func:`load_state`.
+    :param state: optionally a JSON-serialisable dict (epoch, history), returned by :func:`load_training_state`.
     Raises ValueError, naming the part, for anything that could not be restored exactly (module docstring).
     """
     architecture = architecture_of_dgp(dgp)
@@ -476,15 +477,16 @@ def load_optimizer(directory, dgp: gpflux.models.DeepGP):
     return optimizer
 
 
-def load_state(directory) -> dict:
-    """The ``state`` dict saved with :func:`save_dgp` (empty if none)."""
+def load_training_state(directory) -> dict:
+    """The training ``state`` dict (epoch, logs) saved with :func:`save_dgp` (empty if none); formerly
+    ``load_state``, a name that did not say which state."""
     return dict(_read(directory, "dgp")[0].get("state") or {})
 
 
 class DGPCheckpoint(tf_keras.callbacks.Callback):
     """Save the DGP, its optimiser and ``{"epoch": e, "logs": …}`` to ``directory`` every ``every`` epochs
     of ``dgp.as_training_model().fit`` (for ``train_dgp(…, callbacks=[…])``). Resume with
-    :func:`load_dgp`, :func:`load_optimizer` and ``fit(…, initial_epoch=load_state(directory)["epoch"])``."""
+    :func:`load_dgp`, :func:`load_optimizer` and ``fit(…, initial_epoch=load_training_state(directory)["epoch"])``."""
 
     def __init__(self, directory, dgp: gpflux.models.DeepGP, every: int = 1):
         super().__init__()
@@ -526,3 +528,7 @@ def load_network(directory) -> tf_keras.Sequential:
     for path, weight in weights.items():
         weight.assign(_array(arrays, f"weight/{path}", weight.shape, directory))
     return network
+
+
+# old names, deprecated for one release (issue 34)
+__getattr__ = deprecated_aliases("activated_dgp.persistence", {"load_state": ("activated_dgp.persistence", "load_training_state")})
