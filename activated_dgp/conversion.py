@@ -304,8 +304,8 @@ def _keras_activations():
 
 
 def _activation_map(function, fail):
-    """(registry name or Activation, gain, map) of a Keras activation function, None for the linear one; a
-    registered callable (:func:`activated_dgp.register_activation`) maps to itself with gain 1 ("approximate":
+    """(registry name or ZonalActivation, gain, map) of a Keras activation function, None for the linear one; a
+    registered callable (:func:`activated_dgp.zonal.register_activation`) maps to itself with gain 1 ("approximate":
     the zonal feature ‖w‖‖x̃‖σ(ŵ·x̂) equals σ(w·x̃) only for a positively homogeneous σ)."""
     if function is tf_keras.activations.linear:
         return None

@@ -28,7 +28,7 @@ class ActivationFeature(gpflow.inducing_variables.InducingVariables):
 
     :param W: [M, d] directions (and scales) w_m; a trainable ``gpflow.Parameter``.
     :param activation: "relu" (closed form), "softplus" (log(1 + exp(3t))), "swish"
-        (3t·sigmoid(3t)), an :class:`~activated_dgp.spectra.Activation`, or any callable on [−1, 1]
+        (3t·sigmoid(3t)), an :class:`~activated_dgp.spectra.ZonalActivation`, or any callable on [−1, 1]
         (quadrature).
     :param truncation_level: Ñ ≥ 1.
     :param threshold: levels with |σ_n| N_n^d below ``threshold`` · Σ_k |σ_k| N_k^d are set to zero

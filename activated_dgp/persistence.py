@@ -17,7 +17,7 @@ A saved directory holds ``config.json`` and one ``arrays-<token>.npz`` that it n
 Saving refuses, naming the part, anything the builders cannot rebuild exactly: an unregistered
 likelihood, kernel, inducing variable, mean function (GPflow's Zero, Constant, Identity and Linear are
 restored) or activation (see
-:func:`activated_dgp.register_activation`), or trainable variables outside the parameters. It checks
+:func:`activated_dgp.zonal.register_activation`), or trainable variables outside the parameters. It checks
 this by building the model from its recorded architecture and comparing every parameter's path,
 shape, transform and prior (e.g. one added by the user) and every Funk–Hecke spectrum. Loading repeats the comparison, so a
 directory written under another configuration (another ``positive`` bijector, another function

@@ -225,7 +225,7 @@ def registered_activation_name(activation: Union[str, ZonalActivation, Callable]
     act = resolve_activation(activation)
     if ACTIVATION_REGISTRY.get(act.name) != act:
         raise ValueError(
-            f"the activation {act.name!r} is not registered; call activated_dgp.register_activation({act.name!r}, function) "
+            f"the activation {act.name!r} is not registered; call activated_dgp.zonal.register_activation({act.name!r}, function) "
             "here and in the process that restores it"
         )
     return act.name
