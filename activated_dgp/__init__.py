@@ -1,106 +1,105 @@
 """activated_dgp: activated deep Gaussian processes and zonal spectral machinery on GPflow/GPflux.
 
-Public API:
+The top level holds what the README and the tutorials type; the rest lives in subpackages that say what they hold:
 
-* :class:`ZonalArcCosine`, :class:`ZonalKernel` — truncated zonal kernels on bias-extended inputs.
-* :class:`ActivationFeature` — activated interdomain inducing variables (Kuu/Kuf registered with
-  ``gpflow.covariances``); :class:`activated_dgp.conditionals.SharedActivationFeature` shares one across
-  a layer's outputs, with a batched conditional.
-* :func:`build_activated_dgp`, :func:`build_activated_nn`, :func:`dgp_from_keras`,
-  :func:`train_two_stage` — activated DGPs in GPflux, their network twin, and the converter.
-* :mod:`activated_dgp.spherical`, :mod:`activated_dgp.spectra` — Gegenbauer machinery and
-  Funk–Hecke coefficients.
+* :mod:`activated_dgp.zonal` — the zonal core: kernels, activated inducing variables, activations and their
+  registry, Funk–Hecke spectra and the Gegenbauer machinery;
+* :mod:`activated_dgp.deep` — deep models: the builders, the network twin, the converter, prediction and saving;
+* :mod:`activated_dgp.training` — schedules, the two stages and the pipeline;
+* :mod:`activated_dgp.eigen` — eigenfunctions of kernels (Nyström, NeuralEF, IKA, feature regression, Laplace);
+* :mod:`activated_dgp.kernel_machines` — EigenPro 2 and 3;
+* :mod:`activated_dgp.data` — UCI and MNIST loaders, streaming minibatch sources.
+
+At the top level: :class:`ZonalArcCosine`, :class:`ActivationFeature` (the zonal core's two user-facing classes);
+:func:`build_activated_nn`, :func:`build_activated_dgp`, :func:`activated_gp_layer`, :func:`dgp_from_keras`;
+:class:`TrainingSchedule`, :func:`train_network`, :func:`train_dgp`, :func:`train_two_stage`, :func:`evaluate_elbo`;
+:func:`predict_y`, :func:`predict_class_probabilities`, :func:`predictive_log_density`, :func:`propagate_means`;
+:func:`save_dgp`, :func:`load_dgp`.
+
+The names the top level held before (issue 34) still resolve, with a DeprecationWarning naming their new home
+(``activated_dgp.set_xla is deprecated; use activated_dgp.zonal.use_xla_for_gegenbauer``); they are kept for one
+release. :data:`DEPRECATED` lists them.
 """
 
 from . import covariances as _covariances  # noqa: F401  (registers Kuu/Kuf)
 from . import conditionals as _conditionals  # noqa: F401  (registers the activated layers' conditional)
-from .conversion import Conversion, dgp_from_keras
-from .covariances import basis_coefficients, inducing_coefficients
-from .inducing_variables import ActivationFeature
-from .kernels import ZonalArcCosine, ZonalKernel
-from .config import ArchitectureConfig
-from .models import LIKELIHOODS, activated_gp_layer, build_activated_dgp
-from .nn import ActivatedLayer, build_activated_nn
-from .persistence import DGPCheckpoint, load_dgp, load_network, load_optimizer, load_state, save_dgp, save_network
-from .prediction import layer_moments, predict_class_probabilities, predict_y, predictive_log_density, propagate_means
-from .batch_prediction import BatchPredictor
-from .streaming import ArraySource, CsvSource
-from .training.fitters import evaluate_elbo, train_dgp, train_network
-from .training.schedule import TrainingSchedule
-from .training.two_stage import TwoStageResult, train_two_stage
-from .spectra import (
-    ACTIVATIONS,
-    Activation,
-    activation_coefficients,
-    arc_cosine_coefficients,
-    arc_cosine_shape,
-    register_activation,
-    relu_coefficients,
-    zonal_matern52_shape,
+from . import data, deep, eigen, kernel_machines, training, zonal
+from ._deprecation import deprecated_aliases
+from .deep import (
+    activated_gp_layer,
+    build_activated_dgp,
+    build_activated_nn,
+    dgp_from_keras,
+    load_dgp,
+    predict_class_probabilities,
+    predict_y,
+    predictive_log_density,
+    propagate_means,
+    save_dgp,
 )
-from .spherical import funk_hecke_coefficients, gegenbauer_series, num_harmonics, set_xla
-from . import eigen
-from .eigen import IKA, EigenfunctionFeature, FeatureRidge, LinearisedLaplace, NeuralEF, Nystrom
-from . import kernel_machines
-from .kernel_machines import EigenPro2, EigenPro3
+from .training import TrainingSchedule, evaluate_elbo, train_dgp, train_network, train_two_stage
+from .zonal import ActivationFeature, ZonalArcCosine
 
 __all__ = [
+    # subpackages
+    "zonal",
+    "deep",
+    "training",
+    "eigen",
+    "kernel_machines",
+    "data",
+    # the zonal core
     "ZonalArcCosine",
-    "ZonalKernel",
     "ActivationFeature",
-    "ActivatedLayer",
+    # deep models and the converter
     "build_activated_nn",
     "build_activated_dgp",
     "activated_gp_layer",
     "dgp_from_keras",
-    "Conversion",
-    "train_two_stage",
+    # training
+    "TrainingSchedule",
     "train_network",
     "train_dgp",
+    "train_two_stage",
     "evaluate_elbo",
-    "TrainingSchedule",
-    "TwoStageResult",
-    "ArraySource",
-    "BatchPredictor",
-    "CsvSource",
-    "propagate_means",
-    "layer_moments",
-    "predictive_log_density",
+    # prediction and saving
     "predict_y",
     "predict_class_probabilities",
+    "predictive_log_density",
+    "propagate_means",
     "save_dgp",
     "load_dgp",
-    "save_network",
-    "load_network",
-    "load_optimizer",
-    "load_state",
-    "DGPCheckpoint",
-    "ArchitectureConfig",
-    "LIKELIHOODS",
-    "register_activation",
-    "basis_coefficients",
-    "inducing_coefficients",
-    "Activation",
-    "ACTIVATIONS",
-    "activation_coefficients",
-    "arc_cosine_coefficients",
-    "arc_cosine_shape",
-    "relu_coefficients",
-    "zonal_matern52_shape",
-    "funk_hecke_coefficients",
-    "gegenbauer_series",
-    "num_harmonics",
-    "set_xla",
-    "eigen",
-    "Nystrom",
-    "NeuralEF",
-    "LinearisedLaplace",
-    "EigenfunctionFeature",
-    "IKA",
-    "FeatureRidge",
-    "kernel_machines",
-    "EigenPro2",
-    "EigenPro3",
 ]
+
+
+def _moved(home: str, *names: str) -> dict:
+    return {name: (f"activated_dgp.{home}", name) for name in names}
+
+
+#: Old top-level name → (new home, new name), each resolved by ``__getattr__`` with a DeprecationWarning.
+DEPRECATED = {
+    **_moved("zonal", "ZonalKernel", "basis_coefficients", "inducing_coefficients", "register_activation",
+             "activation_coefficients", "arc_cosine_coefficients", "arc_cosine_shape", "relu_coefficients",
+             "zonal_matern52_shape", "funk_hecke_coefficients", "gegenbauer_series", "num_harmonics"),
+    "Activation": ("activated_dgp.zonal", "ZonalActivation"),
+    "ACTIVATIONS": ("activated_dgp.zonal", "ACTIVATION_REGISTRY"),
+    "set_xla": ("activated_dgp.zonal", "use_xla_for_gegenbauer"),
+    **_moved("deep", "ArchitectureConfig", "ActivatedLayer", "layer_moments", "BatchPredictor", "save_network",
+             "load_network", "load_optimizer", "DGPCheckpoint"),
+    "Conversion": ("activated_dgp.deep", "ConversionReport"),
+    "LIKELIHOODS": ("activated_dgp.deep", "LIKELIHOOD_REGISTRY"),
+    "load_state": ("activated_dgp.deep", "load_training_state"),
+    **_moved("training", "TwoStageResult"),
+    **_moved("data", "ArraySource", "CsvSource"),
+    **_moved("eigen", "Nystrom", "NeuralEF", "LinearisedLaplace", "EigenfunctionFeature", "IKA", "FeatureRidge"),
+    **_moved("kernel_machines", "EigenPro2", "EigenPro3"),
+}
+
+__getattr__ = deprecated_aliases(__name__, DEPRECATED)
+
+
+def __dir__():
+    return sorted(__all__ + ["DEPRECATED", "__version__"])
+
 
 __version__ = "0.1.0"

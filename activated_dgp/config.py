@@ -18,8 +18,8 @@ from typing import Any, Callable, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from .likelihoods import LIKELIHOODS, likelihood_name
-from .spectra import Activation, registered_activation_name, resolve_activation
+from .likelihoods import LIKELIHOOD_REGISTRY, likelihood_name
+from .spectra import ZonalActivation, registered_activation_name, resolve_activation
 from .validation import check_positive_int
 
 __all__ = ["ArchitectureConfig", "as_config", "initial_directions"]
@@ -74,13 +74,13 @@ class ArchitectureConfig:
     :param layer_widths: P_1..P_(L−1), the bottleneck widths; default ``input_dim`` each.
     :param output_dim: P_L: regression outputs, 1 for "bernoulli"/"probit", the number of classes (≥ 2)
         for "softmax"/"robustmax".
-    :param activation: a registered name (:data:`activated_dgp.ACTIVATIONS`, extended by
-        :func:`activated_dgp.register_activation`), an Activation or a callable; one or one per layer.
+    :param activation: a registered name (:data:`activated_dgp.zonal.ACTIVATION_REGISTRY`, extended by
+        :func:`activated_dgp.zonal.register_activation`), a ZonalActivation or a callable; one or one per layer.
         Only registered ones can be saved.
     :param truncation_level: Ñ_ℓ ≥ 1 (levels n < Ñ): one or one per layer.
     :param lengthscales: ℓ_ℓ, one entry per layer, each a scalar or D_ℓ + 1 values; default 1.
     :param whiten: whitened inducing outputs in the DGP.
-    :param likelihood: a name from :data:`activated_dgp.likelihoods.LIKELIHOODS` (checked here, before any
+    :param likelihood: a name from :data:`activated_dgp.likelihoods.LIKELIHOOD_REGISTRY` (checked here, before any
         training), a gpflow likelihood, or None for a network that is used without one.
 
     Sequences are normalised at construction to tuples with one entry per layer (``num_units``,
@@ -93,7 +93,7 @@ class ArchitectureConfig:
     num_units: Union[int, Sequence[int]] = 128
     layer_widths: Optional[Sequence[int]] = None
     output_dim: int = 1
-    activation: Union[str, Activation, Callable, Sequence] = "softplus"
+    activation: Union[str, ZonalActivation, Callable, Sequence] = "softplus"
     truncation_level: Union[int, Sequence[int]] = 20
     lengthscales: Optional[Sequence] = None
     whiten: bool = True
@@ -121,7 +121,7 @@ class ArchitectureConfig:
         if likelihood is not None:
             if isinstance(likelihood, str):
                 likelihood = likelihood_name(likelihood)
-                LIKELIHOODS[likelihood].latent_gps(output_dim)  # output_dim fits the likelihood
+                LIKELIHOOD_REGISTRY[likelihood].latent_gps(output_dim)  # output_dim fits the likelihood
             elif not hasattr(likelihood, "variational_expectations"):
                 raise ValueError(f"likelihood must be a registered name, a gpflow likelihood or None, got {likelihood!r}")
         for name, value in (
@@ -202,7 +202,7 @@ def as_config(first: Union[int, ArchitectureConfig], **keywords) -> Architecture
     return ArchitectureConfig(first, **given)
 
 
-def _is_registered(activation: Activation) -> bool:
+def _is_registered(activation: ZonalActivation) -> bool:
     try:
         registered_activation_name(activation)
         return True

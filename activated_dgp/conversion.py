@@ -1,4 +1,5 @@
-"""Keras network → activated DGP (Dutordoir et al., 2021, Sec. 5.1).
+"""Keras network → activated DGP (Dutordoir et al., 2021, Sec. 5.1). :func:`dgp_from_keras` returns a
+:class:`ConversionReport` (formerly ``Conversion``: it reports the conversion — the DGP and its mismatch).
 
 For a twin network [ActivatedLayer(W_ℓ), Dense(V_ℓ, no bias)] × L the map is exact: each GP
 layer gets the inducing directions W_ℓ and the variational mean that makes its posterior-mean
@@ -26,17 +27,18 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from ._deprecation import deprecated_aliases
 from .config import ArchitectureConfig
 from .diagnostics import whitened_cross_covariance
 from .far_field import add_far_field, far_field_options
 from .models import build_activated_dgp
 from .nn import ActivatedLayer
 from .prediction import layer_inputs, propagate_means
-from .spectra import ACTIVATIONS, resolve_activation
+from .spectra import ACTIVATION_REGISTRY, resolve_activation
 from .validation import check_inputs
 
 __all__ = [
-    "Conversion",
+    "ConversionReport",
     "LayerMismatch",
     "dgp_from_keras",
     "set_posterior_mean_weights",
@@ -73,7 +75,7 @@ class LayerMismatch:
 
 
 @dataclass
-class Conversion:
+class ConversionReport:
     """The converted DeepGP; ``exact`` says whether the network was an activated twin (then mean propagation
     is its forward pass to round-off); when data were given, the mismatch between the network's forward pass
     and the DGP's mean propagation, overall and per GP layer (``layers``, :class:`LayerMismatch`)."""
@@ -302,8 +304,8 @@ def _keras_activations():
 
 
 def _activation_map(function, fail):
-    """(registry name or Activation, gain, map) of a Keras activation function, None for the linear one; a
-    registered callable (:func:`activated_dgp.register_activation`) maps to itself with gain 1 ("approximate":
+    """(registry name or ZonalActivation, gain, map) of a Keras activation function, None for the linear one; a
+    registered callable (:func:`activated_dgp.zonal.register_activation`) maps to itself with gain 1 ("approximate":
     the zonal feature ‖w‖‖x̃‖σ(ŵ·x̂) equals σ(w·x̃) only for a positively homogeneous σ)."""
     if function is tf_keras.activations.linear:
         return None
@@ -311,7 +313,7 @@ def _activation_map(function, fail):
         if function is keras_function:
             return name, gain, kind
     activation = resolve_activation(function) if callable(function) else None
-    if activation is not None and ACTIVATIONS.get(activation.name) is activation:
+    if activation is not None and ACTIVATION_REGISTRY.get(activation.name) is activation:
         return activation.name, 1.0, "approximate"
     fail(f"its activation {getattr(function, '__name__', function)!r} is not relu, softplus, swish or a registered activation")
 
@@ -501,7 +503,7 @@ def dgp_from_keras(
     truncation_level: int = 20,
     ridge: float = 1e-8,
     far_field=False,
-) -> Conversion:
+) -> ConversionReport:
     """An activated DeepGP whose mean propagation is the network's forward pass (Sec. 5.1).
 
     :param network: a chain of Keras layers (see :data:`SUPPORTED`). Each run of activated units with the
@@ -522,7 +524,7 @@ def dgp_from_keras(
     :param truncation_level: Ñ for converted Dense layers (a twin keeps its own).
     :param kernel_variance: every layer's v, or ``"elbo"``: each layer's v chosen by maximising the
         ELBO on (``X``, ``Y``) with the mean propagation kept (:func:`select_kernel_variances`; the
-        record is in ``Conversion.variance_selection``).
+        record is in ``ConversionReport.variance_selection``).
     :param far_field: True or a dict (``order``, ``scale``): give the output layer the far-field residual
         (:func:`activated_dgp.far_field.add_far_field`, constants from ``X``); the mean is unchanged.
     """
@@ -572,7 +574,7 @@ def dgp_from_keras(
             hidden_net = target
     if far_field is not None:
         add_far_field(dgp, X, **far_field)
-    result = Conversion(dgp, exact)
+    result = ConversionReport(dgp, exact)
     if select:
         result.variance_selection = select_kernel_variances(dgp, X, Y)
     if X is not None:
@@ -580,3 +582,7 @@ def dgp_from_keras(
         result.max_abs_mismatch, result.rms_mismatch = _mismatch(difference)
         result.layers = records
     return result
+
+
+# old names, deprecated for one release (issue 34)
+__getattr__ = deprecated_aliases("activated_dgp.conversion", {"Conversion": ("activated_dgp.conversion", "ConversionReport")})

@@ -1,9 +1,10 @@
 """The likelihoods of activated DGPs and the network twin's matching losses, in one registry (Dutordoir et al., 2021,
 Sec. 5.1: stage 1 trains the twin on the negative log-likelihood of the same observation model that stage 2's ELBO uses).
 
-:data:`LIKELIHOODS` maps each registered name to how to build the GPflow likelihood, its number of latent GPs, how to
+:data:`LIKELIHOOD_REGISTRY` maps each registered name to how to build the GPflow likelihood, its number of latent GPs, how to
 recognise an instance (so saving by name never turns one likelihood into another), the targets it models and the
-twin's tf-keras loss. The builders, the architecture config, persistence and prediction all read this one registry.
+twin's tf-keras loss. The builders, the architecture config, persistence and prediction all read this one registry
+(formerly ``LIKELIHOODS``; the old name resolves, with a DeprecationWarning).
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ import tensorflow_probability as tfp
 import tf_keras
 from gpflow.likelihoods.utils import inv_probit
 
+from ._deprecation import deprecated_aliases
+
 __all__ = [
-    "LIKELIHOODS",
+    "LIKELIHOOD_REGISTRY",
     "LikelihoodEntry",
     "MonteCarloSoftmax",
     "LogisticBernoulli",
@@ -128,7 +131,7 @@ def _one_latent(name: str) -> Callable[[int], int]:
 
 
 #: The one registry of likelihood names (used by the builders, the config and persistence).
-LIKELIHOODS: Dict[str, LikelihoodEntry] = {
+LIKELIHOOD_REGISTRY: Dict[str, LikelihoodEntry] = {
     entry.name: entry
     for entry in (
         LikelihoodEntry(
@@ -177,9 +180,9 @@ LIKELIHOODS: Dict[str, LikelihoodEntry] = {
 
 def _entry(name) -> LikelihoodEntry:
     key = str(name).lower()
-    if key not in LIKELIHOODS:
-        raise ValueError(f"unknown likelihood {name!r}; choose one of {sorted(LIKELIHOODS)} or pass a gpflow likelihood")
-    return LIKELIHOODS[key]
+    if key not in LIKELIHOOD_REGISTRY:
+        raise ValueError(f"unknown likelihood {name!r}; choose one of {sorted(LIKELIHOOD_REGISTRY)} or pass a gpflow likelihood")
+    return LIKELIHOOD_REGISTRY[key]
 
 
 def likelihood_name(likelihood: Union[str, gpflow.likelihoods.Likelihood]) -> str:
@@ -187,27 +190,27 @@ def likelihood_name(likelihood: Union[str, gpflow.likelihoods.Likelihood]) -> st
     registered name rebuilds exactly this likelihood."""
     if isinstance(likelihood, str):
         return _entry(likelihood).name
-    for entry in LIKELIHOODS.values():
+    for entry in LIKELIHOOD_REGISTRY.values():
         if entry.matches(likelihood):
             return entry.name
     link = getattr(likelihood, "invlink", None)
     link = f" with link {getattr(link, '__name__', type(link).__name__)}" if link is not None else ""
     raise ValueError(
-        f"the likelihood {type(likelihood).__name__}{link} is not registered; registered: {sorted(LIKELIHOODS)}"
+        f"the likelihood {type(likelihood).__name__}{link} is not registered; registered: {sorted(LIKELIHOOD_REGISTRY)}"
     )
 
 
 def network_loss(likelihood: Union[str, gpflow.likelihoods.Likelihood]) -> tf_keras.losses.Loss:
     """The twin's stage-1 loss for a registered likelihood (name or instance): MSE (gaussian), sigmoid
     cross-entropy (bernoulli), probit cross-entropy (probit), softmax cross-entropy (softmax, robustmax)."""
-    return LIKELIHOODS[likelihood_name(likelihood)].network_loss()
+    return LIKELIHOOD_REGISTRY[likelihood_name(likelihood)].network_loss()
 
 
 def output_width(likelihood: Union[str, gpflow.likelihoods.Likelihood], Y: np.ndarray, num_classes: Optional[int] = None) -> int:
     """P_L, the last layer's width for targets Y [N, P] under a registered likelihood, after checking that Y
     holds what the likelihood models: any reals; 0/1 labels [N, 1] (bernoulli, probit); class indices
     0..C−1 [N, 1] with C = ``num_classes`` (default: the largest label + 1) for softmax / robustmax."""
-    targets = LIKELIHOODS[likelihood_name(likelihood)].targets
+    targets = LIKELIHOOD_REGISTRY[likelihood_name(likelihood)].targets
     Y = np.asarray(Y)
     if targets == "real":
         return int(Y.shape[1])
@@ -241,3 +244,7 @@ def make_likelihood(likelihood: Union[str, gpflow.likelihoods.Likelihood], outpu
     if entry.name in ("bernoulli", "probit"):
         output_dim = 1
     return entry.build(output_dim, noise_variance), entry.latent_gps(output_dim)
+
+
+# old names, deprecated for one release (issue 34)
+__getattr__ = deprecated_aliases("activated_dgp.likelihoods", {"LIKELIHOODS": ("activated_dgp.likelihoods", "LIKELIHOOD_REGISTRY")})

@@ -8,6 +8,7 @@ import gpflow
 import gpflux
 import numpy as np
 
+from ._deprecation import deprecated_aliases
 from .conditionals import SharedActivationFeature
 from .inducing_variables import ActivationFeature
 from .far_field import FarFieldArcCosine
@@ -15,7 +16,7 @@ from .kernels import ZonalArcCosine
 from .layers import ActivatedGPLayer, LikelihoodLayer
 from .config import ArchitectureConfig, as_config, initial_directions
 from .likelihoods import (  # noqa: F401  (re-exported: the registry's old home)
-    LIKELIHOODS,
+    LIKELIHOOD_REGISTRY,
     LogisticBernoulli,
     MonteCarloSoftmax,
     ProbitCrossEntropy,
@@ -24,7 +25,7 @@ from .likelihoods import (  # noqa: F401  (re-exported: the registry's old home)
     network_loss,
     output_width,
 )
-from .spectra import Activation
+from .spectra import ZonalActivation
 from .validation import check_matrix, check_positive_int
 
 __all__ = [
@@ -32,7 +33,7 @@ __all__ = [
     "activated_gp_layer",
     "make_likelihood",
     "likelihood_name",
-    "LIKELIHOODS",
+    "LIKELIHOOD_REGISTRY",
     "MonteCarloSoftmax",
     "LogisticBernoulli",
     "ProbitCrossEntropy",
@@ -46,7 +47,7 @@ def activated_gp_layer(
     output_dim: int,
     num_data: int,
     *,
-    activation: Union[str, Activation, Callable] = "softplus",
+    activation: Union[str, ZonalActivation, Callable] = "softplus",
     truncation_level: int = 20,
     kernel_variance: float = 1.0,
     lengthscales=1.0,
@@ -103,7 +104,7 @@ def build_activated_dgp(
     layer_widths: Optional[Sequence[int]] = None,
     output_dim: Optional[int] = None,
     likelihood: Union[None, str, gpflow.likelihoods.Likelihood] = None,
-    activation: Union[None, str, Activation, Callable] = None,
+    activation: Union[None, str, ZonalActivation, Callable] = None,
     truncation_level: Optional[int] = None,
     lengthscales: Optional[Sequence] = None,
     whiten: Optional[bool] = None,
@@ -123,7 +124,7 @@ def build_activated_dgp(
     :param layer_widths: output heads of layers 1..L−1 (the bottlenecks), default ``input_dim``.
     :param output_dim: heads of the last layer for "gaussian", the number of classes for
         "softmax"/"robustmax"; "bernoulli"/"probit" use one.
-    :param likelihood: a registered name (:data:`LIKELIHOODS`) or a gpflow likelihood.
+    :param likelihood: a registered name (:data:`LIKELIHOOD_REGISTRY`) or a gpflow likelihood.
     :param lengthscales: ℓ_ℓ per layer, each a scalar or D_ℓ + 1 values.
     :param kernel_variance: the kernel variance v of every layer at the start (not architecture).
     :param noise_variance: the Gaussian likelihood's initial noise variance.
@@ -168,3 +169,7 @@ def likelihood_layer(likelihood: gpflow.likelihoods.Likelihood) -> gpflux.layers
     holds the likelihood's parameters), without the deprecation warning gpflux 0.4.5 raises from inside it for its
     own base class (TrackableLayer): nothing a user of this library can act on."""
     return LikelihoodLayer(likelihood)
+
+
+# old names, deprecated for one release (issue 34)
+__getattr__ = deprecated_aliases("activated_dgp.models", {"LIKELIHOODS": ("activated_dgp.likelihoods", "LIKELIHOOD_REGISTRY")})

@@ -18,7 +18,7 @@ import tf_keras
 from .config import ArchitectureConfig, as_config, initial_directions  # noqa: F401  (initial_directions re-exported)
 from .inducing_variables import ActivationFeature
 from .kernels import ZonalArcCosine
-from .spectra import Activation, registered_activation_name, resolve_activation
+from .spectra import ZonalActivation, registered_activation_name, resolve_activation
 
 __all__ = ["ActivatedLayer", "build_activated_nn", "initial_directions", "with_dropout"]
 
@@ -42,7 +42,7 @@ class ActivatedLayer(tf_keras.layers.Layer):
     def __init__(
         self,
         units: int,
-        activation: Union[str, Activation, Callable] = "softplus",
+        activation: Union[str, ZonalActivation, Callable] = "softplus",
         truncation_level: int = 20,
         lengthscales=1.0,
         initial_W: Optional[np.ndarray] = None,
@@ -109,7 +109,7 @@ def build_activated_nn(
     num_units: Union[None, int, Sequence[int]] = None,
     layer_widths: Optional[Sequence[int]] = None,
     output_dim: Optional[int] = None,
-    activation: Union[None, str, Activation, Callable] = None,
+    activation: Union[None, str, ZonalActivation, Callable] = None,
     truncation_level: Optional[int] = None,
     lengthscales: Optional[Sequence] = None,
     seed: Optional[int] = None,

@@ -35,7 +35,7 @@ restores the checkpoint. No private tf-keras attribute is read.
 Saving refuses, naming the part, anything the builders cannot rebuild exactly: an unregistered
 likelihood, kernel, inducing variable, mean function (GPflow's Zero, Constant, Identity and Linear are
 restored) or activation (see
-:func:`activated_dgp.register_activation`), or trainable variables outside the parameters. It checks
+:func:`activated_dgp.zonal.register_activation`), or trainable variables outside the parameters. It checks
 this by building the model from its recorded architecture and comparing every parameter's path,
 shape, transform and prior (e.g. one added by the user) and every Funk–Hecke spectrum. Loading repeats the comparison, so a
 directory written under another configuration (another ``positive`` bijector, another function
@@ -64,6 +64,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from ._deprecation import deprecated_aliases
 from .config import ArchitectureConfig
 from .far_field import far_field_record
 from .introspection import (  # noqa: F401  (re-exported: callers import these from here)
@@ -87,7 +88,7 @@ __all__ = [
     "save_dgp",
     "load_dgp",
     "load_optimizer",
-    "load_state",
+    "load_training_state",
     "save_network",
     "load_network",
     "architecture_of_dgp",
@@ -287,7 +288,7 @@ def save_dgp(dgp: gpflux.models.DeepGP, directory, *, optimizer=None, state: Opt
 
     :param optimizer: optionally the (built) tf-keras optimiser training it, e.g. ``training_model.optimizer``,
         restored by :func:`load_optimizer`.
-    :param state: optionally a JSON-serialisable dict (epoch, history), returned by :func:`load_state`.
+    :param state: optionally a JSON-serialisable dict (epoch, history), returned by :func:`load_training_state`.
     Raises ValueError, naming the part, for anything that could not be restored exactly (module docstring).
     """
     architecture = architecture_of_dgp(dgp)
@@ -376,15 +377,16 @@ def load_optimizer(directory, dgp: gpflux.models.DeepGP):
     return optimizer
 
 
-def load_state(directory) -> dict:
-    """The ``state`` dict saved with :func:`save_dgp` (empty if none)."""
+def load_training_state(directory) -> dict:
+    """The training ``state`` dict (epoch, logs) saved with :func:`save_dgp` (empty if none); formerly
+    ``load_state``, a name that did not say which state."""
     return dict(_read(directory, "dgp")[0].get("state") or {})
 
 
 class DGPCheckpoint(tf_keras.callbacks.Callback):
     """Save the DGP, its optimiser and ``{"epoch": e, "logs": …}`` to ``directory`` (:func:`save_dgp`) every
     ``every`` epochs of ``dgp.as_training_model().fit`` (for ``train_dgp(…, callbacks=[…])``). Resume, in any
-    process, with :func:`load_dgp`, :func:`load_optimizer` and ``fit(…, initial_epoch=load_state(directory)["epoch"])``:
+    process, with :func:`load_dgp`, :func:`load_optimizer` and ``fit(…, initial_epoch=load_training_state(directory)["epoch"])``:
     the resumed fit continues the interrupted one's trajectory.
 
     Why not tf-keras' own callbacks: ``BackupAndRestore`` writes a ``tf.train.Checkpoint`` of the Keras
@@ -437,3 +439,7 @@ def load_network(directory) -> tf_keras.Sequential:
     for path, weight in weights.items():
         weight.assign(_array(arrays, f"weight/{path}", weight.shape, directory))
     return network
+
+
+# old names, deprecated for one release (issue 34)
+__getattr__ = deprecated_aliases("activated_dgp.persistence", {"load_state": ("activated_dgp.persistence", "load_training_state")})

@@ -12,7 +12,7 @@ import tensorflow as tf
 from check_shapes import check_shapes
 
 from .inducing_variables import ActivationFeature
-from .likelihoods import LIKELIHOODS, likelihood_name, output_width
+from .likelihoods import LIKELIHOOD_REGISTRY, likelihood_name, output_width
 from .validation import check_inputs, check_matrix, check_targets, dgp_input_width
 
 __all__ = [
@@ -64,11 +64,11 @@ def _checked_targets(dgp: gpflux.models.DeepGP, Y, num_rows: int) -> np.ndarray:
     except ValueError:
         return Y
     width = dgp.f_layers[-1].num_latent_gps
-    if LIKELIHOODS[name].targets == "real":
+    if LIKELIHOOD_REGISTRY[name].targets == "real":
         if Y.shape[1] != width:
             raise ValueError(f"Y must have the DGP's {width} output columns, got shape {Y.shape}")
     else:
-        output_width(name, Y, width if LIKELIHOODS[name].targets == "class" else None)
+        output_width(name, Y, width if LIKELIHOOD_REGISTRY[name].targets == "class" else None)
     return Y
 
 

@@ -5,6 +5,10 @@ a_n = ω_d ∫ s(t) Ĉ_n(t) (1 − t²)^((d−3)/2) dt (see :mod:`activated_dgp.
 holds the shape functions s, the closed forms where they exist, and the activations σ(t) that
 the inducing functions g_m(x) = ‖x‖ ‖w_m‖ σ(w_m·x / ‖w_m‖‖x‖) are built from (Dutordoir et al.,
 2021, eq. 10).
+
+Names: :class:`ZonalActivation` (formerly ``Activation``) is a σ of the cosine, the zonal function an
+:class:`~activated_dgp.inducing_variables.ActivationFeature` is built from, not a Keras activation; the registry of
+them is :data:`ACTIVATION_REGISTRY` (formerly ``ACTIVATIONS``). The old names resolve, with a DeprecationWarning.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import mpmath
 import numpy as np
 from scipy.special import expit, gammaln
 
+from ._deprecation import deprecated_aliases
 from .extended_precision import is_extended
 from .spherical import _check_dimension, _check_truncation_level, apply_threshold, funk_hecke_coefficients
 
@@ -25,8 +30,8 @@ __all__ = [
     "zonal_matern52_shape",
     "relu_coefficients",
     "arc_cosine_coefficients",
-    "Activation",
-    "ACTIVATIONS",
+    "ZonalActivation",
+    "ACTIVATION_REGISTRY",
     "resolve_activation",
     "register_activation",
     "registered_activation_name",
@@ -140,7 +145,7 @@ def _swish3(t):
 
 
 @dataclass(frozen=True)
-class Activation:
+class ZonalActivation:
     """An activation σ: [−1, 1] → R for activated inducing functions (eq. 10).
 
     :param name: a label.
@@ -156,44 +161,44 @@ class Activation:
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
-            raise ValueError(f"an Activation needs a non-empty name, got {self.name!r}")
+            raise ValueError(f"a ZonalActivation needs a non-empty name, got {self.name!r}")
         if not callable(self.function):
             raise TypeError(f"the activation {self.name!r} needs a function of the cosine, got {type(self.function).__name__}")
 
 
-ACTIVATIONS = {
-    "relu": Activation("relu", _relu, breakpoints=(0.0,), closed_form=relu_coefficients),
+ACTIVATION_REGISTRY = {
+    "relu": ZonalActivation("relu", _relu, breakpoints=(0.0,), closed_form=relu_coefficients),
     # the paper's Softplus, log(1 + exp(3t)): the factor 3 puts the bend well inside [−1, 1]
-    "softplus": Activation("softplus", _softplus3),
+    "softplus": ZonalActivation("softplus", _softplus3),
     # Swish at the same input scale as the Softplus: 3t · sigmoid(3t)
-    "swish": Activation("swish", _swish3),
+    "swish": ZonalActivation("swish", _swish3),
 }
 
 
-def resolve_activation(activation: Union[str, Activation, Callable]) -> Activation:
-    """Turn a name ("relu", "softplus", "swish"), an :class:`Activation` or a callable into an Activation."""
-    if isinstance(activation, Activation):
+def resolve_activation(activation: Union[str, ZonalActivation, Callable]) -> ZonalActivation:
+    """Turn a name ("relu", "softplus", "swish"), a :class:`ZonalActivation` or a callable into a ZonalActivation."""
+    if isinstance(activation, ZonalActivation):
         return activation
     if isinstance(activation, str):
         key = activation.lower()
-        if key not in ACTIVATIONS:
+        if key not in ACTIVATION_REGISTRY:
             raise ValueError(
-                f"unknown activation {activation!r}; choose one of {sorted(ACTIVATIONS)} or pass a callable on [−1, 1]"
+                f"unknown activation {activation!r}; choose one of {sorted(ACTIVATION_REGISTRY)} or pass a callable on [−1, 1]"
             )
-        return ACTIVATIONS[key]
+        return ACTIVATION_REGISTRY[key]
     if callable(activation):
-        registered = [act for act in ACTIVATIONS.values() if act.function is activation]
-        return registered[0] if registered else Activation(getattr(activation, "__name__", "callable"), activation)
-    raise ValueError(f"activation must be a name, an Activation or a callable, got {type(activation).__name__}")
+        registered = [act for act in ACTIVATION_REGISTRY.values() if act.function is activation]
+        return registered[0] if registered else ZonalActivation(getattr(activation, "__name__", "callable"), activation)
+    raise ValueError(f"activation must be a name, a ZonalActivation or a callable, got {type(activation).__name__}")
 
 
-_BUILTIN_ACTIVATIONS = frozenset(ACTIVATIONS)
+_BUILTIN_ACTIVATIONS = frozenset(ACTIVATION_REGISTRY)
 
 
 def register_activation(
     name: str, function: Callable[[np.ndarray], np.ndarray], *, breakpoints: tuple = (), overwrite: bool = False
-) -> Activation:
-    """Add a user activation σ: [−1, 1] → R to :data:`ACTIVATIONS` under ``name`` and return it.
+) -> ZonalActivation:
+    """Add a user activation σ: [−1, 1] → R to :data:`ACTIVATION_REGISTRY` under ``name`` and return it.
 
     Registered activations are named in saved models and network configs (see
     :mod:`activated_dgp.persistence`); a process that loads them must register the same function
@@ -203,31 +208,31 @@ def register_activation(
     key = str(name).lower()
     if not key or not callable(function):
         raise ValueError(f"register_activation needs a non-empty name and a callable, got {name!r} and {function!r}")
-    activation = Activation(key, function, tuple(breakpoints))
-    existing = ACTIVATIONS.get(key)
+    activation = ZonalActivation(key, function, tuple(breakpoints))
+    existing = ACTIVATION_REGISTRY.get(key)
     if existing is not None and existing != activation:
         if key in _BUILTIN_ACTIVATIONS or not overwrite:
             raise ValueError(f"the activation name {key!r} is already registered to another function")
     if existing == activation:
         return existing
-    ACTIVATIONS[key] = activation
+    ACTIVATION_REGISTRY[key] = activation
     return activation
 
 
-def registered_activation_name(activation: Union[str, Activation, Callable]) -> str:
+def registered_activation_name(activation: Union[str, ZonalActivation, Callable]) -> str:
     """The registry name of ``activation``, or a ValueError if it is not the activation registered under its name
     (an unregistered callable cannot be restored by name)."""
     act = resolve_activation(activation)
-    if ACTIVATIONS.get(act.name) != act:
+    if ACTIVATION_REGISTRY.get(act.name) != act:
         raise ValueError(
-            f"the activation {act.name!r} is not registered; call activated_dgp.register_activation({act.name!r}, function) "
+            f"the activation {act.name!r} is not registered; call activated_dgp.zonal.register_activation({act.name!r}, function) "
             "here and in the process that restores it"
         )
     return act.name
 
 
 def activation_coefficients(
-    activation: Union[str, Activation, Callable],
+    activation: Union[str, ZonalActivation, Callable],
     dimension: int,
     truncation_level: int,
     *,
@@ -248,3 +253,7 @@ def activation_coefficients(
         quadrature_points=quadrature_points,
         threshold=threshold,
     )
+
+
+# old names, deprecated for one release (issue 34)
+__getattr__ = deprecated_aliases("activated_dgp.spectra", {"Activation": ("activated_dgp.spectra", "ZonalActivation"), "ACTIVATIONS": ("activated_dgp.spectra", "ACTIVATION_REGISTRY")})

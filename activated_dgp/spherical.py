@@ -27,6 +27,7 @@ import numpy as np
 import tensorflow as tf
 from scipy.special import roots_jacobi, roots_legendre
 
+from ._deprecation import deprecated_aliases
 from .extended_precision import funk_hecke_coefficients_extended, harmonic_count, supports_extended_precision
 
 __all__ = [
@@ -38,7 +39,7 @@ __all__ = [
     "normalised_gegenbauer_polynomials",
     "gegenbauer_series",
     "funk_hecke_coefficients",
-    "set_xla",
+    "use_xla_for_gegenbauer",
     "polar_decomposition",
     "PrecisionWarning",
 ]
@@ -161,14 +162,15 @@ def normalised_gegenbauer_polynomials(t, truncation_level: int, alpha: float) ->
 _XLA = {"enabled": True}
 
 
-def set_xla(enabled: bool) -> None:
-    """Compile the Clenshaw loop with XLA (the default) or run it as plain TensorFlow ops.
+def use_xla_for_gegenbauer(enabled: bool) -> None:
+    """Compile the Clenshaw loop of :func:`gegenbauer_series` (every zonal kernel and Kuu/Kuf evaluation) with XLA
+    (the default) or run it as plain TensorFlow ops. Formerly ``set_xla``, a name that did not say what XLA is used for.
 
     XLA fuses the whole recurrence into one pass over the cosine matrix: no [M, N, Ñ] tensor and
     no Ñ temporaries of size [M, N]. Turn it off on platforms without an XLA backend.
     """
     if not isinstance(enabled, (bool, np.bool_)):
-        raise TypeError(f"set_xla takes True or False, got {enabled!r}")
+        raise TypeError(f"use_xla_for_gegenbauer takes True or False, got {enabled!r}")
     _XLA["enabled"] = bool(enabled)
 
 
@@ -502,3 +504,7 @@ def polar_decomposition(vectors: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     """Split vectors [..., N, d] into norms ‖v‖ [..., N] and directions v/‖v‖ [..., N, d]."""
     norms = tf.norm(vectors, axis=-1)
     return norms, vectors / norms[..., None]
+
+
+# old names, deprecated for one release (issue 34)
+__getattr__ = deprecated_aliases("activated_dgp.spherical", {"set_xla": ("activated_dgp.spherical", "use_xla_for_gegenbauer")})

@@ -77,7 +77,8 @@ def iterations(args):
     import gpflow
     import scipy.linalg
 
-    from activated_dgp import IKA, NeuralEF, eigen
+    from activated_dgp import eigen
+    from activated_dgp.eigen import IKA, NeuralEF
     from activated_dgp.kernel_machines import EigenPro3, choose_centers
 
     X, y = protein(args.data_dir, args.n)

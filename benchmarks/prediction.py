@@ -2,7 +2,7 @@
 
 Model: a three-layer activated DGP, 128 units per layer, D = 8, float64, Gaussian likelihood (untrained:
 the cost does not depend on the values). Inputs are a memmap in a temporary directory, so the input does not
-count towards memory. Reported, for the compiled batched predictor (``activated_dgp.BatchPredictor``):
+count towards memory. Reported, for the compiled batched predictor (``activated_dgp.deep.BatchPredictor``):
 points per second of ``predict_y`` and of ``predictive_log_density``, the same with B = ``--large-batch`` (on
 the first ``--baseline-points`` · 4 points), and the growth of the process's peak RSS during the run (bounded by the
 batch: the per-output q_sqrt products, [S·B, P·M] per layer, dominate). Baseline in the same run: the eager
@@ -49,7 +49,8 @@ def multiply_adds_per_point(widths=(INPUT_DIM, INPUT_DIM, 1), M=NUM_UNITS, S=SAM
 
 
 def main(points: int, batch_size: int, baseline_points: int, large_batch: int, write: bool) -> str:
-    from activated_dgp import BatchPredictor, build_activated_dgp, predict_y
+    from activated_dgp import build_activated_dgp, predict_y
+    from activated_dgp.deep import BatchPredictor
     from benchmarks._report import write_section
 
     dgp = build_activated_dgp(INPUT_DIM, points, num_layers=NUM_LAYERS, num_units=NUM_UNITS, seed=0)

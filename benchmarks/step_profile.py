@@ -330,7 +330,7 @@ def compare_fast_conditional(X, Y, chunks: int, steps: int, prediction_points: i
     """The activated DGP's training step, and ``BatchPredictor.predict_y`` (S = 32), with the batched conditional
     (:mod:`activated_dgp.conditionals`) against GPflow's (traced inside ``gpflow_conditional()``), taking turns in
     one process: ratios new / old of step time and of prediction time (the inverse of the throughput ratio)."""
-    from activated_dgp import BatchPredictor
+    from activated_dgp.deep import BatchPredictor
     from activated_dgp.conditionals import gpflow_conditional
 
     models = {}

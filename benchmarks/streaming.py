@@ -49,7 +49,8 @@ def _current_rss_mib() -> float:
 
 def train_one_epoch(x_path: str, y_path: str, layers: int, units: int, batch_size: int) -> dict:
     """In this process: one epoch from the files; RSS before training and peak (MiB), rows per second."""
-    from activated_dgp import ArraySource, TrainingSchedule, build_activated_dgp, train_dgp
+    from activated_dgp import TrainingSchedule, build_activated_dgp, train_dgp
+    from activated_dgp.data import ArraySource
 
     source = ArraySource.from_npy(x_path, y_path)
     dgp = build_activated_dgp(INPUT_DIM, source.num_data, num_layers=layers, num_units=units, seed=0)

@@ -126,7 +126,7 @@ def angular_energy(activation: str, input_dim: int, truncation_level: int = 20) 
     t = ŵ·x̂ between independent random directions in d = D + 1 dimensions, ∝ (1 − t²)^((d−3)/2): the
     constant (the "cone" ‖w‖ ‖x̃‖ shared by every unit), the linear part and the rest (the nonlinearity).
     Also the largest |f_Ñ − σ| on [−0.995, 0.995], the truncation error."""
-    from activated_dgp import ActivatedLayer
+    from activated_dgp.deep import ActivatedLayer
     from activated_dgp.spectra import resolve_activation
 
     t = np.linspace(-1.0, 1.0, 4001)[1:-1]

@@ -53,7 +53,7 @@ def _activation_values(name: str, t: np.ndarray) -> np.ndarray:
 
 def truncated_activation(name: str, dimension: int, truncation_level: int, t: np.ndarray) -> np.ndarray:
     """σ̃(t) = Σ_(n<Ñ) σ_n N_n^d Ĉ_n(t) with the library's coefficients (default threshold)."""
-    from activated_dgp import activation_coefficients, num_harmonics
+    from activated_dgp.zonal import activation_coefficients, num_harmonics
     from activated_dgp.spherical import gegenbauer_alpha, normalised_gegenbauer_polynomials
 
     sigma = activation_coefficients(name, dimension=dimension, truncation_level=truncation_level)
@@ -130,7 +130,8 @@ def figure4(out: Path, truncation_levels=tuple(range(2, 41))) -> Path:
 
 def spectra(dimension: int, truncation_level: int = SPECTRUM_LEVELS) -> dict[str, np.ndarray]:
     """|λ_n| (arc-cosine, Matérn-5/2) and |σ_n| (ReLU, Softplus), all with threshold 0."""
-    from activated_dgp import ZonalArcCosine, ZonalKernel, activation_coefficients, zonal_matern52_shape
+    from activated_dgp import ZonalArcCosine
+    from activated_dgp.zonal import ZonalKernel, activation_coefficients, zonal_matern52_shape
 
     kwargs = dict(input_dim=dimension - 1, truncation_level=truncation_level, threshold=0.0)
     return {

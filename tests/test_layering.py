@@ -89,3 +89,16 @@ def test_training_package_imports_go_down():
     for position, name in enumerate(modules):
         inside = {target for target in graph[name] if target.startswith("activated_dgp.training")}
         assert inside <= set(modules[:position]), f"{name} imports {sorted(inside - set(modules[:position]))}"
+
+
+NAMESPACES = ("activated_dgp", "activated_dgp.zonal", "activated_dgp.deep")
+
+
+def test_namespaces_are_imported_by_no_implementation_module():
+    """The top level and the re-export namespaces (zonal, deep) sit above every implementation module: they import
+    the modules, never the reverse (function-level imports counted)."""
+    graph = _graph(_modules())
+    for name in NAMESPACES:
+        assert name in graph
+    offenders = {name: sorted(graph[name] & set(NAMESPACES)) for name in graph if name not in NAMESPACES}
+    assert {name: targets for name, targets in offenders.items() if targets} == {}

@@ -1,4 +1,4 @@
-"""Bad inputs at every public entry point (everything ``activated_dgp`` exports, and the data loaders).
+"""Bad inputs at every public entry point (the top level, activated_dgp.zonal and .deep, and the data loaders).
 
 Each case must end in a *typed* error that names the problem — ``ValueError``, ``TypeError``,
 ``FileNotFoundError`` or GPflow's ``ShapeMismatchError`` — never in a silent NaN and never in an exception
@@ -32,13 +32,19 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "reliability.md"
 TYPED = (ValueError, TypeError, FileNotFoundError, ShapeMismatchError)
 #: Public names with no inputs to get wrong (registries, result records, modules).
 NO_INPUTS = {
-    "LIKELIHOODS": "registry (dict of names)",
-    "ACTIVATIONS": "registry (dict of names)",
-    "Conversion": "result record",
+    "LIKELIHOOD_REGISTRY": "registry (dict of names)",
+    "ACTIVATION_REGISTRY": "registry (dict of names)",
+    "ConversionReport": "result record",
     "TwoStageResult": "result record",
     "eigen": "module (its classes are listed)",
     "kernel_machines": "module (its classes are listed)",
+    "zonal": "module (its names are listed)",
+    "deep": "module (its names are listed)",
+    "training": "module (its names are listed)",
+    "data": "module (its loaders are listed)",
 }
+#: the namespaces whose names, with the top level's, are the public entry points
+NAMESPACES = (adgp, adgp.zonal, adgp.deep)
 UNCHECKED = "NaN result, by design"  # the per-minibatch hot path: values are checked at the entry points
 
 
@@ -68,7 +74,7 @@ class Context:
         self.dgp_zero_W = self.new_dgp()
         self.dgp_zero_W.f_layers[0].inducing_variable.inducing_variable.W.assign(self.zero_W)
         self.saved_dgp = adgp.save_dgp(self.dgp, root / "dgp")
-        self.saved_network = adgp.save_network(self.network, root / "network")
+        self.saved_network = adgp.deep.save_network(self.network, root / "network")
         self.corrupt_config = self.copy_saved("corrupt_config", config='{"format": "activated_dgp/2", "kind": "dgp", ')
         self.truncated_arrays = self.copy_saved("truncated_arrays", truncate_arrays=True)
         self.uci_truncated = self.uci_folder("uci_truncated", "0.1 0.2 0.3\n0.4 0.5\n")
@@ -124,7 +130,7 @@ def _student_t_dgp(c):
 
 
 def _fitted_nystrom(c):
-    return adgp.Nystrom(2, kernel=gpflow.kernels.SquaredExponential()).fit(c.X)
+    return adgp.eigen.Nystrom(2, kernel=gpflow.kernels.SquaredExponential()).fit(c.X)
 
 
 # (entry point, bad input, call(context) -> result); a case whose call returns must give no NaN.
@@ -138,8 +144,8 @@ CASES = [
     ("ZonalArcCosine.K", "wrong width", lambda c: c.kernel.K(c.wide_X)),
     ("ZonalArcCosine.K", "a vector, not [N, D]", lambda c: c.kernel.K(c.X[0])),
     ("ZonalArcCosine.K", "NaN in X (hot path: unchecked)", lambda c: c.kernel.K(c.nan_X)),
-    ("ZonalKernel", "shape function not positive definite", lambda c: adgp.ZonalKernel(lambda t: -t, 2, 4)),
-    ("ZonalKernel", "shape function returning NaN", lambda c: adgp.ZonalKernel(lambda t: np.log(t - 2), 2, 4)),
+    ("ZonalKernel", "shape function not positive definite", lambda c: adgp.zonal.ZonalKernel(lambda t: -t, 2, 4)),
+    ("ZonalKernel", "shape function returning NaN", lambda c: adgp.zonal.ZonalKernel(lambda t: np.log(t - 2), 2, 4)),
     ("ActivationFeature", "W with a zero-norm row", lambda c: adgp.ActivationFeature(c.zero_W, "relu", 4)),
     ("ActivationFeature", "W with NaN", lambda c: adgp.ActivationFeature(np.full((2, 3), np.nan), "relu", 4)),
     ("ActivationFeature", "W a vector", lambda c: adgp.ActivationFeature(np.ones(3), "relu", 4)),
@@ -148,18 +154,18 @@ CASES = [
     ("ActivationFeature", "unknown activation name", lambda c: adgp.ActivationFeature(c.W, "tanhh", 4)),
     ("Kuu / Kuf (gpflow.covariances)", "W width ≠ kernel's D + 1", lambda c: gpflow.covariances.Kuu(adgp.ActivationFeature(np.ones((3, 4)), "relu", 4), c.kernel)),
     ("Kuu / Kuf (gpflow.covariances)", "X of the wrong width", lambda c: gpflow.covariances.Kuf(c.feature, c.kernel, c.wide_X)),
-    ("basis_coefficients", "feature and kernel of different d", lambda c: adgp.basis_coefficients(adgp.ActivationFeature(np.ones((3, 4)), "relu", 4), c.kernel)),
-    ("inducing_coefficients", "feature and kernel of different d", lambda c: adgp.inducing_coefficients(adgp.ActivationFeature(np.ones((3, 4)), "relu", 4), c.kernel)),
+    ("basis_coefficients", "feature and kernel of different d", lambda c: adgp.zonal.basis_coefficients(adgp.ActivationFeature(np.ones((3, 4)), "relu", 4), c.kernel)),
+    ("inducing_coefficients", "feature and kernel of different d", lambda c: adgp.zonal.inducing_coefficients(adgp.ActivationFeature(np.ones((3, 4)), "relu", 4), c.kernel)),
     # ------------------------------------------------------------------ architecture and builders
-    ("ActivatedLayer", "units = 0", lambda c: adgp.ActivatedLayer(0)),
-    ("ActivatedLayer", "initial W with a zero-norm row", lambda c: adgp.ActivatedLayer(4, initial_W=c.zero_W)(c.X)),
-    ("ActivatedLayer", "initial W of the wrong shape", lambda c: adgp.ActivatedLayer(4, initial_W=np.ones((4, 5)))(c.X)),
-    ("ActivatedLayer", "unknown activation name", lambda c: adgp.ActivatedLayer(4, "tanhh")),
-    ("ActivatedLayer", "truncation level Ñ = 0", lambda c: adgp.ActivatedLayer(4, truncation_level=0)(c.X)),
+    ("ActivatedLayer", "units = 0", lambda c: adgp.deep.ActivatedLayer(0)),
+    ("ActivatedLayer", "initial W with a zero-norm row", lambda c: adgp.deep.ActivatedLayer(4, initial_W=c.zero_W)(c.X)),
+    ("ActivatedLayer", "initial W of the wrong shape", lambda c: adgp.deep.ActivatedLayer(4, initial_W=np.ones((4, 5)))(c.X)),
+    ("ActivatedLayer", "unknown activation name", lambda c: adgp.deep.ActivatedLayer(4, "tanhh")),
+    ("ActivatedLayer", "truncation level Ñ = 0", lambda c: adgp.deep.ActivatedLayer(4, truncation_level=0)(c.X)),
     ("build_activated_nn", "input_dim = 0", lambda c: adgp.build_activated_nn(0)),
     ("build_activated_nn", "truncation level Ñ = 0", lambda c: adgp.build_activated_nn(2, truncation_level=0)),
     ("build_activated_nn", "lengthscales for 2 of 3 layers", lambda c: adgp.build_activated_nn(2, lengthscales=[1.0, 1.0])),
-    ("build_activated_nn", "config and keywords both", lambda c: adgp.build_activated_nn(adgp.ArchitectureConfig(2), num_layers=2)),
+    ("build_activated_nn", "config and keywords both", lambda c: adgp.build_activated_nn(adgp.deep.ArchitectureConfig(2), num_layers=2)),
     ("activated_gp_layer", "W a vector, not [M, D + 1]", lambda c: adgp.activated_gp_layer(np.ones(3), 1, 10)),
     ("activated_gp_layer", "zero row in W", lambda c: adgp.activated_gp_layer(np.zeros((2, 3)), 1, 10)),
     ("activated_gp_layer", "num_data = 0", lambda c: adgp.activated_gp_layer(np.ones((2, 3)), 1, 0)),
@@ -167,10 +173,10 @@ CASES = [
     ("build_activated_dgp", "softmax with one class", lambda c: adgp.build_activated_dgp(2, 10, likelihood="softmax", output_dim=1)),
     ("build_activated_dgp", "truncation level Ñ = 0", lambda c: adgp.build_activated_dgp(2, 10, truncation_level=0)),
     ("build_activated_dgp", "num_data = 0", lambda c: adgp.build_activated_dgp(2, 0, num_layers=1, num_units=4)),
-    ("ArchitectureConfig", "bernoulli with output_dim = 3", lambda c: adgp.ArchitectureConfig(2, output_dim=3, likelihood="bernoulli")),
-    ("ArchitectureConfig", "num_layers = 0", lambda c: adgp.ArchitectureConfig(2, num_layers=0)),
-    ("ArchitectureConfig", "unknown activation name", lambda c: adgp.ArchitectureConfig(2, activation="tanhh")),
-    ("ArchitectureConfig.from_dict", "unknown keys", lambda c: adgp.ArchitectureConfig.from_dict({"input_dim": 2, "depth": 3})),
+    ("ArchitectureConfig", "bernoulli with output_dim = 3", lambda c: adgp.deep.ArchitectureConfig(2, output_dim=3, likelihood="bernoulli")),
+    ("ArchitectureConfig", "num_layers = 0", lambda c: adgp.deep.ArchitectureConfig(2, num_layers=0)),
+    ("ArchitectureConfig", "unknown activation name", lambda c: adgp.deep.ArchitectureConfig(2, activation="tanhh")),
+    ("ArchitectureConfig.from_dict", "unknown keys", lambda c: adgp.deep.ArchitectureConfig.from_dict({"input_dim": 2, "depth": 3})),
     ("dgp_from_keras", "a tanh network", lambda c: adgp.dgp_from_keras(_tanh_network(), 12)),
     ("dgp_from_keras", "2 outputs, bernoulli likelihood", lambda c: adgp.dgp_from_keras(_two_output_twin(), 12, likelihood="bernoulli")),
     ("dgp_from_keras", "X of the wrong width", lambda c: adgp.dgp_from_keras(c.network, 12, X=c.wide_X)),
@@ -209,9 +215,9 @@ CASES = [
     ("propagate_means", "NaN in X", lambda c: adgp.propagate_means(c.dgp, c.nan_X)),
     ("propagate_means", "X of the wrong width", lambda c: adgp.propagate_means(c.dgp, c.wide_X)),
     ("propagate_means", "zero-norm row in W", lambda c: adgp.propagate_means(c.dgp_zero_W, c.X)),
-    ("layer_moments", "empty X", lambda c: adgp.layer_moments(c.dgp, c.empty_X)),
-    ("layer_moments", "num_samples = 0", lambda c: adgp.layer_moments(c.dgp, c.X, num_samples=0)),
-    ("layer_moments", "not a DeepGP", lambda c: adgp.layer_moments(c.network, c.X)),
+    ("layer_moments", "empty X", lambda c: adgp.deep.layer_moments(c.dgp, c.empty_X)),
+    ("layer_moments", "num_samples = 0", lambda c: adgp.deep.layer_moments(c.dgp, c.X, num_samples=0)),
+    ("layer_moments", "not a DeepGP", lambda c: adgp.deep.layer_moments(c.network, c.X)),
     ("predictive_log_density", "Y with 2 columns for 1 output", lambda c: adgp.predictive_log_density(c.dgp, c.X, np.hstack([c.Y, c.Y]))),
     ("predictive_log_density", "inf in Y", lambda c: adgp.predictive_log_density(c.dgp, c.X, c.inf_Y)),
     ("predictive_log_density", "X and Y of different lengths", lambda c: adgp.predictive_log_density(c.dgp, c.X, c.Y[:5])),
@@ -224,68 +230,68 @@ CASES = [
     # ------------------------------------------------------------------ persistence
     ("save_dgp", "unregistered likelihood (StudentT)", lambda c: adgp.save_dgp(_student_t_dgp(c), c.root / "student")),
     ("save_dgp", "not a DeepGP", lambda c: adgp.save_dgp(c.network, c.root / "not_dgp")),
-    ("save_network", "a tanh network", lambda c: adgp.save_network(_tanh_network(), c.root / "tanh")),
-    ("save_network", "unregistered activation", lambda c: adgp.save_network(adgp.build_activated_nn(2, num_layers=1, num_units=3, activation=np.tanh), c.root / "lambda")),
+    ("save_network", "a tanh network", lambda c: adgp.deep.save_network(_tanh_network(), c.root / "tanh")),
+    ("save_network", "unregistered activation", lambda c: adgp.deep.save_network(adgp.build_activated_nn(2, num_layers=1, num_units=3, activation=np.tanh), c.root / "lambda")),
     ("load_dgp", "missing directory", lambda c: adgp.load_dgp(c.root / "missing")),
     ("load_dgp", "corrupt config.json", lambda c: adgp.load_dgp(c.corrupt_config)),
     ("load_dgp", "truncated arrays file", lambda c: adgp.load_dgp(c.truncated_arrays)),
     ("load_dgp", "a saved network", lambda c: adgp.load_dgp(c.saved_network)),
-    ("load_network", "a saved DGP", lambda c: adgp.load_network(c.saved_dgp)),
-    ("load_optimizer", "corrupt config.json", lambda c: adgp.load_optimizer(c.corrupt_config, c.dgp)),
-    ("load_state", "truncated arrays file", lambda c: adgp.load_state(c.truncated_arrays)),
-    ("ArraySource", "X and Y with different N", lambda c: adgp.ArraySource(c.X, c.Y[:5])),
-    ("ArraySource", "empty X", lambda c: adgp.ArraySource(c.empty_X, c.Y[:0])),
-    ("ArraySource.from_npy", "missing .npy file", lambda c: adgp.ArraySource.from_npy(c.root / "absent_x.npy", c.root / "absent_y.npy")),
-    ("CsvSource", "no shards", lambda c: adgp.CsvSource([])),
-    ("CsvSource", "missing shard", lambda c: adgp.CsvSource([c.root / "absent.csv"])),
-    ("BatchPredictor", "num_samples = 0", lambda c: adgp.BatchPredictor(c.dgp, num_samples=0)),
-    ("BatchPredictor.predict_y", "NaN in X", lambda c: adgp.BatchPredictor(c.dgp, num_samples=2).predict_y(c.nan_X)),
-    ("BatchPredictor.predict_y", "X of the wrong width", lambda c: adgp.BatchPredictor(c.dgp, num_samples=2).predict_y(c.wide_X)),
-    ("DGPCheckpoint", "every = 0", lambda c: adgp.DGPCheckpoint(c.root / "checkpoint", c.dgp, every=0)),
+    ("load_network", "a saved DGP", lambda c: adgp.deep.load_network(c.saved_dgp)),
+    ("load_optimizer", "corrupt config.json", lambda c: adgp.deep.load_optimizer(c.corrupt_config, c.dgp)),
+    ("load_training_state", "truncated arrays file", lambda c: adgp.deep.load_training_state(c.truncated_arrays)),
+    ("ArraySource", "X and Y with different N", lambda c: adgp.data.ArraySource(c.X, c.Y[:5])),
+    ("ArraySource", "empty X", lambda c: adgp.data.ArraySource(c.empty_X, c.Y[:0])),
+    ("ArraySource.from_npy", "missing .npy file", lambda c: adgp.data.ArraySource.from_npy(c.root / "absent_x.npy", c.root / "absent_y.npy")),
+    ("CsvSource", "no shards", lambda c: adgp.data.CsvSource([])),
+    ("CsvSource", "missing shard", lambda c: adgp.data.CsvSource([c.root / "absent.csv"])),
+    ("BatchPredictor", "num_samples = 0", lambda c: adgp.deep.BatchPredictor(c.dgp, num_samples=0)),
+    ("BatchPredictor.predict_y", "NaN in X", lambda c: adgp.deep.BatchPredictor(c.dgp, num_samples=2).predict_y(c.nan_X)),
+    ("BatchPredictor.predict_y", "X of the wrong width", lambda c: adgp.deep.BatchPredictor(c.dgp, num_samples=2).predict_y(c.wide_X)),
+    ("DGPCheckpoint", "every = 0", lambda c: adgp.deep.DGPCheckpoint(c.root / "checkpoint", c.dgp, every=0)),
     # ------------------------------------------------------------------ spectra and spherical machinery
-    ("register_activation", "a built-in name for another function", lambda c: adgp.register_activation("relu", np.tanh)),
-    ("register_activation", "not a function", lambda c: adgp.register_activation("mine", 3.0)),
-    ("Activation", "not a function", lambda c: adgp.Activation("three", 3.0)),
-    ("Activation", "empty name", lambda c: adgp.Activation("", np.tanh)),
-    ("activation_coefficients", "unknown activation name", lambda c: adgp.activation_coefficients("tanhh", 3, 4)),
-    ("activation_coefficients", "truncation level Ñ = 0", lambda c: adgp.activation_coefficients("relu", 3, 0)),
-    ("activation_coefficients", "dimension d = 1", lambda c: adgp.activation_coefficients("softplus", 1, 4)),
-    ("arc_cosine_coefficients", "truncation level Ñ = 0", lambda c: adgp.arc_cosine_coefficients(3, 0)),
-    ("arc_cosine_coefficients", "dimension d = 1", lambda c: adgp.arc_cosine_coefficients(1, 4)),
-    ("relu_coefficients", "truncation level Ñ = 0", lambda c: adgp.relu_coefficients(3, 0)),
-    ("arc_cosine_shape", "cosine outside [−1, 1]", lambda c: adgp.arc_cosine_shape(np.array([0.5, 1.5]))),
-    ("arc_cosine_shape", "NaN cosine", lambda c: adgp.arc_cosine_shape(np.array([np.nan]))),
-    ("zonal_matern52_shape", "cosine outside [−1, 1]", lambda c: adgp.zonal_matern52_shape(np.array([0.5, -1.5]))),
-    ("funk_hecke_coefficients", "truncation level Ñ = 0", lambda c: adgp.funk_hecke_coefficients(np.cos, 3, 0)),
-    ("funk_hecke_coefficients", "shape function returning NaN", lambda c: adgp.funk_hecke_coefficients(lambda t: np.log(t - 2), 3, 4)),
-    ("gegenbauer_series", "negative α", lambda c: adgp.gegenbauer_series(tf.constant([0.5]), np.ones(3), -1.0)),
-    ("gegenbauer_series", "NaN coefficients", lambda c: adgp.gegenbauer_series(tf.constant([0.5]), np.array([1.0, np.nan]), 0.5)),
-    ("num_harmonics", "negative level", lambda c: adgp.num_harmonics(-1, 3)),
-    ("num_harmonics", "dimension d = 1", lambda c: adgp.num_harmonics(2, 1)),
-    ("set_xla", "not a bool", lambda c: adgp.set_xla("no")),
+    ("register_activation", "a built-in name for another function", lambda c: adgp.zonal.register_activation("relu", np.tanh)),
+    ("register_activation", "not a function", lambda c: adgp.zonal.register_activation("mine", 3.0)),
+    ("ZonalActivation", "not a function", lambda c: adgp.zonal.ZonalActivation("three", 3.0)),
+    ("ZonalActivation", "empty name", lambda c: adgp.zonal.ZonalActivation("", np.tanh)),
+    ("activation_coefficients", "unknown activation name", lambda c: adgp.zonal.activation_coefficients("tanhh", 3, 4)),
+    ("activation_coefficients", "truncation level Ñ = 0", lambda c: adgp.zonal.activation_coefficients("relu", 3, 0)),
+    ("activation_coefficients", "dimension d = 1", lambda c: adgp.zonal.activation_coefficients("softplus", 1, 4)),
+    ("arc_cosine_coefficients", "truncation level Ñ = 0", lambda c: adgp.zonal.arc_cosine_coefficients(3, 0)),
+    ("arc_cosine_coefficients", "dimension d = 1", lambda c: adgp.zonal.arc_cosine_coefficients(1, 4)),
+    ("relu_coefficients", "truncation level Ñ = 0", lambda c: adgp.zonal.relu_coefficients(3, 0)),
+    ("arc_cosine_shape", "cosine outside [−1, 1]", lambda c: adgp.zonal.arc_cosine_shape(np.array([0.5, 1.5]))),
+    ("arc_cosine_shape", "NaN cosine", lambda c: adgp.zonal.arc_cosine_shape(np.array([np.nan]))),
+    ("zonal_matern52_shape", "cosine outside [−1, 1]", lambda c: adgp.zonal.zonal_matern52_shape(np.array([0.5, -1.5]))),
+    ("funk_hecke_coefficients", "truncation level Ñ = 0", lambda c: adgp.zonal.funk_hecke_coefficients(np.cos, 3, 0)),
+    ("funk_hecke_coefficients", "shape function returning NaN", lambda c: adgp.zonal.funk_hecke_coefficients(lambda t: np.log(t - 2), 3, 4)),
+    ("gegenbauer_series", "negative α", lambda c: adgp.zonal.gegenbauer_series(tf.constant([0.5]), np.ones(3), -1.0)),
+    ("gegenbauer_series", "NaN coefficients", lambda c: adgp.zonal.gegenbauer_series(tf.constant([0.5]), np.array([1.0, np.nan]), 0.5)),
+    ("num_harmonics", "negative level", lambda c: adgp.zonal.num_harmonics(-1, 3)),
+    ("num_harmonics", "dimension d = 1", lambda c: adgp.zonal.num_harmonics(2, 1)),
+    ("use_xla_for_gegenbauer", "not a bool", lambda c: adgp.zonal.use_xla_for_gegenbauer("no")),
     # ------------------------------------------------------------------ eigen module and kernel machines
-    ("Nystrom", "num_eigenpairs = 0", lambda c: adgp.Nystrom(0)),
-    ("Nystrom.fit", "NaN in X", lambda c: adgp.Nystrom(2, kernel=gpflow.kernels.SquaredExponential()).fit(c.nan_X)),
-    ("Nystrom.fit", "fewer points than eigenpairs", lambda c: adgp.Nystrom(5, kernel=gpflow.kernels.SquaredExponential()).fit(c.X[:3])),
+    ("Nystrom", "num_eigenpairs = 0", lambda c: adgp.eigen.Nystrom(0)),
+    ("Nystrom.fit", "NaN in X", lambda c: adgp.eigen.Nystrom(2, kernel=gpflow.kernels.SquaredExponential()).fit(c.nan_X)),
+    ("Nystrom.fit", "fewer points than eigenpairs", lambda c: adgp.eigen.Nystrom(5, kernel=gpflow.kernels.SquaredExponential()).fit(c.X[:3])),
     ("Nystrom.__call__", "X of the wrong width", lambda c: _fitted_nystrom(c)(c.wide_X)),
     ("Nystrom.__call__", "NaN in X (hot path: unchecked)", lambda c: _fitted_nystrom(c)(c.nan_X)),
-    ("NeuralEF", "num_eigenpairs = 0", lambda c: adgp.NeuralEF(0, kernel=gpflow.kernels.SquaredExponential(), input_dim=2)),
-    ("NeuralEF.fit", "NaN in X", lambda c: adgp.NeuralEF(2, kernel=gpflow.kernels.SquaredExponential(), input_dim=2).fit(c.nan_X, num_steps=1)),
-    ("IKA", "basis not callable", lambda c: adgp.IKA(2, basis=3.0)),
-    ("LinearisedLaplace", "unknown method", lambda c: adgp.LinearisedLaplace(_tanh_network(), method="kronecker")),
-    ("LinearisedLaplace", "negative prior precision", lambda c: adgp.LinearisedLaplace(_tanh_network(), prior_precision=-1.0)),
-    ("LinearisedLaplace.fit", "NaN in X", lambda c: adgp.LinearisedLaplace(_tanh_network(), verbose=0).fit(c.nan_X, c.Y)),
-    ("LinearisedLaplace.fit", "labels not 0/1 for bernoulli", lambda c: adgp.LinearisedLaplace(_tanh_network(), likelihood="bernoulli", verbose=0).fit(c.X, c.Y)),
-    ("LinearisedLaplace.predict_f", "before fit", lambda c: adgp.LinearisedLaplace(_tanh_network()).predict_f(c.X)),
-    ("IKA.fit", "NaN in the samples", lambda c: adgp.IKA(2, basis=adgp.eigen.ika.activation_basis(c.X[:6])).fit(c.nan_X, gpflow.kernels.SquaredExponential())),
-    ("EigenfunctionFeature", "eigenfunctions not callable", lambda c: adgp.EigenfunctionFeature(3.0, c.X)),
-    ("EigenfunctionFeature", "NaN in the samples", lambda c: adgp.EigenfunctionFeature(_fitted_nystrom(c), c.nan_X)),
-    ("FeatureRidge", "negative regularisation", lambda c: adgp.FeatureRidge(lambda X: X, -1.0)),
-    ("FeatureRidge.fit", "NaN in X", lambda c: adgp.FeatureRidge(lambda X: X, 0.1).fit(c.nan_X, c.Y)),
-    ("EigenPro2", "not a gpflow kernel", lambda c: adgp.EigenPro2("rbf")),
-    ("EigenPro2.fit", "NaN in X", lambda c: adgp.EigenPro2(gpflow.kernels.SquaredExponential()).fit(c.nan_X, c.Y, progress=False)),
-    ("EigenPro3", "not a gpflow kernel", lambda c: adgp.EigenPro3("rbf", c.X)),
-    ("EigenPro3.fit", "targets of another length", lambda c: adgp.EigenPro3(gpflow.kernels.SquaredExponential(), c.X[:4]).fit(c.X, c.Y[:5], progress=False)),
+    ("NeuralEF", "num_eigenpairs = 0", lambda c: adgp.eigen.NeuralEF(0, kernel=gpflow.kernels.SquaredExponential(), input_dim=2)),
+    ("NeuralEF.fit", "NaN in X", lambda c: adgp.eigen.NeuralEF(2, kernel=gpflow.kernels.SquaredExponential(), input_dim=2).fit(c.nan_X, num_steps=1)),
+    ("IKA", "basis not callable", lambda c: adgp.eigen.IKA(2, basis=3.0)),
+    ("LinearisedLaplace", "unknown method", lambda c: adgp.eigen.LinearisedLaplace(_tanh_network(), method="kronecker")),
+    ("LinearisedLaplace", "negative prior precision", lambda c: adgp.eigen.LinearisedLaplace(_tanh_network(), prior_precision=-1.0)),
+    ("LinearisedLaplace.fit", "NaN in X", lambda c: adgp.eigen.LinearisedLaplace(_tanh_network(), verbose=0).fit(c.nan_X, c.Y)),
+    ("LinearisedLaplace.fit", "labels not 0/1 for bernoulli", lambda c: adgp.eigen.LinearisedLaplace(_tanh_network(), likelihood="bernoulli", verbose=0).fit(c.X, c.Y)),
+    ("LinearisedLaplace.predict_f", "before fit", lambda c: adgp.eigen.LinearisedLaplace(_tanh_network()).predict_f(c.X)),
+    ("IKA.fit", "NaN in the samples", lambda c: adgp.eigen.IKA(2, basis=adgp.eigen.ika.activation_basis(c.X[:6])).fit(c.nan_X, gpflow.kernels.SquaredExponential())),
+    ("EigenfunctionFeature", "eigenfunctions not callable", lambda c: adgp.eigen.EigenfunctionFeature(3.0, c.X)),
+    ("EigenfunctionFeature", "NaN in the samples", lambda c: adgp.eigen.EigenfunctionFeature(_fitted_nystrom(c), c.nan_X)),
+    ("FeatureRidge", "negative regularisation", lambda c: adgp.eigen.FeatureRidge(lambda X: X, -1.0)),
+    ("FeatureRidge.fit", "NaN in X", lambda c: adgp.eigen.FeatureRidge(lambda X: X, 0.1).fit(c.nan_X, c.Y)),
+    ("EigenPro2", "not a gpflow kernel", lambda c: adgp.kernel_machines.EigenPro2("rbf")),
+    ("EigenPro2.fit", "NaN in X", lambda c: adgp.kernel_machines.EigenPro2(gpflow.kernels.SquaredExponential()).fit(c.nan_X, c.Y, progress=False)),
+    ("EigenPro3", "not a gpflow kernel", lambda c: adgp.kernel_machines.EigenPro3("rbf", c.X)),
+    ("EigenPro3.fit", "targets of another length", lambda c: adgp.kernel_machines.EigenPro3(gpflow.kernels.SquaredExponential(), c.X[:4]).fit(c.X, c.Y[:5], progress=False)),
     # ------------------------------------------------------------------ data files (activated_dgp.data)
     ("data.load_uci_folder", "truncated data file (a short row)", lambda c: adgp_data.load_uci_folder(c.uci_truncated)),
     ("data.load_uci_folder", "corrupt data file (text in a number)", lambda c: adgp_data.load_uci_folder(c.uci_text)),
@@ -340,7 +346,8 @@ def render(rows) -> str:
         "",
         "<!-- generated by tests/test_reliability.py: ADGP_WRITE_RELIABILITY=1 python -m pytest -q tests/test_reliability.py -->",
         "",
-        "Every public name of `activated_dgp` (and the data loaders of `activated_dgp.data`) with each bad input",
+        "Every public name of `activated_dgp`, `activated_dgp.zonal` and `activated_dgp.deep` (and the data loaders of",
+        "`activated_dgp.data`) with each bad input",
         "tried and what it gets. The test fails on any untyped exception (one from deep inside TensorFlow or NumPy)",
         "and on any NaN result, except where marked *" + UNCHECKED + "*: the kernel evaluations K and Kuf (and the",
         "eigenfunctions an `EigenfunctionFeature`'s Kuf evaluates) run on every minibatch, so they check shapes",
@@ -364,7 +371,7 @@ def context(tmp_path_factory):
 def test_every_public_name_is_in_the_table():
     covered = {entry.split(".")[0].split(" ")[0] for entry, _, _ in CASES} | set(NO_INPUTS)
     covered |= {"gpflow"}
-    missing = sorted(set(adgp.__all__) - covered)
+    missing = sorted({name for namespace in NAMESPACES for name in namespace.__all__} - covered)
     assert not missing, f"public names without bad-input cases: {missing}"
 
 
@@ -372,8 +379,8 @@ def test_bad_inputs_get_typed_errors_and_the_table_is_current(context, monkeypat
     from activated_dgp import spectra
 
     # the messages list the registered activations: only the built-in ones, whatever other tests registered
-    builtin = {name: act for name, act in spectra.ACTIVATIONS.items() if name in spectra._BUILTIN_ACTIVATIONS}
-    monkeypatch.setattr(spectra, "ACTIVATIONS", builtin)
+    builtin = {name: act for name, act in spectra.ACTIVATION_REGISTRY.items() if name in spectra._BUILTIN_ACTIVATIONS}
+    monkeypatch.setattr(spectra, "ACTIVATION_REGISTRY", builtin)
     rows, failures = [], []
     for entry, bad, call in CASES:
         outcome, message = run_case(call, context)
@@ -400,6 +407,6 @@ def test_default_float_is_respected_and_float64_only_parts_refuse_others():
     network = adgp.build_activated_nn(2, num_layers=2, num_units=4, truncation_level=4, seed=0)
     assert network(X.astype(np.float32)).dtype == tf.float32
     assert adgp.dgp_from_keras(network, 10, X=X).max_abs_mismatch < 1e-4
-    for make in (lambda: adgp.Nystrom(2), lambda: adgp.EigenPro2(gpflow.kernels.SquaredExponential()), lambda: adgp.FeatureRidge(np.sin, 0.1)):
+    for make in (lambda: adgp.eigen.Nystrom(2), lambda: adgp.kernel_machines.EigenPro2(gpflow.kernels.SquaredExponential()), lambda: adgp.eigen.FeatureRidge(np.sin, 0.1)):
         with pytest.raises(TypeError, match="float64"):
             make()

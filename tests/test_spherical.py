@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 from scipy.special import comb, eval_chebyt, eval_gegenbauer, gamma, iv, sph_harm_y
 
-from activated_dgp import set_xla
+from activated_dgp.zonal import use_xla_for_gegenbauer
 from activated_dgp.spectra import arc_cosine_coefficients, arc_cosine_shape, relu_coefficients
 from activated_dgp.spherical import (
     funk_hecke_coefficients,
@@ -93,11 +93,11 @@ def test_clenshaw_series_against_explicit_sum(alpha, dtype, tol, parity, rng):
         basis = np.stack([eval_gegenbauer(n, alpha, cosine) / eval_gegenbauer(n, alpha, 1.0) for n in range(60)], -1)
     reference = basis @ coefficients
     for xla in (True, False):
-        set_xla(xla)
+        use_xla_for_gegenbauer(xla)
         try:
             ours = gegenbauer_series(tf.constant(cosine, dtype=dtype), coefficients, alpha)
         finally:
-            set_xla(True)
+            use_xla_for_gegenbauer(True)
         assert ours.dtype == dtype and ours.shape == cosine.shape
         np.testing.assert_allclose(ours.numpy(), reference, atol=tol * np.abs(coefficients).sum())
 

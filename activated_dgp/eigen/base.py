@@ -42,7 +42,7 @@ def _sin_cos(h: tf.Tensor) -> tf.Tensor:
 
 
 #: The one registry of elementwise network activations of the eigen module (NeuralEF's networks, IKA's
-#: bases). Not to be confused with :data:`activated_dgp.ACTIVATIONS`, the zonal activations σ(t) on
+#: bases). Not to be confused with :data:`activated_dgp.zonal.ACTIVATION_REGISTRY`, the zonal activations σ(t) on
 #: [−1, 1] of activated inducing variables, which have Funk–Hecke coefficients.
 ELEMENTWISE_ACTIVATIONS = {
     "sin_cos": _sin_cos,

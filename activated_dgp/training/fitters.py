@@ -173,7 +173,7 @@ def train_dgp(
         To resume an interrupted fit pass the one saved with it (:func:`activated_dgp.load_optimizer`), so
         that Adam's moments, step count and scheduled learning rate continue (a resumed optimiser still
         within ``schedule.ramp_steps`` continues the ramp; a new one passed in is used as given, unramped).
-    :param initial_epoch: the epoch to resume at (Keras' ``initial_epoch``; e.g. ``load_state(dir)["epoch"]``
+    :param initial_epoch: the epoch to resume at (Keras' ``initial_epoch``; e.g. ``load_training_state(dir)["epoch"]``
         of a :class:`activated_dgp.DGPCheckpoint`): the fit runs epochs ``initial_epoch`` … ``schedule.epochs``
         − 1, and a resumed fit (``initial_epoch`` > 0) skips the warm-up, which belongs to its start.
 

@@ -18,7 +18,7 @@ from ..conversion import NOISE_FACTORS, dgp_from_keras, rescale_kernel_variance,
 from ..far_field import add_far_field, far_field_options, refit_far_field
 from ..models import likelihood_name, output_width
 from ..nn import build_activated_nn
-from ..spectra import Activation
+from ..spectra import ZonalActivation
 from .fitters import _check_data, evaluate_elbo, train_dgp, train_network
 from .schedule import TrainingSchedule
 
@@ -59,7 +59,7 @@ def train_two_stage(
     num_layers: int = 3,
     num_units: Union[int, Sequence[int]] = 128,
     layer_widths: Optional[Sequence[int]] = None,
-    activation: Union[str, Activation, Callable] = "softplus",
+    activation: Union[str, ZonalActivation, Callable] = "softplus",
     truncation_level: Union[int, Sequence[int]] = 20,
     lengthscales: Optional[Sequence] = None,
     whiten: bool = True,

@@ -17,7 +17,9 @@ import gpflow
 import matplotlib.pyplot as plt
 import numpy as np
 
-from activated_dgp import IKA, EigenPro3, FeatureRidge, NeuralEF, Nystrom, eigen
+from activated_dgp import eigen
+from activated_dgp.eigen import IKA, FeatureRidge, NeuralEF, Nystrom
+from activated_dgp.kernel_machines import EigenPro3
 
 FAST = os.environ.get("ADGP_TUTORIAL_FAST") == "1"
 rng = np.random.default_rng(0)

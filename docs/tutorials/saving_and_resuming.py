@@ -20,18 +20,16 @@ import tensorflow as tf
 import tf_keras
 
 from activated_dgp import (
-    DGPCheckpoint,
     build_activated_nn,
     dgp_from_keras,
     load_dgp,
-    load_optimizer,
-    load_state,
     propagate_means,
     save_dgp,
     train_dgp,
     train_network,
     TrainingSchedule,
 )
+from activated_dgp.deep import DGPCheckpoint, load_optimizer, load_training_state
 
 FAST = os.environ.get("ADGP_TUTORIAL_FAST") == "1"
 workdir = tempfile.mkdtemp()
@@ -71,7 +69,7 @@ checkpoint_dir = os.path.join(workdir, "checkpoint")
 train_dgp(dgp, X, Y, TrainingSchedule(epochs=epochs // 2), callbacks=[DGPCheckpoint(checkpoint_dir, dgp)])
 # ... the process stops here; a new one resumes:
 resumed = load_dgp(checkpoint_dir)
-state = load_state(checkpoint_dir)
+state = load_training_state(checkpoint_dir)
 print("resuming at epoch", state["epoch"])
 history = train_dgp(
     resumed, X, Y, TrainingSchedule(epochs=epochs), optimizer=load_optimizer(checkpoint_dir, resumed), initial_epoch=state["epoch"]

@@ -13,7 +13,8 @@ import tempfile
 import numpy as np
 import tensorflow as tf
 
-from activated_dgp import ArraySource, TrainingSchedule, build_activated_dgp, evaluate_elbo, train_dgp
+from activated_dgp import TrainingSchedule, build_activated_dgp, evaluate_elbo, train_dgp
+from activated_dgp.data import ArraySource
 
 FAST = os.environ.get("ADGP_TUTORIAL_FAST") == "1"
 rng = np.random.default_rng(3)
