@@ -38,7 +38,10 @@ from experiments.harness.study import records_path  # noqa: E402
 KEY = ("dataset", "method", "split", "protocol")  # the protocol (budget key) is part of a cell's name
 METRICS = ("rmse", "nlpd", "rmse_original", "nlpd_original")
 CALIBRATION_METRICS = ("coverage_90", "calibration_error")
-METHOD_ORDER = ("nn", "dropout", "ensemble", "nn_ts", "dgp", "adgp", "plain", "plain_adgp")
+DEFAULT_METHODS = ("nn", "dropout", "ensemble", "nn_ts", "dgp", "adgp", "plain", "plain_adgp")  # "all"
+#: the linearised Laplace rows (issue 33), run when named (``--method lla_last_layer,…``); tabled when recorded
+LLA_METHODS = ("lla_last_layer", "lla_exact", "lla_neuralef")
+METHOD_ORDER = DEFAULT_METHODS + LLA_METHODS
 # small to large (rows), as in the shared data README; the embedded Boston first
 DATASET_ORDER = (
     "boston-embedded",
@@ -75,7 +78,7 @@ def add_options(parser) -> None:
 
     parser.set_defaults(out=Path("runs") / "uci")  # a new run never meets the committed records of another setting
     parser.add_argument("--dataset", action="append", help="name(s), repeatable or comma list; 'all' = the nine UCI sets; default boston-embedded")
-    parser.add_argument("--method", action="append", help=f"method(s) from {', '.join(METHOD_ORDER)}, or 'all' (default)")
+    parser.add_argument("--method", action="append", help=f"method(s) from {', '.join(METHOD_ORDER)}, or 'all' (default: {', '.join(DEFAULT_METHODS)})")
     parser.add_argument("--splits", type=int, default=5, help="number of splits per dataset (default 5)")
     parser.add_argument("--fixed-splits", action="store_true", help="(the default where the data has them) use the published splits index_train_k/index_test_k")
     parser.add_argument("--random-splits", action="store_true", help="seeded random 90/10 splits even where published splits exist")
@@ -181,11 +184,13 @@ def artifact_cache(options):
 
 
 def cells(options) -> List[Dict]:
-    """Split by split, datasets small to large, all methods per split: partial results cover every dataset."""
+    """Split by split, datasets small to large, all methods per split (those applicable to the dataset:
+    :func:`experiments.uci_methods.applicable`): partial results cover every dataset."""
+    from experiments import uci_methods
     from experiments.uci_methods import METHODS
 
     datasets = canonical_datasets(_split_list(options.dataset, DATASET_ORDER[1:]))
-    methods = _split_list(options.method, METHOD_ORDER) or list(METHOD_ORDER)
+    methods = _split_list(options.method, DEFAULT_METHODS) or list(DEFAULT_METHODS)
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         raise ValueError(f"unknown method(s) {unknown}; choose from {list(METHOD_ORDER)}")
@@ -193,14 +198,14 @@ def cells(options) -> List[Dict]:
     protocol = _budget(options).key()
     if options.rescore:
         return []
-    for name in datasets:
-        _dataset(name, options.data_dir)  # fail early on bad data
+    dims = {name: _dataset(name, options.data_dir).input_dim for name in datasets}  # fail early on bad data
     return [
         {"dataset": name, "method": method, "split": split, "protocol": protocol}
         for split in range(options.splits)
         for name in datasets
         if split < limits.get(name, options.splits)
         for method in methods
+        if uci_methods.applicable(method, dims[name])
     ]
 
 
@@ -669,7 +674,7 @@ def figure(rows: Sequence[Dict], path: Path) -> None:
             datasets.append(r["dataset"])
     methods = [m for m in METHOD_ORDER if any(r["method"] == m for r in rows)]
     table = {(r["dataset"], r["method"]): r for r in rows}
-    colours = dict(zip(METHOD_ORDER, ("C0", "C1", "C2", "C4", "C5", "C3", "C7", "C6")))
+    colours = dict(zip(METHOD_ORDER, ("C0", "C1", "C2", "C4", "C5", "C3", "C7", "C6", "C8", "C9", "olive")))
     fig, axes = plt.subplots(2, len(datasets), figsize=(2.3 * len(datasets) + 1.5, 5.2), squeeze=False)
     for column, d in enumerate(datasets):
         for row_index, metric in enumerate(("rmse", "nlpd")):

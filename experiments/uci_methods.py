@@ -64,6 +64,7 @@ import tf_keras
 from scipy.cluster.vq import kmeans2
 
 from activated_dgp import TrainingSchedule, build_activated_nn, train_dgp, train_network, train_two_stage
+from activated_dgp.eigen import LinearisedLaplace
 from activated_dgp.metrics import regression_metrics
 from activated_dgp.far_field import has_far_field
 from activated_dgp.nn import with_dropout
@@ -573,6 +574,58 @@ def predict_dgp(data: SplitData, budget: Budget, networks: Optional[NetworkCache
     return means, variances, extra
 
 
+#: LLA on the NN's own network (NeuralEF paper §4.3, Table 2 at CPU scale; issue 33): the same twin, θ_MAP its
+#: early-stopped weights; noise σ² = its training MSE (the NN's own predictive noise); prior precision by the
+#: Laplace evidence (exact, last layer) or, for the NeuralEF method, on the validation part. The exact GGN only where
+#: the twin has at most LLA_EXACT_MAX_PARAMETERS parameters (P × P eigendecomposition).
+LLA_EXACT_MAX_PARAMETERS = 5000
+LLA_EIGENPAIRS = 20
+LLA_NEURALEF_STEPS = 2000
+
+
+def twin_parameter_count(input_dim: int) -> int:
+    """P of the benchmark's twin for D inputs."""
+    return int(build_twin_network(input_dim, 0).count_params())
+
+
+def applicable(method: str, input_dim: int) -> bool:
+    """Whether ``method`` runs on a dataset of ``input_dim`` inputs (the exact LLA needs P ≤ the limit)."""
+    return method != "lla_exact" or twin_parameter_count(input_dim) <= LLA_EXACT_MAX_PARAMETERS
+
+
+def _lla(method: str, data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Prediction:
+    network, history = fit_network("twin", data, budget, data.seed, networks)
+    (X, y), validation = fit_parts(data, budget)
+    noise = _training_mse(network, X, y)
+    eigen = method == "neuralef"
+    prior = ("validation" if validation is not None else 1.0) if eigen else "marginal_likelihood"
+    lla = LinearisedLaplace(
+        network, likelihood="gaussian", noise_variance=noise, prior_precision=prior, method=method,
+        num_eigenpairs=LLA_EIGENPAIRS, neuralef_steps=LLA_NEURALEF_STEPS, seed=data.seed,
+        max_parameters=LLA_EXACT_MAX_PARAMETERS, verbose=0,
+    )
+    lla.fit(X, y, validation_data=validation if prior == "validation" else None)
+    means, variances = (np.asarray(t)[:, 0][None] for t in lla.predict_y(data.X_test))
+    return means, variances, {
+        "noise_variance": noise, "prior_precision": float(lla.prior_precision), "prior_precision_by": str(prior),
+        "num_parameters": lla.num_parameters, "network": history,
+        **({"num_eigenpairs": LLA_EIGENPAIRS, "neuralef_steps": LLA_NEURALEF_STEPS} if eigen else {}),
+        **({"log_evidence": float(lla.log_evidence)} if lla.log_evidence is not None else {}),
+    }
+
+
+def predict_lla_last_layer(data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Prediction:
+    return _lla("last_layer", data, budget, networks)
+
+
+def predict_lla_exact(data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Prediction:
+    return _lla("exact", data, budget, networks)
+
+
+def predict_lla_neuralef(data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Prediction:
+    return _lla("neuralef", data, budget, networks)
+
+
 METHODS: Dict[str, Callable[[SplitData, Budget, NetworkCache], Prediction]] = {
     "nn": predict_nn,
     "dropout": predict_dropout,
@@ -582,6 +635,9 @@ METHODS: Dict[str, Callable[[SplitData, Budget, NetworkCache], Prediction]] = {
     "adgp": predict_adgp,
     "plain": predict_plain,
     "plain_adgp": predict_plain_adgp,
+    "lla_last_layer": predict_lla_last_layer,
+    "lla_exact": predict_lla_exact,
+    "lla_neuralef": predict_lla_neuralef,
 }
 LABELS = {
     "nn": "NN",
@@ -592,6 +648,9 @@ LABELS = {
     "adgp": "ADGP",
     "plain": "plain NN",
     "plain_adgp": "plain→ADGP",
+    "lla_last_layer": "LLA last layer",
+    "lla_exact": "LLA exact",
+    "lla_neuralef": "LLA NeuralEF",
 }
 
 

@@ -492,3 +492,21 @@ def test_the_committed_pages_are_what_their_records_give(tmp_path, run):
     uci.main(["--report-only", "--quiet", *flags, "--out", str(out), "--doc", str(stale)])
     assert stale.read_text() == committed
     assert (out / "table.md").read_text() == blocks.read_block(stale, "uci").rstrip("\n") + "\n"
+
+
+def test_lla_rows_run_on_the_nns_network_and_the_exact_one_only_where_the_ggn_fits(tmp_path):
+    """The twin's P counted by hand: per layer M (D_in + 1) directions and M · D_out linear weights. Boston (D = 13)
+    has P = 3·128·14 + 128·13·2 + 128 = 8,832 > 5,000, so no exact-LLA cell; the last-layer LLA shares the NN's
+    network (same test mean) and its noise is the NN's training MSE."""
+    from experiments import uci_methods
+
+    D = 13
+    assert uci_methods.twin_parameter_count(D) == 3 * 128 * (D + 1) + 128 * D * 2 + 128
+    assert not uci_methods.applicable("lla_exact", D) and uci_methods.applicable("lla_exact", 4)
+    _run(tmp_path, "--method", "nn,lla_last_layer,lla_exact", "--splits", "1")
+    records = {r["method"]: r for r in map(json.loads, (tmp_path / "records.jsonl").read_text().splitlines())}
+    assert sorted(records) == ["lla_last_layer", "nn"]
+    lla, nn = records["lla_last_layer"], records["nn"]
+    assert lla["rmse"] == pytest.approx(nn["rmse"], rel=1e-9)  # the linearised mean is the network's
+    assert lla["extra"]["noise_variance"] == pytest.approx(nn["extra"]["train_mse"], rel=1e-12)
+    assert lla["extra"]["num_parameters"] == 128 and lla["extra"]["prior_precision"] > 0
