@@ -1,12 +1,13 @@
 """Rotated MNIST: dataset shift by rotating the test digits 0°…180° (Dutordoir et al., 2021, Sec. 5.3, Fig. 8, E.2).
 
-    python -m experiments.rotated_mnist --data-dir ../shared/data --out docs/results/rotated_mnist \\
+    python -m experiments rotated_mnist --data-dir ../shared/data --out docs/results/rotated_mnist \\
         --seeds 0 1 2 --epochs 10
 
-Models (appendix E.2): a CNN feature extractor conv(32, 5)+maxpool(2), conv(64, 5)+maxpool(2) (ReLU, valid
-padding, 1024 features) followed by a dense part of two layers of 128 Softplus units and 10 heads. The dense
-part is the activated network twin of :func:`activated_dgp.build_activated_nn` — [ActivatedLayer(128),
-Dense(128, no bias), ActivatedLayer(128), Dense(10, no bias)] — so that it converts exactly to an activated DGP.
+(``python -m experiments.rotated_mnist …`` is the same command.) Models (appendix E.2): a CNN feature extractor
+conv(32, 5)+maxpool(2), conv(64, 5)+maxpool(2) (ReLU, valid padding, 1024 features) followed by a dense part of two
+layers of 128 Softplus units and 10 heads. The dense part is the activated network twin of
+:func:`activated_dgp.build_activated_nn` — [ActivatedLayer(128), Dense(128, no bias), ActivatedLayer(128),
+Dense(10, no bias)] — so that it converts exactly to an activated DGP.
 
 * ``nn``: the CNN + twin trained on cross-entropy (Adam, minibatch 256).
 * ``nn_dropout``: the same with Dropout before each activated layer, trained separately and evaluated by
@@ -20,6 +21,19 @@ Dense(128, no bias), ActivatedLayer(128), Dense(10, no bias)] — so that it con
 * ``adgp_ft`` (``--finetune-conv``): as ``adgp``, but stage 2 trains the convolutional layers together with
   the DGP on the ELBO (:func:`finetune_dgp_and_extractor`), to measure fine-tuning against freezing.
 
+Controls (issue 36, ``--controls``): does ADGP's gain come from the conversion or from more training / averaging?
+
+* ``nn_ft``, ``nn_ts_ft``, ``nn_dropout_ft``: after stage 1 the network (conv layers and head) gets the extra
+  epochs of ``adgp_ft``'s stage 2 — the same :func:`stage2_fit`: ``--dgp-epochs`` epochs of Adam at
+  ``dgp_learning_rate``, the same minibatches and early stopping — on its own cross-entropy (dropout active for
+  the dropout net), then is evaluated as ``nn`` / ``nn_ts`` (T fitted after the extra epochs) / ``nn_dropout``.
+  Each record holds the schedule its fit used (``extra``) and ADGP's from the same configuration (``adgp_stage2``).
+* ``ensemble``: a deep ensemble (Lakshminarayanan et al., 2017) of ``--ensemble-size`` (5) networks trained as
+  ``nn`` from independent seeds (:func:`member_seed`; member 0 is ``nn``'s network); the predictive is the mean
+  of the members' softmax probabilities (:func:`ensemble_probabilities`).
+* ``adgp_ensemble``: every member converted and trained through stage 2 as ``adgp`` (frozen conv layers; member 0
+  is ``adgp``'s DGP), predicting with the mean of the members' class probabilities.
+
 Stage-2 remedies (docs/results/stage2.md), for ``adgp`` and ``adgp_ft`` alike, on the held-out validation
 images (the ``--validation-fraction`` part of the training images, which NN + TS also uses):
 
@@ -32,10 +46,14 @@ images (the ``--validation-fraction`` part of the training images, which NN + TS
 * ``--stage2-remedies``: both, (a2) + (e) with a patience of 5 epochs; ``--dgp-epochs`` is then the cap.
 
 Metrics per angle (:mod:`activated_dgp.metrics`): accuracy, test log-likelihood, ECE (15 bins) and mean
-predictive entropy. One record per (dataset, model, seed) in ``<out>/records.jsonl`` (resumable: finished
-cells are skipped; trained networks and DGPs are checkpointed under ``--cache-dir`` so an interrupted seed
-does not retrain them). ``--report-only`` rewrites the generated part of ``docs/results/rotated_mnist.md`` and
-``docs/figures/rotated_mnist.png`` from the records.
+predictive entropy. The study runs on :mod:`experiments.harness`: one cell and one record per (dataset, model,
+seed) in ``<out>/records.jsonl`` (resumable: finished cells are skipped), protocol ``seed-model/1:<configuration
+digest>`` (:data:`CELL_PROTOCOL`; ``eval_seconds`` is the model's own prediction time, ``feature_seconds`` its conv
+features'); records made before the harness, whose cells were all models of a seed, read as
+``seed-group:<digest>`` and are never mixed with new ones. Trained networks, DGPs, per-angle conv features and
+evaluation progress are artifacts under ``--artifacts`` (default ``<--cache-dir>/rotated_mnist``), shared by the
+cells that use them. ``--report-only`` rewrites the generated part of the page (``--doc``, default ``<out>.md``)
+and the figure from the records of the newest protocol.
 """
 
 from __future__ import annotations
