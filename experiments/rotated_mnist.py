@@ -425,6 +425,7 @@ def finetuned_classifier(config: Config, splits: Splits, seed: int, dropout: flo
 
     extractor, head, seconds = trained_classifier(config, splits, seed, dropout, source)
     model = _classifier(extractor, head)
+    model.build((None, splits.x_train.shape[1]))  # its weights exist before the fit (RestoreBest snapshots them)
     weights, record = checkpoint.with_suffix(".weights.h5"), checkpoint.with_suffix(".json")
     if weights.is_file() and record.is_file():
         model.load_weights(weights)

@@ -596,3 +596,27 @@ def test_controls_share_adgp_stage2_schedule_and_the_ensembles_average_their_mem
     assert adgp_ensemble["member_seeds"][0] == 0 and len(set(adgp_ensemble["member_seeds"])) == 3 and len(adgp_ensemble["members"]) == 3
     assert all(np.all(np.isfinite(adgp_ensemble[m])) for m in rm.METRICS)
     assert "Deep ensemble" in (tmp_path / "doc.md").read_text() and "ADGP ensemble" in (tmp_path / "doc.md").read_text()
+
+
+def test_network_control_early_stopping_restores_the_best_validation_cross_entropy(tmp_path, rng):
+    """With the stage-2 remedy (e) the networks' extra epochs stop as ADGP's do, on their own loss: the restored
+    network's validation cross-entropy, computed here from its logits, is the smallest check recorded."""
+    from scipy.special import log_softmax
+
+    from experiments import rotated_mnist as rm
+
+    config = rm.Config(epochs=2, num_units=8, width=6, truncation_level=3, batch_size=16, dgp_epochs=6, dgp_learning_rate=0.05,
+                       dgp_patience=2)
+    splits = _tiny_splits(rng)
+    rm.trained_classifier(config, splits, 0, 0.0, tmp_path / "nn")
+    extractor, head, _, info = rm.finetuned_classifier(config, splits, 0, 0.0, tmp_path / "nn", tmp_path / "nn_ft")
+    checks = info["validation_nlpd"]
+    assert [e for e, _ in checks] == list(range(len(checks))) and info["epochs_run"] <= config.dgp_epochs
+    assert info["schedule"]["optimizer"] == "Adam" and info["schedule"]["learning_rate"] == pytest.approx(0.05, rel=1e-6)
+    labels = splits.y_val.astype(int).ravel()
+    logits = head(rm.features(extractor, splits.x_val)).numpy()
+    restored = -np.mean(log_softmax(logits, axis=1)[np.arange(len(labels)), labels])
+    assert restored == pytest.approx(min(v for _, v in checks), rel=1e-5)
+    assert any(abs(v - restored) > 1e-6 for _, v in checks)  # the checks differ: the restore is not vacuous
+    again = rm.finetuned_classifier(config, splits, 0, 0.0, tmp_path / "nn", tmp_path / "nn_ft")  # from its checkpoint
+    np.testing.assert_allclose(again[1](rm.features(again[0], splits.x_val)).numpy(), logits, rtol=1e-6, atol=1e-9)
