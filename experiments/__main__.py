@@ -11,9 +11,6 @@ from experiments.harness import cli, registry
 
 # Pages of the studies not yet on the harness: (module, argv of its --report-only command), as the pages cite them.
 LEGACY_REPORTS = [
-    *[("experiments.rotated_mnist", ["--report-only", "--out", f"docs/results/{run}", "--doc", f"docs/results/{run}.md",
-                                     "--figure", f"docs/figures/{run}.png"])
-      for run in ("rotated_mnist", "rotated_mnist_n20_full", "rotated_mnist_n20_remedies")],
     ("experiments.stage2_diagnosis", ["--report-only", "--out", "docs/results/stage2"]),
 ]
 

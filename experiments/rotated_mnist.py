@@ -1,12 +1,13 @@
 """Rotated MNIST: dataset shift by rotating the test digits 0°…180° (Dutordoir et al., 2021, Sec. 5.3, Fig. 8, E.2).
 
-    python -m experiments.rotated_mnist --data-dir ../shared/data --out docs/results/rotated_mnist \\
+    python -m experiments rotated_mnist --data-dir ../shared/data --out docs/results/rotated_mnist \\
         --seeds 0 1 2 --epochs 10
 
-Models (appendix E.2): a CNN feature extractor conv(32, 5)+maxpool(2), conv(64, 5)+maxpool(2) (ReLU, valid
-padding, 1024 features) followed by a dense part of two layers of 128 Softplus units and 10 heads. The dense
-part is the activated network twin of :func:`activated_dgp.build_activated_nn` — [ActivatedLayer(128),
-Dense(128, no bias), ActivatedLayer(128), Dense(10, no bias)] — so that it converts exactly to an activated DGP.
+(``python -m experiments.rotated_mnist …`` is the same command.) Models (appendix E.2): a CNN feature extractor
+conv(32, 5)+maxpool(2), conv(64, 5)+maxpool(2) (ReLU, valid padding, 1024 features) followed by a dense part of two
+layers of 128 Softplus units and 10 heads. The dense part is the activated network twin of
+:func:`activated_dgp.build_activated_nn` — [ActivatedLayer(128), Dense(128, no bias), ActivatedLayer(128),
+Dense(10, no bias)] — so that it converts exactly to an activated DGP.
 
 * ``nn``: the CNN + twin trained on cross-entropy (Adam, minibatch 256).
 * ``nn_dropout``: the same with Dropout before each activated layer, trained separately and evaluated by
@@ -20,6 +21,19 @@ Dense(128, no bias), ActivatedLayer(128), Dense(10, no bias)] — so that it con
 * ``adgp_ft`` (``--finetune-conv``): as ``adgp``, but stage 2 trains the convolutional layers together with
   the DGP on the ELBO (:func:`finetune_dgp_and_extractor`), to measure fine-tuning against freezing.
 
+Controls (issue 36, ``--controls``): does ADGP's gain come from the conversion or from more training / averaging?
+
+* ``nn_ft``, ``nn_ts_ft``, ``nn_dropout_ft``: after stage 1 the network (conv layers and head) gets the extra
+  epochs of ``adgp_ft``'s stage 2 — the same :func:`stage2_fit`: ``--dgp-epochs`` epochs of Adam at
+  ``dgp_learning_rate``, the same minibatches and early stopping — on its own cross-entropy (dropout active for
+  the dropout net), then is evaluated as ``nn`` / ``nn_ts`` (T fitted after the extra epochs) / ``nn_dropout``.
+  Each record holds the schedule its fit used (``extra``) and ADGP's from the same configuration (``adgp_stage2``).
+* ``ensemble``: a deep ensemble (Lakshminarayanan et al., 2017) of ``--ensemble-size`` (5) networks trained as
+  ``nn`` from independent seeds (:func:`member_seed`; member 0 is ``nn``'s network); the predictive is the mean
+  of the members' softmax probabilities (:func:`ensemble_probabilities`).
+* ``adgp_ensemble``: every member converted and trained through stage 2 as ``adgp`` (frozen conv layers; member 0
+  is ``adgp``'s DGP), predicting with the mean of the members' class probabilities.
+
 Stage-2 remedies (docs/results/stage2.md), for ``adgp`` and ``adgp_ft`` alike, on the held-out validation
 images (the ``--validation-fraction`` part of the training images, which NN + TS also uses):
 
@@ -32,10 +46,14 @@ images (the ``--validation-fraction`` part of the training images, which NN + TS
 * ``--stage2-remedies``: both, (a2) + (e) with a patience of 5 epochs; ``--dgp-epochs`` is then the cap.
 
 Metrics per angle (:mod:`activated_dgp.metrics`): accuracy, test log-likelihood, ECE (15 bins) and mean
-predictive entropy. One record per (dataset, model, seed) in ``<out>/records.jsonl`` (resumable: finished
-cells are skipped; trained networks and DGPs are checkpointed under ``--cache-dir`` so an interrupted seed
-does not retrain them). ``--report-only`` rewrites the generated part of ``docs/results/rotated_mnist.md`` and
-``docs/figures/rotated_mnist.png`` from the records.
+predictive entropy. The study runs on :mod:`experiments.harness`: one cell and one record per (dataset, model,
+seed) in ``<out>/records.jsonl`` (resumable: finished cells are skipped), protocol ``seed-model/1:<configuration
+digest>`` (:data:`CELL_PROTOCOL`; ``eval_seconds`` is the model's own prediction time, ``feature_seconds`` its conv
+features'); records made before the harness, whose cells were all models of a seed, read as
+``seed-group:<digest>`` and are never mixed with new ones. Trained networks, DGPs, per-angle conv features and
+evaluation progress are artifacts under ``--artifacts`` (default ``<--cache-dir>/rotated_mnist``), shared by the
+cells that use them. ``--report-only`` rewrites the generated part of the page (``--doc``, default ``<out>.md``)
+and the figure from the records of the newest protocol.
 """
 
 from __future__ import annotations
@@ -55,12 +73,20 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np  # noqa: E402
 
-from experiments.harness.artifacts import atomic_write, atomic_write_text  # noqa: E402
+from experiments.harness.artifacts import ArtifactCache, atomic_write, atomic_write_text  # noqa: E402
 from experiments.harness.blocks import write_block  # noqa: E402
-from experiments.harness.store import ResultStore, pending, portable_command, portable_path  # noqa: E402
+from experiments.harness.store import ResultStore, portable_path  # noqa: E402
+from experiments.harness.study import page_path, records_path  # noqa: E402
 
 MODELS = ("nn", "nn_dropout", "nn_ts", "adgp", "adgp_ft")
-LABELS = {"nn": "NN", "nn_dropout": "NN + Dropout", "nn_ts": "NN + TS", "adgp": "ADGP", "adgp_ft": "ADGP + conv fine-tuned"}
+#: issue 36's controls: the networks given ADGP's extra stage-2 epochs, and deep ensembles of networks and of ADGPs
+CONTROLS = ("nn_ft", "nn_ts_ft", "nn_dropout_ft", "ensemble", "adgp_ensemble")
+ALL_MODELS = MODELS + CONTROLS
+LABELS = {"nn": "NN", "nn_dropout": "NN + Dropout", "nn_ts": "NN + TS", "adgp": "ADGP", "adgp_ft": "ADGP + conv fine-tuned",
+          "nn_ft": "NN + extra epochs", "nn_ts_ft": "NN + extra epochs + TS", "nn_dropout_ft": "NN + Dropout + extra epochs",
+          "ensemble": "Deep ensemble", "adgp_ensemble": "ADGP ensemble"}
+STAGE2_OPTIMIZER = "Adam"  # stage 2 with the conv layers trained, and the networks' extra epochs (stage2_fit)
+ENSEMBLE_SEED_STRIDE = 10_000  # deep-ensemble member k of run s has seed s + k · stride (member_seed)
 ANGLES = tuple(range(0, 181, 15))
 METRICS = ("accuracy", "log_likelihood", "ece", "entropy")
 METRIC_LABELS = {
@@ -69,7 +95,7 @@ METRIC_LABELS = {
     "ece": "expected calibration error (15 bins)",
     "entropy": "mean predictive entropy (nats)",
 }
-KEY_FIELDS = ("dataset", "model", "seed")
+KEY_FIELDS = KEY = ("dataset", "model", "seed")
 REPO = Path(__file__).resolve().parents[1]
 FIGURE = REPO / "docs" / "figures" / "rotated_mnist.png"  # the results page's figure (Ñ = 8); the runner writes it only when named
 BLOCK_COMMAND = "python -m experiments.rotated_mnist --report-only"  # named in the page's generated-block marker
@@ -104,6 +130,7 @@ class Config:
     # and keeps its best training-ELBO check (twelfth session); records made before have no such field, so they are
     # never mixed with new runs (the networks, which it does not change, are still shared: stage1_digest)
     stage2_defaults: str = "ramp-guard"
+    ensemble_size: int = 5  # members of the deep ensembles (ensemble, adgp_ensemble)
 
     def __post_init__(self):
         variance = self.kernel_variance
@@ -129,7 +156,7 @@ class Config:
         return json.loads(json.dumps(fields))
 
     def digest(self) -> str:
-        return hashlib.sha1(json.dumps(self.as_record(), sort_keys=True).encode()).hexdigest()[:12]
+        return config_digest(self.as_record())
 
     def stage1_digest(self) -> str:
         """The digest without the stage-2 remedies, which do not change the networks: runs that differ only
@@ -140,8 +167,41 @@ class Config:
 
 
 KERNEL_VARIANCE_CHOICES = ("validation", "elbo")
-LATER_DEFAULTS = {"kernel_variance": 1.0, "dgp_patience": None}
+LATER_DEFAULTS = {"kernel_variance": 1.0, "dgp_patience": None, "ensemble_size": 5}
 REMEDIES = {"kernel_variance": "validation", "dgp_patience": 5}  # --stage2-remedies: (a2) + (e)
+def config_digest(record: Dict) -> str:
+    """The digest of a configuration as stored in the records (:meth:`Config.as_record`)."""
+    return hashlib.sha1(json.dumps(record, sort_keys=True).encode()).hexdigest()[:12]
+
+
+#: Protocols (the harness's record versioning). Records made before the study moved onto the harness carry none:
+#: their cells were "all models of a seed" (eval_seconds splitting the shared feature time across the models) and
+#: :func:`upgrade` names them LEGACY_PROTOCOL:<config digest>. New records are CELL_PROTOCOL:<config digest>:
+#: one (seed, model) per cell, eval_seconds the model's own time, feature_seconds the conv features'.
+LEGACY_PROTOCOL = "seed-group"
+CELL_PROTOCOL = "seed-model/1"
+
+
+def upgrade(record: Dict) -> Dict:
+    if "protocol" in record:
+        return record
+    return {**record, "protocol": f"{LEGACY_PROTOCOL}:{config_digest(record['config'])}"}
+
+
+def PROTOCOL(options) -> str:
+    """A run's protocol: the cell definition and the configuration's digest (so records of another configuration
+    or cell definition are never mixed in). ``--report-only`` and ``--compare`` show the newest protocol in the
+    records (the page describes the latest run)."""
+    if options.report_only or options.compare:
+        return newest_protocol(records_path(options))
+    return f"{CELL_PROTOCOL}:{config_from(options).digest()}"
+
+
+def newest_protocol(path) -> Optional[str]:
+    records = ResultStore(path, KEY, upgrade=upgrade).all_records()
+    return records[-1]["protocol"] if records else None
+
+
 VALIDATION_SAMPLES = 16  # samples of the validation NLPD (train_dgp's default), seeded with 0
 
 
@@ -223,8 +283,7 @@ def build_classifier(config: Config, seed: int, dropout: float = 0.0):
         seed=seed,
     )
     head = with_dropout(twin, dropout, seed) if dropout > 0 else twin
-    model = tf_keras.Sequential([extractor, head], name="classifier")
-    return model, extractor, head
+    return _classifier(extractor, head), extractor, head
 
 
 def _lengthscales(input_dim: int) -> np.ndarray:
@@ -279,23 +338,21 @@ def fit_temperature(logits: np.ndarray, labels: np.ndarray) -> float:
     return float(np.exp(minimize_scalar(nll, bounds=(-5.0, 5.0), method="bounded").x))
 
 
-def finetune_dgp_and_extractor(dgp, extractor, x: np.ndarray, y: np.ndarray, config: Config, seed: int, validation=None) -> dict:
-    """Stage 2 with the convolutional layers trained too: Adam on −ELBO/N over the DGP's variables and the
-    extractor's (the ELBO of :meth:`gpflux.models.DeepGP.elbo` on minibatches of features extractor(x)), as a Keras
-    fit of :class:`ExtractorDGP` over ``config.dgp_epochs`` epochs of seeded shuffled full minibatches.
-
-    With ``config.dgp_patience`` (remedy e), ``validation`` = (x_val, y_val) images: the validation NLPD of the
-    DGP on extractor(x_val) (:func:`activated_dgp.training.validation_nlpd`, as in :func:`activated_dgp.train_dgp`)
-    is checked before training and after every epoch by :class:`activated_dgp.training.RestoreBest` on the fitted
-    model, training stops after ``dgp_patience`` epochs without improvement, and the DGP's and the extractor's
-    parameters of the best check are restored."""
+def stage2_fit(model, x: np.ndarray, y: np.ndarray, config: Config, seed: int, loss=None, score=None, label: str = "fine-tune") -> dict:
+    """The schedule of stage 2 with the convolutional layers trained, for any Keras ``model`` taking images:
+    ``STAGE2_OPTIMIZER`` (Adam) at ``config.dgp_learning_rate`` on ``loss`` (None: the model's own ``train_step``
+    loss), ``config.dgp_epochs`` epochs of seeded shuffled full minibatches of ``config.batch_size``. With
+    ``config.dgp_patience`` (remedy e), ``score()`` (lower is better) is checked before training and after every
+    epoch by :class:`activated_dgp.training.RestoreBest`, training stops after ``dgp_patience`` epochs without
+    improvement and the best check's parameters are restored. ADGP + conv fine-tuned and the networks' control
+    runs (``nn_ft``, ``nn_dropout_ft``) both go through here, so their extra epochs, optimiser and learning rate are
+    the same by construction; the returned record says which were used (read from the fitted optimiser)."""
     import tensorflow as tf
     import tf_keras
 
-    from activated_dgp.training import RestoreBest, validation_nlpd
+    from activated_dgp.training import RestoreBest
 
-    model = ExtractorDGP(dgp, extractor)
-    model.compile(optimizer=tf_keras.optimizers.Adam(config.dgp_learning_rate))
+    model.compile(optimizer=getattr(tf_keras.optimizers, STAGE2_OPTIMIZER)(config.dgp_learning_rate), loss=loss)
     rng = np.random.default_rng(seed)
     x32 = x.astype(np.float32)
 
@@ -310,29 +367,87 @@ def finetune_dgp_and_extractor(dgp, extractor, x: np.ndarray, y: np.ndarray, con
     signature = (tf.TensorSpec((None, x.shape[1]), tf.float32), tf.TensorSpec((None, y.shape[1]), tf.as_dtype(y.dtype)))
     callbacks, stopper = [], None
     if config.dgp_patience is not None:
-        if validation is None or len(validation[0]) == 0:
+        if score is None:
             raise ValueError("dgp_patience (early stopping) needs validation images")
-        x_val, y_val = validation
-        stopper = RestoreBest(lambda: validation_nlpd(dgp, features(extractor, x_val), y_val, VALIDATION_SAMPLES, 0),
-                              model, every=1, patience=config.dgp_patience)
+        stopper = RestoreBest(score, model, every=1, patience=config.dgp_patience)
         callbacks.append(stopper)
 
     def progress(epoch, logs):
-        line = f"  fine-tune epoch {epoch + 1}/{config.dgp_epochs}: −ELBO/N = {logs['loss']:.4f}"
-        log(line + (f", validation NLPD = {stopper.checks[-1][1]:.4f}" if stopper is not None else ""))
+        line = f"  {label} epoch {epoch + 1}/{config.dgp_epochs}: loss = {logs['loss']:.4f}"
+        log(line + (f", validation score = {stopper.checks[-1][1]:.4f}" if stopper is not None else ""))
 
     def start(logs):
         if stopper is not None:
-            log(f"  fine-tune epoch 0: validation NLPD = {stopper.checks[-1][1]:.4f}")
+            log(f"  {label} epoch 0: validation score = {stopper.checks[-1][1]:.4f}")
 
     callbacks.append(tf_keras.callbacks.LambdaCallback(on_train_begin=start, on_epoch_end=progress))
     history = model.fit(tf.data.Dataset.from_generator(batches, output_signature=signature), epochs=config.dgp_epochs,
                         callbacks=callbacks, verbose=0)
-    record = {"loss": [float(v) for v in history.history.get("loss", [])]}
-    if stopper is not None:  # the best check's parameters are back in the DGP and the extractor
+    losses = [float(v) for v in history.history.get("loss", [])]
+    record = {"loss": losses, "schedule": {"epochs": len(losses), "optimizer": type(model.optimizer).__name__,
+                                           "learning_rate": float(model.optimizer.learning_rate.numpy()), "batch_size": size}}
+    if stopper is not None:  # the best check's parameters are back in the model
         record.update(validation_nlpd=[[int(e), float(v)] for e, v in stopper.checks], best_epoch=int(stopper.best_epoch),
                       epochs_run=int(stopper.epochs_run))
     return record
+
+
+def finetune_dgp_and_extractor(dgp, extractor, x: np.ndarray, y: np.ndarray, config: Config, seed: int, validation=None) -> dict:
+    """Stage 2 with the convolutional layers trained too: Adam on −ELBO/N over the DGP's variables and the
+    extractor's (the ELBO of :meth:`gpflux.models.DeepGP.elbo` on minibatches of features extractor(x)), as a Keras
+    fit of :class:`ExtractorDGP` by :func:`stage2_fit` (``config.dgp_epochs`` epochs of seeded shuffled full
+    minibatches).
+
+    With ``config.dgp_patience`` (remedy e), ``validation`` = (x_val, y_val) images: the validation NLPD of the
+    DGP on extractor(x_val) (:func:`activated_dgp.training.validation_nlpd`, as in :func:`activated_dgp.train_dgp`)
+    is the score checked before training and after every epoch on the fitted model, training stops after
+    ``dgp_patience`` epochs without improvement, and the DGP's and the extractor's parameters of the best check are
+    restored."""
+    from activated_dgp.training import validation_nlpd
+
+    score = None
+    if config.dgp_patience is not None:
+        if validation is None or len(validation[0]) == 0:
+            raise ValueError("dgp_patience (early stopping) needs validation images")
+        x_val, y_val = validation
+        score = lambda: validation_nlpd(dgp, features(extractor, x_val), y_val, VALIDATION_SAMPLES, 0)  # noqa: E731
+    return stage2_fit(ExtractorDGP(dgp, extractor), x, y, config, seed, score=score)
+
+
+def finetuned_classifier(config: Config, splits: Splits, seed: int, dropout: float, source: Path, checkpoint: Path):
+    """The control of ADGP + conv fine-tuned for a network: stage 1 (``source``'s checkpoint) followed by the
+    extra epochs of :func:`stage2_fit` — the same number, optimiser, learning rate and minibatches as ADGP's stage
+    2 with the conv layers trained — on the network's own loss (cross-entropy of the softmax of its logits,
+    :func:`activated_dgp.likelihoods.network_loss`; dropout active while training when ``dropout`` > 0), every
+    weight (conv layers and head) trained. With ``config.dgp_patience`` the score is the validation cross-entropy.
+    Returns (extractor, head, stage-1 seconds, info); the weights are checkpointed under ``checkpoint``."""
+    from activated_dgp.likelihoods import network_loss
+
+    extractor, head, seconds = trained_classifier(config, splits, seed, dropout, source)
+    model = _classifier(extractor, head)
+    model.build((None, splits.x_train.shape[1]))  # its weights exist before the fit (RestoreBest snapshots them)
+    weights, record = checkpoint.with_suffix(".weights.h5"), checkpoint.with_suffix(".json")
+    if weights.is_file() and record.is_file():
+        model.load_weights(weights)
+        log(f"  loaded {weights}")
+        return extractor, head, seconds, json.loads(record.read_text())
+    loss = network_loss("softmax")
+    score = None
+    if config.dgp_patience is not None and len(splits.x_val):
+        x_val = splits.x_val.astype(np.float32)
+        score = lambda: float(loss(splits.y_val, model(x_val, training=False)))  # noqa: E731
+    start = time.time()
+    history = stage2_fit(model, splits.x_train, splits.y_train, config, seed, loss=loss, score=score, label="network extra")
+    info = {"seconds": time.time() - start, **history}
+    atomic_write_text(record, json.dumps(info))
+    atomic_write(weights, lambda temporary: model.save_weights(temporary))
+    return extractor, head, seconds, info
+
+
+def _classifier(extractor, head):
+    import tf_keras
+
+    return tf_keras.Sequential([extractor, head], name="classifier")
 
 
 @functools.lru_cache(maxsize=None)
@@ -434,6 +549,7 @@ def trained_adgp(config: Config, splits: Splits, extractor, head, seed: int, che
             dgp, extractor, splits.x_train, splits.y_train, config, seed, validation=(splits.x_val, splits.y_val) if stopping else None
         )
         atomic_write(extractor_weights, lambda temporary: extractor.save_weights(temporary))
+        info["stage2_schedule"] = history["schedule"]
     else:
         schedule = _schedule(config, config.dgp_epochs, config.dgp_learning_rate, config.dgp_patience)
         history = train_dgp(
@@ -477,95 +593,248 @@ def adgp_probabilities(dgp, feats: np.ndarray, samples: int, seed: int, batch: i
     return probabilities / probabilities.sum(1, keepdims=True)  # Monte Carlo round-off in the class sums
 
 
-# ---------------------------------------------------------------- runner
+# ---------------------------------------------------------------- cells (the harness runs them)
 
 
-def run_seed(config: Config, splits: Splits, seed: int, models: Sequence[str], store: ResultStore, cache: Path, extra: Dict) -> None:
-    """Train what ``models`` need for one seed, evaluate them at every angle, and append one record per model."""
-    from activated_dgp.metrics import classification_metrics
-
-    tag = f"{config.dataset}_{config.digest()}_seed{seed}"  # stage 2
-    stage1 = f"{config.dataset}_{config.stage1_digest()}_seed{seed}"  # the networks: the same without stage-2 remedies
-    results = {model: {metric: [] for metric in METRICS} for model in models}
-    info = {model: {} for model in models}
-    groups = []  # (extractor, {model: predict(features) -> probabilities})
-    if any(m in models for m in ("nn", "nn_ts", "adgp", "adgp_ft")):
-        log(f"seed {seed}: stage 1, NN")
-        extractor, head, seconds = trained_classifier(config, splits, seed, 0.0, cache / f"{stage1}_nn")
-        predictors = {}
-        logits = lambda f: head(f).numpy()  # noqa: E731
-        if "nn" in models:
-            predictors["nn"] = lambda f: softmax(logits(f))
-            info["nn"] = {"train_seconds": seconds}
-        if "nn_ts" in models:
-            temperature = fit_temperature(logits(features(extractor, splits.x_val)), splits.y_val)
-            log(f"  temperature T = {temperature:.3f} (fitted on {len(splits.x_val)} validation images)")
-            predictors["nn_ts"] = lambda f: softmax(logits(f) / temperature)
-            info["nn_ts"] = {"train_seconds": seconds, "temperature": temperature}
-        if "adgp" in models:
-            log(f"seed {seed}: stage 2, ADGP (ELBO, convolutional layers frozen)")
-            dgp, dgp_info = trained_adgp(config, splits, extractor, head, seed, cache / f"{tag}_adgp")
-            predictors["adgp"] = lambda f: adgp_probabilities(dgp, f, config.dgp_samples, seed)
-            info["adgp"] = {"train_seconds": seconds + dgp_info["seconds"], **dgp_info}
-        groups.append((extractor, predictors))
-        if "adgp_ft" in models:
-            log(f"seed {seed}: stage 2, ADGP (ELBO, convolutional layers fine-tuned)")
-            extractor_ft, head_ft, _ = trained_classifier(config, splits, seed, 0.0, cache / f"{stage1}_nn")  # a copy to tune
-            dgp_ft, ft_info = trained_adgp(config, splits, extractor_ft, head_ft, seed, cache / f"{tag}_adgp_ft", finetune=True)
-            groups.append((extractor_ft, {"adgp_ft": lambda f: adgp_probabilities(dgp_ft, f, config.dgp_samples, seed)}))
-            info["adgp_ft"] = {"train_seconds": seconds + ft_info["seconds"], **ft_info}
-    if "nn_dropout" in models:
-        log(f"seed {seed}: stage 1, NN + Dropout({config.dropout})")
-        extractor_d, head_d, seconds = trained_classifier(config, splits, seed, config.dropout, cache / f"{stage1}_dropout")
-        groups.append((extractor_d, {"nn_dropout": lambda f: dropout_probabilities(head_d, f, config.dropout_samples)}))
-        info["nn_dropout"] = {"train_seconds": seconds}
-    eval_seconds = {model: 0.0 for model in models}
-    # the finished angles of an interrupted evaluation, per model (the tag's digest covers the angles and test set)
-    progress = cache / f"{tag}_evaluation.json"
-    if progress.is_file():
-        saved = json.loads(progress.read_text())
-        for model in models:
-            if model in saved["results"]:
-                results[model], eval_seconds[model] = saved["results"][model], saved["eval_seconds"][model]
-        log(f"  resumed the evaluation: {', '.join(f'{m} {len(results[m][METRICS[0]])} angles' for m in models)}")
-    for index, angle in enumerate(config.angles):
-        x = as_inputs(splits.rotated[index])
-        line = []
-        for extractor, predictors in groups:
-            todo = {model: predict for model, predict in predictors.items() if len(results[model][METRICS[0]]) == index}
-            if not todo:
-                continue
-            start = time.time()
-            feats = features(extractor, x)
-            shared = (time.time() - start) / len(todo)
-            for model, predict in todo.items():
-                start = time.time()
-                scores = classification_metrics(predict(feats), splits.y_test)
-                eval_seconds[model] += shared + time.time() - start
-                for metric in METRICS:
-                    results[model][metric].append(scores[metric])
-                line.append(f"{model} acc {scores['accuracy']:.3f} tll {scores['log_likelihood']:.3f}")
-        if line:
-            log(f"  seed {seed} angle {angle:3d}°: " + "; ".join(line))
-            # an interrupted write leaves the previous angle's file intact
-            atomic_write_text(progress, json.dumps({"results": results, "eval_seconds": eval_seconds}))
-    for model in models:
-        record = dict(
-            dataset=config.dataset, model=model, seed=seed, angles=list(config.angles), **results[model],
-            **info[model], eval_seconds=eval_seconds[model], config=config.as_record(), **extra,
-            train_size=len(splits.x_train), validation_size=len(splits.x_val), num_test=len(splits.y_test),
-        )
-        store.append(record)
-        log(f"seed {seed}: recorded {model}")
+def member_seed(seed: int, member: int) -> int:
+    """The seed of deep-ensemble member ``member`` of run ``seed``: member 0 is ``nn``'s network itself; the
+    others' seeds never meet another run's (runs use seeds < 10 000)."""
+    return seed if member == 0 else seed + ENSEMBLE_SEED_STRIDE * member
 
 
-def check_config(store: ResultStore, config: Config) -> None:
-    for record in store.records():
-        if record.get("dataset") == config.dataset and record.get("config") != config.as_record():
+class RotatedCache(ArtifactCache):
+    """The study's artifacts (trained networks, DGPs, per-angle features, evaluation progress) under the file names
+    the study has always used (``<dataset>_<config digest>_seed<s>_<what>``, so checkpoints made before the study
+    moved onto the harness are reused), and the objects the cells of the current seed share in memory (its data
+    splits and the networks and DGPs no cell changes), dropped when another seed starts."""
+
+    def __init__(self, root, rotated_dir):
+        super().__init__(root, name=lambda kind, key, suffix: f"{key}{suffix}")
+        self.rotated_dir = Path(rotated_dir)
+        self.seed, self.shared = None, {}
+
+    def checkpoint(self, key: str) -> Path:
+        self.root.mkdir(parents=True, exist_ok=True)
+        return self.path("checkpoint", key, "")
+
+    def for_seed(self, seed: int, what, build):
+        if self.seed != seed:
+            self.seed, self.shared = seed, {}
+        if what not in self.shared:
+            self.shared[what] = build()
+        return self.shared[what]
+
+
+def artifact_cache(options) -> RotatedCache:
+    """``--artifacts``, else ``<--cache-dir>/rotated_mnist`` (default ~/.cache/activated_dgp/rotated_mnist, where
+    the networks of the committed runs were checkpointed)."""
+    from activated_dgp.data.mnist import default_cache_dir
+
+    cache_dir = Path(options.cache_dir) if options.cache_dir else default_cache_dir()
+    return RotatedCache(Path(options.artifacts) if options.artifacts else cache_dir / "rotated_mnist", cache_dir / "rotated")
+
+
+def config_from(options) -> Config:
+    remedies = dict(LATER_DEFAULTS, ensemble_size=options.ensemble_size, **(REMEDIES if options.stage2_remedies else {}))
+    if options.kernel_variance is not None:
+        remedies["kernel_variance"] = options.kernel_variance
+    if options.dgp_patience is not None:
+        remedies["dgp_patience"] = options.dgp_patience
+    if len(options.angles) < 2:
+        raise ValueError("give at least two --angles")
+    return Config(
+        dataset=options.dataset, epochs=options.epochs, dgp_epochs=options.dgp_epochs if options.dgp_epochs is not None else options.epochs,
+        train_size=options.train_size, test_size=options.test_size, dgp_samples=options.dgp_samples,
+        dropout_samples=options.dropout_samples, angles=tuple(options.angles), truncation_level=options.truncation_level, **remedies,
+    )
+
+
+def cells(options) -> List[Dict]:
+    if options.compare:
+        return []
+    return [dict(dataset=options.dataset, model=m, seed=s) for s in options.seeds for m in selected_models(options)]
+
+
+def selected_models(options) -> List[str]:
+    models = list(options.models)
+    extra = (["adgp_ft"] if options.finetune_conv else []) + (list(CONTROLS) if options.controls else [])
+    return models + [m for m in extra if m not in models]
+
+
+def prepare(options, context) -> None:
+    """One records folder holds one configuration per dataset (its page describes one): refuse another."""
+    if options.compare:
+        return
+    config = config_from(options)
+    store = ResultStore(records_path(options), KEY, upgrade=upgrade)
+    for record in store.all_records():
+        if record.get("dataset") == config.dataset and config_digest(record["config"]) != config.digest():
             raise ValueError(
                 f"{store.path} holds {config.dataset} records made with another configuration "
                 f"({record.get('config')}); use another --out or the same flags"
             )
+
+
+def _splits(options, context, config: Config, seed: int) -> Splits:
+    return context.artifacts.for_seed(seed, "splits", lambda: prepare_data(config, options.data_dir, seed, context.artifacts.rotated_dir))
+
+
+def _network(context, config: Config, splits: Splits, seed: int, member: int = 0, dropout: float = 0.0):
+    """Stage 1 of ``nn`` (member 0), of deep-ensemble member ``member`` or of the dropout network (shared in memory
+    by the seed's cells; no cell changes it)."""
+    stage1 = f"{config.dataset}_{config.stage1_digest()}_seed{seed}"
+    name = "_dropout" if dropout > 0 else ("_nn" if member == 0 else f"_nn_member{member}")
+
+    def build():
+        if dropout == 0:
+            log(f"seed {seed}: stage 1, NN" + (f" (ensemble member {member}, seed {member_seed(seed, member)})" if member else ""))
+        else:
+            log(f"seed {seed}: stage 1, NN + Dropout({config.dropout})")
+        return trained_classifier(config, splits, member_seed(seed, member), dropout, context.artifacts.checkpoint(stage1 + name))
+
+    return (stage1 + name, *context.artifacts.for_seed(seed, ("network", member, dropout), build))
+
+
+def _adgp(context, config: Config, splits: Splits, seed: int, member: int = 0):
+    """``adgp``'s DGP (member 0) or ensemble member ``member``'s, converted and trained with frozen conv layers."""
+    key, extractor, head, seconds = _network(context, config, splits, seed, member)
+    tag = f"{config.dataset}_{config.digest()}_seed{seed}"
+
+    def build():
+        log(f"seed {seed}: stage 2, ADGP (ELBO, convolutional layers frozen)" + (f", ensemble member {member}" if member else ""))
+        name = "_adgp" if member == 0 else f"_adgp_member{member}"
+        return trained_adgp(config, splits, extractor, head, member_seed(seed, member), context.artifacts.checkpoint(tag + name))
+
+    dgp, info = context.artifacts.for_seed(seed, ("adgp", member), build)
+    return key, extractor, dgp, seconds, info
+
+
+def run_cell(cell, options, context) -> Dict:
+    """Train (or load) what the cell's model needs, evaluate it at every angle, return its record. ``eval_seconds``
+    is the model's own prediction and scoring time, ``feature_seconds`` the time to compute (or load from the cache)
+    the conv features it reads, which other models of the seed share."""
+    config, seed, model = config_from(options), cell["seed"], cell["model"]
+    splits = _splits(options, context, config, seed)
+    tag = f"{config.dataset}_{config.digest()}_seed{seed}"
+    samples = config.dgp_samples
+    info: Dict = {}
+    if model in ("nn", "nn_ts"):
+        key, extractor, head, info["train_seconds"] = _network(context, config, splits, seed)
+        groups = [(key, extractor)]
+        scale = 1.0
+        if model == "nn_ts":
+            scale = info["temperature"] = fit_temperature(head(features(extractor, splits.x_val)).numpy(), splits.y_val)
+            log(f"  temperature T = {scale:.3f} (fitted on {len(splits.x_val)} validation images)")
+        predict = lambda feats: softmax(head(feats[0]).numpy() / scale)  # noqa: E731
+    elif model == "nn_dropout":
+        key, extractor, head, info["train_seconds"] = _network(context, config, splits, seed, dropout=config.dropout)
+        groups = [(key, extractor)]
+        predict = lambda feats: dropout_probabilities(head, feats[0], config.dropout_samples)  # noqa: E731
+    elif model == "adgp":
+        key, extractor, dgp, seconds, dgp_info = _adgp(context, config, splits, seed)
+        info = {"train_seconds": seconds + dgp_info["seconds"], **dgp_info}
+        groups = [(key, extractor)]
+        predict = lambda feats: adgp_probabilities(dgp, feats[0], samples, seed)  # noqa: E731
+    elif model == "adgp_ft":
+        log(f"seed {seed}: stage 2, ADGP (ELBO, convolutional layers fine-tuned)")
+        stage1 = f"{config.dataset}_{config.stage1_digest()}_seed{seed}"
+        extractor, head, seconds = trained_classifier(config, splits, seed, 0.0, context.artifacts.checkpoint(stage1 + "_nn"))  # a copy to tune
+        dgp, ft_info = trained_adgp(config, splits, extractor, head, seed, context.artifacts.checkpoint(tag + "_adgp_ft"), finetune=True)
+        info = {"train_seconds": seconds + ft_info["seconds"], **ft_info}
+        groups = [(tag + "_adgp_ft", extractor)]
+        predict = lambda feats: adgp_probabilities(dgp, feats[0], samples, seed)  # noqa: E731
+    elif model in ("nn_ft", "nn_ts_ft", "nn_dropout_ft"):
+        dropout = config.dropout if model == "nn_dropout_ft" else 0.0
+        source, _, _, _ = _network(context, config, splits, seed, dropout=dropout)
+        name = tag + ("_dropout_ft" if dropout else "_nn_ft")
+        log(f"seed {seed}: {LABELS[model]}: stage 1 + the extra epochs of ADGP's stage 2 (conv layers trained)")
+        extractor, head, seconds, ft = context.artifacts.for_seed(
+            seed, name, lambda: finetuned_classifier(config, splits, seed, dropout, context.artifacts.checkpoint(source),
+                                                     context.artifacts.checkpoint(name)))
+        info = {"train_seconds": seconds + ft["seconds"], "extra_loss": ft["loss"], "extra": ft["schedule"],
+                "adgp_stage2": stage2_settings(config)}
+        if "best_epoch" in ft:
+            info.update(extra_validation=ft["validation_nlpd"], extra_best_epoch=ft["best_epoch"], extra_epochs_run=ft["epochs_run"])
+        groups = [(name, extractor)]
+        if model == "nn_dropout_ft":
+            predict = lambda feats: dropout_probabilities(head, feats[0], config.dropout_samples)  # noqa: E731
+        else:
+            scale = 1.0
+            if model == "nn_ts_ft":  # the temperature is fitted after the extra epochs
+                scale = info["temperature"] = fit_temperature(head(features(extractor, splits.x_val)).numpy(), splits.y_val)
+            predict = lambda feats: softmax(head(feats[0]).numpy() / scale)  # noqa: E731
+    elif model == "ensemble":
+        members = [_network(context, config, splits, seed, k) for k in range(config.ensemble_size)]
+        info = {"train_seconds": sum(m[3] for m in members), "member_seeds": [member_seed(seed, k) for k in range(config.ensemble_size)]}
+        groups = [(key, extractor) for key, extractor, _, _ in members]
+        predict = lambda feats: ensemble_probabilities([softmax(m[2](f).numpy()) for m, f in zip(members, feats)])  # noqa: E731
+    elif model == "adgp_ensemble":
+        members = [_adgp(context, config, splits, seed, k) for k in range(config.ensemble_size)]
+        info = {"train_seconds": sum(m[3] + m[4]["seconds"] for m in members),
+                "member_seeds": [member_seed(seed, k) for k in range(config.ensemble_size)],
+                "members": [{k: v for k, v in m[4].items() if k != "elbo_loss"} for m in members]}
+        groups = [(m[0], m[1]) for m in members]
+        predict = lambda feats: ensemble_probabilities(  # noqa: E731
+            [adgp_probabilities(m[2], f, samples, member_seed(seed, k)) for k, (m, f) in enumerate(zip(members, feats))])
+    else:
+        raise ValueError(f"unknown model {model!r}; choose from {', '.join(ALL_MODELS)}")
+    results = evaluate(context, config, splits, f"{tag}_{model}", groups, predict)
+    data_root = options.data_dir or os.environ.get("ADGP_DATA_DIR")
+    return dict(
+        angles=list(config.angles), **results, **info, config=config.as_record(),
+        train_source=portable_path(splits.train_source, data_root), test_source=portable_path(splits.test_source, data_root),
+        command=options.command, train_size=len(splits.x_train), validation_size=len(splits.x_val), num_test=len(splits.y_test),
+    )
+
+
+def stage2_settings(config: Config) -> Dict:
+    """ADGP's stage-2 schedule with the conv layers trained, as :func:`stage2_fit` applies it to ``config``."""
+    return {"epochs": config.dgp_epochs, "optimizer": STAGE2_OPTIMIZER, "learning_rate": config.dgp_learning_rate,
+            "batch_size": config.batch_size}
+
+
+def ensemble_probabilities(members: Sequence[np.ndarray]) -> np.ndarray:
+    """The deep ensemble's predictive (Lakshminarayanan et al., 2017, Sec. 2.4): the uniform mixture of the M members'
+    class probabilities, p(y | x) = (1/M) Σ_m p_m(y | x), [N, C] from M arrays [N, C]. (The library's
+    ``ensemble_predict_y`` / ``ensemble_log_density`` give a mixture's moments and log density, not the class
+    probabilities the accuracy, ECE and entropy need, so the members' probabilities are averaged here.)"""
+    return np.mean(np.stack(members), axis=0)
+
+
+def evaluate(context, config: Config, splits: Splits, progress_key: str, groups, predict) -> Dict:
+    """Every angle's metrics of ``predict([features of each group's extractor])`` (probabilities [T, 10]); the
+    features per (extractor, angle) come from the artifact cache, the finished angles of an interrupted
+    evaluation from its progress file (the key's digest covers the angles and test set)."""
+    from activated_dgp.metrics import classification_metrics
+
+    progress = context.artifacts.checkpoint(progress_key + "_evaluation.json")
+    state = {"results": {metric: [] for metric in METRICS}, "eval_seconds": 0.0, "feature_seconds": 0.0}
+    if progress.is_file():
+        state = json.loads(progress.read_text())
+        log(f"  resumed the evaluation of {progress_key}: {len(state['results'][METRICS[0]])} angles done")
+    for index, angle in enumerate(config.angles):
+        if index < len(state["results"][METRICS[0]]):
+            continue
+        start = time.time()
+        feats = [angle_features(context, key, extractor, splits, index, angle) for key, extractor in groups]
+        state["feature_seconds"] += time.time() - start
+        start = time.time()
+        scores = classification_metrics(predict(feats), splits.y_test)
+        state["eval_seconds"] += time.time() - start
+        for metric in METRICS:
+            state["results"][metric].append(scores[metric])
+        log(f"  {progress_key} angle {angle:3d}°: acc {scores['accuracy']:.3f} tll {scores['log_likelihood']:.3f}")
+        atomic_write_text(progress, json.dumps(state))  # an interrupted write leaves the previous angle's file intact
+    return {**state["results"], "eval_seconds": state["eval_seconds"], "feature_seconds": state["feature_seconds"]}
+
+
+def angle_features(context, key: str, extractor, splits: Splits, index: int, angle) -> np.ndarray:
+    """The conv features [T, 1024] of the test images rotated by ``angle`` (saved as float32, the extractor's own
+    precision, so the copy is exact), shared by the models reading the same extractor."""
+    saved = context.artifacts.get_or_build(
+        "features", f"{key}_features_{angle}deg", ".npy", build=lambda: extractor.predict(as_inputs(splits.rotated[index]), batch_size=1000, verbose=0),
+        save=lambda array, path: np.save(path, array), load=np.load)
+    return np.asarray(saved).astype(np.float64)
 
 
 # ---------------------------------------------------------------- report
@@ -574,7 +843,7 @@ def check_config(store: ResultStore, config: Config) -> None:
 def aggregate(records: List[Dict], dataset: str) -> Dict[str, Dict[str, np.ndarray]]:
     """model → metric → [seeds, angles] array."""
     table: Dict[str, Dict[str, np.ndarray]] = {}
-    for model in MODELS:
+    for model in ALL_MODELS:  # only the models that have records: the controls appear once they are run
         rows = [r for r in records if r["dataset"] == dataset and r["model"] == model]
         if rows:
             table[model] = {metric: np.array([r[metric] for r in rows]) for metric in METRICS}
@@ -684,8 +953,7 @@ def report_markdown(records: List[Dict], dataset: str, figure: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_report(store: ResultStore, dataset: str, doc: Path, figure: Path) -> None:
-    records = store.records()
+def write_report(records: List[Dict], dataset: str, doc: Path, figure: Path) -> None:
     table = aggregate(records, dataset)
     if table:
         angles = next(r for r in records if r["dataset"] == dataset)["angles"]
@@ -779,22 +1047,21 @@ def patience_option(text: str) -> int:
     return value
 
 
-def main(argv: Optional[Sequence[str]] = None) -> None:
-    from experiments.harness.cli import make_parser, shared_option
-
-    parser = make_parser("python -m experiments.rotated_mnist", __doc__.split("\n\n")[0])
-    shared_option(parser, "--data-dir", help="directory with MNIST IDX files or mnist.npz (or $ADGP_DATA_DIR)")
+def add_options(parser) -> None:
     parser.add_argument("--dataset", choices=("mnist", "fashion_mnist"), default="mnist")
-    parser.add_argument("--out", default="runs/rotated_mnist",
-                        help="records directory (default runs/rotated_mnist: a new run never meets the committed records of another configuration)")
-    parser.add_argument("--cache-dir", default=None, help="rotated test sets and checkpoints (default ~/.cache/activated_dgp)")
+    parser.add_argument("--cache-dir", default=None,
+                        help="rotated test sets, and the artifacts when --artifacts is not given (default ~/.cache/activated_dgp)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--models", nargs="+", choices=MODELS, default=[m for m in MODELS if m != "adgp_ft"])
+    parser.add_argument("--models", nargs="+", choices=ALL_MODELS, default=[m for m in MODELS if m != "adgp_ft"])
     parser.add_argument("--finetune-conv", action="store_true",
                         help="also run adgp_ft: stage 2 trains the convolutional layers with the DGP (measured against adgp, frozen)")
+    parser.add_argument("--controls", action="store_true",
+                        help=f"also run the controls of issue 36: {', '.join(CONTROLS)}")
+    parser.add_argument("--ensemble-size", type=int, default=Config.ensemble_size, help="members of the deep ensembles")
     parser.add_argument("--truncation-level", type=int, default=Config.truncation_level, help="Ñ of the activated GP layers")
     parser.add_argument("--epochs", type=int, default=Config.epochs, help="stage-1 (network) epochs")
-    parser.add_argument("--dgp-epochs", type=int, default=None, help="stage-2 (ELBO) epochs; default --epochs")
+    parser.add_argument("--dgp-epochs", type=int, default=None,
+                        help="stage-2 (ELBO) epochs, and the extra epochs of the *_ft controls; default --epochs")
     parser.add_argument("--train-size", type=int, default=None, help="training images used (train + validation); default all")
     parser.add_argument("--test-size", type=int, default=None, help="test images per angle; default all 10,000")
     parser.add_argument("--dgp-samples", type=int, default=Config.dgp_samples)
@@ -809,65 +1076,49 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--stage2-remedies", action="store_true",
                         help=f"the stage-2 remedies of docs/results/stage2.md: --kernel-variance {REMEDIES['kernel_variance']} "
                              f"--dgp-patience {REMEDIES['dgp_patience']} (an explicit --kernel-variance / --dgp-patience wins)")
-    parser.add_argument("--doc", default=None, help="results markdown whose generated block is rewritten (default <out>/report.md)")
+    parser.add_argument("--doc", default=None, help="results markdown whose generated block is rewritten (default <out>.md)")
     parser.add_argument("--figure", default=None, help="figure to write (default <out>/rotated_mnist.png; with --compare: none)")
-    shared_option(parser, "--report-only", help="only rewrite the doc and figure from the records")
     parser.add_argument("--compare", nargs="+", metavar="DIR[:MODEL,…]", default=None,
                         help="print a table setting these records directories side by side (optionally only the named "
                              "models of each; only the records of --seeds) and draw --figure; nothing is run")
-    args = parser.parse_args(argv)
-    if args.compare:
-        runs = []
-        for entry in args.compare:
-            folder, _, models = entry.partition(":")
-            unknown = [m for m in models.split(",") if models and m not in MODELS]
-            if unknown:
-                raise SystemExit(f"--compare {entry!r}: unknown models {unknown}; choose from {', '.join(MODELS)}")
-            store = ResultStore(Path(folder) / "records.jsonl", KEY_FIELDS)
-            if not store.path.exists():
-                raise SystemExit(f"--compare: no records at {store.path}")
-            runs.append(([r for r in store.records() if r["seed"] in args.seeds], models.split(",") if models else None))
-        print(compare_runs(runs, args.dataset, Path(args.figure) if args.figure else None), end="")
+
+
+#: the pages ``python -m experiments report`` rewrites (the committed runs that have a page)
+REPORT_RUNS = [["--out", f"docs/results/{run}", "--doc", f"docs/results/{run}.md", "--figure", f"docs/figures/{run}.png"]
+               for run in ("rotated_mnist", "rotated_mnist_n20_full", "rotated_mnist_n20_remedies")]
+
+
+def report(records: List[Dict], options) -> None:
+    """The page's generated block and figure from the records (of one protocol); with ``--compare`` the table of
+    several records folders side by side instead."""
+    if options.compare:
+        print(compare_runs(_compared(options), options.dataset, Path(options.figure) if options.figure else None), end="")
         return
+    out = Path(options.out)
+    write_report(records, options.dataset, Path(options.doc) if options.doc else page_path(options),
+                 Path(options.figure) if options.figure else out / "rotated_mnist.png")
 
-    from activated_dgp.data.mnist import default_cache_dir
 
-    remedies = dict(LATER_DEFAULTS, **(REMEDIES if args.stage2_remedies else {}))
-    if args.kernel_variance is not None:
-        remedies["kernel_variance"] = args.kernel_variance
-    if args.dgp_patience is not None:
-        remedies["dgp_patience"] = args.dgp_patience
-    config = Config(
-        dataset=args.dataset, epochs=args.epochs, dgp_epochs=args.dgp_epochs if args.dgp_epochs is not None else args.epochs,
-        train_size=args.train_size, test_size=args.test_size, dgp_samples=args.dgp_samples,
-        dropout_samples=args.dropout_samples, angles=tuple(args.angles), truncation_level=args.truncation_level, **remedies,
-    )
-    if args.finetune_conv and "adgp_ft" not in args.models:
-        args.models = [*args.models, "adgp_ft"]
-    if len(config.angles) < 2:
-        raise ValueError("give at least two --angles")
-    store = ResultStore(Path(args.out) / "records.jsonl", KEY_FIELDS)
-    if not args.report_only:
-        check_config(store, config)
-        cache = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
-        command = portable_command("experiments.rotated_mnist", argv if argv is not None else sys.argv[1:])
-        cells = [dict(dataset=config.dataset, model=m, seed=s) for s in args.seeds for m in args.models]
-        todo = pending(store, cells)
-        log(f"{len(cells) - len(todo)} of {len(cells)} (model, seed) cells already recorded in {store.path}")
-        for seed in args.seeds:
-            models = [c["model"] for c in todo if c["seed"] == seed]
-            if not models:
-                continue
-            start = time.time()
-            splits = prepare_data(config, args.data_dir, seed, cache)
-            data_root = args.data_dir or os.environ.get("ADGP_DATA_DIR")
-            extra = dict(train_source=portable_path(splits.train_source, data_root), test_source=portable_path(splits.test_source, data_root), command=command)
-            log(f"seed {seed}: {len(splits.x_train)} train / {len(splits.x_val)} validation images, "
-                f"{len(splits.y_test)} test images × {len(config.angles)} angles; models {models}")
-            run_seed(config, splits, seed, models, store, cache / "rotated_mnist", extra)
-            log(f"seed {seed} done in {time.time() - start:.0f} s")
-    out = Path(args.out)
-    write_report(store, config.dataset, Path(args.doc) if args.doc else out / "report.md", Path(args.figure) if args.figure else out / "rotated_mnist.png")
+def _compared(options) -> List[Tuple[List[Dict], Optional[Sequence[str]]]]:
+    runs = []
+    for entry in options.compare:
+        folder, _, models = entry.partition(":")
+        unknown = [m for m in models.split(",") if models and m not in ALL_MODELS]
+        if unknown:
+            raise SystemExit(f"--compare {entry!r}: unknown models {unknown}; choose from {', '.join(ALL_MODELS)}")
+        path = Path(folder) / "records.jsonl"
+        if not path.exists():
+            raise SystemExit(f"--compare: no records at {path}")
+        store = ResultStore(path, KEY, upgrade=upgrade, protocol=newest_protocol(path))
+        runs.append(([r for r in store.records() if r["seed"] in options.seeds], models.split(",") if models else None))
+    return runs
+
+
+def main(argv: Optional[Sequence[str]] = None) -> list:
+    """``python -m experiments.rotated_mnist …``: the same as ``python -m experiments rotated_mnist …``."""
+    from experiments.harness import cli, registry
+
+    return cli.main("rotated_mnist", registry.study("rotated_mnist"), argv)
 
 
 if __name__ == "__main__":

@@ -285,7 +285,9 @@ def test_interrupted_after_each_stage_resumes_from_its_checkpoint(tmp_path, rng,
     monkeypatch.setattr(rotated_mnist, "trained_adgp", stop)  # stage 2 starts: interrupted
     with pytest.raises(KeyboardInterrupt):
         rotated_mnist.main(args)
-    assert not (out / "records.jsonl").is_file() or not ResultStore(out / "records.jsonl", rotated_mnist.KEY_FIELDS).records()
+    # cells are (seed, model): nn finished before adgp's stage 2 was interrupted, and its record is kept
+    first_lines = (out / "records.jsonl").read_text().splitlines()
+    assert [json.loads(line)["model"] for line in first_lines] == ["nn"]
     trained_W = seen["heads"][0]
     assert max(np.max(np.abs(w - w0)) for w, w0 in zip(trained_W, seen["initial_W"])) > 1e-6  # stage 1 moved W
 
@@ -328,6 +330,7 @@ def test_interrupted_after_each_stage_resumes_from_its_checkpoint(tmp_path, rng,
     np.testing.assert_array_equal(seen["dgps"][1], seen["dgps"][0])
     records = ResultStore(out / "records.jsonl", rotated_mnist.KEY_FIELDS).records()
     assert sorted(r["model"] for r in records) == ["adgp", "nn"]
+    assert (out / "records.jsonl").read_text().splitlines()[0] == first_lines[0]  # nn was not run again
     assert all(np.all(np.isfinite(r["accuracy"])) for r in records)
 
 
@@ -464,3 +467,156 @@ def test_compare_runs_sets_record_directories_side_by_side(tmp_path, capsys):
     rotated_mnist.main(["--compare", str(tmp_path / "n8"), "--seeds", "1"])  # no --figure: the page's figure is left alone
     assert "| angle | NN (Ñ = 8, v = 1; 1 seeds) | ADGP (Ñ = 8, v = 1; 1 seeds) |" in capsys.readouterr().out
     assert (rotated_mnist.FIGURE.stat().st_mtime_ns if rotated_mnist.FIGURE.exists() else None) == before
+
+
+def _tiny_study_args(tmp_path, rng, num_test=8):
+    data = tmp_path / "data"
+    write_split(data, "t10k", rng.integers(0, 256, size=(num_test, 28, 28)), rng.integers(0, 10, num_test), gz=True)
+    return data, [
+        "--data-dir", str(data), "--out", str(tmp_path / "out"), "--cache-dir", str(tmp_path / "cache"), "--seeds", "0",
+        "--epochs", "1", "--train-size", "40", "--angles", "0", "90", "--truncation-level", "3", "--dgp-samples", "2",
+        "--dropout-samples", "2", "--doc", str(tmp_path / "doc.md"), "--figure", str(tmp_path / "fig.png"), "--quiet",
+    ]
+
+
+@pytest.mark.parametrize("run", ["rotated_mnist", "rotated_mnist_n20_full", "rotated_mnist_n20_remedies"])
+def test_committed_pages_are_what_their_old_records_give(tmp_path, run):
+    """The records made before the study moved onto the harness (no protocol field: cells of all models of a seed)
+    are still read and reported exactly as the committed page shows them."""
+    from experiments import rotated_mnist
+    from experiments.harness.blocks import read_block
+
+    root = Path(__file__).resolve().parents[1]
+    page = root / "docs" / "results" / f"{run}.md"
+    committed = page.read_text()
+    stale = tmp_path / "page.md"
+    stale.write_text(committed.replace(read_block(page, "rotated_mnist"), "stale\n"))
+    (tmp_path / run).mkdir()
+    (tmp_path / run / "records.jsonl").write_text((root / "docs" / "results" / run / "records.jsonl").read_text())
+    rotated_mnist.main(["--report-only", "--quiet", "--out", str(tmp_path / run), "--doc", str(stale), "--figure",
+                        str(tmp_path / "figures" / f"{run}.png")])  # the page names its figure
+    assert stale.read_text() == committed
+
+
+def test_resume_keeps_finished_cells_and_never_mixes_protocols(tmp_path, rng, monkeypatch):
+    """Cells are (seed, model): an interruption in the second cell keeps the first one's record, and a rerun does
+    not repeat it. A record of the old definition (no protocol: all models of a seed) with the same configuration
+    neither counts as done nor enters the page, and stays in the file untouched."""
+    from experiments import rotated_mnist as rm
+    from experiments.harness.store import ResultStore
+
+    _, args = _tiny_study_args(tmp_path, rng)
+    args += ["--models", "nn", "nn_ts"]
+    records = tmp_path / "out" / "records.jsonl"
+    records.parent.mkdir()
+    config = rm.Config(epochs=1, dgp_epochs=1, train_size=40, angles=(0, 90), truncation_level=3, dgp_samples=2, dropout_samples=2)
+    legacy = dict(dataset="mnist", model="nn", seed=0, angles=[0, 90], config=config.as_record(), accuracy=[0.5, 0.5],
+                  log_likelihood=[-123.0, -123.0], ece=[0.0, 0.0], entropy=[0.0, 0.0], eval_seconds=1.0, train_size=36,
+                  validation_size=4, num_test=8)
+    records.write_text(json.dumps(legacy) + "\n")
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt("simulated interruption")
+
+    real_temperature = rm.fit_temperature
+    monkeypatch.setattr(rm, "fit_temperature", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        rm.main(args)
+    lines = records.read_text().splitlines()
+    assert json.loads(lines[0]) == legacy and len(lines) == 2  # the old record untouched; nn run again under the new protocol
+    new_nn = json.loads(lines[1])
+    assert new_nn["model"] == "nn" and new_nn["protocol"] == f"seed-model/1:{config.digest()}"
+    assert new_nn["log_likelihood"] != legacy["log_likelihood"] and "feature_seconds" in new_nn
+    monkeypatch.setattr(rm, "fit_temperature", real_temperature)
+    rm.main(args)
+    lines_after = records.read_text().splitlines()
+    assert lines_after[:2] == lines and [json.loads(line)["model"] for line in lines_after[2:]] == ["nn_ts"]
+    rm.main(args)  # nothing left: nothing appended
+    assert records.read_text().splitlines() == lines_after
+    page = (tmp_path / "doc.md").read_text()
+    assert "-123.000" not in page and f"{np.mean(new_nn['log_likelihood']):.3f}" in page
+    assert len(ResultStore(records, rm.KEY).all_records()) == 3  # the harness's plain store sees both protocols
+
+
+@pytest.mark.slow
+def test_controls_share_adgp_stage2_schedule_and_the_ensembles_average_their_members(tmp_path, rng):
+    """Issue 36's controls on a tiny run: the networks' extra epochs use ADGP + conv fine-tuned's stage-2 epochs,
+    optimiser, learning rate and minibatch (read from the records: what each fit used, against the configuration
+    and adgp_ft's own fit); the deep ensemble's predictive is the mean of its members' softmax probabilities,
+    recomputed here from the members' saved weights on rotations done here."""
+    from scipy.special import softmax
+
+    from activated_dgp.data import rotate_images
+    from experiments import rotated_mnist as rm
+    from experiments.harness.store import ResultStore
+
+    data, args = _tiny_study_args(tmp_path, rng)
+    args += ["--models", "nn", "adgp", "--finetune-conv", "--controls", "--dgp-epochs", "2", "--ensemble-size", "3"]
+    rm.main(args)
+    records = {r["model"]: r for r in ResultStore(tmp_path / "out" / "records.jsonl", rm.KEY).records()}
+    assert sorted(records) == sorted(["nn", "adgp", "adgp_ft", *rm.CONTROLS])
+    stage2 = records["adgp_ft"]["stage2_schedule"]
+    config = records["adgp_ft"]["config"]
+    assert stage2["epochs"] == config["dgp_epochs"] == 2 and stage2["optimizer"] == "Adam"
+    assert stage2["learning_rate"] == pytest.approx(config["dgp_learning_rate"], rel=1e-6)
+    for model in ("nn_ft", "nn_ts_ft", "nn_dropout_ft"):
+        record = records[model]
+        assert record["config"] == config
+        assert record["extra"] == stage2  # epochs, optimiser, learning rate and minibatch of the fit actually run
+        assert record["adgp_stage2"]["epochs"] == config["dgp_epochs"] and record["adgp_stage2"]["optimizer"] == stage2["optimizer"]
+        assert record["adgp_stage2"]["learning_rate"] == pytest.approx(record["extra"]["learning_rate"], rel=1e-6)
+        assert len(record["extra_loss"]) == 2
+    assert records["nn_ft"]["log_likelihood"] != records["nn"]["log_likelihood"]  # the extra epochs changed the network
+    assert records["nn_ts_ft"]["temperature"] > 0 and records["nn_ts_ft"]["extra_loss"] == records["nn_ft"]["extra_loss"]
+
+    # the deep ensemble: members from their saved weights, rotations and metrics computed here
+    cache = tmp_path / "cache" / "rotated_mnist"
+    member_files = [next(cache.glob("*_seed0_nn.weights.h5"))] + [next(cache.glob(f"*_seed0_nn_member{k}.weights.h5")) for k in (1, 2)]
+    test = load_mnist(data)
+    probabilities = {angle: [] for angle in (0, 90)}
+    member_weights = []
+    for path in member_files:
+        model = rm.build_classifier(rm.Config(truncation_level=3), seed=0)[0]
+        model(np.zeros((1, 784), np.float32))  # builds the weights
+        model.load_weights(path)
+        member_weights.append(model.get_weights()[0])
+        for angle in probabilities:
+            images = rotate_images(test.x_test, angle).reshape(len(test.x_test), -1).astype(np.float32) / 255.0
+            probabilities[angle].append(softmax(model(images).numpy().astype(np.float64), axis=1))
+    assert not np.allclose(member_weights[0], member_weights[1])  # independently initialised members
+    labels = test.y_test
+    for index, angle in enumerate((0, 90)):
+        mean = np.mean(probabilities[angle], axis=0)
+        assert records["ensemble"]["log_likelihood"][index] == pytest.approx(np.mean(np.log(mean[np.arange(len(labels)), labels])), rel=1e-6)
+        assert records["ensemble"]["accuracy"][index] == pytest.approx(np.mean(mean.argmax(1) == labels))
+        nn_only = probabilities[angle][0]
+        assert records["nn"]["log_likelihood"][index] == pytest.approx(np.mean(np.log(nn_only[np.arange(len(labels)), labels])), rel=1e-6)
+    assert records["ensemble"]["log_likelihood"] != records["nn"]["log_likelihood"]
+    adgp_ensemble = records["adgp_ensemble"]
+    assert adgp_ensemble["member_seeds"][0] == 0 and len(set(adgp_ensemble["member_seeds"])) == 3 and len(adgp_ensemble["members"]) == 3
+    assert all(np.all(np.isfinite(adgp_ensemble[m])) for m in rm.METRICS)
+    assert "Deep ensemble" in (tmp_path / "doc.md").read_text() and "ADGP ensemble" in (tmp_path / "doc.md").read_text()
+
+
+def test_network_control_early_stopping_restores_the_best_validation_cross_entropy(tmp_path, rng):
+    """With the stage-2 remedy (e) the networks' extra epochs stop as ADGP's do, on their own loss: the restored
+    network's validation cross-entropy, computed here from its logits, is the smallest check recorded."""
+    from scipy.special import log_softmax
+
+    from experiments import rotated_mnist as rm
+
+    config = rm.Config(epochs=2, num_units=8, width=6, truncation_level=3, batch_size=16, dgp_epochs=6, dgp_learning_rate=0.05,
+                       dgp_patience=2)
+    splits = _tiny_splits(rng)
+    rm.trained_classifier(config, splits, 0, 0.0, tmp_path / "nn")
+    extractor, head, _, info = rm.finetuned_classifier(config, splits, 0, 0.0, tmp_path / "nn", tmp_path / "nn_ft")
+    checks = info["validation_nlpd"]
+    assert [e for e, _ in checks] == list(range(len(checks))) and info["epochs_run"] <= config.dgp_epochs
+    assert info["schedule"]["optimizer"] == "Adam" and info["schedule"]["learning_rate"] == pytest.approx(0.05, rel=1e-6)
+    labels = splits.y_val.astype(int).ravel()
+    logits = head(rm.features(extractor, splits.x_val)).numpy()
+    restored = -np.mean(log_softmax(logits, axis=1)[np.arange(len(labels)), labels])
+    assert restored == pytest.approx(min(v for _, v in checks), rel=1e-5)
+    assert any(abs(v - restored) > 1e-6 for _, v in checks)  # the checks differ: the restore is not vacuous
+    again = rm.finetuned_classifier(config, splits, 0, 0.0, tmp_path / "nn", tmp_path / "nn_ft")  # from its checkpoint
+    np.testing.assert_allclose(again[1](rm.features(again[0], splits.x_val)).numpy(), logits, rtol=1e-6, atol=1e-9)
