@@ -511,3 +511,20 @@ def test_lla_rows_run_on_the_nns_network_and_the_exact_one_only_where_the_ggn_fi
     assert lla["rmse"] == pytest.approx(nn["rmse"], rel=1e-9)  # the linearised mean is the network's
     assert lla["extra"]["noise_variance"] == pytest.approx(nn["extra"]["train_mse"], rel=1e-12)
     assert lla["extra"]["num_parameters"] == 128 and lla["extra"]["prior_precision"] > 0
+
+
+def test_far_field_table_pairs_each_split_with_its_own_fit_without_the_residual():
+    """Differences +0.1, +0.3 (mean 0.2, SE 0.1): "with" is worse by more than one SE on yacht; on energy the pair
+    is identical. Mean and SE computed here with numpy on the same numbers."""
+    from experiments.uci import far_field_markdown
+
+    def record(d, split, on, off):
+        return {"dataset": d, "method": "adgp", "split": split, "nlpd": on, "rmse": 0.5,
+                "extra": {"far_field_off": {"nlpd": off, "rmse": 0.5}}}
+
+    lines = far_field_markdown([record("yacht", 0, 1.1, 1.0), record("yacht", 1, 1.3, 1.0), record("energy", 0, 0.7, 0.7)])
+    yacht = next(line for line in lines if line.startswith("| yacht"))
+    diff = np.array([0.1, 0.3])
+    assert f"{diff.mean():+.2e} ± {diff.std(ddof=1) / np.sqrt(2):.1e}" in yacht and yacht.endswith("| no |")
+    assert next(line for line in lines if line.startswith("| energy")).endswith("| yes |")
+    assert "1 of 2 datasets (identical on every split of 1" in lines[-2]
