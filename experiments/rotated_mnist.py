@@ -1085,7 +1085,7 @@ def add_options(parser) -> None:
 
 #: the pages ``python -m experiments report`` rewrites (the committed runs that have a page)
 REPORT_RUNS = [["--out", f"docs/results/{run}", "--doc", f"docs/results/{run}.md", "--figure", f"docs/figures/{run}.png"]
-               for run in ("rotated_mnist", "rotated_mnist_n20_full", "rotated_mnist_n20_remedies")]
+               for run in ("rotated_mnist", "rotated_mnist_n20_full", "rotated_mnist_n20_remedies", "rotated_mnist_controls")]
 
 
 def report(records: List[Dict], options) -> None:
