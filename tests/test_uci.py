@@ -527,4 +527,6 @@ def test_far_field_table_pairs_each_split_with_its_own_fit_without_the_residual(
     diff = np.array([0.1, 0.3])
     assert f"{diff.mean():+.2e} ± {diff.std(ddof=1) / np.sqrt(2):.1e}" in yacht and yacht.endswith("| no |")
     assert next(line for line in lines if line.startswith("| energy")).endswith("| yes |")
-    assert "1 of 2 datasets (identical on every split of 1" in lines[-2]
+    assert "1 of 2 datasets (identical to 1e-12 on every split of 1" in lines[-2]
+    rounding = far_field_markdown([record("power-plant", 0, 0.1 + 2e-16, 0.1), record("power-plant", 1, 0.2 + 3e-16, 0.2)])
+    assert next(line for line in rounding if line.startswith("| power-plant")).endswith("| yes |")  # rounding is no cost
