@@ -30,6 +30,7 @@ k_res(h, h) (it enters through ``K_diag``, which the activated conditional uses 
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from math import comb
 from typing import Optional
 
@@ -43,7 +44,7 @@ from gpflow.utilities import positive
 
 from .kernels import ZonalArcCosine
 
-__all__ = ["FarFieldArcCosine", "add_far_field", "refit_far_field", "has_far_field", "far_field_options", "DEFAULT_ORDER"]
+__all__ = ["FarFieldArcCosine", "add_far_field", "far_field_switched_off", "refit_far_field", "has_far_field", "far_field_options", "DEFAULT_ORDER"]
 
 DEFAULT_ORDER = 3
 _TINY = 1e-300
@@ -131,6 +132,21 @@ class FarFieldArcCosine(ZonalArcCosine):
 def has_far_field(dgp: gpflux.models.DeepGP) -> bool:
     """Whether the DGP's output layer carries a :class:`FarFieldArcCosine` kernel."""
     return isinstance(getattr(dgp.f_layers[-1].kernel, "kernel", None), FarFieldArcCosine)
+
+
+@contextmanager
+def far_field_switched_off(dgp: gpflux.models.DeepGP):
+    """Within the block the output layer's residual is exactly zero (R = 10³⁰ puts every input inside the ball,
+    where (ρ − 1)₊ = 0); the radius is restored on exit. For paired with/without comparisons of one fit."""
+    kernel = dgp.f_layers[-1].kernel.kernel
+    if not isinstance(kernel, FarFieldArcCosine):
+        raise ValueError("the DGP's output layer has no far-field residual")
+    radius = float(kernel.far_radius.numpy())
+    kernel.far_radius.assign(1e30)
+    try:
+        yield dgp
+    finally:
+        kernel.far_radius.assign(radius)
 
 
 def far_field_options(far_field) -> Optional[dict]:

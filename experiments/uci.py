@@ -743,12 +743,6 @@ def figure(rows: Sequence[Dict], path: Path) -> None:
     plt.close(fig)
 
 
-def _version(protocol: str) -> int:
-    """The protocol version number at the end of a budget key ("…:v6" → 6; -1 without one)."""
-    tail = str(protocol).rpartition(":")[2]
-    return int(tail[1:]) if tail[:1] == "v" and tail[1:].isdigit() else -1
-
-
 def load_records(out: Path, protocol: Optional[str] = None, as_recorded: bool = False) -> List[Dict]:
     """The records in ``out``/records.jsonl of one budget (:func:`select_records`); ``as_recorded``: each under
     the protocol version it was made with (no :func:`upgrade`)."""
@@ -766,6 +760,8 @@ def select_records(everything: Sequence[Dict], protocol: Optional[str] = None, w
     of the newest protocol version that has any for it: methods the current version did not change count
     under it (if the records were read through :func:`upgrade`), and a changed method that has not been rerun
     yet keeps its older records, which :func:`older_versions` names in the report."""
+    from experiments.uci_methods import version_number
+
     if not everything:
         raise FileNotFoundError(f"no records in {where}; run the benchmark first")
     if protocol is not None:
@@ -787,19 +783,19 @@ def select_records(everything: Sequence[Dict], protocol: Optional[str] = None, w
     newest: Dict[tuple, int] = {}
     for r in ours:
         key = (r["dataset"], r["method"])
-        newest[key] = max(newest.get(key, -1), _version(r["protocol"]))
-    return [r for r in ours if _version(r["protocol"]) == newest[(r["dataset"], r["method"])]]
+        newest[key] = max(newest.get(key, -1), version_number(r["protocol"]))
+    return [r for r in ours if version_number(r["protocol"]) == newest[(r["dataset"], r["method"])]]
 
 
 def older_versions(records: Sequence[Dict]) -> List[str]:
     """"method (vK): datasets" for every (dataset, method) whose records predate the newest version present."""
-    from experiments.uci_methods import LABELS
+    from experiments.uci_methods import LABELS, version_number
 
-    current = max(_version(r["protocol"]) for r in records)
+    current = max(version_number(r["protocol"]) for r in records)
     every = {r["dataset"] for r in records}
     older: Dict[tuple, List[str]] = {}
     for r in records:
-        version = _version(r["protocol"])
+        version = version_number(r["protocol"])
         if version < current and r["dataset"] not in older.setdefault((r["method"], version), []):
             older[(r["method"], version)].append(r["dataset"])
     return [f"{LABELS[m]} (v{v}): " + ("every set" if set(d) == every else ", ".join(sorted(d))) for (m, v), d in sorted(older.items())]

@@ -66,7 +66,7 @@ from scipy.cluster.vq import kmeans2
 from activated_dgp import TrainingSchedule, build_activated_nn, train_dgp, train_network, train_two_stage
 from activated_dgp.eigen import LinearisedLaplace
 from activated_dgp.metrics import regression_metrics
-from activated_dgp.far_field import has_far_field
+from activated_dgp.far_field import far_field_switched_off, has_far_field
 from activated_dgp.nn import with_dropout
 from activated_dgp.prediction import sample_layers
 from experiments.harness.artifacts import ArtifactCache, atomic_write, atomic_write_text
@@ -167,15 +167,22 @@ def last_change(name: str) -> int:
     return max(int(v[1:]) for v, names in METHOD_CHANGES.items() if int(v[1:]) <= current and (name in names or "*" in names))
 
 
+def version_number(protocol) -> int:
+    """The version at the end of a protocol key ("…:v6" → 6; −1 without one)."""
+    tail = str(protocol).rpartition(":")[2]
+    return int(tail[1:]) if tail[:1] == "v" and tail[1:].isdigit() else -1
+
+
 def upgrade_record(record: Dict) -> Dict:
     """``record`` with its protocol key moved to the newest version, up to :data:`PROTOCOL_VERSION`, that has
     not changed its method since the record's own version (``upgraded_from`` says from which); unchanged when
     that is its own version. A v3 NN record thus counts under v5 (NN changed in v6), not under v6."""
     protocol = record.get("protocol")
-    head, _, version = protocol.rpartition(":") if isinstance(protocol, str) else ("", "", "")
-    if not (version[:1] == "v" and version[1:].isdigit()):
+    own = version_number(protocol) if isinstance(protocol, str) else -1
+    if own < 0:
         return record
-    own, current, name = int(version[1:]), int(PROTOCOL_VERSION[1:]), str(record.get("method"))
+    head, _, version = protocol.rpartition(":")
+    current, name = version_number(PROTOCOL_VERSION), str(record.get("method"))
     later = [int(v[1:]) for v, names in METHOD_CHANGES.items() if own < int(v[1:]) <= current and (name in names or "*" in names)]
     target = min(later) - 1 if later else current
     if target <= own:
@@ -504,16 +511,10 @@ def _adgp(kind: str, data: SplitData, budget: Budget, networks: Optional[Network
 
 
 def _without_far_field(dgp: gpflux.models.DeepGP, data: SplitData, budget: Budget) -> Dict:
-    """The test metrics of the same fitted ADGP with the far-field residual switched off (R → 10³⁰ puts every
-    input inside its ball, where k_res is exactly zero), the same samples through the hidden layers: the
-    paired "without" cell of issue 32. The residual is restored afterwards."""
-    kernel = dgp.f_layers[-1].kernel.kernel
-    radius = float(kernel.far_radius.numpy())
-    kernel.far_radius.assign(1e30)
-    try:
+    """The test metrics of the same fitted ADGP with the far-field residual switched off, the same samples through
+    the hidden layers: the paired "without" cell of issue 32."""
+    with far_field_switched_off(dgp):
         means, variances = dgp_mixture(dgp, data.X_test, budget.mc_samples, data.seed)
-    finally:
-        kernel.far_radius.assign(radius)
     return regression_metrics(data.y_test, means, variances, data.y_scale)
 
 

@@ -216,3 +216,18 @@ def test_bad_options():
     add_far_field(dgp, np.zeros((3, 2)) + np.arange(3)[:, None])
     with pytest.raises(ValueError, match="already has"):
         add_far_field(dgp, np.zeros((3, 2)))
+
+
+def test_switching_the_residual_off_zeroes_it_and_restores_it():
+    """Inside the block k_res(h, h) = 0 even far away; afterwards it is σ_r² (ρ − 1)^(2q+1)/(2q+1) again (closed form)."""
+    import activated_dgp as ad
+    from activated_dgp.far_field import add_far_field, far_field_switched_off
+
+    dgp = ad.build_activated_dgp(ad.ArchitectureConfig(2, num_layers=1, num_units=6), num_data=10, seed=0)
+    add_far_field(dgp, far_variance=2.0, far_radius=1.5, far_centre=np.zeros(2))
+    kernel = dgp.f_layers[-1].kernel.kernel
+    H = np.array([[30.0, 0.0]])
+    expected = 2.0 * (30.0 / 1.5 - 1.0) ** 7 / 7
+    with far_field_switched_off(dgp):
+        assert float(kernel.residual_diag(H)[0]) == 0.0
+    assert float(kernel.residual_diag(H)[0]) == pytest.approx(expected, rel=1e-10)
