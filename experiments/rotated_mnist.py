@@ -131,6 +131,12 @@ class Config:
     # never mixed with new runs (the networks, which it does not change, are still shared: stage1_digest)
     stage2_defaults: str = "ramp-guard"
     ensemble_size: int = 5  # members of the deep ensembles (ensemble, adgp_ensemble)
+    # issue 32: the output layer's far-field residual (activated_dgp.far_field.add_far_field, fitted on the conv
+    # features of the training images, re-centred after stage 2); every ADGP record then also scores the same fit
+    # with the residual switched off (``far_field_off``)
+    far_field: bool = False
+    # issue 36's "floor on v": the kernel-variance search never goes below it (needs kernel_variance "validation"/"elbo")
+    kernel_variance_floor: Optional[float] = None
 
     def __post_init__(self):
         variance = self.kernel_variance
@@ -141,6 +147,13 @@ class Config:
             raise ValueError(f"kernel_variance must be a positive number or one of {KERNEL_VARIANCE_CHOICES}, got {variance!r}")
         else:
             object.__setattr__(self, "kernel_variance", float(variance))
+        floor = self.kernel_variance_floor
+        if floor is not None:
+            if isinstance(floor, bool) or not (isinstance(floor, (int, float)) and np.isfinite(floor) and floor > 0):
+                raise ValueError(f"kernel_variance_floor must be a positive number or None, got {floor!r}")
+            if not isinstance(self.kernel_variance, str):
+                raise ValueError("kernel_variance_floor bounds a kernel-variance search: it needs kernel_variance 'validation' or 'elbo'")
+            object.__setattr__(self, "kernel_variance_floor", float(floor))
         patience = self.dgp_patience
         if patience is not None and (isinstance(patience, bool) or int(patience) != patience or patience < 1):
             raise ValueError(f"dgp_patience must be an integer ≥ 1 or None, got {patience!r}")
@@ -167,7 +180,7 @@ class Config:
 
 
 KERNEL_VARIANCE_CHOICES = ("validation", "elbo")
-LATER_DEFAULTS = {"kernel_variance": 1.0, "dgp_patience": None, "ensemble_size": 5}
+LATER_DEFAULTS = {"kernel_variance": 1.0, "dgp_patience": None, "ensemble_size": 5, "far_field": False, "kernel_variance_floor": None}
 REMEDIES = {"kernel_variance": "validation", "dgp_patience": 5}  # --stage2-remedies: (a2) + (e)
 def config_digest(record: Dict) -> str:
     """The digest of a configuration as stored in the records (:meth:`Config.as_record`)."""
@@ -506,7 +519,8 @@ def converted_dgp(config: Config, head, train, validation, seed: int):
         data = validation if variance == "validation" else train
         if len(data[0]) == 0:
             raise ValueError(f"kernel_variance={variance!r} needs {variance} images; none are left (--train-size too small?)")
-        selection = select_kernel_variances(dgp, *data, objective=variance, seed=seed)
+        floor = {} if config.kernel_variance_floor is None else {"min_variance": config.kernel_variance_floor}
+        selection = select_kernel_variances(dgp, *data, objective=variance, seed=seed, **floor)
         info["variance_selection"] = [[int(layer), float(v), float(score)] for layer, v, score in selection.evaluations]
     elif variance != 1.0:
         for layer in dgp.f_layers:
@@ -516,6 +530,11 @@ def converted_dgp(config: Config, head, train, validation, seed: int):
         check = train_features[:512]
         info["variance_mismatch"] = float(np.max(np.abs(propagate_means(dgp, check)[-1].numpy() - head(check).numpy())))
         log(f"  kernel variances {info['kernel_variances']}: max |DGP mean − network logits| = {info['variance_mismatch']:.2e}")
+    if config.far_field:
+        from activated_dgp.far_field import add_far_field
+
+        add_far_field(dgp, train_features)
+        info["far_field_variance"] = float(dgp.f_layers[-1].kernel.kernel.far_variance.numpy())
     return dgp, info
 
 
@@ -561,6 +580,10 @@ def trained_adgp(config: Config, splits: Splits, extractor, head, seed: int, che
             history.update(validation_nlpd=[[int(s // per_epoch), float(v)] for s, v in history["validation_checks"]],
                            best_epoch=int(history["best_step"] // per_epoch), epochs_run=int(history["steps_run"] // per_epoch))
     info.update({"seconds": time.time() - start, "elbo_loss": [float(v) for v in history.get("loss", [])]})
+    if config.far_field and len(dgp.f_layers) > 1:  # stage 2 moved the hidden layers (and, fine-tuned, the features)
+        from activated_dgp.far_field import refit_far_field
+
+        refit_far_field(dgp, features(extractor, splits.x_train) if finetune else train_features)
     if stopping:
         info.update({key: history[key] for key in ("validation_nlpd", "best_epoch", "epochs_run")})
         log(f"  early stopping: best validation NLPD {min(v for _, v in info['validation_nlpd']):.4f} at epoch "
@@ -640,6 +663,7 @@ def config_from(options) -> Config:
         remedies["kernel_variance"] = options.kernel_variance
     if options.dgp_patience is not None:
         remedies["dgp_patience"] = options.dgp_patience
+    remedies.update(far_field=bool(options.far_field), kernel_variance_floor=options.kernel_variance_floor)
     if len(options.angles) < 2:
         raise ValueError("give at least two --angles")
     return Config(
@@ -718,6 +742,7 @@ def run_cell(cell, options, context) -> Dict:
     tag = f"{config.dataset}_{config.digest()}_seed{seed}"
     samples = config.dgp_samples
     info: Dict = {}
+    dgps = []  # the model's DGPs, for the far-field-off scoring
     if model in ("nn", "nn_ts"):
         key, extractor, head, info["train_seconds"] = _network(context, config, splits, seed)
         groups = [(key, extractor)]
@@ -733,6 +758,7 @@ def run_cell(cell, options, context) -> Dict:
     elif model == "adgp":
         key, extractor, dgp, seconds, dgp_info = _adgp(context, config, splits, seed)
         info = {"train_seconds": seconds + dgp_info["seconds"], **dgp_info}
+        dgps = [dgp]
         groups = [(key, extractor)]
         predict = lambda feats: adgp_probabilities(dgp, feats[0], samples, seed)  # noqa: E731
     elif model == "adgp_ft":
@@ -741,6 +767,7 @@ def run_cell(cell, options, context) -> Dict:
         extractor, head, seconds = trained_classifier(config, splits, seed, 0.0, context.artifacts.checkpoint(stage1 + "_nn"))  # a copy to tune
         dgp, ft_info = trained_adgp(config, splits, extractor, head, seed, context.artifacts.checkpoint(tag + "_adgp_ft"), finetune=True)
         info = {"train_seconds": seconds + ft_info["seconds"], **ft_info}
+        dgps = [dgp]
         groups = [(tag + "_adgp_ft", extractor)]
         predict = lambda feats: adgp_probabilities(dgp, feats[0], samples, seed)  # noqa: E731
     elif model in ("nn_ft", "nn_ts_ft", "nn_dropout_ft"):
@@ -774,17 +801,35 @@ def run_cell(cell, options, context) -> Dict:
                 "member_seeds": [member_seed(seed, k) for k in range(config.ensemble_size)],
                 "members": [{k: v for k, v in m[4].items() if k != "elbo_loss"} for m in members]}
         groups = [(m[0], m[1]) for m in members]
+        dgps = [m[2] for m in members]
         predict = lambda feats: ensemble_probabilities(  # noqa: E731
             [adgp_probabilities(m[2], f, samples, member_seed(seed, k)) for k, (m, f) in enumerate(zip(members, feats))])
     else:
         raise ValueError(f"unknown model {model!r}; choose from {', '.join(ALL_MODELS)}")
     results = evaluate(context, config, splits, f"{tag}_{model}", groups, predict)
+    if config.far_field and dgps:
+        results.update(far_field_off_results(context, config, splits, f"{tag}_{model}", groups, predict, dgps))
     data_root = options.data_dir or os.environ.get("ADGP_DATA_DIR")
     return dict(
         angles=list(config.angles), **results, **info, config=config.as_record(),
         train_source=portable_path(splits.train_source, data_root), test_source=portable_path(splits.test_source, data_root),
         command=options.command, train_size=len(splits.x_train), validation_size=len(splits.x_val), num_test=len(splits.y_test),
     )
+
+
+def far_field_off_results(context, config: Config, splits: Splits, progress_key: str, groups, predict, dgps) -> Dict:
+    """The same fitted model scored at every angle with every DGP's far-field residual switched off
+    (:func:`activated_dgp.far_field.far_field_switched_off`, exactly zero), the same features and samples: the
+    paired "without" of issue 32, stored as ``far_field_off`` (metric → per-angle list)."""
+    from contextlib import ExitStack
+
+    from activated_dgp.far_field import far_field_switched_off
+
+    with ExitStack() as stack:
+        for dgp in dgps:
+            stack.enter_context(far_field_switched_off(dgp))
+        off = evaluate(context, config, splits, progress_key + "_far_field_off", groups, predict)
+    return {"far_field_off": {metric: off[metric] for metric in METRICS}, "far_field_off_eval_seconds": off["eval_seconds"]}
 
 
 def stage2_settings(config: Config) -> Dict:
@@ -929,6 +974,7 @@ def report_markdown(records: List[Dict], dataset: str, figure: Path) -> str:
                   "|---" * (len(table) + 1) + "|"]
         for index, angle in enumerate(angles):
             lines.append(f"| {angle}° | " + " | ".join(_cell(v[metric][:, index], 3) for v in table.values()) + " |")
+    lines += far_field_lines(records, dataset, angles)
     if "adgp" in table and len(table) > 1:
         others = [m for m in table if m != "adgp"]
         best_other = np.max([table[m]["log_likelihood"].mean(0) for m in others], axis=0)
@@ -953,6 +999,32 @@ def report_markdown(records: List[Dict], dataset: str, figure: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+SHIFT_ANGLES = (120, 135, 150, 165, 180)  # issue 32's target: the far field helps at 120°–180° in each seed
+
+
+def far_field_lines(records: List[Dict], dataset: str, angles) -> List[str]:
+    """The paired far-field table (issue 32): per model with ``far_field_off`` scores, the test log-likelihood with
+    the residual and without it (the same fit), seed means per angle, and in how many seeds it is better at every
+    angle of :data:`SHIFT_ANGLES`."""
+    lines: List[str] = []
+    shift = [i for i, a in enumerate(angles) if a in SHIFT_ANGLES]
+    for model in ALL_MODELS:
+        rows = [r for r in records if r["dataset"] == dataset and r["model"] == model and "far_field_off" in r]
+        if not rows:
+            continue
+        on = np.array([r["log_likelihood"] for r in rows])
+        off = np.array([r["far_field_off"]["log_likelihood"] for r in rows])
+        better = sum(bool(np.all(a[shift] > b[shift])) for a, b in zip(on, off)) if shift else 0
+        lines += ["", f"**{LABELS[model]}: far-field residual on against off** (the same fit; test log-likelihood, seed means; "
+                  f"seeds {sorted(r['seed'] for r in rows)})", "",
+                  "| angle | on | off | on − off |", "|---|---|---|---|"]
+        lines += [f"| {a}° | {on[:, i].mean():.3f} | {off[:, i].mean():.3f} | {on[:, i].mean() - off[:, i].mean():+.2e} |"
+                  for i, a in enumerate(angles)]
+        if shift:
+            lines += ["", f"On better than off at every angle of {SHIFT_ANGLES[0]}°–{SHIFT_ANGLES[-1]}° in {better} of {len(rows)} seeds."]
+    return lines
+
+
 def write_report(records: List[Dict], dataset: str, doc: Path, figure: Path) -> None:
     table = aggregate(records, dataset)
     if table:
@@ -971,6 +1043,9 @@ def run_label(config: Dict) -> str:
     variance = config.get("kernel_variance", LATER_DEFAULTS["kernel_variance"])
     patience = config.get("dgp_patience", LATER_DEFAULTS["dgp_patience"])
     label = f"Ñ = {config['truncation_level']}, v {variance if isinstance(variance, str) else f'= {variance:g}'}"
+    if config.get("kernel_variance_floor") is not None:
+        label += f" ≥ {config['kernel_variance_floor']:g}"
+    label += ", far field" if config.get("far_field") else ""
     return label + (f", stop after {patience}" if patience is not None else "")
 
 
@@ -1073,6 +1148,10 @@ def add_options(parser) -> None:
     parser.add_argument("--dgp-patience", type=patience_option, default=None,
                         help="stage 2 early stopping (remedy e): stop after this many epochs without a better validation NLPD "
                              "and restore the best epoch's parameters (conv layers included for adgp_ft); default off")
+    parser.add_argument("--far-field", action="store_true",
+                        help="give each ADGP's output layer the far-field residual (issue 32); records also score the same fit without it")
+    parser.add_argument("--kernel-variance-floor", type=float, default=None,
+                        help="with --kernel-variance validation/elbo: never choose a v below this (issue 36's floor)")
     parser.add_argument("--stage2-remedies", action="store_true",
                         help=f"the stage-2 remedies of docs/results/stage2.md: --kernel-variance {REMEDIES['kernel_variance']} "
                              f"--dgp-patience {REMEDIES['dgp_patience']} (an explicit --kernel-variance / --dgp-patience wins)")

@@ -3,6 +3,7 @@
 import gzip
 import hashlib
 import json
+import re
 import struct
 from pathlib import Path
 
@@ -620,3 +621,39 @@ def test_network_control_early_stopping_restores_the_best_validation_cross_entro
     assert any(abs(v - restored) > 1e-6 for _, v in checks)  # the checks differ: the restore is not vacuous
     again = rm.finetuned_classifier(config, splits, 0, 0.0, tmp_path / "nn", tmp_path / "nn_ft")  # from its checkpoint
     np.testing.assert_allclose(again[1](rm.features(again[0], splits.x_val)).numpy(), logits, rtol=1e-6, atol=1e-9)
+
+
+def test_far_field_option_scores_the_same_fit_without_it_and_keeps_old_digests(tmp_path, rng):
+    """Issue 32 in rotated MNIST: ``--far-field`` gives each ADGP the output layer's far-field residual, and its
+    record also scores the same fit with the residual switched off (``far_field_off``, every angle); the page gets
+    the paired table. The option leaves the digests of runs without it (and the shared stage-1 networks) as they were."""
+    from activated_dgp import load_dgp
+    from activated_dgp.far_field import has_far_field
+    from experiments import rotated_mnist as rm
+    from experiments.harness.store import ResultStore
+
+    _, args = _tiny_study_args(tmp_path, rng)
+    rm.main(args + ["--models", "adgp", "--finetune-conv", "--dgp-epochs", "1", "--far-field", "--angles", "0", "120"])
+    records = {r["model"]: r for r in ResultStore(tmp_path / "out" / "records.jsonl", rm.KEY).records()}
+    assert sorted(records) == ["adgp", "adgp_ft"]
+    for record in records.values():
+        assert record["config"]["far_field"] is True and record["far_field_variance"] > 0
+        off = record["far_field_off"]
+        assert sorted(off) == sorted(rm.METRICS)
+        for metric in rm.METRICS:
+            assert len(off[metric]) == 2 and np.all(np.isfinite(off[metric]))
+        # the residual only adds variance: the class of highest mean probability may move, but not the data
+        assert record["num_test"] == 8
+    saved = sorted((tmp_path / "cache" / "rotated_mnist").glob("*_seed0_adgp"))
+    assert saved and has_far_field(load_dgp(saved[0]))  # the checkpoint keeps the residual
+    text = (tmp_path / "doc.md").read_text()
+    assert "far-field residual on against off" in text and re.search(r"120°–180° in [01] of 1 seeds", text)
+    plain = rm.Config()
+    with_far_field = rm.Config(far_field=True)
+    assert "far_field" not in plain.as_record() and "kernel_variance_floor" not in plain.as_record()
+    assert with_far_field.digest() != plain.digest() and with_far_field.stage1_digest() == plain.stage1_digest()
+    for bad in (dict(kernel_variance_floor=0.01), dict(kernel_variance="validation", kernel_variance_floor=-1.0),
+                dict(kernel_variance="elbo", kernel_variance_floor=float("nan"))):
+        with pytest.raises(ValueError, match="kernel_variance_floor"):
+            rm.Config(**bad)
+    assert rm.Config(kernel_variance="validation", kernel_variance_floor=0.01).digest() != rm.Config(kernel_variance="validation").digest()
