@@ -58,7 +58,7 @@ RULE = f"""Rule (written {RULE_DATE} before any screen record existed):
 3. Highest score wins; ties go to the lower mean UCI NLPD; a candidate missing any screened cell is not ranked (listed as incomplete).
 4. Finalists: the paper's recipe plus the two best-scoring others."""
 
-#: How :func:`decide` reads the rule where its words leave a choice open (also written {RULE_DATE}, before any record).
+#: How :func:`decide` reads the rule where its words leave a choice open (also written 2026-11-25, before any record).
 READING = """How the rule is read (written 2026-11-25 with the rule, before any screen record existed):
 - A candidate is a recipe × far field (on/off); both far-field variants of a recipe are the same fit, scored with the residual and with it switched off.
 - "Within one SE of NN's": the candidate's mean RMSE over the screened splits ≤ NN's mean over the same splits + NN's standard error there (std with ddof 1 / √n), as docs/results/uci.md's accuracy claim. NN = the `nn` records, NN+TS = `nn_ts`; both from the same splits.
