@@ -164,6 +164,14 @@ class VarianceSelection:
 NOISE_FACTORS = tuple(2.0 ** np.arange(-4.0, 1.01, 0.5))
 
 
+def check_variance_floor(value, name: str = "min_variance") -> float:
+    """``value`` as a float when it is a usable floor on a kernel variance (positive and finite), else a
+    ValueError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)) or not (np.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be a positive finite number (a floor on the kernel variance v), got {value!r}")
+    return float(value)
+
+
 def select_kernel_variances(
     dgp: gpflux.models.DeepGP,
     X,
@@ -176,6 +184,7 @@ def select_kernel_variances(
     seed: int = 0,
     max_points: int = 1024,
     noise_factors=None,
+    min_variance: Optional[float] = None,
 ) -> VarianceSelection:
     """Choose each layer's kernel variance v, keeping the mean propagation (the network's forward pass).
 
@@ -200,6 +209,15 @@ def select_kernel_variances(
     The two trade off — the output layer's residual prior variance k(x, x) − Qff(x) ∝ v is an input-dependent
     share of the predictive variance that a smaller σ² must make room for — so a search over v at a fixed σ²
     never finds the pair where both move (measured on yacht: docs/results/stage2.md, "Joint noise").
+
+    ``min_variance`` (a floor v_min > 0): no v below it is ever tried. Grid points (or explicit ``candidates``)
+    below the floor are replaced by the floor itself, the downward extension stops there, and a layer that
+    enters below the floor is first raised to it (q_μ re-solved), so the chosen v is the objective's best
+    over the allowed candidates, all ≥ v_min. Why: with the validation objective the hidden layers' v goes to
+    ≈ 3e-9 on most UCI cells (issue 36; docs/results/uci_long/records.jsonl, ``extra.kernel_variances``),
+    which switches the GP off — the ADGP then predicts like its network plus a constant noise, and under
+    dataset shift like a network (docs/results/rotated_mnist.md). A floor keeps each layer's residual prior
+    variance k(x, x) − Qff(x) ∝ v a non-negligible share of the predictive variance.
     """
     from .diagnostics import elbo_terms
     from .prediction import predictive_log_density
@@ -217,8 +235,12 @@ def select_kernel_variances(
     grid = np.asarray(candidates if candidates is not None else 10.0 ** np.arange(-3.0, 0.51, 0.5), dtype=np.float64)
     if grid.ndim != 1 or grid.size == 0 or np.any(~(grid > 0)):
         raise ValueError(f"candidates must be a non-empty list of positive variances, got {candidates!r}")
-    grid = np.sort(grid)
     step, lowest, highest = 10.0**0.5, 10.0**-9, 10.0**3
+    if min_variance is not None:
+        min_variance = check_variance_floor(min_variance)
+        grid = np.maximum(grid, min_variance)  # a candidate below the floor is tried at the floor
+        lowest = max(lowest, min_variance)
+    grid = np.unique(grid)  # sorted, the floor once
     likelihood = dgp.likelihood_layer.likelihood
     if noise_factors is not None:
         if not isinstance(likelihood, gpflow.likelihoods.Gaussian):
@@ -233,6 +255,10 @@ def select_kernel_variances(
             return elbo_terms(dgp, X, Y, num_samples=num_samples, seed=seed).elbo
         return float(np.mean(predictive_log_density(dgp, X, Y, num_samples=4 * num_samples, seed=seed)))
 
+    if min_variance is not None:  # the entry state counts as a candidate: raise any layer below the floor first
+        for layer in dgp.f_layers:
+            if float(getattr(layer.kernel, "kernel", layer.kernel).variance.numpy()) < min_variance:
+                rescale_kernel_variance(layer, min_variance)
     evaluations = []
     best = score()
     for _ in range(int(sweeps)):

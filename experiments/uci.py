@@ -41,7 +41,9 @@ CALIBRATION_METRICS = ("coverage_90", "calibration_error")
 DEFAULT_METHODS = ("nn", "dropout", "ensemble", "nn_ts", "dgp", "adgp", "plain", "plain_adgp")  # "all"
 #: the linearised Laplace rows (issue 33), run when named (``--method lla_last_layer,…``); tabled when recorded
 LLA_METHODS = ("lla_last_layer", "lla_exact", "lla_neuralef")
-METHOD_ORDER = DEFAULT_METHODS + LLA_METHODS
+#: the stage-2 recipe candidates (issue 36; experiments/recipes.py reads them), run when named; tabled when recorded
+RECIPE_METHODS = ("adgp_paper", "adgp_elbo", "adgp_floor")
+METHOD_ORDER = DEFAULT_METHODS + LLA_METHODS + RECIPE_METHODS
 # small to large (rows), as in the shared data README; the embedded Boston first
 DATASET_ORDER = (
     "boston-embedded",
@@ -711,7 +713,7 @@ def figure(rows: Sequence[Dict], path: Path) -> None:
             datasets.append(r["dataset"])
     methods = [m for m in METHOD_ORDER if any(r["method"] == m for r in rows)]
     table = {(r["dataset"], r["method"]): r for r in rows}
-    colours = dict(zip(METHOD_ORDER, ("C0", "C1", "C2", "C4", "C5", "C3", "C7", "C6", "C8", "C9", "olive")))
+    colours = dict(zip(METHOD_ORDER, ("C0", "C1", "C2", "C4", "C5", "C3", "C7", "C6", "C8", "C9", "olive", "maroon", "teal", "navy")))
     fig, axes = plt.subplots(2, len(datasets), figsize=(2.3 * len(datasets) + 1.5, 5.2), squeeze=False)
     for column, d in enumerate(datasets):
         for row_index, metric in enumerate(("rmse", "nlpd")):

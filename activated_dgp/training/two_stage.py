@@ -14,7 +14,7 @@ import tensorflow as tf
 import tf_keras
 
 from ..config import ArchitectureConfig
-from ..conversion import NOISE_FACTORS, dgp_from_keras, rescale_kernel_variance, select_kernel_variances
+from ..conversion import NOISE_FACTORS, check_variance_floor, dgp_from_keras, rescale_kernel_variance, select_kernel_variances
 from ..far_field import add_far_field, far_field_options, refit_far_field
 from ..models import likelihood_name, output_width
 from ..nn import build_activated_nn
@@ -67,6 +67,7 @@ def train_two_stage(
     dgp_schedule: Optional[TrainingSchedule] = None,
     noise_variance: Union[None, float, str] = None,
     kernel_variance: Union[float, str] = 1.0,
+    kernel_variance_floor: Optional[float] = None,
     warmup_steps: int = 0,
     validation_data=None,
     validation_fraction: float = 0.0,
@@ -91,6 +92,10 @@ def train_two_stage(
     :param kernel_variance: each layer's kernel variance at conversion, or "elbo" / "validation" to
         choose it by maximising the ELBO / the validation log density, with the mean propagation kept
         (:func:`select_kernel_variances`).
+    :param kernel_variance_floor: with ``kernel_variance="elbo"`` / ``"validation"``, the smallest v the search
+        may choose (``min_variance`` of :func:`select_kernel_variances`; default None: no floor). Issue 36: on
+        UCI the validation choice drives the hidden layers' v to ≈ 3e-9, switching the GP off, so the ADGP
+        predicts like its network under dataset shift; a floor keeps the GP on.
     :param warmup_steps: stage-2 steps with W and the lengthscales frozen before all parameters train
         (:func:`train_dgp`).
     :param validation_data: (X_val, Y_val) for early stopping of each stage whose schedule sets a
@@ -134,6 +139,13 @@ def train_two_stage(
             )
     if isinstance(kernel_variance, str) and kernel_variance not in ("elbo", "validation"):
         raise ValueError(f"kernel_variance must be a positive number, 'elbo' or 'validation', got {kernel_variance!r}")
+    if kernel_variance_floor is not None:
+        if not isinstance(kernel_variance, str):
+            raise ValueError(
+                f"kernel_variance_floor bounds a chosen kernel variance: it needs kernel_variance='elbo' or 'validation', "
+                f"not the fixed {kernel_variance!r}"
+            )
+        kernel_variance_floor = check_variance_floor(kernel_variance_floor, "kernel_variance_floor")
     for name, value in (("noise_variance", noise_variance), ("kernel_variance", kernel_variance)):
         if value in ("validation", "selected") and validation_data is None:
             raise ValueError(f"{name}={value!r} needs validation_data or a validation_fraction")
@@ -154,9 +166,12 @@ def train_two_stage(
     )
     noise_factors = NOISE_FACTORS if select_noise else None
     if kernel_variance == "elbo":
-        select_kernel_variances(conversion.dgp, X, Y, seed=seed or 0, noise_factors=noise_factors)
+        select_kernel_variances(conversion.dgp, X, Y, seed=seed or 0, noise_factors=noise_factors, min_variance=kernel_variance_floor)
     elif kernel_variance == "validation":
-        select_kernel_variances(conversion.dgp, *validation_data, objective="validation", seed=seed or 0, noise_factors=noise_factors)
+        select_kernel_variances(
+            conversion.dgp, *validation_data, objective="validation", seed=seed or 0, noise_factors=noise_factors,
+            min_variance=kernel_variance_floor,
+        )
     elif kernel_variance != 1.0:
         for layer in conversion.dgp.f_layers:
             rescale_kernel_variance(layer, float(kernel_variance))

@@ -13,6 +13,7 @@ STUDIES = {
     "eigenpro_p_equals_n": "experiments.eigenpro_p_equals_n",
     "far_field": "experiments.far_field",
     "ntk_spectra": "experiments.ntk_spectra",
+    "recipes": "experiments.recipes",
     "rotated_mnist": "experiments.rotated_mnist",
     "uci": "experiments.uci",
 }

@@ -1,0 +1,203 @@
+"""Issue 36's stage-2 recipe screen: the UCI recipe methods at the tiny budget, and the recipe choice reproduced
+from records by the written rule (synthetic records whose winner is worked out by hand below)."""
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from experiments import recipes
+
+
+# ---------------------------------------------------------------------------------------------- the UCI methods
+
+
+def _uci(out: Path, *extra):
+    from experiments import uci
+
+    return uci.main(["--dataset", "boston-embedded", "--splits", "1", "--out", str(out), "--quiet", *extra])
+
+
+def test_recipe_methods_run_from_the_nns_network_and_score_the_fit_without_the_far_field(tmp_path):
+    from experiments.uci_methods import BUDGETS, RECIPE_FLOOR
+
+    _uci(tmp_path, "--budget", "converged-tiny", "--method", "nn_ts,adgp_paper,adgp_elbo,adgp_floor")
+    records = {r["method"]: r for r in map(json.loads, (tmp_path / "records.jsonl").read_text().splitlines())}
+    assert sorted(records) == ["adgp_elbo", "adgp_floor", "adgp_paper", "nn_ts"]
+    nn_ts = records["nn_ts"]
+    for method in ("adgp_paper", "adgp_elbo", "adgp_floor"):
+        r = records[method]
+        assert np.isfinite(r["rmse"]) and np.isfinite(r["nlpd"])
+        assert r["extra"]["init_rmse"] == pytest.approx(nn_ts["rmse"], rel=1e-9)  # stage 1 is the NN's own network
+        off = r["extra"]["far_field_off"]
+        assert np.isfinite(off["rmse"]) and np.isfinite(off["nlpd"])
+    # the paper's recipe: v = 1 in every layer, noise = the network's validation MSE (NN+TS measured it on the same
+    # rows; train_two_stage floors the noise at 1e-4), and every ELBO step of the budget: no early stopping
+    paper = records["adgp_paper"]["extra"]
+    assert paper["kernel_variances"] == [1.0, 1.0, 1.0] and paper["stage2_early_stopping"] is False
+    assert paper["initial_noise_variance"] == pytest.approx(max(nn_ts["extra"]["validation_mse"], 1e-4), rel=1e-9)
+    num_fit = records["adgp_paper"]["num_train"] - round(0.1 * records["adgp_paper"]["num_train"])
+    per_epoch = math.ceil(num_fit / 128)
+    dgp_steps = BUDGETS["converged-tiny"].dgp_steps
+    assert paper["dgp"]["steps_run"] == math.ceil(dgp_steps / per_epoch) * per_epoch
+    # the ELBO-chosen and the floored candidates stop early, as adgp does; the floor bounds every layer's v
+    assert records["adgp_elbo"]["extra"]["options"] == {"kernel_variance": "elbo", "noise_variance": "selected"}
+    floor = records["adgp_floor"]["extra"]
+    assert min(floor["kernel_variances"]) >= RECIPE_FLOOR * (1 - 1e-12) and floor["options"]["kernel_variance_floor"] == str(RECIPE_FLOOR)
+    assert records["adgp_elbo"]["extra"]["stage2_early_stopping"] is True and floor["stage2_early_stopping"] is True
+    # a recipe needs the validation part of a converged budget: a clear error before anything trains
+    with pytest.raises(ValueError, match="converged budget"):
+        _uci(tmp_path / "fixed", "--budget", "tiny", "--method", "adgp_floor")
+
+
+def test_recipe_methods_are_listed_and_never_carry_older_records():
+    from experiments import uci, uci_methods
+
+    assert set(uci.RECIPE_METHODS) == set(uci_methods.RECIPE_METHODS) <= set(uci_methods.METHODS) & set(uci.METHOD_ORDER)
+    assert not set(uci.RECIPE_METHODS) & set(uci.DEFAULT_METHODS)  # run only when named
+    current = uci_methods.version_number(uci_methods.PROTOCOL_VERSION)
+    for method in uci.RECIPE_METHODS:
+        record = {"method": method, "protocol": f"converged-long:x:v{current - 1}"}
+        assert uci_methods.upgrade_record(record) == record and method in uci_methods.LABELS
+
+
+# ---------------------------------------------------------------------------------------------- the rule
+
+
+ANGLES = list(range(0, 181, 15))
+
+
+def _uci_record(method, dataset, split, rmse, nlpd, off=None):
+    from experiments.uci_methods import BUDGETS
+
+    extra = {"far_field_off": {"rmse": rmse, "nlpd": off if off is not None else nlpd}} if method.startswith("adgp") else {}
+    return {"dataset": dataset, "method": method, "split": split, "protocol": BUDGETS["converged-long"].key(),
+            "rmse": rmse, "nlpd": nlpd, "extra": extra}
+
+
+def _rotated_record(model, log_likelihood, accuracy_0, off=None):
+    def fields(ll, acc):
+        return {"log_likelihood": [ll(a) for a in ANGLES], "accuracy": [acc if a == 0 else 0.5 for a in ANGLES]}
+
+    record = {"dataset": "mnist", "model": model, "seed": 0, "protocol": "test", "angles": ANGLES, **fields(log_likelihood, accuracy_0)}
+    if off is not None:
+        record["far_field_off"] = fields(off, accuracy_0)
+    return record
+
+
+def _write(path: Path, records):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def _screen(root: Path, floor_rotated: bool):
+    """Synthetic screen records. NN's RMSE is 1.0 / 1.2 on splits 0 / 1 (mean 1.1, SE 0.1: admissible up to 1.2),
+    NN+TS's NLPD 1.0; the controls: NN's 0° accuracy 0.97 (admissible from 0.96), fine-tuned NN+TS −3 and fine-tuned
+    dropout −2.5 at every angle (the bar: −2.5).
+
+    By hand (score = UCI sets won / 5 + angles won / 10):
+    - paper: RMSE 1.5 on all 5 sets → 5 misses → not admissible (although it wins everything else);
+    - validation: NLPD 0.9 on 5 sets (5/5), log-likelihood −4 (0/10) → 1.0; ΔNLPD −0.1 (on), −0.05 (off, NLPD 0.95);
+    - elbo: NLPD 0.9 on 3 sets, 1.1 on 2 (3/5); with the far field −2 at 45°…105° and −3 beyond (5/10) → 1.1;
+      without it −2 everywhere (10/10) → 1.6; 0° accuracy 0.965 ≥ 0.96;
+    - floor: NLPD 0.1 on 5 sets (5/5; ΔNLPD −0.9); with ``floor_rotated`` log-likelihood −4 (0/10) → 1.0, ahead of
+      validation on the tie-break; without, its rotated cell is missing → incomplete, not ranked.
+    Ranking: elbo/off 1.6, elbo/on 1.1, (floor/on, floor/off 1.0 at ΔNLPD −0.9), validation/on, validation/off;
+    winner elbo/off; finalists paper, elbo and the next recipe (floor when complete, else validation)."""
+    uci = []
+    for dataset_index, dataset in enumerate(recipes.SCREEN_DATASETS):
+        for split in (0, 1):
+            uci += [_uci_record("nn", dataset, split, 1.0 + 0.2 * split, 2.0), _uci_record("nn_ts", dataset, split, 1.0 + 0.2 * split, 1.0),
+                    _uci_record("adgp_paper", dataset, split, 1.5, 0.5),
+                    _uci_record("adgp", dataset, split, 1.0, 0.9, off=0.95),
+                    _uci_record("adgp_elbo", dataset, split, 1.15, 0.9 if dataset_index < 3 else 1.1),
+                    _uci_record("adgp_floor", dataset, split, 1.0, 0.1)]
+    uci.append(_uci_record("adgp", "kin8nm", 0, 9.0, 9.0))  # an unscreened set is not read
+    _write(root / "uci" / "records.jsonl", uci)
+    _write(root / "controls.jsonl", [_rotated_record("nn", lambda a: -5.0, 0.97), _rotated_record("nn_ts_ft", lambda a: -3.0, 0.97),
+                                     _rotated_record("nn_dropout_ft", lambda a: -2.5, 0.97)])
+    _write(root / "rotated" / "paper" / "records.jsonl", [_rotated_record("adgp_ft", lambda a: -1.0, 0.98, off=lambda a: -1.0)])
+    _write(root / "rotated" / "validation" / "records.jsonl", [_rotated_record("adgp_ft", lambda a: -4.0, 0.97, off=lambda a: -4.0)])
+    _write(root / "rotated" / "elbo" / "records.jsonl",
+           [_rotated_record("adgp_ft", lambda a: -2.0 if a <= 105 else -3.0, 0.965, off=lambda a: -2.0)])
+    if floor_rotated:
+        _write(root / "rotated" / "floor" / "records.jsonl", [_rotated_record("adgp_ft", lambda a: -4.0, 0.97, off=lambda a: -4.0)])
+
+
+def _argv(root: Path, *extra):
+    return ["--report-only", "--quiet", "--out", str(root / "recipes"), "--uci-out", str(root / "uci"), "--rotated-root",
+            str(root / "rotated"), "--controls", str(root / "controls.jsonl"), "--figure", str(root / "recipes.png"), *extra]
+
+
+def _options(root: Path, *extra):
+    from experiments.harness import cli
+
+    return cli.parse("recipes", recipes, _argv(root, *extra))
+
+
+def test_the_choice_is_reproduced_from_the_records_by_the_rule(tmp_path):
+    _screen(tmp_path, floor_rotated=True)
+    decision = recipes.decide(recipes.evaluate_all(_options(tmp_path)))
+    scores = {e.candidate: e.score for e in decision.evaluations}
+    assert scores["elbo/off"] == pytest.approx(1.6) and scores["elbo/on"] == pytest.approx(1.1)
+    assert scores["validation/on"] == pytest.approx(1.0) and scores["floor/on"] == pytest.approx(1.0)
+    assert decision.not_admissible == ["paper/on", "paper/off"] and decision.incomplete == []
+    assert decision.ranking == ["elbo/off", "elbo/on", "floor/on", "floor/off", "validation/on", "validation/off"]
+    assert decision.decidable and decision.winner == "elbo/off" and decision.finalists == ["paper", "elbo", "floor"]
+    # the study end to end: the page's block and the figure
+    from experiments.harness import cli
+
+    cli.main("recipes", recipes, _argv(tmp_path))  # `python -m experiments recipes` with these folders
+    page = (tmp_path / "recipes.md").read_text()
+    assert "**Chosen recipe: elbo/off** (finalists for the full-size runs: paper, elbo, floor)" in page
+    assert recipes.RULE in page and "written 2026-11-25 before any screen record existed" in page
+    assert (tmp_path / "recipes.png").stat().st_size > 0
+
+
+def test_an_incomplete_candidate_is_not_ranked_and_the_choice_waits_for_it(tmp_path):
+    _screen(tmp_path, floor_rotated=False)
+    decision = recipes.decide(recipes.evaluate_all(_options(tmp_path)))
+    assert decision.incomplete == ["floor/on", "floor/off"] and "floor/on" not in decision.ranking
+    assert decision.ranking == ["elbo/off", "elbo/on", "validation/on", "validation/off"]
+    assert not decision.decidable and decision.winner is None and decision.missing_cells == 1  # floor's adgp_ft, seed 0
+    assert "not yet decidable: 1 cells missing" in recipes.markdown(decision, "test")
+    closed = recipes.decide(recipes.evaluate_all(_options(tmp_path, "--screen-closed")), closed=True)
+    assert closed.winner == "elbo/off" and closed.finalists == ["paper", "elbo", "validation"]
+
+
+def test_a_far_field_off_score_a_record_lacks_is_missing_not_invented(tmp_path):
+    _screen(tmp_path, floor_rotated=True)
+    path = tmp_path / "uci" / "records.jsonl"
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    for r in lines:
+        if r["method"] == "adgp" and r["dataset"] == "yacht" and r["split"] == 1:
+            del r["extra"]["far_field_off"]
+    _write(path, lines)
+    evaluations = {e.candidate: e for e in recipes.evaluate_all(_options(tmp_path))}
+    assert evaluations["validation/on"].complete
+    assert evaluations["validation/off"].missing == ["UCI yacht split 1: adgp far_field_off"]
+    assert "yacht" not in evaluations["validation/off"].uci
+
+
+def test_the_page_renders_with_no_screen_record(tmp_path):
+    options = _options(tmp_path / "nothing", "--doc", str(tmp_path / "page.md"))
+    recipes.report([], options)
+    page = (tmp_path / "page.md").read_text()
+    expected = len(recipes.SCREEN_DATASETS) * len(recipes.SCREEN_SPLITS) * 6 + len(recipes.SCREEN_SEEDS) * (len(recipes.RECIPES) + 3)
+    assert f"not yet decidable: {expected} cells missing" in page and page.count("| incomplete |") == len(recipes.CANDIDATES)
+
+
+def test_the_committed_page_is_what_the_committed_records_give(tmp_path, monkeypatch):
+    """``python -m experiments report`` leaves docs/results/recipes.md as committed (a stale block comes back)."""
+    from experiments.harness import blocks, cli
+
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(root)  # the default record paths, as the committed page names them
+    committed = (root / "docs/results/recipes.md").read_text()
+    stale = tmp_path / "recipes.md"
+    stale.write_text(committed.replace(blocks.read_block(root / "docs/results/recipes.md", "recipes"), "stale\n"))
+    cli.main("recipes", recipes, ["--report-only", "--quiet", "--out", str(tmp_path / "recipes"), "--doc", str(stale),
+                                  "--figure", str(tmp_path / "recipes.png")])
+    assert stale.read_text() == committed
