@@ -40,7 +40,7 @@ def study_parser(name: str, study: ModuleType) -> argparse.ArgumentParser:
     parser = make_parser(f"python -m experiments {name}", study.__doc__)
     shared = parser.add_argument_group("shared options")
     shared_option(shared, "--data-dir")
-    shared.add_argument("--out", type=Path, default=Path("docs") / "results" / name,
+    shared.add_argument("--out", type=Path, default=Path(getattr(study, "OUT", Path("docs") / "results" / name)),
                         help="folder of the study's records (records.jsonl); its page is <out>.md (default %(default)s)")
     shared.add_argument("--artifacts", type=Path, default=None,
                         help="cache of trained networks/DGPs (default .cache/experiments/<out name>)")

@@ -14,6 +14,8 @@ STUDIES = {
     "far_field": "experiments.far_field",
     "ntk_spectra": "experiments.ntk_spectra",
     "rotated_mnist": "experiments.rotated_mnist",
+    "stage2_diagnosis": "experiments.stage2_diagnosis",
+    "stage2_divergence": "experiments.stage2_divergence",
     "uci": "experiments.uci",
 }
 
