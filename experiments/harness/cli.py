@@ -20,7 +20,7 @@ def make_parser(prog: str, description: Optional[str] = None) -> argparse.Argume
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
-#: The options every study shares, declared here once (scripts not yet on the harness take them from here too).
+#: The options every study shares, declared here once (scripts that are not studies, e.g. benchmarks, take them from here too).
 SHARED_OPTIONS = {
     "--data-dir": dict(default=None, help="data folder (default $ADGP_DATA_DIR; resolved by activated_dgp.data.resolve_data_dir)"),
     "--report-only": dict(action="store_true", help="write the pages from the records; run nothing"),
