@@ -46,6 +46,9 @@ ROOT = Path(__file__).resolve().parents[1]
 FIGURE = ROOT / "docs" / "figures" / "neuralef_benchmark.png"
 CACHE = ROOT / "docs" / "figures" / "neuralef_benchmark.jsonl"
 LANCZOS = "Nyström, Lanczos"  # the same Nyström estimate, top k only (Nystrom(solver="lanczos"))
+# The quiet same-run check at N = 20,000 (``--quiet-check``): its own record and its own block of docs/benchmarks.md
+QUIET_CACHE = ROOT / "docs" / "figures" / "neuralef_quiet.jsonl"
+QUIET_SIZE, QUIET_COMMAND = 20000, "python -m benchmarks.neuralef_vs_nystrom --quiet-check"
 
 
 def quadrature_truth(kernel, half_width: float, num_nodes: int = QUADRATURE_NODES):
@@ -286,6 +289,40 @@ Per pair:
 """
 
 
+def quiet_report(results, steps: int = STEPS, size: int = QUIET_SIZE, cache: Path = QUIET_CACHE) -> str:
+    """The "neuralef_quiet" block: at N = ``size``, per kernel, the Lanczos Nyström and NeuralEF's two budgets from
+    the rows of ``cache``, with each time as a multiple of the Lanczos Nyström's of the same run."""
+    rows = [r for r in results if r["N"] == size and r["steps"] in (steps, CONTROL_STEPS, 0) and r["method"] in (LANCZOS, "NeuralEF")]
+    record = cache.relative_to(ROOT) if cache.is_relative_to(ROOT) else cache.name
+    if not rows:
+        return (f"**No record yet** (`{record}`). Run on an otherwise idle machine: "
+                f"`{QUIET_COMMAND}` (it appends the rows to that file and rewrites this block).\n")
+    lines = [f"Record: `{record}` (one JSON line per row, with the 1-minute load when it finished); "
+             f"command: `{QUIET_COMMAND}`; {_load_note(rows)}.", "",
+             "| kernel | method | fit time (s) | within 10 % | overlaps ≥ 0.95 | / Nyström (Lanczos) time |", "|---|---|---|---|---|---|"]
+    for name in KERNELS:
+        ordered = sorted((r for r in rows if r["kernel"] == name), key=lambda r: (r["method"] != LANCZOS, -r["steps"]))
+        base = next((r["seconds"] for r in ordered if r["method"] == LANCZOS), None)
+        for r in ordered:
+            ritz = f" (Ritz {r['seconds'] - r['training_seconds']:.1f})" if "training_seconds" in r else ""
+            ratio = "" if base is None else f"{r['seconds'] / base:.2f}"
+            lines.append(f"| {name} | {_label(r)} | {r['seconds']:.1f}{ritz} | {_count(r['relative_errors'], lambda e: e < 0.1)} | "
+                         f"{_count(r['overlaps'], lambda o: o >= 0.95)} | {ratio} |")
+    return "\n".join(lines) + "\n"
+
+
+def quiet_check(report_only: bool = False, write: bool = True, cache: Path = QUIET_CACHE) -> str:
+    """``--quiet-check``: the N = 20,000 rows (Lanczos Nyström, NeuralEF at 4,000 and 50 steps) into their own record
+    ``cache``, and the "neuralef_quiet" block of docs/benchmarks.md from that record."""
+    from benchmarks._report import write_section
+
+    results = _store(cache).records() if report_only else run((QUIET_SIZE,), STEPS, nystrom_max=0, cache=cache)
+    doc = quiet_report(results, cache=cache)
+    if write:
+        write_section("neuralef_quiet", doc, QUIET_COMMAND + " --report-only")
+    return doc
+
+
 def main(sizes, steps: int, nystrom_max: int, write: bool, cache: Path = CACHE, oversampling: int = OVERSAMPLING, estimator: str = "paper",
          report_only: bool = False) -> str:
     from benchmarks._report import write_section
@@ -313,8 +350,13 @@ if __name__ == "__main__":
     parser.add_argument("--oversampling", type=int, default=OVERSAMPLING, help="extra NeuralEF networks (docs/eigen.md's development table)")
     parser.add_argument("--estimator", default="paper", choices=("paper", "unbiased"))
     parser.add_argument("--no-write", action="store_true", help="print the table without touching docs/")
+    parser.add_argument("--quiet-check", action="store_true",
+                        help=f"only the quiet same-run check at N = {QUIET_SIZE:,} (its record: --cache, default {QUIET_CACHE.relative_to(ROOT)})")
     shared_option(parser, "--report-only", help="write the section from the rows in --cache, run nothing")
     args = parser.parse_args()
+    if args.quiet_check:
+        print(quiet_check(args.report_only, write=not args.no_write, cache=QUIET_CACHE if args.cache == CACHE else args.cache))
+        raise SystemExit(0)
     if args.cache == CACHE and (args.oversampling, args.estimator) != (OVERSAMPLING, "paper"):
         parser.error("other NeuralEF settings than the documented ones need their own --cache (and --no-write)")
     print(main(tuple(args.sizes), args.steps, args.nystrom_max, write=not args.no_write, cache=args.cache,

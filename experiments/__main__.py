@@ -4,27 +4,17 @@ nothing (a fresh clone stays clean: the pages equal what the records give)."""
 
 from __future__ import annotations
 
-import importlib
 import sys
 
 from experiments.harness import cli, registry
 
-# Pages of the studies not yet on the harness: (module, argv of its --report-only command), as the pages cite them.
-LEGACY_REPORTS = [
-    ("experiments.stage2_diagnosis", ["--report-only", "--out", "docs/results/stage2"]),
-]
 
-
-def report_all(quiet: bool = False) -> None:
+def report_all() -> None:
     for name in registry.STUDIES:
         study = registry.study(name)
         if getattr(study, "REPORTS", True):  # REPORT_RUNS: one argument list per page, when a study has several
             for extra in getattr(study, "REPORT_RUNS", [getattr(study, "REPORT_ARGS", [])]):
                 cli.main(name, study, ["--report-only", "--quiet"] + extra)
-    for module, argv in LEGACY_REPORTS:
-        if not quiet:
-            print(f"python -m {module} {' '.join(argv)}", file=sys.stderr)
-        importlib.import_module(module).main(argv)
 
 
 def main(argv=None) -> int:
@@ -40,7 +30,7 @@ def main(argv=None) -> int:
             print(f"{name:24s} {doc[0] if doc else module}")
         return 0
     if command == "report":
-        report_all(quiet="--quiet" in rest)
+        report_all()
         return 0
     cli.main(command, registry.study(command), rest)
     return 0

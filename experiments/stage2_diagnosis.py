@@ -1,9 +1,14 @@
 """Where stage 2 (the ELBO after converting a network) gains or loses accuracy: a diagnosis along training.
 
-    python -m experiments.stage2_diagnosis --dataset bostonHousing --split 0 --data-dir ../shared/data
-    python -m experiments.stage2_diagnosis --dataset bostonHousing,energy,concrete,naval --splits 3 \\
-        --variant all --data-dir ../shared/data --out docs/results/stage2
-    python -m experiments.stage2_diagnosis --report-only --out docs/results/stage2
+    python -m experiments stage2_diagnosis --dataset bostonHousing --split 0 --data-dir ../shared/data --out runs/stage2
+    python -m experiments stage2_diagnosis --dataset bostonHousing,energy,concrete,naval --splits 3 \\
+        --variant all --data-dir ../shared/data          # records in docs/results/stage2 (the default --out)
+    python -m experiments stage2_diagnosis --report-only
+
+One cell per (dataset, split, variant), on the harness (experiments/harness/study.py): finished cells are kept
+and never rerun; the protocol key holds --nn-steps, --dgp-steps, --every and --samples, so records made with
+other settings are never mixed in (the records made before the harness carry the page's settings, which are the
+defaults here).
 
 For each (dataset, split) one network twin is trained (early stopping on a 10 % validation part of the
 training split, best weights restored: experiments/uci_methods.py's protocol) and converted to an
@@ -17,8 +22,8 @@ continues from the same network. At conversion, every ``--every`` steps and at t
 * RMSE and NLPD (standardised targets) on the training and test parts of: the network; the DGP's mean
   propagation with the likelihood noise (a single Gaussian); the DGP's sampled predictive mixture.
 
-Records (one per dataset, split, variant; resumable) go to ``<out>/records.jsonl``; ``--report-only``
-writes ``<out>/table.md`` and ``<out>/traces.png``.
+Records go to ``<out>/records.jsonl``; the report writes ``<out>/table.md`` and ``<out>/traces.png``. The
+network of a (dataset, split) is trained once and shared by its variants through the harness' artifact cache.
 
 The report also rewrites two generated blocks of the page ``<out>.md`` (docs/results/stage2.md) from the
 committed records of two finished side studies whose runners are retired (their code is in the git history
@@ -41,9 +46,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import numpy as np  # noqa: E402
 import tf_keras  # noqa: E402
 
-from experiments.records import ResultStore, pending  # noqa: E402
+from experiments.harness.store import ResultStore  # noqa: E402
 
-KEY_FIELDS = ("dataset", "split", "variant")
 # name → options of train_two_stage (plus "learning_rate" and "early_stopping" for the stage-2 schedule)
 VARIANTS = {
     "baseline": dict(),
@@ -56,24 +60,6 @@ VARIANTS = {
     "ade": dict(kernel_variance="elbo", noise_variance="validation", early_stopping=True),
     "a2de": dict(kernel_variance="validation", noise_variance="validation", early_stopping=True),
 }
-
-
-def parse_args(argv=None):
-    from experiments.harness.cli import make_parser, shared_option
-
-    parser = make_parser("python -m experiments.stage2_diagnosis", __doc__)
-    parser.add_argument("--dataset", default="bostonHousing", help="comma list of UCI folders (or boston-embedded)")
-    parser.add_argument("--split", type=int, default=None, help="one split index (default: the first --splits)")
-    parser.add_argument("--splits", type=int, default=1, help="splits 0..K−1 (ignored with --split)")
-    parser.add_argument("--variant", default="baseline,a_elbo_variance,e_early_stopping,ade", help=f"comma list from {', '.join(VARIANTS)} or 'all'")
-    shared_option(parser, "--data-dir", help="directory holding uci/<folder> (default $ADGP_DATA_DIR)")
-    parser.add_argument("--out", default="runs/stage2", help="output folder")
-    parser.add_argument("--nn-steps", type=int, default=10000, help="cap of network steps (early stopping decides)")
-    parser.add_argument("--dgp-steps", type=int, default=1500, help="stage-2 steps (a cap under early stopping)")
-    parser.add_argument("--every", type=int, default=300, help="diagnose every this many stage-2 steps")
-    parser.add_argument("--samples", type=int, default=32, help="predictive samples for the metrics")
-    shared_option(parser, "--report-only")
-    return parser.parse_args(argv)
 
 
 def _metrics(y, means, variances):
@@ -139,86 +125,155 @@ class Diagnose(tf_keras.callbacks.Callback):
         )
 
 
-def run(args):
-    import tensorflow as tf
+# ---------------------------------------------------------------- the study: one cell per (dataset, split, variant)
 
-    from activated_dgp import train_network, train_two_stage
-    from activated_dgp.data import load_regression_dataset
-    from activated_dgp.training import split_validation
-    from experiments.uci import canonical_datasets, prepare_split
-    from experiments.uci_methods import BATCH_SIZE, build_twin_network, protocol_schedule
+KEY = ("dataset", "split", "variant")
+OUT = Path("docs") / "results" / "stage2"  # the page is docs/results/stage2.md
+DEFAULTS = dict(nn_steps=10000, dgp_steps=1500, every=300, samples=16)  # the settings of the committed records
+REPORT_COMMAND = "python -m experiments stage2_diagnosis --report-only"
 
-    store = ResultStore(Path(args.out) / "records.jsonl", KEY_FIELDS)
-    variants = list(VARIANTS) if args.variant == "all" else [v.strip() for v in args.variant.split(",") if v.strip()]
-    unknown = [v for v in variants if v not in VARIANTS]
+
+def add_options(parser) -> None:
+    """The study's own options (the harness adds --data-dir, --out, --seed, --report-only, --quiet)."""
+    parser.add_argument("--dataset", default="bostonHousing", help="comma list of UCI folders (or boston-embedded)")
+    parser.add_argument("--split", type=int, default=None, help="one split index (default: the first --splits)")
+    parser.add_argument("--splits", type=int, default=1, help="splits 0..K−1 (ignored with --split)")
+    parser.add_argument("--variant", default="baseline,a_elbo_variance,e_early_stopping,ade",
+                        help=f"comma list from {', '.join(VARIANTS)} or 'all'")
+    parser.add_argument("--nn-steps", type=int, default=DEFAULTS["nn_steps"], help="cap of network steps (early stopping decides)")
+    parser.add_argument("--dgp-steps", type=int, default=DEFAULTS["dgp_steps"], help="stage-2 steps (a cap under early stopping)")
+    parser.add_argument("--every", type=int, default=DEFAULTS["every"], help="diagnose every this many stage-2 steps")
+    parser.add_argument("--samples", type=int, default=DEFAULTS["samples"], help="predictive samples for the metrics")
+
+
+def PROTOCOL(options) -> str:
+    """Every setting a cell's numbers depend on: records made with other settings are never mixed in."""
+    return _protocol(options.nn_steps, options.dgp_steps, options.every, options.samples)
+
+
+def _protocol(nn_steps, dgp_steps, every, samples) -> str:
+    return f"v1:nn{nn_steps}:dgp{dgp_steps}:every{every}:S{samples}"
+
+
+def upgrade(record: dict) -> dict:
+    """Records made before the harness carry no protocol; they were made with :data:`DEFAULTS` (the page's command)."""
+    return record if "protocol" in record else {**record, "protocol": _protocol(**DEFAULTS)}
+
+
+def variants(options) -> list:
+    chosen = list(VARIANTS) if options.variant == "all" else [v.strip() for v in options.variant.split(",") if v.strip()]
+    unknown = [v for v in chosen if v not in VARIANTS]
     if unknown:
         raise ValueError(f"unknown variant(s) {unknown}; choose from {list(VARIANTS)}")
-    datasets = canonical_datasets(args.dataset.split(","))
-    splits = [args.split] if args.split is not None else list(range(args.splits))
-    for name in datasets:
-        dataset = load_regression_dataset(name, args.data_dir)
-        fixed = bool(dataset.splits)
-        for split in splits:
-            cells = pending(store, [{"dataset": name, "split": split, "variant": v} for v in variants])
-            if not cells:
-                continue
-            data = prepare_split(dataset, split, SimpleNamespace(fixed_splits=fixed, seed=0))
-            (X_fit, y_fit), (X_val, y_val) = split_validation(data.X_train, data.y_train, 0.1, data.seed)
-            view = SimpleNamespace(X_fit=X_fit, y_fit=y_fit, X_val=X_val, y_val=y_val, X_test=data.X_test, y_test=data.y_test)
-            tf_keras.backend.clear_session()
-            tf.random.set_seed(data.seed)
-            network = build_twin_network(X_fit.shape[1], data.seed)
-            start = time.perf_counter()
-            history = train_network(network, X_fit, y_fit, "gaussian", protocol_schedule(args.nn_steps, len(X_fit)), validation_data=(X_val, y_val))
-            weights = network.get_weights()
-            print(f"{name} split {split}: network {history['best_step']} best / {history['steps_run']} steps, {time.perf_counter() - start:.0f} s", flush=True)
-            for cell in cells:
-                options = dict(VARIANTS[cell["variant"]])
-                learning_rate = options.pop("learning_rate", 0.01)
-                early = options.pop("early_stopping", False)
-                schedule = protocol_schedule(args.dgp_steps, len(X_fit), learning_rate=learning_rate, early_stopping=early)
-                network.set_weights(weights)
-                print(f"  variant {cell['variant']}: {VARIANTS[cell['variant']]}", flush=True)
-                diagnose = Diagnose(view, args.every, args.samples)
-                start = time.perf_counter()
-                tf.random.set_seed(data.seed)
-                result = train_two_stage(
-                    X_fit, y_fit, network=network, validation_data=(X_val, y_val), dgp_schedule=schedule,
-                    noise_variance=options.pop("noise_variance", "train"), seed=data.seed, dgp_callbacks=[diagnose], **options,
-                )
-                seconds = time.perf_counter() - start
-                diagnose.record(result.dgp_history.get("best_step", diagnose.epoch * diagnose.per_epoch))
-                diagnose.trace[-1]["final"] = True
-                network_scores = {}
-                noise = float(np.mean((network(X_fit).numpy() - y_fit) ** 2))
-                for part, X, y in (("train", X_fit, y_fit), ("test", data.X_test, data.y_test)):
-                    network_scores[part] = _metrics(y, network(X).numpy()[:, 0][None], np.full((1, len(X)), noise))
-                store.append({
-                    **cell,
-                    "options": VARIANTS[cell["variant"]],
-                    "network": network_scores,
-                    "network_steps": history["steps_run"],
-                    "network_best_step": history["best_step"],
-                    "dgp_steps_run": result.dgp_history.get("steps_run"),
-                    "dgp_best_step": result.dgp_history.get("best_step"),
-                    "trace": diagnose.trace,
-                    "seconds": round(seconds, 1),
-                    "num_fit": len(X_fit),
-                    "y_scale": data.y_scale,
-                })
-    return store
+    return chosen
 
 
-def report(out: Path) -> str:
-    import matplotlib
+def cells(options) -> list:
+    from experiments.uci import canonical_datasets
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    splits = [options.split] if options.split is not None else list(range(options.splits))
+    return [{"dataset": name, "split": split, "variant": variant}
+            for name in canonical_datasets(options.dataset.split(",")) for split in splits for variant in variants(options)]
 
-    store = ResultStore(Path(out) / "records.jsonl", KEY_FIELDS)
-    records = store.records()
-    if not records:
-        raise FileNotFoundError(f"no records in {store.path}")
+
+def split_data(dataset_name: str, split: int, data_dir):
+    """The split, standardised on its training part, with its seeded 10 % validation part."""
+    from activated_dgp.data import load_regression_dataset
+    from activated_dgp.training import split_validation
+    from experiments.uci import prepare_split
+
+    dataset = load_regression_dataset(dataset_name, data_dir)
+    data = prepare_split(dataset, split, SimpleNamespace(fixed_splits=bool(dataset.splits), seed=0))
+    (X_fit, y_fit), (X_val, y_val) = split_validation(data.X_train, data.y_train, 0.1, data.seed)
+    return data, SimpleNamespace(X_fit=X_fit, y_fit=y_fit, X_val=X_val, y_val=y_val, X_test=data.X_test, y_test=data.y_test)
+
+
+def trained_network(cell, options, context, data, view):
+    """The twin of (dataset, split), trained once and shared by the variants through the artifact cache:
+    (network, history with steps_run / best_step)."""
+    import json
+
+    import tensorflow as tf
+
+    from activated_dgp import train_network
+    from experiments.uci_methods import build_twin_network, protocol_schedule
+
+    def build():
+        tf_keras.backend.clear_session()
+        tf.random.set_seed(data.seed)
+        network = build_twin_network(view.X_fit.shape[1], data.seed)
+        start = time.perf_counter()
+        history = train_network(network, view.X_fit, view.y_fit, "gaussian", protocol_schedule(options.nn_steps, len(view.X_fit)),
+                                validation_data=(view.X_val, view.y_val))
+        context.progress(f"{cell['dataset']} split {cell['split']}: network {history['best_step']} best / "
+                         f"{history['steps_run']} steps, {time.perf_counter() - start:.0f} s")
+        return network.get_weights(), {"steps_run": history["steps_run"], "best_step": history["best_step"]}
+
+    def save(artifact, path):
+        weights, history = artifact
+        np.savez(path, *weights, history=json.dumps(history))
+
+    def load(path):
+        with np.load(path) as saved:
+            history = json.loads(str(saved["history"]))
+            return [saved[f"arr_{i}"] for i in range(len(saved.files) - 1)], history
+
+    key = {"dataset": cell["dataset"], "split": cell["split"], "nn_steps": options.nn_steps, "seed": data.seed}
+    weights, history = context.artifacts.get_or_build("stage2_twin", key, ".npz", build, save, load)
+    network = build_twin_network(view.X_fit.shape[1], data.seed)
+    network.set_weights(weights)
+    return network, history
+
+
+def run_cell(cell, options, context) -> dict:
+    import tensorflow as tf
+
+    from activated_dgp import train_two_stage
+    from experiments.uci_methods import protocol_schedule
+
+    data, view = split_data(cell["dataset"], cell["split"], options.data_dir)
+    network, history = trained_network(cell, options, context, data, view)
+    settings = dict(VARIANTS[cell["variant"]])
+    learning_rate = settings.pop("learning_rate", 0.01)
+    early = settings.pop("early_stopping", False)
+    schedule = protocol_schedule(options.dgp_steps, len(view.X_fit), learning_rate=learning_rate, early_stopping=early)
+    context.progress(f"  variant {cell['variant']}: {VARIANTS[cell['variant']]}")
+    diagnose = Diagnose(view, options.every, options.samples)
+    start = time.perf_counter()
+    tf.random.set_seed(data.seed)
+    result = train_two_stage(view.X_fit, view.y_fit, network=network, validation_data=(view.X_val, view.y_val), dgp_schedule=schedule,
+                             noise_variance=settings.pop("noise_variance", "train"), seed=data.seed, dgp_callbacks=[diagnose], **settings)
+    seconds = time.perf_counter() - start
+    diagnose.record(result.dgp_history.get("best_step", diagnose.epoch * diagnose.per_epoch))
+    diagnose.trace[-1]["final"] = True
+    noise = float(np.mean((network(view.X_fit).numpy() - view.y_fit) ** 2))
+    network_scores = {part: _metrics(y, network(X).numpy()[:, 0][None], np.full((1, len(X)), noise))
+                      for part, X, y in (("train", view.X_fit, view.y_fit), ("test", view.X_test, view.y_test))}
+    return {
+        "options": VARIANTS[cell["variant"]],
+        "network": network_scores,
+        "network_steps": history["steps_run"],
+        "network_best_step": history["best_step"],
+        "dgp_steps_run": result.dgp_history.get("steps_run"),
+        "dgp_best_step": result.dgp_history.get("best_step"),
+        "trace": diagnose.trace,
+        "seconds": round(seconds, 1),
+        "num_fit": len(view.X_fit),
+        "y_scale": data.y_scale,
+        "command": options.command,
+    }
+
+
+def report(records, options) -> None:
+    """``<out>/table.md``, ``<out>/traces.png`` and the page's two generated blocks of the retired side studies."""
+    out = Path(options.out)
+    if records:
+        (out / "table.md").write_text(table(records))
+        traces_figure(records, out / "traces.png")
+    write_side_studies(out)
+
+
+def table(records) -> str:
     lines = [
         "| dataset | split | variant | NN test RMSE / NLPD | DGP at conversion: mean RMSE, sampled RMSE / NLPD | DGP final: sampled RMSE / NLPD | final noise | final v per layer | residual fraction at conversion → final | ELBO conv → final (KL conv → final) | stage-2 steps (best / run) |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
@@ -234,8 +289,15 @@ def report(out: Path) -> str:
             f"| {first['elbo']:.0f} → {last['elbo']:.0f} ({sum(first['kl']):.0f} → {sum(last['kl']):.0f}) "
             f"| {r['dgp_best_step']} / {r['dgp_steps_run']} |"
         )
-    text = "\n".join(lines) + "\n"
-    (Path(out) / "table.md").write_text(text)
+    return "\n".join(lines) + "\n"
+
+
+def traces_figure(records, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     groups = sorted({(r["dataset"], r["split"]) for r in records})
     fig, axes = plt.subplots(2, len(groups), figsize=(3.6 * len(groups) + 1, 6), squeeze=False)
     for column, (dataset, split) in enumerate(groups):
@@ -243,7 +305,7 @@ def report(out: Path) -> str:
             trace = [t for t in r["trace"] if not t.get("final")]
             steps = [t["step"] for t in trace]
             for row, metric in enumerate(("rmse", "nlpd")):
-                line, = axes[row, column].plot(steps, [t["test_sampled"][metric] for t in trace], label=r["variant"], lw=1.2)
+                axes[row, column].plot(steps, [t["test_sampled"][metric] for t in trace], label=r["variant"], lw=1.2)
                 axes[row, column].axhline(r["network"]["test"][metric], color="k", ls=":", lw=1)
         axes[0, column].set_title(f"{dataset} split {split}", fontsize=9)
         axes[1, column].set_xlabel("stage-2 step")
@@ -252,13 +314,11 @@ def report(out: Path) -> str:
     axes[0, -1].legend(fontsize=7)
     fig.suptitle("Stage 2 along training; dotted: the network (standardised targets)", fontsize=9)
     fig.tight_layout()
-    fig.savefig(Path(out) / "traces.png", dpi=100)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
-    return text
 
 
 OUTPUT_LAYER_STATES = ("nn_ts", "fixed_noise", "joint_noise", "joint_noise_optimal_q")
-REPORT_COMMAND = "python -m experiments.stage2_diagnosis --report-only --out docs/results/stage2"
 
 
 def output_layer_markdown(records) -> str:
@@ -325,15 +385,11 @@ def write_side_studies(out: Path, uci_out: Path = Path("docs") / "results" / "uc
         write_block(page, "twin_weight_decay", weight_decay_markdown(records, uci_records), REPORT_COMMAND)
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    if not args.report_only:
-        run(args)
-    text = report(Path(args.out))
-    write_side_studies(Path(args.out))
-    print(text)
-    return 0
+def main(argv=None) -> list:
+    from experiments.harness import cli
+
+    return cli.main("stage2_diagnosis", sys.modules[__name__], argv)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

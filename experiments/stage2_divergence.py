@@ -13,21 +13,23 @@ Adam-sized sign step on each parameter group alone, and the end of stage 2 in fo
 * ``default``: today's ``train_dgp`` defaults (ramp and guard);
 * ``two_stage``: ``train_two_stage(X, Y, network=net, seed=seed)`` with its defaults.
 
-    python -m experiments.stage2_divergence --seeds 0-9 --out docs/results/stage2     # one JSON per seed
-    python -m experiments.stage2_divergence --seeds 0-9 --settings default,two_stage --out docs/results/stage2  # rerun some
-    python -m experiments.stage2_divergence --report --out docs/results/stage2        # divergence.json
-    python -m experiments.stage2_divergence --cost --out docs/results/stage2          # divergence_cost.json
+    python -m experiments stage2_divergence --seeds 0-9   # records: docs/results/stage2/divergence/records.jsonl
+    python -m experiments stage2_divergence --report-only # docs/results/stage2/divergence.json
+    nice -n 10 python -m experiments stage2_divergence --cost  # docs/results/stage2/divergence_cost.json
+
+One cell per seed, on the harness (experiments/harness/study.py): finished seeds are kept, and a change of what a
+cell computes gets a new :data:`PROTOCOL` (records of another protocol are never mixed into divergence.json). The
+records made before the harness (one JSON per seed, with the guarded settings rerun after the guard's check
+frequency was capped) are protocol v1, moved unchanged into records.jsonl.
 """
 
 from __future__ import annotations
 
 import json
-import os
+import sys
 from pathlib import Path
 
 import numpy as np
-
-from experiments.harness.cli import make_parser
 
 NUM_DATA, NOISE_SD, NET_EPOCHS, NET_LR, NET_BATCH, DGP_EPOCHS = 300, 0.1, 1000, 5e-3, 16, 100
 
@@ -130,54 +132,47 @@ def stage2(net, X, Y, seed: int, setting: str) -> dict:
 SETTINGS = ("old", "ramp", "default", "two_stage")
 
 
-def run_seed(seed: int, settings=SETTINGS, previous: dict = None) -> dict:
-    """One seed's record; with ``previous`` (its earlier record) only ``settings`` are rerun, on the same network
-    (a ValueError if the seeded network does not come out the same)."""
-    X, Y = data(seed)
-    net = network(seed, X, Y)
+def run_seed(seed: int, settings=SETTINGS) -> dict:
+    """One seed's record: the network, the converted model at the start, and stage 2 in each of ``settings``."""
     from activated_dgp import dgp_from_keras
 
+    X, Y = data(seed)
+    net = network(seed, X, Y)
     kernel = net.layers[0].kernel.numpy()
     network_rmse = float(np.sqrt(np.mean((net(X).numpy() - Y) ** 2)))
-    if previous is not None:
-        if previous["network_rmse"] != network_rmse:
-            raise ValueError(f"seed {seed}: the network differs from the record's ({network_rmse} vs {previous['network_rmse']})")
-        record = dict(previous)
-    else:
-        record = {
-            "seed": seed,
-            "network_rmse": network_rmse,
-            "first_kernel_abs_max": float(np.abs(kernel).max()),
-            "first_kernel_abs_mean": float(np.abs(kernel).mean()),
-            "start": start_diagnosis(dgp_from_keras(net, num_data=len(X), X=X).dgp, X, Y),
-            "target_rmse": 1.5 * network_rmse + 0.05,
-        }
+    record = {
+        "seed": seed,
+        "network_rmse": network_rmse,
+        "first_kernel_abs_max": float(np.abs(kernel).max()),
+        "first_kernel_abs_mean": float(np.abs(kernel).mean()),
+        "start": start_diagnosis(dgp_from_keras(net, num_data=len(X), X=X).dgp, X, Y),
+        "target_rmse": 1.5 * network_rmse + 0.05,
+    }
     for setting in settings:
         record[setting] = stage2(net, X, Y, seed, setting)
     return record
 
 
-def report(out: Path) -> dict:
-    records = [json.loads(p.read_text()) for p in sorted((out / "divergence").glob("seed_*.json"))]
-    records.sort(key=lambda r: r["seed"])
-    summary = {
-        "command": "python -m experiments.stage2_divergence --seeds 0-9 --out docs/results/stage2",
+def summary(records) -> dict:
+    """divergence.json: per setting, how many seeds meet the target, the worst RMSE over the target, and the records."""
+    records = sorted(records, key=lambda r: r["seed"])
+    result = {
+        "command": records[0].get("command", LEGACY_COMMAND) if records else LEGACY_COMMAND,
         "setup": {"num_data": NUM_DATA, "noise_sd": NOISE_SD, "network_epochs": NET_EPOCHS, "network_learning_rate": NET_LR,
                   "network_batch": NET_BATCH, "dgp_epochs": DGP_EPOCHS},
         "seeds": [r["seed"] for r in records],
         "target": "final train RMSE <= 1.5 x network's + 0.05",
     }
     for setting in SETTINGS:
-        summary[setting] = {
+        result[setting] = {
             "meets_target": sum(r[setting]["rmse"] <= r["target_rmse"] for r in records),
             "worst_rmse_over_target": max(r[setting]["rmse"] / r["target_rmse"] for r in records),
             "rmse": [r[setting]["rmse"] for r in records],
             "loss_peak": [r[setting]["loss_peak"] for r in records],
             "restored": [r[setting]["restored"] for r in records],
         }
-    summary["records"] = records
-    (out / "divergence.json").write_text(json.dumps(summary, indent=1) + "\n")
-    return summary
+    result["records"] = [{k: v for k, v in r.items() if k != "protocol"} for r in records]
+    return result
 
 
 def guard_cost(sizes=(300, 20000), repeats: int = 3) -> dict:
@@ -216,6 +211,25 @@ def guard_cost(sizes=(300, 20000), repeats: int = 3) -> dict:
     return result
 
 
+# ---------------------------------------------------------------- the study: one cell per seed
+
+KEY = ("seed",)
+OUT = Path("docs") / "results" / "stage2" / "divergence"  # records.jsonl; the summary goes next to the folder
+PROTOCOL = "v1"  # bump when what a cell computes changes
+LEGACY_COMMAND = "python -m experiments.stage2_divergence --seeds 0-9 --out docs/results/stage2"  # made the v1 records
+
+
+def upgrade(record: dict) -> dict:
+    """The records made before the harness carry no protocol: they are v1."""
+    return record if "protocol" in record else {**record, "protocol": "v1"}
+
+
+def add_options(parser) -> None:
+    parser.add_argument("--seeds", default="0-9", help="seeds as a range 0-9 or a comma list")
+    parser.add_argument("--cost", action="store_true",
+                        help="only time train_dgp with and without the guard (divergence_cost.json next to --out)")
+
+
 def _seeds(text: str):
     if "-" in text:
         first, last = text.split("-")
@@ -223,35 +237,40 @@ def _seeds(text: str):
     return [int(s) for s in text.split(",")]
 
 
-def main(argv=None):
-    parser = make_parser("python -m experiments.stage2_divergence", __doc__.splitlines()[0])
-    parser.add_argument("--seeds", default="0-9")
-    parser.add_argument("--out", default="docs/results/stage2")
-    parser.add_argument("--report", action="store_true")
-    parser.add_argument("--settings", help="rerun only these settings (comma-separated) into the existing seed records")
-    parser.add_argument("--cost", action="store_true", help="time train_dgp with and without the guard (divergence_cost.json)")
-    args = parser.parse_args(argv)
-    out = Path(args.out)
-    if args.cost:
-        cost = {"command": "python -m experiments.stage2_divergence --cost --out docs/results/stage2"} | guard_cost()
-        (out / "divergence_cost.json").write_text(json.dumps(cost, indent=1) + "\n")
-        print(json.dumps(cost))
+def cells(options) -> list:
+    return [] if options.cost else [{"seed": seed} for seed in _seeds(options.seeds)]
+
+
+def prepare(options, context) -> None:
+    """With ``--cost``: the guard's cost (a timing, not a cell), written to divergence_cost.json."""
+    if options.cost:
+        from experiments.harness.artifacts import atomic_write_text
+
+        cost = {"command": options.command} | guard_cost()
+        atomic_write_text(Path(options.out).parent / "divergence_cost.json", json.dumps(cost, indent=1) + "\n")
+        context.progress(json.dumps(cost))
+
+
+def run_cell(cell, options, context) -> dict:
+    record = run_seed(cell["seed"])
+    context.progress(json.dumps({k: record[k]["rmse"] for k in SETTINGS} | {"seed": cell["seed"], "target": record["target_rmse"]}))
+    return {**record, "command": options.command}
+
+
+def report(records, options) -> None:
+    if not records:
         return
-    if args.report:
-        summary = report(out)
-        for setting in ("old", "ramp", "default", "two_stage"):
-            print(setting, summary[setting]["meets_target"], "/", len(summary["seeds"]), "meet the target")
-        return
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    (out / "divergence").mkdir(parents=True, exist_ok=True)
-    for seed in _seeds(args.seeds):
-        path = out / "divergence" / f"seed_{seed}.json"
-        if args.settings:
-            record = run_seed(seed, args.settings.split(","), json.loads(path.read_text()))
-        else:
-            record = run_seed(seed)
-        path.write_text(json.dumps(record, indent=1) + "\n")
-        print(json.dumps({k: record[k]["rmse"] for k in ("old", "ramp", "default", "two_stage")} | {"seed": seed, "target": record["target_rmse"]}), flush=True)
+    from experiments.harness.artifacts import atomic_write_text
+
+    path, text = Path(options.out).parent / "divergence.json", json.dumps(summary(records), indent=1) + "\n"
+    if not path.exists() or path.read_text() != text:
+        atomic_write_text(path, text)
+
+
+def main(argv=None) -> list:
+    from experiments.harness import cli
+
+    return cli.main("stage2_divergence", sys.modules[__name__], argv)
 
 
 if __name__ == "__main__":

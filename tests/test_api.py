@@ -134,3 +134,12 @@ def test_importing_the_package_uses_no_deprecated_name():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_a_deprecated_name_used_in_the_suite_fails_loudly():
+    """pyproject's filterwarnings makes our DeprecationWarning an error outside ``pytest.warns`` (the checks above),
+    so no test, tutorial or study run by the suite can keep using an old name unnoticed."""
+    with pytest.raises(DeprecationWarning, match=r"activated_dgp\.load_state is deprecated; use activated_dgp\.deep\.load_training_state"):
+        activated_dgp.load_state
+    with pytest.raises(DeprecationWarning, match=r"activated_dgp\.conversion\.Conversion is deprecated"):
+        activated_dgp.conversion.Conversion

@@ -15,9 +15,8 @@ import numpy as np
 import pytest
 import tf_keras
 
-from activated_dgp import (
-    build_activated_dgp, build_activated_nn, dgp_from_keras, load_dgp, propagate_means, register_activation, save_dgp,
-)
+from activated_dgp import build_activated_dgp, build_activated_nn, dgp_from_keras, load_dgp, propagate_means, save_dgp
+from activated_dgp.zonal import register_activation
 from activated_dgp.nn import ActivatedLayer
 from test_persistence import layerwise  # each layer's mean and variance at the previous layer's mean
 

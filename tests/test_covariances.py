@@ -7,7 +7,8 @@ import tensorflow as tf
 from gpflow.covariances import Kuf, Kuu
 from scipy.special import roots_legendre, sph_harm_y
 
-from activated_dgp import ActivationFeature, ZonalArcCosine, ZonalKernel, zonal_matern52_shape
+from activated_dgp import ActivationFeature, ZonalArcCosine
+from activated_dgp.zonal import ZonalKernel, zonal_matern52_shape
 
 
 def _softplus3(t):

@@ -15,19 +15,17 @@ from activated_dgp import (
     build_activated_dgp,
     build_activated_nn,
     dgp_from_keras,
-    layer_moments,
     load_dgp,
-    load_network,
     predict_class_probabilities,
     predict_y,
     predictive_log_density,
     propagate_means,
     save_dgp,
-    save_network,
     train_dgp,
     train_network,
     train_two_stage,
 )
+from activated_dgp.deep import layer_moments, load_network, save_network
 
 
 @pytest.mark.parametrize("activation", ["relu", "softplus", "swish"])

@@ -38,8 +38,8 @@ def sphere_problem():
 
 def _level_errors(mu):
     """Relative errors of the level-mean eigenvalues (levels 0, 1, 2) against Funk–Hecke λ_n."""
-    lam = adgp.arc_cosine_coefficients(3, 10)
-    sizes = [int(adgp.num_harmonics(n, 3)) for n in range(3)]
+    lam = adgp.zonal.arc_cosine_coefficients(3, 10)
+    sizes = [int(adgp.zonal.num_harmonics(n, 3)) for n in range(3)]
     assert sizes == [1, 3, 5]
     errors, start = [], 0
     for n, size in enumerate(sizes):
@@ -56,7 +56,7 @@ def test_nystrom_recovers_funk_hecke_levels(sphere_problem):
     errors = _level_errors(mu)
     assert np.all(errors < LEVEL_TOLERANCE), errors
     # the gap to level 3 (λ_3 = 0, next non-zero λ_4 ≈ 6.5e-4) is visible
-    assert mu[-1] > 10 * adgp.arc_cosine_coefficients(3, 10)[4]
+    assert mu[-1] > 10 * adgp.zonal.arc_cosine_coefficients(3, 10)[4]
 
 
 @pytest.mark.parametrize("filters", ["data", "kmeans"])

@@ -223,7 +223,7 @@ def test_switching_the_residual_off_zeroes_it_and_restores_it():
     import activated_dgp as ad
     from activated_dgp.far_field import add_far_field, far_field_switched_off
 
-    dgp = ad.build_activated_dgp(ad.ArchitectureConfig(2, num_layers=1, num_units=6), num_data=10, seed=0)
+    dgp = ad.build_activated_dgp(ad.deep.ArchitectureConfig(2, num_layers=1, num_units=6), num_data=10, seed=0)
     add_far_field(dgp, far_variance=2.0, far_radius=1.5, far_centre=np.zeros(2))
     kernel = dgp.f_layers[-1].kernel.kernel
     H = np.array([[30.0, 0.0]])

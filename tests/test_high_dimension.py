@@ -19,7 +19,8 @@ import mpmath
 import numpy as np
 import pytest
 
-from activated_dgp import ActivationFeature, ZonalArcCosine, ZonalKernel, zonal_matern52_shape
+from activated_dgp import ActivationFeature, ZonalArcCosine
+from activated_dgp.zonal import ZonalKernel, zonal_matern52_shape
 from activated_dgp.covariances import basis_coefficients, inducing_coefficients
 from activated_dgp.extended_precision import dual, supports_extended_precision
 from activated_dgp.spectra import activation_coefficients, arc_cosine_coefficients

@@ -23,7 +23,7 @@ BUILD = textwrap.dedent(
     from activated_dgp.far_field import add_far_field
 
     def build(seed):
-        config = ad.ArchitectureConfig(2, num_layers=2, num_units=6, activation="swish")
+        config = ad.deep.ArchitectureConfig(2, num_layers=2, num_units=6, activation="swish")
         dgp = ad.build_activated_dgp(config, num_data=40, seed=seed)
         add_far_field(dgp, far_variance=2.0, far_radius=3.0, far_centre=np.zeros(2))
         return dgp
@@ -76,9 +76,9 @@ def test_weights_h5_of_the_training_model_restores_every_parameter_in_a_fresh_pr
 def test_weights_of_another_architecture_are_refused_naming_the_layer(tmp_path):
     import activated_dgp as ad
 
-    small = ad.build_activated_dgp(ad.ArchitectureConfig(2, num_layers=2, num_units=6), num_data=40, seed=0)
+    small = ad.build_activated_dgp(ad.deep.ArchitectureConfig(2, num_layers=2, num_units=6), num_data=40, seed=0)
     small.as_training_model().save_weights(str(tmp_path / "m.weights.h5"))
-    other = ad.build_activated_dgp(ad.ArchitectureConfig(2, num_layers=2, num_units=6), num_data=40, seed=0)
+    other = ad.build_activated_dgp(ad.deep.ArchitectureConfig(2, num_layers=2, num_units=6), num_data=40, seed=0)
     from activated_dgp.far_field import add_far_field
 
     add_far_field(other, far_variance=1.0, far_radius=1.0, far_centre=np.zeros(2))  # three more variables
@@ -90,7 +90,7 @@ def test_weights_of_another_architecture_are_refused_naming_the_layer(tmp_path):
 def test_whole_model_saving_gives_a_clear_error(tmp_path, target):
     import activated_dgp as ad
 
-    dgp = ad.build_activated_dgp(ad.ArchitectureConfig(2, num_layers=2, num_units=6), num_data=40, seed=0)
+    dgp = ad.build_activated_dgp(ad.deep.ArchitectureConfig(2, num_layers=2, num_units=6), num_data=40, seed=0)
     for model in (dgp.as_training_model(), dgp.as_prediction_model()):
         with pytest.raises(Exception, match="cannot be saved whole") as raised:
             model.save(str(tmp_path / target))

@@ -7,7 +7,8 @@ import pytest
 import scipy.linalg
 import tensorflow as tf
 
-from activated_dgp import ActivationFeature, IKA, NeuralEF, ZonalArcCosine, eigen
+from activated_dgp import ActivationFeature, ZonalArcCosine, eigen
+from activated_dgp.eigen import IKA, NeuralEF
 from activated_dgp.kernel_machines import (
     EigenPro2,
     EigenPro2Solver,

@@ -6,7 +6,8 @@ import pytest
 import tensorflow as tf
 from check_shapes.exceptions import ShapeMismatchError
 
-from activated_dgp import ActivationFeature, ZonalArcCosine, ZonalKernel, zonal_matern52_shape
+from activated_dgp import ActivationFeature, ZonalArcCosine
+from activated_dgp.zonal import ZonalKernel, zonal_matern52_shape
 from activated_dgp.spectra import arc_cosine_shape
 
 

@@ -26,12 +26,13 @@ def _graph(modules: dict) -> dict:
                 if node.level:
                     parts = package.split(".")
                     base = ".".join(parts[: len(parts) - node.level + 1] + ([node.module] if node.module else []))
-                targets = [base] + [f"{base}.{alias.name}" for alias in node.names]
+                # ``from package import submodule`` depends on the submodule; ``from package import name`` on the
+                # package's __init__ (also when the package is the importing module's own: ``from . import f``)
+                targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names]
             elif isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
             for target in targets:
-                # a module importing the package it lives in (its __init__) is the package's re-export, not a concept
-                if target in modules and target != name and not name.startswith(target + "."):
+                if target in modules and target != name:
                     graph[name].add(target)
     return graph
 
@@ -74,6 +75,21 @@ def test_no_import_cycles():
 
 def test_the_cycle_finder_finds_a_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_a_name_taken_from_the_own_package_init_is_an_edge_to_it(tmp_path, monkeypatch):
+    """``from . import f`` inside pkg/sub.py, with pkg/__init__.py importing .sub, is the cycle pkg ↔ pkg.sub (the one
+    activated_dgp.data had with resolve_data_dir); ``from . import sub`` alone is an edge to the submodule only."""
+    package = tmp_path / "activated_dgp"
+    (package / "pkg").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "pkg" / "__init__.py").write_text("def f():\n    pass\n\nfrom .sub import g\n")
+    (package / "pkg" / "sub.py").write_text("from . import f\n\ndef g():\n    pass\n")
+    (package / "pkg" / "other.py").write_text("from . import sub\n")
+    monkeypatch.setitem(globals(), "PACKAGE", package)
+    graph = _graph(_modules())
+    assert _cycles(graph) == [["activated_dgp.pkg", "activated_dgp.pkg.sub"]]
+    assert graph["activated_dgp.pkg.other"] == {"activated_dgp.pkg.sub"}
 
 
 def test_validation_is_a_leaf():

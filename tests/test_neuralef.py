@@ -105,8 +105,8 @@ def test_sphere_funk_hecke():
     X = rng.normal(size=(2000, 3))
     X /= np.linalg.norm(X, axis=1, keepdims=True)
     kernel = adgp.ZonalArcCosine(input_dim=3, truncation_level=10, bias=False, lengthscales=1.0)
-    lam = adgp.arc_cosine_coefficients(3, 10)
-    assert [int(adgp.num_harmonics(n, 3)) for n in range(2)] == [1, 3]
+    lam = adgp.zonal.arc_cosine_coefficients(3, 10)
+    assert [int(adgp.zonal.num_harmonics(n, 3)) for n in range(2)] == [1, 3]
     neuralef = NeuralEF(4, kernel=kernel, input_dim=3, seed=0).fit(X, num_steps=300, schedule="cosine")
     mu = neuralef.eigenvalues.numpy()
     assert abs(mu[0] / lam[0] - 1) < 0.05, (mu, lam[:3])
@@ -424,3 +424,23 @@ def test_cnn_gp_monte_carlo_kernel_converges():
         cnn_gp_features(np.zeros((3, 8)), 2)
     with pytest.raises(ValueError, match="NaN"):
         cnn_gp_features(np.full((2, 8, 8), np.nan), 2)
+
+
+def test_quiet_check_block_is_a_function_of_its_record(tmp_path):
+    """benchmarks.neuralef_vs_nystrom --quiet-check: the block is rebuilt from the rows of its record alone; each time
+    is divided by the Lanczos Nyström's of the same kernel (recomputed here), and with no record the block says so."""
+    import json
+
+    from benchmarks.neuralef_vs_nystrom import LANCZOS, QUIET_SIZE, _store, quiet_report
+
+    cache = tmp_path / "quiet.jsonl"
+    assert "No record yet" in quiet_report([], cache=cache)
+    rows = [dict(kernel="rbf", N=QUIET_SIZE, method=LANCZOS, steps=0, seconds=20.0, relative_errors=[0.01, 0.2], overlaps=[0.99, 0.9]),
+            dict(kernel="rbf", N=QUIET_SIZE, method="NeuralEF", steps=4000, seconds=50.0, training_seconds=30.0,
+                 relative_errors=[0.01, 0.05], overlaps=[0.99, 0.97], load_average=0.7),
+            dict(kernel="rbf", N=2000, method="NeuralEF", steps=4000, seconds=5.0, relative_errors=[0.0], overlaps=[1.0])]
+    cache.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    text = quiet_report(_store(cache).records(), cache=cache)
+    assert f"| rbf | NeuralEF, 4000 steps | 50.0 (Ritz 20.0) | 2/2 | 2/2 | {50.0 / 20.0:.2f} |" in text
+    assert f"| rbf | {LANCZOS} | 20.0 | 1/2 | 1/2 | 1.00 |" in text
+    assert text.count("| rbf |") == 2  # the N = 2,000 row is not part of the check

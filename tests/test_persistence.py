@@ -23,24 +23,20 @@ import tensorflow_probability as tfp
 import tf_keras
 from scipy.stats import norm
 
-from activated_dgp import (
+from activated_dgp import build_activated_dgp, build_activated_nn, dgp_from_keras, load_dgp, predictive_log_density, save_dgp
+from activated_dgp.deep import (
     ArchitectureConfig,
     DGPCheckpoint,
-    build_activated_dgp,
-    build_activated_nn,
-    dgp_from_keras,
-    load_dgp,
     load_network,
     load_optimizer,
-    load_state,
-    predictive_log_density,
-    register_activation,
-    save_dgp,
+    load_training_state,
     save_network,
 )
-from activated_dgp.models import LIKELIHOODS, LogisticBernoulli, MonteCarloSoftmax, activated_gp_layer, make_likelihood
+from activated_dgp.likelihoods import LIKELIHOOD_REGISTRY
+from activated_dgp.models import LogisticBernoulli, MonteCarloSoftmax, activated_gp_layer, make_likelihood
 from activated_dgp import persistence
 from activated_dgp.persistence import architecture_of_dgp
+from activated_dgp.zonal import register_activation
 
 BUMP_SOURCE = "def bump(t):\n    return np.sin(3.0 * t) + 0.5 * t * t\n"
 exec(BUMP_SOURCE)  # the same user activation, defined identically here and in the fresh process
@@ -102,8 +98,9 @@ import gpflow
 import numpy as np
 import tensorflow as tf
 import tf_keras
-from activated_dgp import (build_activated_nn, load_dgp, load_network, load_optimizer, load_state,
-                           predictive_log_density, register_activation)
+from activated_dgp import build_activated_nn, load_dgp, predictive_log_density
+from activated_dgp.deep import load_network, load_optimizer, load_training_state
+from activated_dgp.zonal import register_activation
 
 root = sys.argv[1]
 meta = json.load(open(f"{root}/meta.json"))
@@ -168,7 +165,7 @@ for label, restore in (("resumed", True), ("fresh_optimizer", False)):
             out[f"optimizer/{i}"] = v.numpy()
     model = dgp.as_training_model()
     model.compile(optimizer)
-    epoch = load_state(meta["checkpoint"])["epoch"]
+    epoch = load_training_state(meta["checkpoint"])["epoch"]
     model.fit({"inputs": X_fit, "targets": Y_fit}, epochs=meta["epochs"], initial_epoch=epoch,
               batch_size=len(X_fit), shuffle=False, verbose=0)
     out[f"resume/{label}"] = np.concatenate([p.unconstrained_variable.numpy().ravel() for p in dgp.trainable_parameters])
@@ -474,7 +471,7 @@ def test_a_format_2_directory_still_loads_and_resumes(tmp_path):
     assert [v.name for v in optimizer.variables] == [record["name"] for record in config["optimizer"]["variables"]]
     for i, variable in enumerate(optimizer.variables):
         np.testing.assert_array_equal(variable.numpy(), arrays[f"optimizer/{i}"])
-    assert int(optimizer.iterations.numpy()) == load_state(directory)["epoch"] == 2
+    assert int(optimizer.iterations.numpy()) == load_training_state(directory)["epoch"] == 2
     control = load_dgp(directory)
     _fit(control, reference["X"], reference["Y"], tf_keras.optimizers.Adam(0.05), int(reference["epochs"]), initial_epoch=2)
     _fit(dgp, reference["X"], reference["Y"], optimizer, int(reference["epochs"]), initial_epoch=2)
@@ -496,7 +493,7 @@ def test_an_unknown_format_is_refused_naming_it(tmp_path, version):
     directory = save_dgp(build_activated_dgp(2, N, num_layers=1, num_units=4, seed=0), tmp_path)
     config = json.loads((directory / "config.json").read_text())
     (directory / "config.json").write_text(json.dumps(dict(config, format=version)))
-    for load in (load_dgp, load_state, lambda d: load_optimizer(d, None)):
+    for load in (load_dgp, load_training_state, lambda d: load_optimizer(d, None)):
         with pytest.raises(ValueError, match=f"in format {re.escape(repr(version))}, which this version of activated_dgp does not read"):
             load(directory)
 
@@ -571,7 +568,7 @@ def test_resaving_replaces_atomically_and_leaves_one_arrays_file(tmp_path):
     dgp.f_layers[0].q_mu.assign(dgp.f_layers[0].q_mu + 1.0)
     save_dgp(dgp, tmp_path, state={"epoch": 2})
     assert len(list(tmp_path.glob("arrays-*.npz"))) == 1
-    assert load_state(tmp_path) == {"epoch": 2}
+    assert load_training_state(tmp_path) == {"epoch": 2}
     np.testing.assert_array_equal(load_dgp(tmp_path).f_layers[0].q_mu.numpy(), dgp.f_layers[0].q_mu.numpy())
     assert load_optimizer(tmp_path, dgp) is None
 
@@ -635,13 +632,13 @@ def test_config_round_trips_and_drives_both_builders(rng):
 
 
 def test_likelihood_registry_builds_what_it_names():
-    assert set(LIKELIHOODS) == {"gaussian", "bernoulli", "probit", "softmax", "robustmax"}
+    assert set(LIKELIHOOD_REGISTRY) == {"gaussian", "bernoulli", "probit", "softmax", "robustmax"}
     probit, latent = make_likelihood("probit", 1)
     assert type(probit) is gpflow.likelihoods.Bernoulli and latent == 1
     f = np.array([[-1.0], [0.3], [2.0]])
     np.testing.assert_allclose(probit.invlink(f).numpy(), PROBIT_JITTER + (1 - 2 * PROBIT_JITTER) * norm.cdf(f), rtol=1e-12)
     assert type(make_likelihood("bernoulli", 1)[0]) is LogisticBernoulli
     assert type(make_likelihood("softmax", 3)[0]) is MonteCarloSoftmax
-    for name in LIKELIHOODS:
+    for name in LIKELIHOOD_REGISTRY:
         built = make_likelihood(name, 3 if name in ("softmax", "robustmax") else 1)[0]
-        assert [entry for entry in LIKELIHOODS.values() if entry.matches(built)] == [LIKELIHOODS[name]]
+        assert [entry for entry in LIKELIHOOD_REGISTRY.values() if entry.matches(built)] == [LIKELIHOOD_REGISTRY[name]]

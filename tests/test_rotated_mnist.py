@@ -253,7 +253,8 @@ def test_interrupted_after_each_stage_resumes_from_its_checkpoint(tmp_path, rng,
     finishes. Each resumed run must restore the previous stage exactly (the twin's trained W, the DGP with its
     per-dimension lengthscales), train nothing again and evaluate no finished angle again."""
     import activated_dgp
-    from activated_dgp import ActivatedLayer, propagate_means
+    from activated_dgp import propagate_means
+    from activated_dgp.deep import ActivatedLayer
     from experiments import rotated_mnist
     from experiments.records import ResultStore
 

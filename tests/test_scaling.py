@@ -195,7 +195,7 @@ def test_batch_predictor_one_layer_is_the_closed_form():
     # one layer: no sampling, so every sample is the exact Gaussian predictive N(y | μ(x), σ²(x) + σ_n²)
     from scipy.stats import norm
 
-    from activated_dgp import BatchPredictor
+    from activated_dgp.deep import BatchPredictor
 
     X, Y = _problem(num_data=50)
     dgp = _dgp(len(X))
@@ -213,7 +213,8 @@ def test_batch_predictor_one_layer_is_the_closed_form():
 
 def test_batch_predictor_agrees_with_eager_monte_carlo():
     # two layers: the batched stateless estimate and the eager one are independent Monte Carlo estimates
-    from activated_dgp import BatchPredictor, predict_y
+    from activated_dgp import predict_y
+    from activated_dgp.deep import BatchPredictor
 
     X, _ = _problem(num_data=6)
     dgp = _dgp(len(X), layers=2)

@@ -7,16 +7,9 @@ import pytest
 import tensorflow as tf
 import tf_keras
 
-from activated_dgp import (
-    build_activated_nn,
-    dgp_from_keras,
-    evaluate_elbo,
-    layer_moments,
-    predict_y,
-    predictive_log_density,
-    propagate_means,
-)
+from activated_dgp import build_activated_nn, dgp_from_keras, evaluate_elbo, predict_y, predictive_log_density, propagate_means
 from activated_dgp.conversion import posterior_mean_weights, rescale_kernel_variance, select_kernel_variances
+from activated_dgp.deep import layer_moments
 from activated_dgp.diagnostics import elbo_terms, residual_fraction
 from activated_dgp.training import RestoreBest, TrainingSchedule, split_validation, train_dgp, train_network, train_two_stage
 
@@ -310,7 +303,8 @@ def test_train_dgp_resumes_from_a_checkpoint_with_its_optimizer(tmp_path, interr
     """An uninterrupted 4-epoch stage 2 vs one interrupted after epoch 2 (DGPCheckpoint), loaded and resumed
     with ``train_dgp(optimizer=load_optimizer(…), initial_epoch=…)``: the same parameters. Full batches on a
     one-layer DGP make the ELBO deterministic; a fresh Adam (control) does not continue the trajectory."""
-    from activated_dgp import DGPCheckpoint, build_activated_dgp, load_dgp, load_optimizer, load_state
+    from activated_dgp import build_activated_dgp, load_dgp
+    from activated_dgp.deep import DGPCheckpoint, load_optimizer, load_training_state
 
     X, Y = _data(60)
     schedule = TrainingSchedule(epochs=4, batch_size=len(X), learning_rate=0.05)
@@ -326,12 +320,12 @@ def test_train_dgp_resumes_from_a_checkpoint_with_its_optimizer(tmp_path, interr
     interrupted = fresh()
     with pytest.raises(KeyboardInterrupt):
         train_dgp(interrupted, X, Y, schedule, callbacks=[DGPCheckpoint(tmp_path, interrupted), interrupt_after(2)])
-    assert load_state(tmp_path)["epoch"] == 2
+    assert load_training_state(tmp_path)["epoch"] == 2
     results = {}
     for label in ("resumed", "fresh_optimizer"):
         dgp = load_dgp(tmp_path)
         optimizer = load_optimizer(tmp_path, dgp) if label == "resumed" else None
-        history = train_dgp(dgp, X, Y, schedule, optimizer=optimizer, initial_epoch=load_state(tmp_path)["epoch"])
+        history = train_dgp(dgp, X, Y, schedule, optimizer=optimizer, initial_epoch=load_training_state(tmp_path)["epoch"])
         assert len(history["loss"]) == 2  # epochs 2 and 3 only
         results[label] = values(dgp)
     np.testing.assert_allclose(results["resumed"], values(straight), rtol=1e-8, atol=1e-10)
@@ -425,3 +419,105 @@ def test_retired_side_studies_tables_are_what_their_committed_records_give(tmp_p
         plain = next(r for r in cell if r["weight_decay"] == 0.0)
         chosen = min(cell, key=lambda r: r["validation_mse"])
         assert f"| yacht 0 | {plain['test_rmse']:.4f} | {chosen['weight_decay']:g} | {chosen['test_rmse']:.4f} |" in read_block(page, block)
+
+
+@pytest.mark.parametrize("name, outputs", [("stage2_diagnosis", ["table.md"]), ("stage2_divergence", ["../divergence.json"])])
+def test_stage2_studies_report_their_committed_records_unchanged(tmp_path, name, outputs):
+    """Both stage-2 studies are on the harness: their committed records (made before it, no protocol field) are
+    read as the default protocol, and the report run on copies of them rewrites the committed outputs byte for byte."""
+    import shutil
+    from pathlib import Path
+
+    from experiments.harness import cli, registry
+
+    root = Path(__file__).resolve().parents[1]
+    study = registry.study(name)
+    committed = root / study.OUT
+    out = tmp_path / "results" / committed.name
+    out.mkdir(parents=True)
+    shutil.copy(committed / "records.jsonl", out / "records.jsonl")
+    records = cli.main(name, study, ["--report-only", "--quiet", "--out", str(out)])
+    lines = (committed / "records.jsonl").read_text().splitlines()
+    assert len(records) == len(lines) > 0
+    for output in outputs:
+        assert (out / output).resolve().read_text() == (committed / output).resolve().read_text()
+
+
+def test_stage2_diagnosis_cells_and_protocol_never_mix_settings(tmp_path):
+    """A cell per (dataset, split, variant); records made with other stage-2 settings are invisible (so rerun),
+    and an unknown variant is a clear error."""
+    import shutil
+    from pathlib import Path
+
+    from experiments.harness import cli, registry
+    from experiments.harness.store import pending
+    from experiments.harness.study import open_store
+
+    root = Path(__file__).resolve().parents[1]
+    study = registry.study("stage2_diagnosis")
+    shutil.copy(root / study.OUT / "records.jsonl", tmp_path / "records.jsonl")
+    same = cli.parse("stage2_diagnosis", study, ["--out", str(tmp_path), "--dataset", "bostonHousing,energy", "--variant", "all"])
+    todo = pending(open_store(study, same), study.cells(same))
+    assert len(study.cells(same)) == 2 * 9
+    assert {(c["dataset"], c["variant"]) for c in todo} == {("energy", "ade"), ("bostonHousing", "ade")}
+    other = cli.parse("stage2_diagnosis", study, ["--out", str(tmp_path), "--dataset", "bostonHousing", "--dgp-steps", "100"])
+    assert open_store(study, other).records() == []
+    assert len(pending(open_store(study, other), study.cells(other))) == 4
+    with pytest.raises(ValueError, match="unknown variant"):
+        study.cells(cli.parse("stage2_diagnosis", study, ["--variant", "baseline,nonsense"]))
+
+
+def test_a_saved_network_scored_as_nn_ts_gives_scipys_gaussian_nlpd(tmp_path):
+    """Restored from the retired output-layer study (its NN+TS state): a network saved and loaded through the public
+    entry points predicts as before, and its temperature-scaled score — N(f(x), σ²) with σ² the validation MSE —
+    is scipy's Gaussian NLPD of the original network's predictions."""
+    from scipy.stats import norm
+
+    from activated_dgp.deep import load_network, save_network
+    from activated_dgp.metrics import regression_metrics
+
+    X, Y, network, _ = _converted(num_layers=2)
+    X_val, Y_val = _data(40, seed=7)
+    X_test, Y_test = _data(50, seed=8)
+    mse = float(np.mean((network(X_val).numpy() - Y_val) ** 2))
+    expected_mean = network(X_test).numpy()[:, 0]
+    loaded = load_network(save_network(network, tmp_path / "net"))
+    mean = loaded(X_test).numpy()[:, 0]
+    np.testing.assert_allclose(mean, expected_mean, rtol=1e-12, atol=1e-12)
+    scores = regression_metrics(Y_test, mean[None], np.full((1, len(mean)), mse))
+    np.testing.assert_allclose(scores["nlpd"], -np.mean(norm.logpdf(Y_test[:, 0], expected_mean, np.sqrt(mse))), rtol=1e-10)
+    np.testing.assert_allclose(scores["rmse"], np.sqrt(np.mean((Y_test[:, 0] - expected_mean) ** 2)), rtol=1e-12)
+
+
+def test_joint_variance_and_noise_search_is_the_best_pair_of_its_grid():
+    """Restored from the retired output-layer study: the joint (v, σ²) search of the output layer, a superset of the
+    fixed-noise search, chooses the pair of best validation log density, found here by evaluating every pair of the
+    grid (one layer, so coordinate ascent is one pass) with the same seeded draws; it is never worse than the
+    fixed-noise search."""
+    from activated_dgp.conversion import rescale_kernel_variance
+
+    X, _, network, _ = _converted(num_layers=1)
+
+    def converted():  # the same conversion of one trained network, afresh
+        return dgp_from_keras(network, len(X), X=X).dgp
+
+    X_val, Y_val = _data(60, seed=5)
+    candidates, factors = [1e-3, 1e-2, 1e-1], [0.25, 0.5, 1.0, 2.0]
+    fixed = select_kernel_variances(converted(), X_val, Y_val, objective="validation", candidates=candidates, seed=3)
+    dgp = converted()
+    layer, likelihood = dgp.f_layers[0], dgp.likelihood_layer.likelihood
+    entry_v, entry_noise = float(layer.kernel.kernel.variance.numpy()), float(likelihood.variance.numpy())
+    joint = select_kernel_variances(dgp, X_val, Y_val, objective="validation", candidates=candidates, noise_factors=factors, seed=3)
+
+    grid = converted()
+    values = {}
+    for v in [entry_v] + candidates:
+        rescale_kernel_variance(grid.f_layers[0], v)
+        for factor in [1.0] if v == entry_v else factors:
+            grid.likelihood_layer.likelihood.variance.assign(entry_noise * factor)
+            values[v, factor] = float(np.mean(predictive_log_density(grid, X_val, Y_val, num_samples=16, seed=3)))
+    (best_v, best_factor), best = max(values.items(), key=lambda item: item[1])
+    assert joint.elbo == pytest.approx(best, abs=1e-9)
+    assert joint.noise_variance == pytest.approx(entry_noise * best_factor, rel=1e-12)
+    assert float(layer.kernel.kernel.variance.numpy()) == pytest.approx(best_v, rel=1e-9)
+    assert joint.elbo >= fixed.elbo - 1e-9

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from activated_dgp import ActivatedLayer
+from activated_dgp.deep import ActivatedLayer
 from activated_dgp.nn import initial_directions
 
 

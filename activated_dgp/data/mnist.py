@@ -30,7 +30,7 @@ from typing import Dict, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from . import resolve_data_dir
+from .directory import resolve_data_dir
 
 __all__ = [
     "DATASETS",

@@ -26,7 +26,7 @@ from typing import List, Optional, Sequence, Union
 
 import numpy as np
 
-from . import resolve_data_dir
+from .directory import resolve_data_dir
 
 __all__ = [
     "UCI_DATASETS",

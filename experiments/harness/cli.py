@@ -20,7 +20,7 @@ def make_parser(prog: str, description: Optional[str] = None) -> argparse.Argume
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
-#: The options every study shares, declared here once (scripts not yet on the harness take them from here too).
+#: The options every study shares, declared here once (scripts that are not studies, e.g. benchmarks, take them from here too).
 SHARED_OPTIONS = {
     "--data-dir": dict(default=None, help="data folder (default $ADGP_DATA_DIR; resolved by activated_dgp.data.resolve_data_dir)"),
     "--report-only": dict(action="store_true", help="write the pages from the records; run nothing"),
@@ -40,7 +40,7 @@ def study_parser(name: str, study: ModuleType) -> argparse.ArgumentParser:
     parser = make_parser(f"python -m experiments {name}", study.__doc__)
     shared = parser.add_argument_group("shared options")
     shared_option(shared, "--data-dir")
-    shared.add_argument("--out", type=Path, default=Path("docs") / "results" / name,
+    shared.add_argument("--out", type=Path, default=Path(getattr(study, "OUT", Path("docs") / "results" / name)),
                         help="folder of the study's records (records.jsonl); its page is <out>.md (default %(default)s)")
     shared.add_argument("--artifacts", type=Path, default=None,
                         help="cache of trained networks/DGPs (default .cache/experiments/<out name>)")

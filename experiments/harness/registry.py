@@ -15,6 +15,8 @@ STUDIES = {
     "ntk_spectra": "experiments.ntk_spectra",
     "recipes": "experiments.recipes",
     "rotated_mnist": "experiments.rotated_mnist",
+    "stage2_diagnosis": "experiments.stage2_diagnosis",
+    "stage2_divergence": "experiments.stage2_divergence",
     "uci": "experiments.uci",
 }
 

@@ -10,6 +10,7 @@ A study is a module with
 * ``run_cell(cell, options, context) -> dict`` — run one cell and return its record (the cell's fields are added);
 * ``report(records, options) -> None`` — write the study's pages from the records alone (no training);
 * optionally ``add_options(parser)`` — the study's own command-line options;
+* optionally ``OUT`` — the default ``--out`` folder when it is not ``docs/results/<study name>``;
 * optionally ``artifact_cache(options) -> ArtifactCache`` — the study's own cache (its folder, file names or
   ``saved_only`` mode; default: ``--artifacts`` or ``.cache/experiments/<out name>``), handed to every cell in the
   run context;
