@@ -34,6 +34,13 @@ Controls (issue 36, ``--controls``): does ADGP's gain come from the conversion o
 * ``adgp_ensemble``: every member converted and trained through stage 2 as ``adgp`` (frozen conv layers; member 0
   is ``adgp``'s DGP), predicting with the mean of the members' class probabilities.
 
+LLA rows (issue 33, ``--lla``; not run by default): the linearised Laplace approximation
+(:class:`activated_dgp.eigen.LinearisedLaplace`, softmax likelihood) of ``nn``'s own trained network, so that its
+MAP is the ``nn`` row and the rows are paired: ``lla_last_layer`` (exact GGN over the last Dense layer, prior
+precision by the Laplace evidence), ``lla_diagonal`` (diagonal GGN, evidence) and ``lla_neuralef`` (eq. 22 of the
+NeuralEF paper with the top-k NTK eigenfunctions, prior precision on the validation images); see
+:func:`lla_prediction` for which parameters they cover and why.
+
 Stage-2 remedies (docs/results/stage2.md), for ``adgp`` and ``adgp_ft`` alike, on the held-out validation
 images (the ``--validation-fraction`` part of the training images, which NN + TS also uses):
 
@@ -81,10 +88,13 @@ from experiments.harness.study import page_path, records_path  # noqa: E402
 MODELS = ("nn", "nn_dropout", "nn_ts", "adgp", "adgp_ft")
 #: issue 36's controls: the networks given ADGP's extra stage-2 epochs, and deep ensembles of networks and of ADGPs
 CONTROLS = ("nn_ft", "nn_ts_ft", "nn_dropout_ft", "ensemble", "adgp_ensemble")
-ALL_MODELS = MODELS + CONTROLS
+#: issue 33's LLA rows on ``nn``'s network (--lla)
+LLA_MODELS = ("lla_last_layer", "lla_diagonal", "lla_neuralef")
+ALL_MODELS = MODELS + CONTROLS + LLA_MODELS
 LABELS = {"nn": "NN", "nn_dropout": "NN + Dropout", "nn_ts": "NN + TS", "adgp": "ADGP", "adgp_ft": "ADGP + conv fine-tuned",
           "nn_ft": "NN + extra epochs", "nn_ts_ft": "NN + extra epochs + TS", "nn_dropout_ft": "NN + Dropout + extra epochs",
-          "ensemble": "Deep ensemble", "adgp_ensemble": "ADGP ensemble"}
+          "ensemble": "Deep ensemble", "adgp_ensemble": "ADGP ensemble",
+          "lla_last_layer": "LLA last layer", "lla_diagonal": "LLA diagonal", "lla_neuralef": "LLA NeuralEF"}
 STAGE2_OPTIMIZER = "Adam"  # stage 2 with the conv layers trained, and the networks' extra epochs (stage2_fit)
 ENSEMBLE_SEED_STRIDE = 10_000  # deep-ensemble member k of run s has seed s + k · stride (member_seed)
 ANGLES = tuple(range(0, 181, 15))
@@ -131,6 +141,8 @@ class Config:
     # never mixed with new runs (the networks, which it does not change, are still shared: stage1_digest)
     stage2_defaults: str = "ramp-guard"
     ensemble_size: int = 5  # members of the deep ensembles (ensemble, adgp_ensemble)
+    lla_eigenpairs: int = 20  # k of lla_neuralef
+    lla_neuralef_steps: int = 2000  # NeuralEF steps of lla_neuralef
 
     def __post_init__(self):
         variance = self.kernel_variance
@@ -167,7 +179,7 @@ class Config:
 
 
 KERNEL_VARIANCE_CHOICES = ("validation", "elbo")
-LATER_DEFAULTS = {"kernel_variance": 1.0, "dgp_patience": None, "ensemble_size": 5}
+LATER_DEFAULTS = {"kernel_variance": 1.0, "dgp_patience": None, "ensemble_size": 5, "lla_eigenpairs": 20, "lla_neuralef_steps": 2000}
 REMEDIES = {"kernel_variance": "validation", "dgp_patience": 5}  # --stage2-remedies: (a2) + (e)
 def config_digest(record: Dict) -> str:
     """The digest of a configuration as stored in the records (:meth:`Config.as_record`)."""
@@ -635,7 +647,8 @@ def artifact_cache(options) -> RotatedCache:
 
 
 def config_from(options) -> Config:
-    remedies = dict(LATER_DEFAULTS, ensemble_size=options.ensemble_size, **(REMEDIES if options.stage2_remedies else {}))
+    lla = {name: getattr(options, name, LATER_DEFAULTS[name]) for name in ("lla_eigenpairs", "lla_neuralef_steps")}
+    remedies = dict(LATER_DEFAULTS, ensemble_size=options.ensemble_size, **lla, **(REMEDIES if options.stage2_remedies else {}))
     if options.kernel_variance is not None:
         remedies["kernel_variance"] = options.kernel_variance
     if options.dgp_patience is not None:
@@ -658,6 +671,7 @@ def cells(options) -> List[Dict]:
 def selected_models(options) -> List[str]:
     models = list(options.models)
     extra = (["adgp_ft"] if options.finetune_conv else []) + (list(CONTROLS) if options.controls else [])
+    extra += list(LLA_MODELS) if getattr(options, "lla", False) else []
     return models + [m for m in extra if m not in models]
 
 
@@ -776,6 +790,11 @@ def run_cell(cell, options, context) -> Dict:
         groups = [(m[0], m[1]) for m in members]
         predict = lambda feats: ensemble_probabilities(  # noqa: E731
             [adgp_probabilities(m[2], f, samples, member_seed(seed, k)) for k, (m, f) in enumerate(zip(members, feats))])
+    elif model in LLA_MODELS:
+        key, extractor, head, seconds = _network(context, config, splits, seed)
+        groups = [(key, extractor)]
+        predict, info = lla_prediction(context, config, splits, extractor, head, seed, model, context.artifacts.checkpoint(f"{tag}_{model}"))
+        info["train_seconds"] = seconds + info["lla_seconds"]
     else:
         raise ValueError(f"unknown model {model!r}; choose from {', '.join(ALL_MODELS)}")
     results = evaluate(context, config, splits, f"{tag}_{model}", groups, predict)
@@ -785,6 +804,75 @@ def run_cell(cell, options, context) -> Dict:
         train_source=portable_path(splits.train_source, data_root), test_source=portable_path(splits.test_source, data_root),
         command=options.command, train_size=len(splits.x_train), validation_size=len(splits.x_val), num_test=len(splits.y_test),
     )
+
+
+#: what the LLA rows cover, from the measured cost of the Jacobians of the 10 logits (``nice -n 10 python -m
+#: benchmarks.lla_rotated_mnist_cost``, docs/results/lla_rotated_mnist_cost.json; Ñ = 20, 2 cores shared under load
+#: 13–15 while it was first measured: 44 s per 64 images over the whole dense head, P = 165,376, the first activated
+#: layer's zonal features dominating — about 3,100 s per pass over 4,500 training images, and the 13 angles × 10,000
+#: test images need 29 such passes per seed; the whole CNN, P = 217,472, costs more still). Over the head after its
+#: first activated layer (Dense(128), ActivatedLayer(128), Dense(10); P = 34,176) it was 3.7 s per 64 images, over
+#: the last Dense layer (P = 1,280) 0.01 s. So diagonal and NeuralEF LLA put the posterior on the head after its
+#: first activated layer, the conv layers and the first activated layer fixed at θ_MAP (their outputs are the LLA's
+#: inputs); last-layer LLA on the last Dense layer, whose inputs are the penultimate features.
+LLA_COVERAGE = "head after its first activated layer: Dense(128), ActivatedLayer(128), Dense(10)"
+LLA_METHODS = {"lla_last_layer": "last_layer", "lla_diagonal": "diagonal", "lla_neuralef": "neuralef"}
+
+
+def lla_prediction(context, config: Config, splits: Splits, extractor, head, seed: int, model: str, checkpoint: Path):
+    """``model``'s LLA of ``nn``'s network (``head`` on ``extractor``'s conv features), fitted on the training images
+    or loaded from ``checkpoint``: (predict, info), predict mapping [conv features] to the LLA's class probabilities
+    (Monte Carlo softmax predictive, 1,000 samples seeded with ``seed``).
+
+    Parameters covered (:data:`LLA_COVERAGE`, measured costs above): the head after its first activated layer,
+    whose inputs are the first activated layer's outputs on the conv features; ``lla_last_layer`` its last Dense
+    layer. The latent mean is ``nn``'s logits. Prior precision: the Laplace evidence (last layer, diagonal); for
+    NeuralEF the validation NLL over the library's grid (10^−4…10^4), as in the UCI rows (experiments.uci_methods
+    ``_lla``), or 1 when there are no validation images. NeuralEF learns ``config.lla_eigenpairs`` eigenpairs in
+    ``config.lla_neuralef_steps`` steps on the exact NTK (cached Jacobians when they fit the library's budget)."""
+    import tf_keras
+
+    from activated_dgp.eigen import LinearisedLaplace
+
+    method = LLA_METHODS[model]
+    # last layer: the last Dense on its inputs (a Jacobian through the activated layer on the tape cost 85 s per 256
+    # images even for the last layer's parameters alone); otherwise the head after its first activated layer
+    cut = 3 if method == "last_layer" else 1
+    upper = tf_keras.Sequential(head.layers[cut:], name="lla_network")
+    inputs = lambda feats: tf_keras.Sequential(head.layers[:cut])(feats).numpy()  # noqa: E731
+    x_train = context.artifacts.for_seed(seed, ("lla_inputs", cut), lambda: inputs(features(extractor, splits.x_train)))
+    upper(x_train[:2])
+    validation = None
+    prior = "marginal_likelihood"
+    if method == "neuralef":
+        prior = "validation" if len(splits.x_val) else 1.0
+        if prior == "validation":
+            validation = (inputs(features(extractor, splits.x_val)), splits.y_val)
+    settings = dict(likelihood="softmax", prior_precision=prior, method=method, num_eigenpairs=config.lla_eigenpairs,
+                    neuralef_steps=config.lla_neuralef_steps, seed=seed, verbose=1)
+    start = time.time()
+    if (checkpoint / "laplace.json").is_file():
+        lla = LinearisedLaplace.load(str(checkpoint), upper, verbose=1)
+        log(f"  loaded {checkpoint}")
+    else:
+        log(f"seed {seed}: {LABELS[model]} on {len(x_train)} training images")
+        lla = LinearisedLaplace(upper, **settings).fit(x_train, splits.y_train, validation_data=validation)
+        lla.save(str(checkpoint))
+    info = {"lla_seconds": time.time() - start, "lla_method": method, "lla_parameters": LLA_COVERAGE if method != "last_layer"
+            else "the last Dense layer (128 → 10, no bias)", "num_parameters": lla.num_parameters,
+            "prior_precision": float(lla.prior_precision), "prior_precision_by": str(prior),
+            "lla_predictive": f"{lla.predictive} ({lla.num_samples} samples)"}
+    if lla.log_evidence is not None:
+        info["log_evidence"] = float(lla.log_evidence)
+    if method == "neuralef":
+        info.update(num_eigenpairs=config.lla_eigenpairs, neuralef_steps=config.lla_neuralef_steps, ntk_source=lla.ntk_source,
+                    eigenvalues=np.asarray(lla.eigenfunctions.eigenvalues).tolist())
+
+    def predict(feats, batch: int = 1000):  # in batches: the Monte Carlo predictive holds [1000, batch, 10] samples
+        probabilities = np.concatenate([lla.predict_y(inputs(feats[0][a : a + batch]))[0].numpy() for a in range(0, len(feats[0]), batch)])
+        return probabilities / probabilities.sum(1, keepdims=True)  # Monte Carlo round-off in the class sums
+
+    return predict, info
 
 
 def stage2_settings(config: Config) -> Dict:
@@ -950,7 +1038,26 @@ def report_markdown(records: List[Dict], dataset: str, figure: Path) -> str:
                 + ", ".join(f"{a}°: {d:+.3f}" for a, d in zip(angles, adgp - nn["log_likelihood"].mean(0)))
                 + "."
             )
+    lines += lla_check_lines(table, angles)
     return "\n".join(lines) + "\n"
+
+
+def lla_check_lines(table, angles) -> List[str]:
+    """Issue 33's target for the LLA rows, per seed (rows paired with ``nn`` by seed): the angles at which the LLA's
+    test NLL and ECE are both at or below the MAP network's (``nn``)."""
+    if "nn" not in table or not any(m in table for m in LLA_MODELS):
+        return []
+    nn = table["nn"]
+    lines = ["", "**LLA against its MAP network (NN), per seed**: angles where the LLA's test NLL and ECE are both at or below NN's", ""]
+    for model in (m for m in LLA_MODELS if m in table):
+        values, parts = table[model], []
+        for row, seed in enumerate(values["seeds"]):
+            match = np.flatnonzero(nn["seeds"] == seed)
+            if match.size:
+                better = (values["log_likelihood"][row] >= nn["log_likelihood"][match[0]]) & (values["ece"][row] <= nn["ece"][match[0]])
+                parts.append(f"seed {seed}: {int(better.sum())} of {len(angles)}")
+        lines.append(f"- {LABELS[model]}: " + ("; ".join(parts) if parts else "no seed paired with NN") + ".")
+    return lines
 
 
 def write_report(records: List[Dict], dataset: str, doc: Path, figure: Path) -> None:
@@ -1058,6 +1165,10 @@ def add_options(parser) -> None:
     parser.add_argument("--controls", action="store_true",
                         help=f"also run the controls of issue 36: {', '.join(CONTROLS)}")
     parser.add_argument("--ensemble-size", type=int, default=Config.ensemble_size, help="members of the deep ensembles")
+    parser.add_argument("--lla", action="store_true",
+                        help=f"also run the linearised-Laplace rows of issue 33 on nn's network: {', '.join(LLA_MODELS)}")
+    parser.add_argument("--lla-eigenpairs", type=int, default=Config.lla_eigenpairs, help="k of lla_neuralef")
+    parser.add_argument("--lla-neuralef-steps", type=int, default=Config.lla_neuralef_steps, help="NeuralEF steps of lla_neuralef")
     parser.add_argument("--truncation-level", type=int, default=Config.truncation_level, help="Ñ of the activated GP layers")
     parser.add_argument("--epochs", type=int, default=Config.epochs, help="stage-1 (network) epochs")
     parser.add_argument("--dgp-epochs", type=int, default=None,
