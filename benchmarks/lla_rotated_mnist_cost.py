@@ -38,7 +38,7 @@ def main() -> None:
         ("dense head on frozen conv features", head, conv),
         ("head after its first activated layer", tf_keras.Sequential(head.layers[1:]), first),
         ("last Dense layer", tf_keras.Sequential(head.layers[3:]), tf_keras.Sequential(head.layers[1:3])(first).numpy()),
-        ("whole CNN", model, x.astype(np.float32)),
+        ("whole CNN", model, x),  # float64 images, as LinearisedLaplace passes them
     ]
     rows = []
     for name, network, inputs in parts:

@@ -806,16 +806,17 @@ def run_cell(cell, options, context) -> Dict:
     )
 
 
-#: what the LLA rows cover, from the measured cost of the Jacobians of the 10 logits (``nice -n 10 python -m
-#: benchmarks.lla_rotated_mnist_cost``, docs/results/lla_rotated_mnist_cost.json; Ñ = 20, 2 cores shared under load
-#: 13–15 while it was first measured: 44 s per 64 images over the whole dense head, P = 165,376, the first activated
-#: layer's zonal features dominating — about 3,100 s per pass over 4,500 training images, and the 13 angles × 10,000
-#: test images need 29 such passes per seed; the whole CNN, P = 217,472, costs more still). Over the head after its
-#: first activated layer (Dense(128), ActivatedLayer(128), Dense(10); P = 34,176) it was 3.7 s per 64 images, over
-#: the last Dense layer (P = 1,280) 0.01 s. So diagonal and NeuralEF LLA put the posterior on the head after its
-#: first activated layer, the conv layers and the first activated layer fixed at θ_MAP (their outputs are the LLA's
-#: inputs); last-layer LLA on the last Dense layer, whose inputs are the penultimate features.
-LLA_COVERAGE = "head after its first activated layer: Dense(128), ActivatedLayer(128), Dense(10)"
+#: what the LLA rows cover, from the measured cost of the Jacobian of the 10 logits for 64 images
+#: (``nice -n 10 python -m benchmarks.lla_rotated_mnist_cost``, docs/results/lla_rotated_mnist_cost.json; Ñ = 20,
+#: 2 cores shared, load ≈ 8): over the whole CNN (P = 217,472) 23.7 s — 1,660 s per pass over 4,500 training images,
+#: ~13 h per seed for the 13 angles × 10,000 test images a diagonal LLA needs, and its N C P = 78 GB of NeuralEF
+#: Jacobians fit no cache (9.5 s per step recomputed): not affordable. Over the dense head on frozen conv features
+#: (P = 165,376) 1.66 s — 116 s per training pass, about 1 h per seed of test Jacobians for the diagonal LLA, and
+#: 0.66 s per recomputed NeuralEF step (≈ 22 min for 2,000; N C P = 60 GB, beyond the cache): affordable, so
+#: diagonal and NeuralEF LLA cover the dense head, the conv layers fixed at θ_MAP (their features are the LLA's
+#: inputs). Last-layer LLA covers the last Dense layer (P = 1,280; 0.004 s), on the penultimate features (taping
+#: the activated layers as well, only to differentiate the last layer, was far slower in a smoke run).
+LLA_COVERAGE = "dense head on frozen conv features"
 LLA_METHODS = {"lla_last_layer": "last_layer", "lla_diagonal": "diagonal", "lla_neuralef": "neuralef"}
 
 
@@ -824,9 +825,8 @@ def lla_prediction(context, config: Config, splits: Splits, extractor, head, see
     or loaded from ``checkpoint``: (predict, info), predict mapping [conv features] to the LLA's class probabilities
     (Monte Carlo softmax predictive, 1,000 samples seeded with ``seed``).
 
-    Parameters covered (:data:`LLA_COVERAGE`, measured costs above): the head after its first activated layer,
-    whose inputs are the first activated layer's outputs on the conv features; ``lla_last_layer`` its last Dense
-    layer. The latent mean is ``nn``'s logits. Prior precision: the Laplace evidence (last layer, diagonal); for
+    Parameters covered (:data:`LLA_COVERAGE`, measured costs above): the whole dense head on the conv features;
+    ``lla_last_layer`` its last Dense layer, on the penultimate features. The latent mean is ``nn``'s logits. Prior precision: the Laplace evidence (last layer, diagonal); for
     NeuralEF the validation NLL over the library's grid (10^−4…10^4), as in the UCI rows (experiments.uci_methods
     ``_lla``), or 1 when there are no validation images. NeuralEF learns ``config.lla_eigenpairs`` eigenpairs in
     ``config.lla_neuralef_steps`` steps on the exact NTK (cached Jacobians when they fit the library's budget)."""
@@ -835,11 +835,9 @@ def lla_prediction(context, config: Config, splits: Splits, extractor, head, see
     from activated_dgp.eigen import LinearisedLaplace
 
     method = LLA_METHODS[model]
-    # last layer: the last Dense on its inputs (a Jacobian through the activated layer on the tape cost 85 s per 256
-    # images even for the last layer's parameters alone); otherwise the head after its first activated layer
-    cut = 3 if method == "last_layer" else 1
+    cut = 3 if method == "last_layer" else 0  # the last Dense on the penultimate features, or the whole head
     upper = tf_keras.Sequential(head.layers[cut:], name="lla_network")
-    inputs = lambda feats: tf_keras.Sequential(head.layers[:cut])(feats).numpy()  # noqa: E731
+    inputs = (lambda feats: tf_keras.Sequential(head.layers[:cut])(feats).numpy()) if cut else (lambda feats: feats)  # noqa: E731
     x_train = context.artifacts.for_seed(seed, ("lla_inputs", cut), lambda: inputs(features(extractor, splits.x_train)))
     upper(x_train[:2])
     validation = None
