@@ -817,6 +817,9 @@ def run_cell(cell, options, context) -> Dict:
 #: inputs). Last-layer LLA covers the last Dense layer (P = 1,280; 0.004 s), on the penultimate features (taping
 #: the activated layers as well, only to differentiate the last layer, was far slower in a smoke run).
 LLA_COVERAGE = "dense head on frozen conv features"
+#: images per Jacobian batch of the LLA rows: 32 · 10 logits · 165,376 parameters · 8 bytes = 423 MB (a batch of 256,
+#: 3.4 GB, was killed for memory on the shared machine)
+LLA_BATCH_SIZE = 32
 LLA_METHODS = {"lla_last_layer": "last_layer", "lla_diagonal": "diagonal", "lla_neuralef": "neuralef"}
 
 
@@ -847,7 +850,7 @@ def lla_prediction(context, config: Config, splits: Splits, extractor, head, see
         if prior == "validation":
             validation = (inputs(features(extractor, splits.x_val)), splits.y_val)
     settings = dict(likelihood="softmax", prior_precision=prior, method=method, num_eigenpairs=config.lla_eigenpairs,
-                    neuralef_steps=config.lla_neuralef_steps, seed=seed, verbose=1)
+                    neuralef_steps=config.lla_neuralef_steps, seed=seed, batch_size=LLA_BATCH_SIZE, verbose=1)
     start = time.time()
     if (checkpoint / "laplace.json").is_file():
         lla = LinearisedLaplace.load(str(checkpoint), upper, verbose=1)
