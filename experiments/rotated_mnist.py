@@ -34,6 +34,13 @@ Controls (issue 36, ``--controls``): does ADGP's gain come from the conversion o
 * ``adgp_ensemble``: every member converted and trained through stage 2 as ``adgp`` (frozen conv layers; member 0
   is ``adgp``'s DGP), predicting with the mean of the members' class probabilities.
 
+LLA rows (issue 33, ``--lla``; not run by default): the linearised Laplace approximation
+(:class:`activated_dgp.eigen.LinearisedLaplace`, softmax likelihood) of ``nn``'s own trained network, so that its
+MAP is the ``nn`` row and the rows are paired: ``lla_last_layer`` (exact GGN over the last Dense layer, prior
+precision by the Laplace evidence), ``lla_diagonal`` (diagonal GGN, evidence) and ``lla_neuralef`` (eq. 22 of the
+NeuralEF paper with the top-k NTK eigenfunctions, prior precision on the validation images); see
+:func:`lla_prediction` for which parameters they cover and why.
+
 Stage-2 remedies (docs/results/stage2.md), for ``adgp`` and ``adgp_ft`` alike, on the held-out validation
 images (the ``--validation-fraction`` part of the training images, which NN + TS also uses):
 
@@ -81,10 +88,13 @@ from experiments.harness.study import page_path, records_path  # noqa: E402
 MODELS = ("nn", "nn_dropout", "nn_ts", "adgp", "adgp_ft")
 #: issue 36's controls: the networks given ADGP's extra stage-2 epochs, and deep ensembles of networks and of ADGPs
 CONTROLS = ("nn_ft", "nn_ts_ft", "nn_dropout_ft", "ensemble", "adgp_ensemble")
-ALL_MODELS = MODELS + CONTROLS
+#: issue 33's LLA rows on ``nn``'s network (--lla)
+LLA_MODELS = ("lla_last_layer", "lla_diagonal", "lla_neuralef")
+ALL_MODELS = MODELS + CONTROLS + LLA_MODELS
 LABELS = {"nn": "NN", "nn_dropout": "NN + Dropout", "nn_ts": "NN + TS", "adgp": "ADGP", "adgp_ft": "ADGP + conv fine-tuned",
           "nn_ft": "NN + extra epochs", "nn_ts_ft": "NN + extra epochs + TS", "nn_dropout_ft": "NN + Dropout + extra epochs",
-          "ensemble": "Deep ensemble", "adgp_ensemble": "ADGP ensemble"}
+          "ensemble": "Deep ensemble", "adgp_ensemble": "ADGP ensemble",
+          "lla_last_layer": "LLA last layer", "lla_diagonal": "LLA diagonal", "lla_neuralef": "LLA NeuralEF"}
 STAGE2_OPTIMIZER = "Adam"  # stage 2 with the conv layers trained, and the networks' extra epochs (stage2_fit)
 ENSEMBLE_SEED_STRIDE = 10_000  # deep-ensemble member k of run s has seed s + k · stride (member_seed)
 ANGLES = tuple(range(0, 181, 15))
@@ -137,6 +147,8 @@ class Config:
     far_field: bool = False
     # issue 36's "floor on v": the kernel-variance search never goes below it (needs kernel_variance "validation"/"elbo")
     kernel_variance_floor: Optional[float] = None
+    lla_eigenpairs: int = 20  # k of lla_neuralef
+    lla_neuralef_steps: int = 2000  # NeuralEF steps of lla_neuralef
 
     def __post_init__(self):
         variance = self.kernel_variance
@@ -180,7 +192,8 @@ class Config:
 
 
 KERNEL_VARIANCE_CHOICES = ("validation", "elbo")
-LATER_DEFAULTS = {"kernel_variance": 1.0, "dgp_patience": None, "ensemble_size": 5, "far_field": False, "kernel_variance_floor": None}
+LATER_DEFAULTS = {"kernel_variance": 1.0, "dgp_patience": None, "ensemble_size": 5, "far_field": False, "kernel_variance_floor": None,
+                  "lla_eigenpairs": 20, "lla_neuralef_steps": 2000}
 REMEDIES = {"kernel_variance": "validation", "dgp_patience": 5}  # --stage2-remedies: (a2) + (e)
 def config_digest(record: Dict) -> str:
     """The digest of a configuration as stored in the records (:meth:`Config.as_record`)."""
@@ -658,7 +671,8 @@ def artifact_cache(options) -> RotatedCache:
 
 
 def config_from(options) -> Config:
-    remedies = dict(LATER_DEFAULTS, ensemble_size=options.ensemble_size, **(REMEDIES if options.stage2_remedies else {}))
+    lla = {name: getattr(options, name, LATER_DEFAULTS[name]) for name in ("lla_eigenpairs", "lla_neuralef_steps")}
+    remedies = dict(LATER_DEFAULTS, ensemble_size=options.ensemble_size, **lla, **(REMEDIES if options.stage2_remedies else {}))
     if options.kernel_variance is not None:
         remedies["kernel_variance"] = options.kernel_variance
     if options.dgp_patience is not None:
@@ -682,6 +696,7 @@ def cells(options) -> List[Dict]:
 def selected_models(options) -> List[str]:
     models = list(options.models)
     extra = (["adgp_ft"] if options.finetune_conv else []) + (list(CONTROLS) if options.controls else [])
+    extra += list(LLA_MODELS) if getattr(options, "lla", False) else []
     return models + [m for m in extra if m not in models]
 
 
@@ -804,6 +819,11 @@ def run_cell(cell, options, context) -> Dict:
         dgps = [m[2] for m in members]
         predict = lambda feats: ensemble_probabilities(  # noqa: E731
             [adgp_probabilities(m[2], f, samples, member_seed(seed, k)) for k, (m, f) in enumerate(zip(members, feats))])
+    elif model in LLA_MODELS:
+        key, extractor, head, seconds = _network(context, config, splits, seed)
+        groups = [(key, extractor)]
+        predict, info = lla_prediction(context, config, splits, extractor, head, seed, model, context.artifacts.checkpoint(f"{tag}_{model}"))
+        info["train_seconds"] = seconds + info["lla_seconds"]
     else:
         raise ValueError(f"unknown model {model!r}; choose from {', '.join(ALL_MODELS)}")
     results = evaluate(context, config, splits, f"{tag}_{model}", groups, predict)
@@ -830,6 +850,77 @@ def far_field_off_results(context, config: Config, splits: Splits, progress_key:
             stack.enter_context(far_field_switched_off(dgp))
         off = evaluate(context, config, splits, progress_key + "_far_field_off", groups, predict)
     return {"far_field_off": {metric: off[metric] for metric in METRICS}, "far_field_off_eval_seconds": off["eval_seconds"]}
+#: what the LLA rows cover, from the measured cost of the Jacobian of the 10 logits for 64 images
+#: (``nice -n 10 python -m benchmarks.lla_rotated_mnist_cost``, docs/results/lla_rotated_mnist_cost.json; Ñ = 20,
+#: 2 cores shared, load ≈ 8): over the whole CNN (P = 217,472) 23.7 s — 1,660 s per pass over 4,500 training images,
+#: ~13 h per seed for the 13 angles × 10,000 test images a diagonal LLA needs, and its N C P = 78 GB of NeuralEF
+#: Jacobians fit no cache (9.5 s per step recomputed): not affordable. Over the dense head on frozen conv features
+#: (P = 165,376) 1.66 s — 116 s per training pass, about 1 h per seed of test Jacobians for the diagonal LLA, and
+#: 0.66 s per recomputed NeuralEF step (≈ 22 min for 2,000; N C P = 60 GB, beyond the cache): affordable, so
+#: diagonal and NeuralEF LLA cover the dense head, the conv layers fixed at θ_MAP (their features are the LLA's
+#: inputs). Last-layer LLA covers the last Dense layer (P = 1,280; 0.004 s), on the penultimate features (taping
+#: the activated layers as well, only to differentiate the last layer, was far slower in a smoke run).
+LLA_COVERAGE = "dense head on frozen conv features"
+#: In a smoke run (``--train-size 500 --test-size 200 --epochs 1 --lla --lla-neuralef-steps 200``, load ≈ 9) the
+#: diagonal LLA's evaluation took 0.11 s per test image (batches of 32 and the Monte Carlo predictive included): about
+#: 4 h per seed at 13 × 10,000 test images; NeuralEF 0.95 s per step.
+#: images per Jacobian batch of the LLA rows: 32 · 10 logits · 165,376 parameters · 8 bytes = 423 MB (a batch of 256,
+#: 3.4 GB, was killed for memory on the shared machine)
+LLA_BATCH_SIZE = 32
+LLA_METHODS = {"lla_last_layer": "last_layer", "lla_diagonal": "diagonal", "lla_neuralef": "neuralef"}
+
+
+def lla_prediction(context, config: Config, splits: Splits, extractor, head, seed: int, model: str, checkpoint: Path):
+    """``model``'s LLA of ``nn``'s network (``head`` on ``extractor``'s conv features), fitted on the training images
+    or loaded from ``checkpoint``: (predict, info), predict mapping [conv features] to the LLA's class probabilities
+    (Monte Carlo softmax predictive, 1,000 samples seeded with ``seed``).
+
+    Parameters covered (:data:`LLA_COVERAGE`, measured costs above): the whole dense head on the conv features;
+    ``lla_last_layer`` its last Dense layer, on the penultimate features. The latent mean is ``nn``'s logits. Prior precision: the Laplace evidence (last layer, diagonal); for
+    NeuralEF the validation NLL over the library's grid (10^−4…10^4), as in the UCI rows (experiments.uci_methods
+    ``_lla``), or 1 when there are no validation images. NeuralEF learns ``config.lla_eigenpairs`` eigenpairs in
+    ``config.lla_neuralef_steps`` steps on the exact NTK (cached Jacobians when they fit the library's budget)."""
+    import tf_keras
+
+    from activated_dgp.eigen import LinearisedLaplace
+
+    method = LLA_METHODS[model]
+    cut = 3 if method == "last_layer" else 0  # the last Dense on the penultimate features, or the whole head
+    upper = tf_keras.Sequential(head.layers[cut:], name="lla_network")
+    inputs = (lambda feats: tf_keras.Sequential(head.layers[:cut])(feats).numpy()) if cut else (lambda feats: feats)  # noqa: E731
+    x_train = context.artifacts.for_seed(seed, ("lla_inputs", cut), lambda: inputs(features(extractor, splits.x_train)))
+    upper(x_train[:2])
+    validation = None
+    prior = "marginal_likelihood"
+    if method == "neuralef":
+        prior = "validation" if len(splits.x_val) else 1.0
+        if prior == "validation":
+            validation = (inputs(features(extractor, splits.x_val)), splits.y_val)
+    settings = dict(likelihood="softmax", prior_precision=prior, method=method, num_eigenpairs=config.lla_eigenpairs,
+                    neuralef_steps=config.lla_neuralef_steps, seed=seed, batch_size=LLA_BATCH_SIZE, verbose=1)
+    start = time.time()
+    if (checkpoint / "laplace.json").is_file():
+        lla = LinearisedLaplace.load(str(checkpoint), upper, verbose=1)
+        log(f"  loaded {checkpoint}")
+    else:
+        log(f"seed {seed}: {LABELS[model]} on {len(x_train)} training images")
+        lla = LinearisedLaplace(upper, **settings).fit(x_train, splits.y_train, validation_data=validation)
+        lla.save(str(checkpoint))
+    info = {"lla_seconds": time.time() - start, "lla_method": method, "lla_parameters": LLA_COVERAGE if method != "last_layer"
+            else "the last Dense layer (128 → 10, no bias)", "num_parameters": lla.num_parameters,
+            "prior_precision": float(lla.prior_precision), "prior_precision_by": str(prior),
+            "lla_predictive": f"{lla.predictive} ({lla.num_samples} samples)"}
+    if lla.log_evidence is not None:
+        info["log_evidence"] = float(lla.log_evidence)
+    if method == "neuralef":
+        info.update(num_eigenpairs=config.lla_eigenpairs, neuralef_steps=config.lla_neuralef_steps, ntk_source=lla.ntk_source,
+                    eigenvalues=np.asarray(lla.eigenfunctions.eigenvalues).tolist())
+
+    def predict(feats, batch: int = 1000):  # in batches: the Monte Carlo predictive holds [1000, batch, 10] samples
+        probabilities = np.concatenate([lla.predict_y(inputs(feats[0][a : a + batch]))[0].numpy() for a in range(0, len(feats[0]), batch)])
+        return probabilities / probabilities.sum(1, keepdims=True)  # Monte Carlo round-off in the class sums
+
+    return predict, info
 
 
 def stage2_settings(config: Config) -> Dict:
@@ -996,6 +1087,7 @@ def report_markdown(records: List[Dict], dataset: str, figure: Path) -> str:
                 + ", ".join(f"{a}°: {d:+.3f}" for a, d in zip(angles, adgp - nn["log_likelihood"].mean(0)))
                 + "."
             )
+    lines += lla_check_lines(table, angles)
     return "\n".join(lines) + "\n"
 
 
@@ -1022,6 +1114,21 @@ def far_field_lines(records: List[Dict], dataset: str, angles) -> List[str]:
                   for i, a in enumerate(angles)]
         if shift:
             lines += ["", f"On better than off at every angle of {SHIFT_ANGLES[0]}°–{SHIFT_ANGLES[-1]}° in {better} of {len(rows)} seeds."]
+def lla_check_lines(table, angles) -> List[str]:
+    """Issue 33's target for the LLA rows, per seed (rows paired with ``nn`` by seed): the angles at which the LLA's
+    test NLL and ECE are both at or below the MAP network's (``nn``)."""
+    if "nn" not in table or not any(m in table for m in LLA_MODELS):
+        return []
+    nn = table["nn"]
+    lines = ["", "**LLA against its MAP network (NN), per seed**: angles where the LLA's test NLL and ECE are both at or below NN's", ""]
+    for model in (m for m in LLA_MODELS if m in table):
+        values, parts = table[model], []
+        for row, seed in enumerate(values["seeds"]):
+            match = np.flatnonzero(nn["seeds"] == seed)
+            if match.size:
+                better = (values["log_likelihood"][row] >= nn["log_likelihood"][match[0]]) & (values["ece"][row] <= nn["ece"][match[0]])
+                parts.append(f"seed {seed}: {int(better.sum())} of {len(angles)}")
+        lines.append(f"- {LABELS[model]}: " + ("; ".join(parts) if parts else "no seed paired with NN") + ".")
     return lines
 
 
@@ -1133,6 +1240,10 @@ def add_options(parser) -> None:
     parser.add_argument("--controls", action="store_true",
                         help=f"also run the controls of issue 36: {', '.join(CONTROLS)}")
     parser.add_argument("--ensemble-size", type=int, default=Config.ensemble_size, help="members of the deep ensembles")
+    parser.add_argument("--lla", action="store_true",
+                        help=f"also run the linearised-Laplace rows of issue 33 on nn's network: {', '.join(LLA_MODELS)}")
+    parser.add_argument("--lla-eigenpairs", type=int, default=Config.lla_eigenpairs, help="k of lla_neuralef")
+    parser.add_argument("--lla-neuralef-steps", type=int, default=Config.lla_neuralef_steps, help="NeuralEF steps of lla_neuralef")
     parser.add_argument("--truncation-level", type=int, default=Config.truncation_level, help="Ñ of the activated GP layers")
     parser.add_argument("--epochs", type=int, default=Config.epochs, help="stage-1 (network) epochs")
     parser.add_argument("--dgp-epochs", type=int, default=None,

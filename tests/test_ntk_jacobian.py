@@ -103,3 +103,20 @@ def test_bad_input_raises_clear_errors(setup):
         ntk_gram(tf_keras.Sequential([tf_keras.layers.Dense(1)]), X)
     with pytest.raises(ValueError, match="batch_size"):
         jacobian_features(model, X, batch_size=0)
+
+
+def test_repeated_calls_reuse_one_traced_jacobian(setup):
+    """jacobian_features / ntk_gram on one network, with batches of several sizes, trace its Jacobian
+    once (no retracing per call), and the reused function still follows the network's current weights."""
+    from activated_dgp.eigen.ntk import _network_jacobian
+
+    rng = np.random.default_rng(2)
+    model = small_cnn(seed=4)
+    X = rng.normal(size=(5, 36))
+    for size in (2, 3, 5):
+        jacobian_features(model, X, batch_size=size)
+        ntk_gram(model, X, X[:2])
+    assert _network_jacobian(model).experimental_get_tracing_count() == 1
+    model.layers[-1].kernel.assign(2.0 * model.layers[-1].kernel)
+    np.testing.assert_allclose(jacobian_features(model, X), per_example_jacobian(model, X), rtol=1e-10, atol=1e-12)
+    assert _network_jacobian(model).experimental_get_tracing_count() == 1

@@ -20,6 +20,7 @@ from activated_dgp.metrics import (
 )
 
 SHARED_MNIST = Path(__file__).resolve().parents[2] / "shared" / "data" / "mnist"
+REPO = Path(__file__).resolve().parents[1]
 
 
 def idx_bytes(array: np.ndarray) -> bytes:
@@ -658,3 +659,59 @@ def test_far_field_option_scores_the_same_fit_without_it_and_keeps_old_digests(t
         with pytest.raises(ValueError, match="kernel_variance_floor"):
             rm.Config(**bad)
     assert rm.Config(kernel_variance="validation", kernel_variance_floor=0.01).digest() != rm.Config(kernel_variance="validation").digest()
+def test_lla_rows_are_paired_with_nn_and_their_predictive_is_a_distribution(tmp_path, rng):
+    """Issue 33's LLA rows on a tiny run (--lla): one record per LLA model at every angle; each is the LLA of nn's own
+    network (its latent mean is nn's logits, recomputed here from nn's saved weights); last-layer LLA's saved fit,
+    reloaded here, gives class probabilities that are a distribution, whose log-likelihood at 90° agrees with an
+    independent Monte Carlo estimate drawn here from its latent Gaussian; and with the LLA options at their defaults
+    the configuration (and so the digest of the existing records) is unchanged."""
+    from scipy.special import softmax
+
+    from activated_dgp.data import rotate_images
+    from activated_dgp.eigen import LinearisedLaplace
+    from experiments import rotated_mnist as rm
+    from experiments.harness.store import ResultStore
+
+    from experiments.harness import cli, registry
+
+    # the committed controls run: its command, with --lla added, still has the digest its records carry
+    committed = json.loads((REPO / "docs" / "results" / "rotated_mnist_controls" / "records.jsonl").read_text().splitlines()[0])
+    argv = committed["command"].split()[4:] + ["--lla"]
+    options = cli.parse("rotated_mnist", registry.study("rotated_mnist"), argv)
+    assert "lla_neuralef" in rm.selected_models(options)
+    assert committed["protocol"] == f"{rm.CELL_PROTOCOL}:{rm.config_from(options).digest()}"
+    data, args = _tiny_study_args(tmp_path, rng)
+    rm.main(args + ["--models", "nn", "--lla", "--lla-neuralef-steps", "30", "--lla-eigenpairs", "3"])
+    records = {r["model"]: r for r in ResultStore(tmp_path / "out" / "records.jsonl", rm.KEY).records()}
+    assert sorted(records) == sorted(["nn", *rm.LLA_MODELS])
+    for model in rm.LLA_MODELS:
+        record = records[model]
+        assert all(len(record[m]) == 2 and np.all(np.isfinite(record[m])) for m in rm.METRICS)
+        assert record["prior_precision"] > 0 and record["config"] == records["nn"]["config"]
+    assert records["lla_neuralef"]["prior_precision_by"] == "validation" and records["lla_diagonal"]["prior_precision_by"] == "marginal_likelihood"
+
+    cache = tmp_path / "cache" / "rotated_mnist"
+    model, extractor, head = rm.build_classifier(rm.Config(truncation_level=3), seed=0)
+    model(np.zeros((1, 784), np.float32))
+    model.load_weights(next(cache.glob("*_seed0_nn.weights.h5")))
+    import tf_keras
+
+    assert records["lla_diagonal"]["num_parameters"] == sum(int(np.prod(v.shape)) for v in head.trainable_variables) == 1025 * 128 + 16384 + 129 * 128 + 1280
+    assert records["lla_last_layer"]["num_parameters"] == 128 * 10
+    test = load_mnist(data)
+    images = rotate_images(test.x_test, 90).reshape(len(test.x_test), -1).astype(np.float32) / 255.0
+    inputs = tf_keras.Sequential(head.layers[:3])(extractor(images).numpy().astype(np.float64)).numpy()
+    last = tf_keras.Sequential(head.layers[3:])
+    last(inputs[:2])  # builds it (its weights are nn's)
+    lla = LinearisedLaplace.load(str(next(p for p in cache.glob("*_seed0_lla_last_layer") if p.is_dir())), last)
+    mean, covariance = (t.numpy() for t in lla.predict_f(inputs))
+    np.testing.assert_allclose(mean, model(images).numpy(), rtol=1e-5, atol=1e-6)  # MAP = nn's logits
+    probabilities = lla.predict_y(inputs)[0].numpy()
+    assert np.all(probabilities >= 0) and np.allclose(probabilities.sum(1), 1.0, atol=1e-12)
+    draws = mean[None] + np.einsum("ncd,snd->snc", np.linalg.cholesky(covariance + 1e-12 * np.eye(10)),
+                                   np.random.default_rng(99).standard_normal((20000,) + mean.shape))
+    independent = softmax(draws, axis=2).mean(0)
+    labels = test.y_test
+    assert records["lla_last_layer"]["log_likelihood"][1] == pytest.approx(
+        np.mean(np.log(independent[np.arange(len(labels)), labels])), abs=0.02)
+    assert "LLA NeuralEF" in (tmp_path / "doc.md").read_text()

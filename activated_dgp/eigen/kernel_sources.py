@@ -8,7 +8,8 @@ A source answers two questions:
 * ``batch_product(A, V)`` — κ(A, A) V for a minibatch (NeuralEF's R̃ = ψᵀ κ ψ / B²). Feature
   sources compute it as Φ (Φᵀ V) / S without forming the B × B matrix.
 
-"Inputs" are data points, except for :class:`PrecomputedGram`, whose inputs are row indices.
+"Inputs" are data points, except for the precomputed sources of a fixed training set
+(:class:`PrecomputedGram`, :class:`PrecomputedFeatures`; :func:`is_indexed`), whose inputs are row indices.
 """
 
 from __future__ import annotations
@@ -22,7 +23,10 @@ import tensorflow as tf
 
 from .base import require_float64
 
-__all__ = ["KernelSource", "GPflowKernel", "PrecomputedGram", "FeatureKernel", "nngp_kernel", "ntk_kernel", "as_kernel_source"]
+__all__ = [
+    "KernelSource", "GPflowKernel", "PrecomputedGram", "FeatureKernel", "PrecomputedFeatures", "nngp_kernel", "ntk_kernel",
+    "as_kernel_source", "is_indexed",
+]
 
 
 class KernelSource(abc.ABC):
@@ -70,6 +74,10 @@ class PrecomputedGram(KernelSource):
             raise ValueError(f"row index out of range [0, {self.matrix.shape[0]})")
         return index
 
+    @property
+    def num_rows(self) -> int:
+        return int(self.matrix.shape[0])
+
     def gram(self, A, B=None):
         rows = self._indices(A)
         cols = rows if B is None else self._indices(B)
@@ -94,6 +102,30 @@ class FeatureKernel(KernelSource):
     def batch_product(self, A, V):
         Phi = self._features(A)
         return tf.matmul(Phi, tf.matmul(Phi, tf.cast(V, tf.float64), transpose_a=True)) / self.num_samples
+
+
+class PrecomputedFeatures(FeatureKernel):
+    """κ(n, m) = Σ_s Φ_ns Φ_ms / S for fixed features Φ [N, S] of the training points (e.g. their NTK
+    Jacobians, computed once); inputs are integer row indices into Φ, as for :class:`PrecomputedGram`.
+    The form to prefer when N > S: N·S numbers instead of N², and a minibatch product costs B·S·p."""
+
+    def __init__(self, features, num_samples: int = 1):
+        Phi = np.asarray(features, dtype=np.float64)
+        if Phi.ndim != 2:
+            raise ValueError(f"precomputed features must be a matrix [N, S], got shape {Phi.shape}")
+        if not np.all(np.isfinite(Phi)):
+            raise ValueError("the precomputed features contain NaN or inf")
+        self.features = tf.constant(Phi)
+        super().__init__(lambda rows: tf.gather(self.features, tf.cast(tf.reshape(rows, [-1]), tf.int32)), num_samples)
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.features.shape[0])
+
+
+def is_indexed(source: KernelSource) -> bool:
+    """Whether the source's inputs are row indices of a fixed training set (a precomputed Gram or features)."""
+    return isinstance(source, (PrecomputedGram, PrecomputedFeatures))
 
 
 def nngp_kernel(build_network: Callable[[int], Callable], num_samples: int, seed: int = 0) -> FeatureKernel:

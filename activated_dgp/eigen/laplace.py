@@ -31,7 +31,13 @@ with J(x) = ∂_θ g(x, θ_MAP) [C, P] and Λ_i = −∂²_ff log p(y_i | f) at 
   κ((x, c), (x', c')) = ∂_θ g_c(x) · ∂_θ g_c'(x'); the eigenfunction networks take (x, one-hot c)
   [D + C] and ψ_j(x) [C] collects ψ_j(x, c) over c. The eigenproblem is that of §3.2 (eigenvectors of
   the NC × NC Gram, normalised over the NC pairs); only the network architecture (one output per input
-  pair rather than C output heads) differs. Truncating to k pairs drops the kernel's tail, so eq. 22's
+  pair rather than C output heads) differs. With the exact NTK (``ntk_samples=None``) the Jacobians of
+  the N C training pairs are computed once when they fit ``jacobian_cache_bytes`` (N C P · 8 bytes;
+  default :data:`JACOBIAN_CACHE_BYTES`), and NeuralEF trains on them: on the Gram matrix J Jᵀ
+  (:class:`~activated_dgp.eigen.PrecomputedGram`) when N C ≤ P, else on the cached features
+  (:class:`~activated_dgp.eigen.PrecomputedFeatures`). Both give the same minibatch products κ Ψ as
+  recomputing J every step (up to floating-point summation order), without B C backward passes per
+  step; larger problems fall back to recomputing them. Truncating to k pairs drops the kernel's tail, so eq. 22's
   variances differ from eq. 21's unless the k pairs cover the NTK's spectrum.
 * ``"eigenfunctions"``: eq. 22 with eigenpairs the user gives (``eigenfunctions=``, any object with
   ``eigenvalues`` [k] and ``__call__(inputs) -> [M, k]`` on the inputs above, e.g. a fitted
@@ -71,7 +77,7 @@ from scipy.optimize import minimize_scalar
 
 from ..likelihoods import output_width
 from ..validation import check_inputs, check_matrix, check_positive_int
-from .kernel_sources import ntk_kernel
+from .kernel_sources import PrecomputedFeatures, PrecomputedGram, ntk_kernel
 from .laplace_likelihoods import (
     LIKELIHOOD_NAMES,
     PREDICTIVES,
@@ -83,11 +89,14 @@ from .laplace_likelihoods import (
 from .neuralef import NeuralEF
 from .ntk import jacobian_function, jacobian_kernel
 
-__all__ = ["LinearisedLaplace", "METHODS"]
+__all__ = ["LinearisedLaplace", "METHODS", "JACOBIAN_CACHE_BYTES"]
 
 METHODS = ("exact", "last_layer", "diagonal", "neuralef", "eigenfunctions")
 PRIOR_PRECISION_SEARCHES = ("marginal_likelihood", "validation")
 _EIGEN_METHODS = ("neuralef", "eigenfunctions")
+#: the largest training-Jacobian array (N C P float64 numbers, in bytes) that ``method="neuralef"`` computes
+#: once and trains NeuralEF on, instead of recomputing the batch's Jacobians at every step (1 GiB)
+JACOBIAN_CACHE_BYTES = 2**30
 _CONFIG = "laplace.json"
 _ARRAYS = "laplace.npz"
 _NEURALEF = "neuralef"
@@ -162,11 +171,14 @@ class LinearisedLaplace:
         as features (P per point, B C backward passes per step); an integer S: the Rademacher estimate of
         eq. 20 with S forward-mode JVPs per step, for networks whose Jacobians do not fit (slow for large S:
         600 steps took 394 s with S = 1000 against 10 s exact on a P = 49 network, docs/results/laplace_neuralef.json).
+    :param jacobian_cache_bytes: with the exact NTK, the training Jacobians (N C P float64 numbers) are
+        computed once when they take at most this many bytes (default :data:`JACOBIAN_CACHE_BYTES`;
+        0 always recomputes them per step); see the module docstring.
     :param neuralef_steps, neuralef_options: ``NeuralEF.fit`` steps and ``NeuralEF`` keyword arguments
         (JSON-serialisable ones, if the fit is to be saved).
     :param predictive: the classification predictive, "probit" or "mc" (defaults: probit for Bernoulli,
         mc for softmax); ``num_samples`` and ``seed`` for "mc".
-    :param batch_size: points per Jacobian evaluation.
+    :param batch_size: points per Jacobian evaluation (its Jacobians take batch_size · C · P · 8 bytes).
     :param max_parameters: the largest P (or last-layer size) for which exact/last_layer form P × P.
     :param prior_precision_grid: the δ values ``"validation"`` tries (default 10^−4 … 10^4, 33 values).
     :param verbose: 1 prints progress of long fits, 0 is silent.
@@ -182,6 +194,7 @@ class LinearisedLaplace:
         num_eigenpairs: int = 10,
         eigenfunctions=None,
         ntk_samples: Optional[int] = None,
+        jacobian_cache_bytes: int = JACOBIAN_CACHE_BYTES,
         neuralef_steps: int = 2000,
         neuralef_options: Optional[dict] = None,
         predictive: Optional[str] = None,
@@ -217,6 +230,8 @@ class LinearisedLaplace:
             raise ValueError(f"eigenfunctions= is only used by method='eigenfunctions', not {method!r}")
         if ntk_samples is not None:
             ntk_samples = check_positive_int(ntk_samples, "ntk_samples")
+        if isinstance(jacobian_cache_bytes, bool) or not isinstance(jacobian_cache_bytes, (int, np.integer)) or jacobian_cache_bytes < 0:
+            raise ValueError(f"jacobian_cache_bytes must be a non-negative integer, got {jacobian_cache_bytes!r}")
         grid = np.logspace(-4, 4, 33) if prior_precision_grid is None else np.asarray(prior_precision_grid, dtype=np.float64)
         if grid.ndim != 1 or grid.size == 0 or not np.all(np.isfinite(grid) & (grid > 0)):
             raise ValueError("prior_precision_grid must be a non-empty list of positive numbers")
@@ -228,6 +243,8 @@ class LinearisedLaplace:
         self.num_eigenpairs = check_positive_int(num_eigenpairs, "num_eigenpairs")
         self.eigenfunctions = eigenfunctions
         self.ntk_samples = ntk_samples
+        self.jacobian_cache_bytes = int(jacobian_cache_bytes)
+        self.ntk_source: Optional[str] = None  # how NeuralEF got the NTK: "gram", "features", "jacobians", "rademacher"
         self.neuralef_steps = check_positive_int(neuralef_steps, "neuralef_steps")
         self.neuralef_options = dict(neuralef_options or {})
         self.predictive, self.num_samples, self.seed = predictive, check_positive_int(num_samples, "num_samples"), int(seed)
@@ -296,17 +313,17 @@ class LinearisedLaplace:
             )
         return (psi * np.sqrt(mu)[None, :]).reshape(X.shape[0], C, -1)
 
-    def _features(self, X: np.ndarray) -> np.ndarray:
-        """F(X) [B, C, m]: the Jacobians (parameter methods) or Ψ̃ (eigen methods) of one batch."""
-        if self.method in _EIGEN_METHODS:
+    def _features(self, X: np.ndarray, eigen: Optional[bool] = None) -> np.ndarray:
+        """F(X) [B, C, m]: the Jacobians (parameter methods, or ``eigen=False``) or Ψ̃ (eigen methods) of one batch."""
+        if self.method in _EIGEN_METHODS if eigen is None else eigen:
             return self._eigen_features(X)
         return self._jacobian(tf.constant(X)).numpy()
 
-    def _feature_batches(self, X: np.ndarray, what: str):
+    def _feature_batches(self, X: np.ndarray, what: str, eigen: Optional[bool] = None):
         batches = self._batches(X.shape[0])
         start, report = time.perf_counter(), max(1, len(batches) // 10)
         for index, rows in enumerate(batches):
-            yield rows, self._features(X[rows])
+            yield rows, self._features(X[rows], eigen)
             if len(batches) > 1 and ((index + 1) % report == 0 or index + 1 == len(batches)):
                 self._log(f"{what}: batch {index + 1}/{len(batches)} ({time.perf_counter() - start:.1f} s)")
 
@@ -315,18 +332,38 @@ class LinearisedLaplace:
 
     # -- fitting -----------------------------------------------------------------------------------
 
-    def _fit_neuralef(self, X: np.ndarray) -> None:
+    def _ntk_source(self, X: np.ndarray):
+        """The NTK on the N C training pairs (rows in the order of :func:`pair_inputs`) as NeuralEF's kernel
+        source: cached Jacobians (Gram or features) when they fit the budget, else recomputed per batch."""
         C = self.num_outputs
+        rows = X.shape[0] * C
+        if self.ntk_samples is None and rows * self.num_parameters * 8 <= self.jacobian_cache_bytes:
+            start = time.perf_counter()
+            J = np.concatenate([F.reshape(-1, F.shape[2]) for _, F in self._feature_batches(X, "training Jacobians", eigen=False)], axis=0)
+            if rows <= self.num_parameters:  # the Gram matrix is the smaller, and a batch product the cheaper
+                gram = J @ J.T
+                source, self.ntk_source = PrecomputedGram(0.5 * (gram + gram.T)), "gram"
+            else:
+                source, self.ntk_source = PrecomputedFeatures(J), "features"
+            self._log(f"NTK of {rows} training pairs from cached Jacobians [{rows}, {self.num_parameters}] as {self.ntk_source} ({time.perf_counter() - start:.1f} s)")
+            return source
         network = self.model if C == 1 else _OutputSelector(self.model, self.input_dim, C)
         if self.ntk_samples is None:
-            source = jacobian_kernel(network)
-        else:
-            source = ntk_kernel(network, self.ntk_samples, seed=self.seed)
-        inputs = pair_inputs(X, C)
+            self.ntk_source = "jacobians"
+            return jacobian_kernel(network)
+        self.ntk_source = "rademacher"
+        return ntk_kernel(network, self.ntk_samples, seed=self.seed)
+
+    def _fit_neuralef(self, X: np.ndarray) -> None:
+        source = self._ntk_source(X)
+        inputs = pair_inputs(X, self.num_outputs)
         options = {"seed": self.seed, **self.neuralef_options}
         self.eigenfunctions = NeuralEF(self.num_eigenpairs, input_dim=inputs.shape[1], **options)
-        self._log(f"NeuralEF: top-{self.num_eigenpairs} eigenfunctions of the NTK on {inputs.shape[0]} inputs, {self.neuralef_steps} steps")
-        self.eigenfunctions.fit(inputs, num_steps=self.neuralef_steps, kernel=source, print_every=self.neuralef_steps // 10 if self.verbose else 0)
+        self._log(f"NeuralEF: top-{self.num_eigenpairs} eigenfunctions of the NTK on {inputs.shape[0]} inputs ({self.ntk_source}), {self.neuralef_steps} steps")
+        # the Rayleigh–Ritz step in blocks of batch_size · C pairs, the size of a GGN batch's Jacobians [batch, C, P]
+        # (NeuralEF's default 2,048 pairs held 16.7 GB in one Jacobian of the rotated-MNIST head and was killed)
+        self.eigenfunctions.fit(inputs, num_steps=self.neuralef_steps, kernel=source, print_every=self.neuralef_steps // 10 if self.verbose else 0,
+                                ritz_block_size=self.batch_size * self.num_outputs)
 
     def fit(self, X, Y, validation_data: Optional[Tuple] = None) -> "LinearisedLaplace":
         """Accumulate the GGN Σ_i F_iᵀ Λ_i F_i over the training data (after learning the NTK
@@ -356,10 +393,13 @@ class LinearisedLaplace:
         self._log(f"GGN of method {self.method!r} over {X.shape[0]} points ({self.num_outputs} outputs)")
         ggn = None
         for rows, F in self._feature_batches(X, "GGN"):
+            # Λ_i F_i first, then one product: a three-operand np.einsum loops over b, c, d, p and q at once
+            # (50 s per batch of 256 at m = 1,280, C = 10)
+            weighted = np.einsum("bcd,bdq->bcq", Lambda[rows], F)
             if self.method == "diagonal":
-                term = np.einsum("bcp,bcd,bdp->p", F, Lambda[rows], F)
+                term = np.einsum("bcp,bcp->p", F, weighted)
             else:
-                term = np.einsum("bcp,bcd,bdq->pq", F, Lambda[rows], F)
+                term = F.reshape(-1, F.shape[2]).T @ weighted.reshape(-1, F.shape[2])
             ggn = term if ggn is None else ggn + term
         if self.method == "diagonal":
             self.ggn_eigenvalues, self.ggn_eigenvectors = ggn, None
@@ -428,7 +468,7 @@ class LinearisedLaplace:
     def _covariance(self, F: np.ndarray, delta: float) -> np.ndarray:
         """F Σ Fᵀ [B, C, C] for features F [B, C, m] and Σ = (H + δ I)⁻¹."""
         if self.ggn_eigenvectors is None:  # diagonal
-            return np.einsum("bcp,p,bdp->bcd", F, 1.0 / (self.ggn_eigenvalues + delta), F)
+            return (F / (self.ggn_eigenvalues + delta)[None, None, :]) @ np.swapaxes(F, 1, 2)  # batched BLAS, not a 3-operand einsum
         root = (F @ self.ggn_eigenvectors) / np.sqrt(self.ggn_eigenvalues + delta)[None, None, :]
         return root @ np.swapaxes(root, 1, 2)
 

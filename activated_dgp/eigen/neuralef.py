@@ -21,8 +21,9 @@ learning rate follows a cosine from lr to 0 over the steps of one ``fit``.
 
 κ ψ̂ comes from the kernel source (:mod:`.kernel_sources`): a GPflow kernel forms the B × B block, a
 :class:`FeatureKernel` (``nngp_kernel``, eq. 19; ``ntk_kernel``, eq. 20) computes Φ (Φᵀ ψ̂) / S without
-it, a :class:`PrecomputedGram` of the training points (Algorithm 1, line 3) is indexed by the batch's
-rows. Nothing N × N is formed.
+it, a :class:`PrecomputedGram` of the training points (Algorithm 1, line 3) or their
+:class:`PrecomputedFeatures` (e.g. cached NTK Jacobians) is indexed by the batch's rows. Nothing N × N
+is formed (beyond a precomputed Gram matrix).
 
 Estimators (:func:`minibatch_rayleigh`). ``estimator="paper"`` (the default, as in the official code)
 is eq. 15 as written, a V-statistic with the b = b' terms included; over batches its expectation is
@@ -73,7 +74,7 @@ import tensorflow as tf
 import tf_keras
 
 from .base import EigenApproximation, as_float64_matrix, elementwise_activation
-from .kernel_sources import FeatureKernel, GPflowKernel, KernelSource, PrecomputedGram, as_kernel_source
+from .kernel_sources import FeatureKernel, GPflowKernel, KernelSource, PrecomputedGram, as_kernel_source, is_indexed
 from .rayleigh_ritz import generalised_eigh, span_products
 
 __all__ = ["NeuralEF", "StackedMLP", "neural_eigenfunction", "minibatch_rayleigh"]
@@ -159,10 +160,10 @@ def _kernel_products(source: KernelSource, rows: tf.Tensor, X_batch: tf.Tensor, 
     product), without an N × N matrix.
 
     A FeatureKernel's features are computed once for both (Φ (Φᵀ V) / S and Σ_s φ_s² / S); a
-    PrecomputedGram is indexed by the batch's row numbers ``rows``.
+    PrecomputedGram or PrecomputedFeatures is indexed by the batch's row numbers ``rows``.
     """
     if isinstance(source, FeatureKernel):
-        Phi = tf.cast(source.feature_map(X_batch), tf.float64)
+        Phi = tf.cast(source.feature_map(rows if is_indexed(source) else X_batch), tf.float64)
         product = tf.matmul(Phi, tf.matmul(Phi, V, transpose_a=True)) / source.num_samples
         return product, tf.reduce_sum(Phi**2, axis=1) / source.num_samples
     if isinstance(source, PrecomputedGram):
@@ -388,11 +389,11 @@ class NeuralEF(EigenApproximation):
         """Evaluate the kernel source once on a batch, to report an output of the wrong shape clearly."""
         source, rows = self._source, tf.range(batch)
         X_batch = tf.gather(X, rows)
+        if is_indexed(source):
+            return  # its number of rows is checked against X in fit
         if isinstance(source, FeatureKernel):
             shape, expected = tuple(source.feature_map(X_batch).shape), "[B, S] (one row of features per point)"
             good = len(shape) == 2 and shape[0] == batch
-        elif isinstance(source, PrecomputedGram):
-            return  # its shape is checked against X in fit
         elif isinstance(source, GPflowKernel) or type(source).batch_product is KernelSource.batch_product:
             shape, expected = tuple(source.gram(X_batch).shape), f"[{batch}, {batch}]"
             good = shape == (batch, batch)
@@ -445,10 +446,11 @@ class NeuralEF(EigenApproximation):
         N, D = X.shape
         if self.input_dim is not None and D != self.input_dim:
             raise ValueError(f"inputs have width {D}, the networks expect {self.input_dim}")
-        if isinstance(self._source, PrecomputedGram) and self._source.matrix.shape[0] != N:
+        if is_indexed(self._source) and self._source.num_rows != N:
+            what = "Gram matrix is {0} × {0}" if isinstance(self._source, PrecomputedGram) else "features have {0} rows"
             raise ValueError(
-                f"the precomputed Gram matrix is {self._source.matrix.shape[0]} × {self._source.matrix.shape[0]}, "
-                f"but there are N = {N} training points (its rows must be those of X)"
+                f"the precomputed {what.format(self._source.num_rows)}, but there are N = {N} training points "
+                f"(its rows must be those of X)"
             )
         batch = min(self.batch_size, N)
         if batch < 2:
@@ -519,9 +521,9 @@ class NeuralEF(EigenApproximation):
         if X.shape[1] != self.input_dim:
             raise ValueError(f"inputs have width {X.shape[1]}, the networks expect {self.input_dim}")
         indices = None
-        if isinstance(self._source, PrecomputedGram):
-            if X.shape[0] != self._source.matrix.shape[0]:
-                raise ValueError("with a precomputed Gram matrix the Rayleigh–Ritz step runs on the training points (its rows) only")
+        if is_indexed(self._source):
+            if X.shape[0] != self._source.num_rows:
+                raise ValueError("with a precomputed kernel the Rayleigh–Ritz step runs on the training points (its rows) only")
             indices = np.arange(X.shape[0])
         A, M = span_products(self._source, X, lambda rows: self._normalised(rows).numpy(), block_size, kernel_inputs=indices)
         values, C = generalised_eigh(A, M)

@@ -11,10 +11,15 @@ et al. 2018) is
 network in batches ([N, P]); :func:`ntk_gram` forms J(X) J(X')ᵀ; :func:`jacobian_kernel` is the exact
 NTK as a :class:`~.kernel_sources.FeatureKernel` (S = 1 "sample" of P features), the exact counterpart
 of the Rademacher estimate :func:`~.kernel_sources.ntk_kernel` (eq. 20), whose expectation it is.
+
+The compiled Jacobian of a network is built once and kept (weakly keyed by the network, and rebuilt if
+its variables change), so repeated :func:`jacobian_features` / :func:`ntk_gram` calls on one network do
+not trace a new ``tf.function`` each time.
 """
 
 from __future__ import annotations
 
+import weakref
 from typing import Callable, Optional, Sequence
 
 import numpy as np
@@ -56,10 +61,28 @@ def _network_variables(network) -> list:
     return variables
 
 
-def _scalar_jacobian(network) -> Callable:
-    jacobian = jacobian_function(network, _network_variables(network))
+#: network → (ids of its variables, its compiled Jacobian): one tf.function per network, not per call
+_JACOBIANS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
-    def features(X):
+
+def _network_jacobian(network) -> Callable:
+    variables = _network_variables(network)
+    key = tuple(id(v) for v in variables)
+    try:
+        cached = _JACOBIANS.get(network)
+    except TypeError:  # a network that cannot be weakly referenced: no caching
+        return jacobian_function(network, variables)
+    if cached is None or cached[0] != key:
+        reference = weakref.ref(network)  # the cached function must not keep its own key alive
+        cached = (key, jacobian_function(lambda X: reference()(X), variables))
+        _JACOBIANS[network] = cached
+    return cached[1]
+
+
+def _scalar_jacobian(network) -> Callable:
+    jacobian = _network_jacobian(network)
+
+    def features(X, network=network):  # holds the network: the cache refers to it only weakly
         J = jacobian(tf.convert_to_tensor(X, tf.float64))
         if J.shape[1] is not None and J.shape[1] != 1:
             raise ValueError(f"the network has {J.shape[1]} outputs; the NTK features here are for one output (a logit)")
