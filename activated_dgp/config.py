@@ -19,7 +19,7 @@ from typing import Any, Callable, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from .likelihoods import LIKELIHOOD_REGISTRY, likelihood_name
-from .spectra import ZonalActivation, registered_activation_name, resolve_activation
+from .spectra import DEFAULT_ACTIVATION, SAVED_DEFAULT_ACTIVATION, ZonalActivation, registered_activation_name, resolve_activation
 from .validation import check_positive_int
 
 __all__ = ["ArchitectureConfig", "as_config", "initial_directions"]
@@ -76,7 +76,10 @@ class ArchitectureConfig:
         for "softmax"/"robustmax".
     :param activation: a registered name (:data:`activated_dgp.zonal.ACTIVATION_REGISTRY`, extended by
         :func:`activated_dgp.zonal.register_activation`), a ZonalActivation or a callable; one or one per layer.
-        Only registered ones can be saved.
+        Only registered ones can be saved. Default: the zonal Swish 3t·sigmoid(3t)
+        (:data:`~activated_dgp.spectra.DEFAULT_ACTIVATION`), whose twin trains like a plain network where the
+        zonal Softplus log(1 + e^(3t)), the paper's and the default before, did not (docs/activated_dgp.md,
+        "Choosing the activation"); pass ``"softplus"`` or ``"relu"`` for those.
     :param truncation_level: Ñ_ℓ ≥ 1 (levels n < Ñ): one or one per layer.
     :param lengthscales: ℓ_ℓ, one entry per layer, each a scalar or D_ℓ + 1 values; default 1.
     :param whiten: whitened inducing outputs in the DGP.
@@ -93,7 +96,7 @@ class ArchitectureConfig:
     num_units: Union[int, Sequence[int]] = 128
     layer_widths: Optional[Sequence[int]] = None
     output_dim: int = 1
-    activation: Union[str, ZonalActivation, Callable, Sequence] = "softplus"
+    activation: Union[str, ZonalActivation, Callable, Sequence] = DEFAULT_ACTIVATION
     truncation_level: Union[int, Sequence[int]] = 20
     lengthscales: Optional[Sequence] = None
     whiten: bool = True
@@ -175,14 +178,18 @@ class ArchitectureConfig:
 
     @classmethod
     def from_dict(cls, values: dict) -> "ArchitectureConfig":
-        """The inverse of :meth:`to_dict`; unknown or missing keys are a ValueError."""
+        """The inverse of :meth:`to_dict`; unknown keys, or a missing ``input_dim``, are a ValueError.
+
+        A dict without ``activation`` means :data:`~activated_dgp.spectra.SAVED_DEFAULT_ACTIVATION` ("softplus"),
+        the default when saved formats 2 and 3 were introduced, not today's default: a saved model comes back
+        with the activation it was trained with (:meth:`to_dict` always names it; this covers any other writer)."""
         if not isinstance(values, dict):
             raise ValueError(f"an architecture must be a dict, got {type(values).__name__}")
         names = {f.name for f in fields(cls)}
         unknown, missing = set(values) - names, {"input_dim"} - set(values)
         if unknown or missing:
             raise ValueError(f"not an ArchitectureConfig: unknown keys {sorted(unknown)}, missing {sorted(missing)}")
-        return cls(**values)
+        return cls(**{"activation": SAVED_DEFAULT_ACTIVATION, **values})
 
     def replace(self, **changes) -> "ArchitectureConfig":
         """A copy with some fields changed (validated again)."""

@@ -8,7 +8,7 @@ import gpflow
 import numpy as np
 import tensorflow as tf
 
-from .spectra import ZonalActivation, activation_coefficients, resolve_activation
+from .spectra import DEFAULT_ACTIVATION, ZonalActivation, activation_coefficients, resolve_activation
 from .spherical import _check_truncation_level, polar_decomposition
 from .validation import check_matrix
 
@@ -28,8 +28,8 @@ class ActivationFeature(gpflow.inducing_variables.InducingVariables):
 
     :param W: [M, d] directions (and scales) w_m; a trainable ``gpflow.Parameter``.
     :param activation: "relu" (closed form), "softplus" (log(1 + exp(3t))), "swish"
-        (3t·sigmoid(3t)), an :class:`~activated_dgp.spectra.ZonalActivation`, or any callable on [−1, 1]
-        (quadrature).
+        (3t·sigmoid(3t), the default: :data:`~activated_dgp.spectra.DEFAULT_ACTIVATION`), an
+        :class:`~activated_dgp.spectra.ZonalActivation`, or any callable on [−1, 1] (quadrature).
     :param truncation_level: Ñ ≥ 1.
     :param threshold: levels with |σ_n| N_n^d below ``threshold`` · Σ_k |σ_k| N_k^d are set to zero
         (see ``spherical.apply_threshold``). Softplus, Swish and callables that accept mpmath numbers
@@ -40,7 +40,7 @@ class ActivationFeature(gpflow.inducing_variables.InducingVariables):
     def __init__(
         self,
         W,
-        activation: Union[str, ZonalActivation, Callable] = "softplus",
+        activation: Union[str, ZonalActivation, Callable] = DEFAULT_ACTIVATION,
         truncation_level: int = 20,
         *,
         threshold: float = 1e-9,

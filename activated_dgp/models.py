@@ -25,7 +25,7 @@ from .likelihoods import (  # noqa: F401  (re-exported: the registry's old home)
     network_loss,
     output_width,
 )
-from .spectra import ZonalActivation
+from .spectra import DEFAULT_ACTIVATION, ZonalActivation
 from .validation import check_matrix, check_positive_int
 
 __all__ = [
@@ -47,7 +47,7 @@ def activated_gp_layer(
     output_dim: int,
     num_data: int,
     *,
-    activation: Union[str, ZonalActivation, Callable] = "softplus",
+    activation: Union[str, ZonalActivation, Callable] = DEFAULT_ACTIVATION,
     truncation_level: int = 20,
     kernel_variance: float = 1.0,
     lengthscales=1.0,
@@ -118,7 +118,8 @@ def build_activated_dgp(
     :param input_dim: D, or an :class:`~activated_dgp.config.ArchitectureConfig` describing the whole
         architecture (then give no other architecture keyword: ``num_layers`` … ``whiten``).
     The architecture keywords are those of :class:`~activated_dgp.config.ArchitectureConfig`, with its
-    defaults (3 layers of 128 Softplus units, Ñ = 20, ℓ = 1, whitened, Gaussian):
+    defaults (3 layers of 128 zonal Swish units, :data:`~activated_dgp.spectra.DEFAULT_ACTIVATION`; Ñ = 20, ℓ = 1,
+    whitened, Gaussian):
 
     :param num_units: inducing variables (= hidden units) per layer, M_ℓ.
     :param layer_widths: output heads of layers 1..L−1 (the bottlenecks), default ``input_dim``.

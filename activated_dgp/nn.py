@@ -18,7 +18,7 @@ import tf_keras
 from .config import ArchitectureConfig, as_config, initial_directions  # noqa: F401  (initial_directions re-exported)
 from .inducing_variables import ActivationFeature
 from .kernels import ZonalArcCosine
-from .spectra import ZonalActivation, registered_activation_name, resolve_activation
+from .spectra import DEFAULT_ACTIVATION, SAVED_DEFAULT_ACTIVATION, ZonalActivation, registered_activation_name, resolve_activation
 
 __all__ = ["ActivatedLayer", "build_activated_nn", "initial_directions", "with_dropout"]
 
@@ -37,12 +37,15 @@ class ActivatedLayer(tf_keras.layers.Layer):
     ``BackupAndRestore``) and ``tf.train.Checkpoint`` store it. The kernel's hyper-parameters are frozen
     configuration, not weights (Kuf does not depend on the variance; ℓ only rescales x̃, which W can
     absorb): ℓ comes back from :meth:`get_config`.
+
+    ``activation`` defaults to :data:`~activated_dgp.spectra.DEFAULT_ACTIVATION` (the zonal Swish); a layer config
+    without one (:meth:`from_config`) means "softplus", the default when it was written.
     """
 
     def __init__(
         self,
         units: int,
-        activation: Union[str, ZonalActivation, Callable] = "softplus",
+        activation: Union[str, ZonalActivation, Callable] = DEFAULT_ACTIVATION,
         truncation_level: int = 20,
         lengthscales=1.0,
         initial_W: Optional[np.ndarray] = None,
@@ -91,6 +94,12 @@ class ActivatedLayer(tf_keras.layers.Layer):
         rank = tf.rank(features)
         return tf.transpose(features, tf.concat([tf.range(1, rank), [0]], axis=0))
 
+    @classmethod
+    def from_config(cls, config):
+        """The layer of a :meth:`get_config` dict; one without ``activation`` is read as
+        :data:`~activated_dgp.spectra.SAVED_DEFAULT_ACTIVATION`, the default of its time, not today's."""
+        return cls(**{"activation": SAVED_DEFAULT_ACTIVATION, **config})
+
     def get_config(self):
         config = super().get_config()
         config.update(
@@ -119,7 +128,8 @@ def build_activated_nn(
     :param input_dim: D, or an :class:`~activated_dgp.config.ArchitectureConfig` describing the whole
         architecture (then give no other architecture keyword).
     The keywords are those of :class:`~activated_dgp.config.ArchitectureConfig`, with its defaults
-    (3 layers of 128 Softplus units, Ñ = 20, ℓ = 1, bottlenecks of width D, one output):
+    (3 layers of 128 zonal Swish units, Ñ = 20, ℓ = 1, bottlenecks of width D, one output; ``activation="softplus"``
+    gives the paper's zonal Softplus, the default before, see :data:`~activated_dgp.spectra.DEFAULT_ACTIVATION`):
 
     :param num_units: M_ℓ, the activated units (= inducing variables) per layer.
     :param layer_widths: P_ℓ, the narrow (bottleneck) widths of layers 1..L−1; default input_dim.

@@ -9,7 +9,7 @@ imports this one),
   :class:`ActivationFeature`, :func:`basis_coefficients`, :func:`inducing_coefficients` (a layer's shared
   feature, :class:`~activated_dgp.conditionals.SharedActivationFeature`, stays in its module);
 * activations σ(t) of the cosine and their registry (:mod:`activated_dgp.spectra`): :class:`ZonalActivation`,
-  :data:`ACTIVATION_REGISTRY`, :func:`register_activation`;
+  :data:`ACTIVATION_REGISTRY`, :func:`register_activation`, the default :data:`DEFAULT_ACTIVATION`;
 * Funk–Hecke spectra (:mod:`activated_dgp.spectra`): :func:`activation_coefficients`, :func:`relu_coefficients`,
   :func:`arc_cosine_coefficients`, :func:`arc_cosine_shape`, :func:`zonal_matern52_shape`;
 * Gegenbauer machinery (:mod:`activated_dgp.spherical`): :func:`funk_hecke_coefficients`,
@@ -26,6 +26,7 @@ from .inducing_variables import ActivationFeature
 from .kernels import ZonalArcCosine, ZonalKernel
 from .spectra import (
     ACTIVATION_REGISTRY,
+    DEFAULT_ACTIVATION,
     ZonalActivation,
     activation_coefficients,
     arc_cosine_coefficients,
@@ -44,6 +45,7 @@ __all__ = [
     "inducing_coefficients",
     "ZonalActivation",
     "ACTIVATION_REGISTRY",
+    "DEFAULT_ACTIVATION",
     "register_activation",
     "activation_coefficients",
     "relu_coefficients",

@@ -30,6 +30,8 @@ import tensorflow as tf  # noqa: E402
 import tf_keras  # noqa: E402
 
 NUM_DATA, INPUT_DIM, NUM_LAYERS, NUM_UNITS, BATCH = 10_000, 8, 3, 128, 128
+#: The zonal Softplus, named: the committed timings were measured with it, the library default then (the Swish since).
+ACTIVATION = "softplus"
 
 
 class EpochTimer(tf_keras.callbacks.Callback):
@@ -63,7 +65,7 @@ def activated_dgp_model():
     """The benchmark's activated DGP (3 layers of 128 units, D = 8, seeded)."""
     from activated_dgp import build_activated_dgp
 
-    return build_activated_dgp(INPUT_DIM, NUM_DATA, num_layers=NUM_LAYERS, num_units=NUM_UNITS, seed=0)
+    return build_activated_dgp(INPUT_DIM, NUM_DATA, num_layers=NUM_LAYERS, num_units=NUM_UNITS, activation=ACTIVATION, seed=0)
 
 
 def gpflux_dgp_model(X):
@@ -90,7 +92,7 @@ def build_trainers(X, Y):
         network.compile(tf_keras.optimizers.Adam(0.01), loss="mse")
         return lambda epochs, timer: network.fit(X, Y, batch_size=BATCH, epochs=epochs, verbose=0, callbacks=[timer])
 
-    twin = build_activated_nn(INPUT_DIM, num_layers=NUM_LAYERS, num_units=NUM_UNITS, seed=0)
+    twin = build_activated_nn(INPUT_DIM, num_layers=NUM_LAYERS, num_units=NUM_UNITS, activation=ACTIVATION, seed=0)
     return {
         "activated DGP": dgp_trainer(activated_dgp_model()),
         "activated DGP, XLA step (jit_compile=True)": dgp_trainer(activated_dgp_model(), jit_compile=True),

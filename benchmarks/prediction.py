@@ -27,6 +27,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import numpy as np  # noqa: E402
 
 INPUT_DIM, NUM_LAYERS, NUM_UNITS, SAMPLES = 8, 3, 128, 32
+#: The zonal Softplus, named: the committed timings were measured with it, the library default then (the Swish since).
+ACTIVATION = "softplus"
 
 
 def peak_rss_mib() -> float:
@@ -53,7 +55,7 @@ def main(points: int, batch_size: int, baseline_points: int, large_batch: int, w
     from activated_dgp.deep import BatchPredictor
     from benchmarks._report import write_section
 
-    dgp = build_activated_dgp(INPUT_DIM, points, num_layers=NUM_LAYERS, num_units=NUM_UNITS, seed=0)
+    dgp = build_activated_dgp(INPUT_DIM, points, num_layers=NUM_LAYERS, num_units=NUM_UNITS, activation=ACTIVATION, seed=0)
     with tempfile.TemporaryDirectory() as directory:
         X = np.lib.format.open_memmap(os.path.join(directory, "x.npy"), mode="w+", dtype=np.float64, shape=(points, INPUT_DIM))
         rng = np.random.default_rng(0)

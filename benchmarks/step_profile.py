@@ -40,7 +40,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tf_keras  # noqa: E402
 
-from benchmarks.dgp_epoch import BATCH, INPUT_DIM, NUM_DATA, NUM_LAYERS, NUM_UNITS  # noqa: E402  (the same model)
+from benchmarks.dgp_epoch import ACTIVATION, BATCH, INPUT_DIM, NUM_DATA, NUM_LAYERS, NUM_UNITS  # noqa: E402  (the same model)
 from benchmarks.dgp_epoch import _data, activated_dgp_model, gpflux_dgp_model  # noqa: E402
 
 
@@ -395,7 +395,7 @@ def main():
 
         other = import_other_checkout(args.compare_with)
         models = build_models(X)
-        dgp = other.build_activated_dgp(INPUT_DIM, NUM_DATA, num_layers=NUM_LAYERS, num_units=NUM_UNITS, seed=0)
+        dgp = other.build_activated_dgp(INPUT_DIM, NUM_DATA, num_layers=NUM_LAYERS, num_units=NUM_UNITS, activation=ACTIVATION, seed=0)
         models["activated DGP, other checkout"] = dgp.as_training_model()
         models["activated DGP, other checkout"].compile(tf_keras.optimizers.Adam(0.01))
         print(f"this checkout: {activated_dgp.__file__}; other: {args.compare_with}")

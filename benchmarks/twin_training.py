@@ -6,7 +6,8 @@ validation RMSE (standardised units) is recorded every ``--check`` steps and the
 check (its weights restored by :class:`activated_dgp.RestoreBest` inside :func:`activated_dgp.train_network`).
 
 Variants are named ``plain`` (Dense(128, softplus) with biases, Glorot) or ``twin`` followed by changes,
-e.g. ``twin:ls=sqrt`` (ℓ = √(D+1) in every layer), ``twin:lr=0.003``, ``twin:N=10``, ``twin:act=relu``,
+e.g. ``twin:ls=sqrt`` (ℓ = √(D+1) in every layer), ``twin:lr=0.003``, ``twin:N=10``, ``twin:act=relu`` (without
+``act=`` the zonal Softplus, the library default when the records were made),
 ``twin:wscale=3`` (initial W multiplied by 3), ``twin:init=legacy`` (rows of W ~ N(0, I/(D+1)) whatever ℓ,
 the initialiser before issue 31). Each run appends one JSON record to
 ``docs/results/twin_training/<dataset>.jsonl`` (or ``<out>.jsonl``); ``--report NAME ...`` writes the page
@@ -84,8 +85,8 @@ def build(kind: str, options: dict, input_dim: int, seed: int) -> tf_keras.Model
         keywords["lengthscales"] = [math.sqrt(input_dim + 1.0) if options["ls"] == "sqrt" else float(options["ls"])] * NUM_LAYERS
     if "N" in options:
         keywords["truncation_level"] = int(options["N"])
-    if "act" in options:
-        keywords["activation"] = options["act"]
+    # without act=, the zonal Softplus: the library default when the records were made (the Swish since)
+    keywords["activation"] = options.get("act", "softplus")
     network = build_activated_nn(input_dim, **keywords)
     network(np.zeros((1, input_dim)))
     for layer in network.layers:

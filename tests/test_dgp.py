@@ -28,11 +28,12 @@ from activated_dgp import (
 from activated_dgp.deep import layer_moments, load_network, save_network
 
 
-@pytest.mark.parametrize("activation", ["relu", "softplus", "swish"])
+@pytest.mark.parametrize("activation", ["relu", "softplus", "swish", None])  # None: the library default (the Swish)
 @pytest.mark.parametrize("whiten", [True, False])
 @pytest.mark.parametrize("num_layers", [1, 3])
 def test_twin_forward_pass_equals_dgp_mean_propagation(activation, whiten, num_layers, rng):
-    network = build_activated_nn(3, num_layers=num_layers, num_units=24, output_dim=2, activation=activation, seed=3)
+    chosen = {} if activation is None else dict(activation=activation)
+    network = build_activated_nn(3, num_layers=num_layers, num_units=24, output_dim=2, seed=3, **chosen)
     # train a little so that W and V are not at their initial values
     X = rng.normal(size=(128, 3))
     train_network(network, X, np.sin(X[:, :2]), schedule=TrainingSchedule(epochs=2, batch_size=64))

@@ -450,20 +450,29 @@ def _values(dgp):
     return {path: p.unconstrained_variable.numpy() for path, p in gpflow.utilities.parameter_dict(dgp).items() if "._" not in path}
 
 
-def test_a_format_2_directory_still_loads_and_resumes(tmp_path):
+@pytest.mark.parametrize("activation_named", [True, False], ids=["as-written", "activation-field-removed"])
+def test_a_format_2_directory_still_loads_and_resumes(tmp_path, activation_named):
     """tests/fixtures/persistence_format2 was written by the format-2 writer (the optimiser's variables in the
     arrays file; tests/fixtures/make_persistence_format2.py says how) after 2 of 4 epochs, with reference.npz:
     the parameters after all 4 epochs straight through. Its parameters and optimiser variables, read with
-    np.load, come back exactly; the resumed fit ends at the reference; resaving writes format 3."""
+    np.load, come back exactly; the resumed fit ends at the reference; resaving writes format 3.
+
+    It was saved with the zonal Softplus, the default then. With the architecture's ``activation`` field removed it
+    must still come back as the Softplus (an absent field means the default of its time, not today's Swish): the
+    saved σ_n are checked at load, and the resumed fit reproduces the reference written by the old code."""
     directory = tmp_path / "format2"
     shutil.copytree(FORMAT_2, directory)
     config = json.loads((directory / "config.json").read_text())
-    assert config["format"] == "activated_dgp/2"
+    assert config["format"] == "activated_dgp/2" and config["architecture"]["activation"] == ["softplus"]
+    if not activation_named:
+        del config["architecture"]["activation"]
+        (directory / "config.json").write_text(json.dumps(config))
     with np.load(directory / config["arrays"]) as data:
         arrays = {key: data[key] for key in data.files}
     with np.load(directory / "reference.npz") as data:
         reference = {key: data[key] for key in data.files}
     dgp = load_dgp(directory)
+    assert dgp.f_layers[0].inducing_variable.inducing_variable.activation.name == "softplus"
     for path, value in _values(dgp).items():
         np.testing.assert_array_equal(value, arrays[f"parameter/{path}"], err_msg=path)
     assert not dgp.f_layers[0].kernel.kernel.variance.trainable  # frozen before the fit: Adam was built over the rest
@@ -642,3 +651,30 @@ def test_likelihood_registry_builds_what_it_names():
     for name in LIKELIHOOD_REGISTRY:
         built = make_likelihood(name, 3 if name in ("softmax", "robustmax") else 1)[0]
         assert [entry for entry in LIKELIHOOD_REGISTRY.values() if entry.matches(built)] == [LIKELIHOOD_REGISTRY[name]]
+
+
+def test_the_default_activation_is_saved_by_name_and_a_nameless_one_means_softplus(tmp_path, rng):
+    """Models built with today's default (the zonal Swish) save ``"swish"`` explicitly, in save_dgp's and
+    save_network's config.json and in the twin layer's Keras config; a config without the field means the
+    zonal Softplus, the default when it was written. Independent truth for the Softplus: the layer equals
+    ‖w‖ ‖x̃‖ log(1 + e^(3t)) computed here (Ñ = 20 truncation error < 1e-4 at D = 3)."""
+    dgp_config = json.loads((save_dgp(build_activated_dgp(3, 20, num_layers=2, num_units=4, seed=0), tmp_path / "d") / "config.json").read_text())
+    network = build_activated_nn(3, num_layers=2, num_units=4, seed=0)
+    network_config = json.loads((save_network(network, tmp_path / "n") / "config.json").read_text())
+    assert dgp_config["architecture"]["activation"] == network_config["architecture"]["activation"] == ["swish", "swish"]
+    assert network.layers[0].get_config()["activation"] == "swish"
+
+    values = network_config["architecture"]
+    del values["activation"]
+    assert ArchitectureConfig.from_dict(values).activation == ("softplus", "softplus")
+    config = network.layers[0].get_config()
+    del config["activation"]
+    layer = type(network.layers[0]).from_config(config)
+    X = rng.normal(size=(40, 3))
+    layer(X)
+    W = network.layers[0].W.numpy()
+    layer.W.assign(W)
+    x_tilde = np.hstack([X, np.ones((40, 1))])  # ℓ = 1
+    radius = np.linalg.norm(x_tilde, axis=1)[:, None] * np.linalg.norm(W, axis=1)[None, :]
+    t = (x_tilde @ W.T) / radius
+    np.testing.assert_allclose(layer(X).numpy(), radius * np.logaddexp(0.0, 3.0 * t), atol=1e-4 * radius.max())

@@ -52,3 +52,21 @@ def test_initial_directions_reject_bad_lengthscales():
         initial_directions(3, 2, rng, [1.0, -1.0, 1.0])
     with pytest.raises(ValueError, match="lengthscales"):
         initial_directions(3, 2, rng, [1.0, 2.0])
+
+
+def test_the_default_twin_unit_is_the_zonal_swish():
+    """Without ``activation`` the twin's unit is ‖w‖ ‖x̃‖ σ(t), σ(t) = 3t·sigmoid(3t), t = ŵ·x̂ (the library default
+    since issue 31), computed here with scipy's expit; the Ñ = 20 series is exact to < 1e-4 (twin_training.md), far
+    below the distance to the old default, the zonal Softplus log(1 + e^(3t))."""
+    from scipy.special import expit
+
+    D, rng = 4, np.random.default_rng(5)
+    X = rng.normal(size=(60, D))
+    layer = ActivatedLayer(12, seed=1)
+    out = layer(X).numpy()
+    W = layer.W.numpy()
+    x_tilde = np.hstack([X, np.ones((60, 1))])  # ℓ = 1
+    radius = np.linalg.norm(x_tilde, axis=1)[:, None] * np.linalg.norm(W, axis=1)[None, :]
+    t = (x_tilde @ W.T) / radius
+    np.testing.assert_allclose(out, radius * 3.0 * t * expit(3.0 * t), rtol=0, atol=1e-4 * radius.max())
+    assert np.max(np.abs(out - radius * np.logaddexp(0.0, 3.0 * t))) > 0.1 * radius.max()

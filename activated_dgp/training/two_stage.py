@@ -18,7 +18,7 @@ from ..conversion import NOISE_FACTORS, check_variance_floor, dgp_from_keras, re
 from ..far_field import add_far_field, far_field_options, refit_far_field
 from ..models import likelihood_name, output_width
 from ..nn import build_activated_nn
-from ..spectra import ZonalActivation
+from ..spectra import DEFAULT_ACTIVATION, ZonalActivation
 from .fitters import _check_data, evaluate_elbo, train_dgp, train_network
 from .schedule import TrainingSchedule
 
@@ -59,7 +59,7 @@ def train_two_stage(
     num_layers: int = 3,
     num_units: Union[int, Sequence[int]] = 128,
     layer_widths: Optional[Sequence[int]] = None,
-    activation: Union[str, ZonalActivation, Callable] = "softplus",
+    activation: Union[str, ZonalActivation, Callable] = DEFAULT_ACTIVATION,
     truncation_level: Union[int, Sequence[int]] = 20,
     lengthscales: Optional[Sequence] = None,
     whiten: bool = True,
@@ -83,6 +83,9 @@ def train_two_stage(
 
     :param Y: [N, P] targets; for "bernoulli" 0/1 labels [N, 1]; for "softmax"/"robustmax" class
         indices [N, 1] with ``num_classes`` (default: max label + 1).
+    :param activation: the twin's zonal activation, default the Swish
+        (:data:`~activated_dgp.spectra.DEFAULT_ACTIVATION`; ``"softplus"`` is the paper's and the default before);
+        unused when ``network`` is given (the converted network's own activations are kept).
     :param lengthscales: per-layer lengthscales of the twin (:func:`build_activated_nn`), copied into
         the DGP's kernels by the converter.
     :param noise_variance: initial Gaussian noise: a number, "train" (the network's training MSE, the
