@@ -438,6 +438,24 @@ def test_calibration_claim_pairs_only_splits_where_both_have_the_metric():
     assert "1 of 1 datasets" in line and "yacht 0.050 vs 0.080 (1)" in line
 
 
+def test_best_step_claim_names_the_plain_networks_best_steps_on_the_same_splits():
+    """The twin's late best step (naval: 28,000 of 30,000 > 80 %) is set beside the plain network's on the shared
+    splits only (split 2 has no plain record): the plain network stopped later on split 0 (29,900 > 28,000) and
+    earlier on split 1 (100 < 20,000); its largest best step over the shared splits is 29,900."""
+    from experiments.uci import claims
+
+    def record(method, split, best):
+        return {"dataset": "naval-propulsion-plant", "method": method, "split": split, "rmse": 0.1, "nlpd": 0.1,
+                "num_train": 9, "num_test": 1, "input_dim": 16, "seconds": 1.0, "rmse_original": 0.1, "nlpd_original": 0.1,
+                "budget": {"name": "t", "nn_steps": 30000}, "extra": {"network": {"best_step": best}}}
+
+    records = [record("nn", 0, 28000), record("nn", 1, 20000), record("nn", 2, 5000),
+               record("plain", 0, 29900), record("plain", 1, 100)]
+    line = next(line for line in claims(records) if line.startswith("- The twin's best step"))
+    assert "0 of 1 datasets" in line and "naval-propulsion-plant 28,000 of 30,000" in line
+    assert "largest best step 29,900, later than the twin's on 1 of 2 splits" in line
+
+
 def test_stage2_effect_groups_splits_by_the_restored_step():
     from experiments.uci import stage2_effect_markdown
 
