@@ -84,6 +84,7 @@ from experiments.harness.artifacts import ArtifactCache, atomic_write, atomic_wr
 from experiments.harness.blocks import write_block  # noqa: E402
 from experiments.harness.store import ResultStore, portable_path  # noqa: E402
 from experiments.harness.study import page_path, records_path  # noqa: E402
+from experiments.setups import classifier, rotated_mnist_cnn  # noqa: E402
 
 MODELS = ("nn", "nn_dropout", "nn_ts", "adgp", "adgp_ft")
 #: issue 36's controls: the networks given ADGP's extra stage-2 epochs, and deep ensembles of networks and of ADGPs
@@ -278,44 +279,9 @@ def as_inputs(images: np.ndarray) -> np.ndarray:
 
 
 def build_classifier(config: Config, seed: int, dropout: float = 0.0):
-    """(model, extractor, head): flat 784 → conv features [N, 1024] (float32) → twin logits [N, 10] (float64)."""
-    import tf_keras
-
-    from activated_dgp.nn import build_activated_nn, with_dropout
-
-    initializer = lambda offset: tf_keras.initializers.GlorotUniform(seed=seed * 1000 + offset)  # noqa: E731
-    extractor = tf_keras.Sequential(
-        [
-            tf_keras.Input(shape=(784,), dtype="float32"),
-            tf_keras.layers.Reshape((28, 28, 1)),
-            tf_keras.layers.Conv2D(32, 5, activation="relu", kernel_initializer=initializer(1)),
-            tf_keras.layers.MaxPooling2D(2),
-            tf_keras.layers.Conv2D(64, 5, activation="relu", kernel_initializer=initializer(2)),
-            tf_keras.layers.MaxPooling2D(2),
-            tf_keras.layers.Flatten(),
-        ],
-        name="features",
-    )
-    num_features = int(extractor.output_shape[-1])
-    twin = build_activated_nn(
-        num_features,
-        num_layers=2,
-        num_units=config.num_units,
-        layer_widths=[config.width],
-        output_dim=10,
-        activation="softplus",
-        truncation_level=config.truncation_level,
-        lengthscales=[_lengthscales(num_features), _lengthscales(config.width)],
-        seed=seed,
-    )
-    head = with_dropout(twin, dropout, seed) if dropout > 0 else twin
-    return _classifier(extractor, head), extractor, head
-
-
-def _lengthscales(input_dim: int) -> np.ndarray:
-    """ℓ = √D on the D input coordinates and 1 on the bias one, so that x̃ = [x / √D, 1] has norm O(1)
-    for inputs with O(1) entries (the twin's output grows like ‖x̃‖)."""
-    return np.concatenate([np.full(input_dim, np.sqrt(input_dim)), [1.0]])
+    """(model, extractor, head) of the study's CNN (:func:`experiments.setups.rotated_mnist_cnn`) at ``config``'s sizes."""
+    return rotated_mnist_cnn(seed, truncation_level=config.truncation_level, num_units=config.num_units,
+                             width=config.width, dropout=dropout)
 
 
 def _schedule(config: Config, epochs: int, learning_rate: float, patience: Optional[int] = None):
@@ -450,7 +416,7 @@ def finetuned_classifier(config: Config, splits: Splits, seed: int, dropout: flo
     from activated_dgp.likelihoods import network_loss
 
     extractor, head, seconds = trained_classifier(config, splits, seed, dropout, source)
-    model = _classifier(extractor, head)
+    model = classifier(extractor, head)
     model.build((None, splits.x_train.shape[1]))  # its weights exist before the fit (RestoreBest snapshots them)
     weights, record = checkpoint.with_suffix(".weights.h5"), checkpoint.with_suffix(".json")
     if weights.is_file() and record.is_file():
@@ -468,12 +434,6 @@ def finetuned_classifier(config: Config, splits: Splits, seed: int, dropout: flo
     atomic_write_text(record, json.dumps(info))
     atomic_write(weights, lambda temporary: model.save_weights(temporary))
     return extractor, head, seconds, info
-
-
-def _classifier(extractor, head):
-    import tf_keras
-
-    return tf_keras.Sequential([extractor, head], name="classifier")
 
 
 @functools.lru_cache(maxsize=None)

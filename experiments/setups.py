@@ -33,3 +33,54 @@ def classic_kernel(name: str):
     if name == "rbf":
         return gpflow.kernels.SquaredExponential(lengthscales=1.0, variance=1.0), 2.0
     raise ValueError(f"unknown kernel {name!r}; use one of {CLASSIC_KERNELS}")
+
+
+def lengthscales_for_unit_inputs(input_dim: int) -> np.ndarray:
+    """ℓ = √D on the D input coordinates and 1 on the bias one, so that x̃ = [x / √D, 1] has norm O(1)
+    for inputs with O(1) entries (the twin's output grows like ‖x̃‖)."""
+    return np.concatenate([np.full(input_dim, np.sqrt(input_dim)), [1.0]])
+
+
+def classifier(extractor, head):
+    """The extractor followed by the head, as one tf-keras Sequential named "classifier"."""
+    import tf_keras
+
+    return tf_keras.Sequential([extractor, head], name="classifier")
+
+
+def rotated_mnist_cnn(seed: int, truncation_level: int, num_units: int, width: int, dropout: float = 0.0):
+    """The rotated-MNIST study's CNN (Dutordoir et al. 2021, §5.3), as (model, extractor, head): flat 784 pixels →
+    two 5×5 ReLU convolutions (32 and 64 channels), each max-pooled, → flattened features [N, 1024] (float32) → the
+    activated twin's two layers (``num_units`` zonal Softplus units, a bottleneck of ``width``) → 10 logits (float64);
+    with ``dropout`` > 0 the head has dropout before each linear layer. Glorot-uniform convolutions seeded by ``seed``."""
+    import tf_keras
+
+    from activated_dgp.nn import build_activated_nn, with_dropout
+
+    initializer = lambda offset: tf_keras.initializers.GlorotUniform(seed=seed * 1000 + offset)  # noqa: E731
+    extractor = tf_keras.Sequential(
+        [
+            tf_keras.Input(shape=(784,), dtype="float32"),
+            tf_keras.layers.Reshape((28, 28, 1)),
+            tf_keras.layers.Conv2D(32, 5, activation="relu", kernel_initializer=initializer(1)),
+            tf_keras.layers.MaxPooling2D(2),
+            tf_keras.layers.Conv2D(64, 5, activation="relu", kernel_initializer=initializer(2)),
+            tf_keras.layers.MaxPooling2D(2),
+            tf_keras.layers.Flatten(),
+        ],
+        name="features",
+    )
+    num_features = int(extractor.output_shape[-1])
+    twin = build_activated_nn(
+        num_features,
+        num_layers=2,
+        num_units=num_units,
+        layer_widths=[width],
+        output_dim=10,
+        activation="softplus",
+        truncation_level=truncation_level,
+        lengthscales=[lengthscales_for_unit_inputs(num_features), lengthscales_for_unit_inputs(width)],
+        seed=seed,
+    )
+    head = with_dropout(twin, dropout, seed) if dropout > 0 else twin
+    return classifier(extractor, head), extractor, head

@@ -715,3 +715,12 @@ def test_lla_rows_are_paired_with_nn_and_their_predictive_is_a_distribution(tmp_
     assert records["lla_last_layer"]["log_likelihood"][1] == pytest.approx(
         np.mean(np.log(independent[np.arange(len(labels)), labels])), abs=0.02)
     assert "LLA NeuralEF" in (tmp_path / "doc.md").read_text()
+
+
+def test_the_cost_benchmark_measures_the_studys_own_network():
+    """benchmarks/lla_rotated_mnist_cost.py builds the CNN without importing the study; its sizes are the study's."""
+    from benchmarks import lla_rotated_mnist_cost as cost
+    from experiments import rotated_mnist as rm
+
+    config = rm.Config()
+    assert (cost.TRUNCATION_LEVEL, cost.NUM_UNITS, cost.WIDTH) == (config.truncation_level, config.num_units, config.width)
