@@ -184,11 +184,11 @@ def guard_cost(sizes=(300, 20000), repeats: int = 3) -> dict:
     import tensorflow as tf
 
     from activated_dgp import TrainingSchedule, dgp_from_keras, train_dgp
-    from activated_dgp.training import fitters as training  # GUARD_MIN_STEPS is read from the fitters' module
+    from activated_dgp.training import GUARD_MIN_STEPS
 
     X, Y = data(0)
     net = network(0, X, Y)
-    default_min_steps = training.GUARD_MIN_STEPS
+    default_min_steps = GUARD_MIN_STEPS
     result = {"guard_min_steps": default_min_steps}
     for size in sizes:
         rng = np.random.default_rng(1)
@@ -200,11 +200,10 @@ def guard_cost(sizes=(300, 20000), repeats: int = 3) -> dict:
             for label in times:
                 tf.random.set_seed(0)
                 dgp = dgp_from_keras(net, num_data=size, X=Xn[:2048]).dgp
-                training.GUARD_MIN_STEPS = 1 if label == "guard_every_epoch" else default_min_steps
+                min_steps = 1 if label == "guard_every_epoch" else default_min_steps
                 start = time.perf_counter()
-                train_dgp(dgp, Xn, Yn, TrainingSchedule(epochs=epochs), guard=label != "no_guard")
+                train_dgp(dgp, Xn, Yn, TrainingSchedule(epochs=epochs), guard=label != "no_guard", guard_min_steps=min_steps)
                 times[label].append(time.perf_counter() - start)
-                training.GUARD_MIN_STEPS = default_min_steps
         result[str(size)] = {"epochs": epochs, "steps_per_epoch": -(-size // 128), "seconds": times} | {
             f"median_ratio_{label}": float(np.median(times[label]) / np.median(times["no_guard"])) for label in ("guard", "guard_every_epoch")
         }

@@ -215,7 +215,7 @@ def test_temperature_scaling_finds_the_nll_minimum(rng):
 
 def test_runner_end_to_end_every_model_resumes_and_reports(tmp_path, rng):
     from experiments import rotated_mnist
-    from experiments.records import ResultStore
+    from experiments.harness.store import ResultStore
 
     data = tmp_path / "data"
     write_split(data, "t10k", rng.integers(0, 256, size=(16, 28, 28)), rng.integers(0, 10, 16), gz=True)
@@ -257,7 +257,7 @@ def test_interrupted_after_each_stage_resumes_from_its_checkpoint(tmp_path, rng,
     from activated_dgp import propagate_means
     from activated_dgp.deep import ActivatedLayer
     from experiments import rotated_mnist
-    from experiments.records import ResultStore
+    from experiments.harness.store import ResultStore
 
     data = tmp_path / "data"
     write_split(data, "t10k", rng.integers(0, 256, size=(8, 28, 28)), rng.integers(0, 10, 8), gz=True)
@@ -394,7 +394,7 @@ def test_stage2_remedies_keep_the_logits_and_restore_the_best_epoch(tmp_path, rn
 @pytest.mark.slow  # 50 s; the suite's 15-minute budget
 def test_stage2_remedies_options_records_and_errors(tmp_path, rng, capsys):
     from experiments import rotated_mnist as rm
-    from experiments.records import ResultStore
+    from experiments.harness.store import ResultStore
 
     data = tmp_path / "data"
     write_split(data, "t10k", rng.integers(0, 256, size=(8, 28, 28)), rng.integers(0, 10, 8), gz=True)
@@ -435,7 +435,7 @@ def test_compare_runs_sets_record_directories_side_by_side(tmp_path, capsys):
     """--compare: per angle the mean over seeds of each shown (run, model), columns named by the run's
     truncation level and stage-2 options; runs at other angles are refused; unknown models are named."""
     from experiments import rotated_mnist
-    from experiments.records import ResultStore
+    from experiments.harness.store import ResultStore
 
     rng = np.random.default_rng(0)
     angles = [0, 90, 180]

@@ -62,6 +62,14 @@ def test_the_guard_keeps_a_useful_fit_and_says_when_it_did_not_restore():
     assert negative_elbo_score(dgp, *guard_rows((X, Y), seed=0), seed=0)() == pytest.approx(min(scores), rel=1e-12)
 
 
+def test_guard_min_steps_is_an_argument():
+    X, Y, dgp = _converted(num_layers=1)
+    history = train_dgp(dgp, X, Y, TrainingSchedule(epochs=6, batch_size=40), guard_min_steps=4)
+    assert [step for step, _ in history["negative_elbo_checks"]] == [0, 4, 8, 12]  # every 2 epochs of 2 steps, the end
+    with pytest.raises(ValueError, match="guard_min_steps"):
+        train_dgp(dgp, X, Y, TrainingSchedule(epochs=1, batch_size=40), guard_min_steps=0)
+
+
 def test_guard_off_and_validation_data_take_over():
     X, Y, dgp = _converted(num_layers=1)
     history = train_dgp(dgp, X, Y, TrainingSchedule(epochs=1, batch_size=40), guard=False)

@@ -145,6 +145,7 @@ def train_dgp(
     optimizer: Optional[tf_keras.optimizers.Optimizer] = None,
     initial_epoch: int = 0,
     guard: bool = True,
+    guard_min_steps: int = GUARD_MIN_STEPS,
 ) -> dict:
     """Stage 2: maximise the ELBO over the DGP's parameters (gpflux's keras training model).
 
@@ -152,7 +153,7 @@ def train_dgp(
     ``validation_data`` the validation NLPD (below); without, the ``guard`` (on by default) scores the
     training −ELBO on a fixed seeded subset of at most :data:`GUARD_ROWS` training rows, scaled to N, with
     fixed draws (:func:`negative_elbo_score`), before training (before the warm-up, if any), every
-    ``schedule.validation_every`` epochs but at most once per :data:`GUARD_MIN_STEPS` steps, and at the end,
+    ``schedule.validation_every`` epochs but at most once per ``guard_min_steps`` steps, and at the end,
     and restores the best check (:class:`RestoreBest`).
     The history then holds ``negative_elbo_checks`` [(step, −ELBO)], ``best_negative_elbo``, ``best_step``,
     ``restored`` (whether the final parameters were replaced) and ``restored_step``; ``check_objective``
@@ -160,6 +161,10 @@ def train_dgp(
     docs/results/stage2/divergence_cost.json). Streaming data
     are covered (the rows come from a few seeded blocks, or a ``tf.data.Dataset``'s first rows), and so
     is a ``strategy`` (the mirrored copy is scored). ``guard=False`` trains without it.
+
+    :param guard_min_steps: the guard checks at most once per this many optimiser steps (default
+        :data:`GUARD_MIN_STEPS`; 1 checks every ``validation_every`` epochs, e.g. to measure what the cap saves).
+        Validation-data early stopping ignores it.
 
     :param validation_data: (X_val, Y_val): early stopping on the validation NLPD, −mean log p(y|x)
         by :func:`activated_dgp.predictive_log_density` with ``validation_samples`` samples and a fixed
@@ -188,6 +193,8 @@ def train_dgp(
         explains the loss scaling). ``dgp`` itself may be built outside the strategy's scope.
     """
     schedule = schedule or TrainingSchedule()
+    if isinstance(guard_min_steps, bool) or int(guard_min_steps) != guard_min_steps or guard_min_steps < 1:
+        raise ValueError(f"guard_min_steps must be an integer ≥ 1, got {guard_min_steps!r}")
     if isinstance(initial_epoch, bool) or int(initial_epoch) != initial_epoch or not 0 <= initial_epoch <= schedule.epochs:
         raise ValueError(f"initial_epoch must be an integer in [0, epochs = {schedule.epochs}], got {initial_epoch!r}")
     if strategy is not None:
@@ -201,10 +208,12 @@ def train_dgp(
         if warmup_steps > 0:
             raise ValueError("warmup_steps is not supported with a strategy (trainable flags of mirrored variables)")
         replica = replicate(dgp, strategy)
-        record = _train_dgp(replica, data, schedule, validation_data, validation_samples, 0, callbacks, strategy, seed, None, int(initial_epoch), guard)
+        record = _train_dgp(replica, data, schedule, validation_data, validation_samples, 0, callbacks, strategy, seed, None, int(initial_epoch), guard,
+                            guard_min_steps)
         copy_values(replica, dgp)
         return record
-    return _train_dgp(dgp, data, schedule, validation_data, validation_samples, warmup_steps, callbacks, None, seed, optimizer, int(initial_epoch), guard)
+    return _train_dgp(dgp, data, schedule, validation_data, validation_samples, warmup_steps, callbacks, None, seed, optimizer, int(initial_epoch), guard,
+                      guard_min_steps)
 
 
 def _training_data(dgp, X, Y, num_data, strategy):
@@ -241,23 +250,26 @@ def _num_rows(data) -> int:
     return len(data[0]) if isinstance(data, tuple) else data.num_data
 
 
-def _stage2_stopper(dgp, data, schedule, validation_data, validation_samples, guard: bool, seed: int, steps_per_epoch: int) -> Optional[RestoreBest]:
+def _stage2_stopper(dgp, data, schedule, validation_data, validation_samples, guard: bool, seed: int, steps_per_epoch: int,
+                    guard_min_steps: int = GUARD_MIN_STEPS) -> Optional[RestoreBest]:
     """Early stopping on the validation NLPD with validation data; else, with ``guard``, a :class:`RestoreBest`
     on the training −ELBO (:func:`negative_elbo_score` on :func:`guard_rows`), checked every ``validation_every``
-    epochs but at most once per :data:`GUARD_MIN_STEPS` steps."""
+    epochs but at most once per ``guard_min_steps`` steps."""
     if validation_data is not None:
         X_val, Y_val = _check_data(*validation_data)
         return _early_stopping(schedule, lambda: validation_nlpd(dgp, X_val, Y_val, validation_samples, 0), dgp)
     _early_stopping(schedule, None, dgp)  # a patience without validation data is an error
     if not guard:
         return None
-    every = max(schedule.validation_every, math.ceil(GUARD_MIN_STEPS / steps_per_epoch))
+    every = max(schedule.validation_every, math.ceil(guard_min_steps / steps_per_epoch))
     return RestoreBest(negative_elbo_score(dgp, *guard_rows(data, seed), seed), dgp, every=every, label="negative_elbo")
 
 
-def _train_dgp(dgp, data, schedule, validation_data, validation_samples, warmup_steps, callbacks, strategy, seed, optimizer, initial_epoch, guard=True) -> dict:
+def _train_dgp(dgp, data, schedule, validation_data, validation_samples, warmup_steps, callbacks, strategy, seed, optimizer, initial_epoch, guard=True,
+               guard_min_steps: int = GUARD_MIN_STEPS) -> dict:
     record: dict = {}
-    stopper = _stage2_stopper(dgp, data, schedule, validation_data, validation_samples, guard, seed, _steps_per_epoch(schedule, data, strategy))
+    stopper = _stage2_stopper(dgp, data, schedule, validation_data, validation_samples, guard, seed, _steps_per_epoch(schedule, data, strategy),
+                              guard_min_steps)
     if stopper is not None:
         stopper.epochs_run = initial_epoch
     if warmup_steps > 0 and initial_epoch == 0:
