@@ -162,9 +162,11 @@ PROTOCOL_VERSION = "v6"
 #: The stage-2 recipe candidates of issue 36 (:data:`RECIPE_METHODS`) first exist in v6 and are listed under it, so
 #: that no record older than their definition could ever be carried over to them.
 RECIPE_METHODS = ("adgp_paper", "adgp_elbo", "adgp_floor")
+#: The ADGP ensemble of issue 36 first exists in v6 as well.
+ENSEMBLE_METHODS = ("adgp_ensemble",)
 METHOD_CHANGES = {
     "v2": ("*",), "v3": ("adgp", "plain_adgp"), "v4": ("adgp", "plain_adgp"), "v5": ("dgp",),
-    "v6": ("network", "nn", "nn_ts", "dropout", "ensemble", "adgp", "plain_adgp", *RECIPE_METHODS),
+    "v6": ("network", "nn", "nn_ts", "dropout", "ensemble", "adgp", "plain_adgp", *RECIPE_METHODS, *ENSEMBLE_METHODS),
 }
 
 
@@ -526,22 +528,33 @@ def _elbo_fit_summary(history: dict) -> dict:
     return {k: history.get(k) for k in ("steps_run", "best_step", "best_validation", "diverged_step")}
 
 
-def _adgp(kind: str, data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None, recipe: str = "adgp") -> Prediction:
+def _adgp(kind: str, data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None, recipe: str = "adgp",
+          seed: Optional[int] = None, off_mixture: Optional[list] = None) -> Prediction:
+    """Convert the split's ``kind`` network of ``seed`` (default the split's) and train it through ``recipe``'s stage
+    2; the test mixture, and in the extras the same fit scored with the far-field residual switched off (whose
+    mixture is appended to ``off_mixture`` when a list is given)."""
     if recipe != "adgp" and not budget.converged:
         raise ValueError(f"the stage-2 recipe {recipe!r} needs a converged budget (its validation part); got {budget.name!r}")
-    network, history = fit_network(kind, data, budget, data.seed, networks)
+    seed = data.seed if seed is None else seed
+    network, history = fit_network(kind, data, budget, seed, networks)
     (X, y), validation = fit_parts(data, budget)
     chosen = STAGE2_RECIPES[recipe]
     options = dict(chosen.options) if validation is not None else {}
     schedule = budget.schedule(budget.dgp_steps, len(X)) if chosen.early_stopping else protocol_schedule(budget.dgp_steps, len(X), early_stopping=False)
     result = train_two_stage(
         X, y, likelihood="gaussian", network=network, validation_data=validation,
-        dgp_schedule=schedule, seed=data.seed, **options,
+        dgp_schedule=schedule, seed=seed, **options,
     )
     init_noise = _training_mse(network, X, y)
     init = regression_metrics(data.y_test, _network_mean(network, data.X_test), init_noise, data.y_scale)
-    means, variances = dgp_mixture(result.dgp, data.X_test, budget.mc_samples, data.seed)
-    extra = {"far_field_off": _without_far_field(result.dgp, data, budget)} if has_far_field(result.dgp) else {}
+    means, variances = dgp_mixture(result.dgp, data.X_test, budget.mc_samples, seed)
+    extra = {}
+    if has_far_field(result.dgp):
+        with far_field_switched_off(result.dgp):  # the same samples through the hidden layers: issue 32's paired cell
+            off = dgp_mixture(result.dgp, data.X_test, budget.mc_samples, seed)
+        extra["far_field_off"] = regression_metrics(data.y_test, *off, data.y_scale)
+        if off_mixture is not None:
+            off_mixture.append(off)
     extra.update({
         "init_rmse": init["rmse"],
         "init_nlpd": init["nlpd"],
@@ -557,14 +570,6 @@ def _adgp(kind: str, data: SplitData, budget: Budget, networks: Optional[Network
     if recipe != "adgp":
         extra["stage2_early_stopping"] = schedule.patience is not None
     return means, variances, extra
-
-
-def _without_far_field(dgp: gpflux.models.DeepGP, data: SplitData, budget: Budget) -> Dict:
-    """The test metrics of the same fitted ADGP with the far-field residual switched off, the same samples through
-    the hidden layers: the paired "without" cell of issue 32."""
-    with far_field_switched_off(dgp):
-        means, variances = dgp_mixture(dgp, data.X_test, budget.mc_samples, data.seed)
-    return regression_metrics(data.y_test, means, variances, data.y_scale)
 
 
 def predict_adgp(data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Prediction:
@@ -585,6 +590,29 @@ def predict_adgp_elbo(data: SplitData, budget: Budget, networks: Optional[Networ
 
 def predict_adgp_floor(data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Prediction:
     return _adgp("twin", data, budget, networks, recipe="adgp_floor")
+
+
+#: The stage-2 recipe of ``adgp_ensemble`` (issue 36, item 3). Until issue 36 chooses the default recipe this is the
+#: benchmark's ADGP recipe; changing it is a protocol change of ``adgp_ensemble``.
+ADGP_ENSEMBLE_RECIPE = "adgp"
+
+
+def predict_adgp_ensemble(data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Prediction:
+    """An ensemble of ADGPs: each of the ``ensemble`` method's :data:`ENSEMBLE_SIZE` twins (seeds split seed +
+    1000·m, the same cached networks) converted and trained through :data:`ADGP_ENSEMBLE_RECIPE`'s stage 2. The
+    prediction is the uniform mixture over members of each member's uniform mixture over its samples,
+    p(y|x) = (1/M) Σ_m (1/S) Σ_s N(y; μ_ms(x), σ²_ms(x)): every member has the same S, so the components of all
+    members are simply stacked. ``far_field_off`` scores the same stack with every member's residual switched off."""
+    means, variances, members, off = [], [], [], []
+    for member in range(ENSEMBLE_SIZE):
+        mean, variance, extra = _adgp("twin", data, budget, networks, recipe=ADGP_ENSEMBLE_RECIPE,
+                                      seed=data.seed + 1000 * member, off_mixture=off)
+        means.append(mean), variances.append(variance), members.append(extra)
+    info = {"members": ENSEMBLE_SIZE, "recipe": ADGP_ENSEMBLE_RECIPE, "member_extras": members}
+    if len(off) == ENSEMBLE_SIZE:
+        info["far_field_off"] = regression_metrics(data.y_test, np.concatenate([m for m, _ in off]),
+                                                   np.concatenate([v for _, v in off]), data.y_scale)
+    return np.concatenate(means), np.concatenate(variances), info
 
 
 #: The classic DGP's initial noise variance (targets standardised). Salimbeni & Deisenroth start at 0.01 and run
@@ -703,6 +731,7 @@ METHODS: Dict[str, Callable[[SplitData, Budget, NetworkCache], Prediction]] = {
     "adgp_paper": predict_adgp_paper,
     "adgp_elbo": predict_adgp_elbo,
     "adgp_floor": predict_adgp_floor,
+    "adgp_ensemble": predict_adgp_ensemble,
 }
 LABELS = {
     "nn": "NN",
@@ -719,6 +748,7 @@ LABELS = {
     "adgp_paper": "ADGP paper (v=1)",
     "adgp_elbo": "ADGP ELBO-v",
     "adgp_floor": "ADGP v-floor",
+    "adgp_ensemble": "ADGP Ensemble",
 }
 
 
