@@ -30,7 +30,7 @@ untimed call each, then --repeats timed calls in turn; medians) for each --speed
 epoch (reference, current, reference, current; the faster of each pair) for each --epoch-p. Both tables give the
 ratio and the relative difference of the results (the iteration is the same, so round-off). Both tables and every
 timing behind them go to docs/figures/eigenpro_projection_speed.json (written atomically; not with --no-write), the
-record docs/kernel_machines.md quotes.
+record docs/kernel_machines.md names (it quotes no speed-up until one is committed).
 
 Run:  nice -n 10 python -m benchmarks.eigenpro iterations --data-dir ../shared/data
       python -m benchmarks.eigenpro scaling --data-dir ../shared/data     (quiet machine; writes docs/benchmarks.md)
