@@ -1074,6 +1074,9 @@ def far_field_lines(records: List[Dict], dataset: str, angles) -> List[str]:
                   for i, a in enumerate(angles)]
         if shift:
             lines += ["", f"On better than off at every angle of {SHIFT_ANGLES[0]}°–{SHIFT_ANGLES[-1]}° in {better} of {len(rows)} seeds."]
+    return lines
+
+
 def lla_check_lines(table, angles) -> List[str]:
     """Issue 33's target for the LLA rows, per seed (rows paired with ``nn`` by seed): the angles at which the LLA's
     test NLL and ECE are both at or below the MAP network's (``nn``)."""
