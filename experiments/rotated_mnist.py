@@ -109,7 +109,7 @@ METRIC_LABELS = {
 KEY_FIELDS = KEY = ("dataset", "model", "seed")
 REPO = Path(__file__).resolve().parents[1]
 FIGURE = REPO / "docs" / "figures" / "rotated_mnist.png"  # the results page's figure (Ñ = 8); the runner writes it only when named
-BLOCK_COMMAND = "python -m experiments.rotated_mnist --report-only"  # named in the page's generated-block marker
+BLOCK_COMMAND = "python -m experiments rotated_mnist --report-only"  # the marker's command when no report run names the page
 
 
 @dataclass(frozen=True)
@@ -1095,7 +1095,7 @@ def lla_check_lines(table, angles) -> List[str]:
     return lines
 
 
-def write_report(records: List[Dict], dataset: str, doc: Path, figure: Path) -> None:
+def write_report(records: List[Dict], dataset: str, doc: Path, figure: Path, command: str = BLOCK_COMMAND) -> None:
     table = aggregate(records, dataset)
     if table:
         angles = next(r for r in records if r["dataset"] == dataset)["angles"]
@@ -1104,7 +1104,7 @@ def write_report(records: List[Dict], dataset: str, doc: Path, figure: Path) -> 
     if not doc.is_file():
         doc.parent.mkdir(parents=True, exist_ok=True)
         doc.write_text(f"# Rotated {dataset}\n")
-    write_block(doc, "rotated_mnist", report_markdown(records, dataset, figure), BLOCK_COMMAND, create=True)
+    write_block(doc, "rotated_mnist", report_markdown(records, dataset, figure), command, create=True)
     log(f"wrote {doc}")
 
 
@@ -1249,7 +1249,8 @@ def report(records: List[Dict], options) -> None:
         return
     out = Path(options.out)
     write_report(records, options.dataset, Path(options.doc) if options.doc else page_path(options),
-                 Path(options.figure) if options.figure else out / "rotated_mnist.png")
+                 Path(options.figure) if options.figure else out / "rotated_mnist.png",
+                 getattr(options, "report_command", None) or BLOCK_COMMAND)
 
 
 def _compared(options) -> List[Tuple[List[Dict], Optional[Sequence[str]]]]:
