@@ -1234,18 +1234,34 @@ def add_options(parser) -> None:
     parser.add_argument("--compare", nargs="+", metavar="DIR[:MODEL,…]", default=None,
                         help="print a table setting these records directories side by side (optionally only the named "
                              "models of each; only the records of --seeds) and draw --figure; nothing is run")
+    parser.add_argument("--block", default=None, help="with --compare and --doc: write the table into this generated block of --doc")
 
 
-#: the pages ``python -m experiments report`` rewrites (the committed runs that have a page)
+#: the pages ``python -m experiments report`` rewrites (the committed runs that have a page), then the comparison
+#: tables of rotated_mnist.md (``--compare`` into a generated block)
 REPORT_RUNS = [["--out", f"docs/results/{run}", "--doc", f"docs/results/{run}.md", "--figure", f"docs/figures/{run}.png"]
                for run in ("rotated_mnist", "rotated_mnist_n20_full", "rotated_mnist_n20_remedies", "rotated_mnist_controls")]
+_RUNS = "docs/results/rotated_mnist"
+REPORT_RUNS += [["--doc", "docs/results/rotated_mnist.md", "--block", block, "--compare", *compare]
+                for block, compare in (
+                    ("compare_n20", [f"{_RUNS}_n20_remedies:nn,nn_dropout,nn_ts", f"{_RUNS}:adgp", f"{_RUNS}_n20_full:adgp,adgp_ft",
+                                     "--seeds", "0", "1", "2", "--figure", "docs/figures/rotated_mnist_n20_compare.png"]),
+                    ("compare_remedies", [f"{_RUNS}_n20_remedies:nn_dropout,adgp,adgp_ft", f"{_RUNS}_n20_full:adgp,adgp_ft",
+                                          "--seeds", "0", "1", "2"]),
+                    ("compare_elbo", [f"{_RUNS}_n20_remedies:nn_dropout", f"{_RUNS}_n20_full:adgp,adgp_ft",
+                                      f"{_RUNS}_n20_elbo:adgp,adgp_ft", "--seeds", "0"]),
+                    ("compare_n20_reduced", [f"{_RUNS}_n20", "--seeds", "0"]))]
 
 
 def report(records: List[Dict], options) -> None:
     """The page's generated block and figure from the records (of one protocol); with ``--compare`` the table of
     several records folders side by side instead."""
     if options.compare:
-        print(compare_runs(_compared(options), options.dataset, Path(options.figure) if options.figure else None), end="")
+        text = compare_runs(_compared(options), options.dataset, Path(options.figure) if options.figure else None)
+        if options.block and options.doc:  # the marker names this command, less --quiet
+            write_block(options.doc, options.block, text, " ".join(a for a in options.command.split(" ") if a != "--quiet"))
+        elif not options.quiet or not options.block:
+            print(text, end="")
         return
     out = Path(options.out)
     write_report(records, options.dataset, Path(options.doc) if options.doc else page_path(options),
