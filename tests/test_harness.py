@@ -231,3 +231,19 @@ def test_every_generated_block_is_rewritten_by_report():
             if not covered:
                 unreported.append(f"{page}: {block} ({command})")
     assert seen > 20 and not unreported, unreported
+
+
+def test_report_commands_name_the_committed_pages():
+    """The marker of a page written by a report run names that run's report command (cli.report_command), and a
+    run with other paths falls back to naming its own --out and --doc."""
+    from experiments import uci
+    from experiments.harness import cli
+
+    for extra in uci.REPORT_RUNS:
+        options = cli.parse("uci", uci, ["--report-only", "--quiet", *extra])
+        assert options.report_command == "python -m experiments uci --report-only " + " ".join(extra)
+        page = Path(__file__).resolve().parents[1] / extra[extra.index("--doc") + 1]
+        assert f"<!-- BEGIN GENERATED uci: {options.report_command} -->" in page.read_text()
+    options = cli.parse("uci", uci, ["--out", "elsewhere/uci", "--doc", "elsewhere/page.md"])
+    assert options.report_command == "python -m experiments uci --report-only --out elsewhere/uci --doc elsewhere/page.md"
+    assert blocks.without_commands("<!-- BEGIN GENERATED a: x y -->\nz\n") == "<!-- BEGIN GENERATED a:  -->\nz\n"
