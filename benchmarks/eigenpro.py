@@ -136,6 +136,14 @@ def iterations_table(record: dict) -> str:
     return "\n".join(rows) + "\n"
 
 
+REPORT_BLOCKS = [("docs/results/eigenpro.md", "eigenpro_iterations")]
+
+
+def report_from_records() -> None:
+    """The iterations table of docs/results/eigenpro.md from its record (``iterations --report-only``)."""
+    write_iterations(json.loads(ITERATIONS_RECORD.read_text()))
+
+
 def write_iterations(record: dict) -> None:
     from experiments.harness.blocks import write_block
 
@@ -361,7 +369,7 @@ def main(argv=None):
     parser.add_argument("--reference", default="2ed2028", help="the commit projection-speed compares against (default: the last one before the held ψ schedule)")
     args = parser.parse_args(argv)
     if args.mode == "iterations" and args.report_only:
-        return write_iterations(json.loads(ITERATIONS_RECORD.read_text()))
+        return report_from_records()
     {"iterations": iterations, "scaling": scaling, "gram-cache": gram_cache, "projection-speed": projection_speed}[args.mode](args)
 
 

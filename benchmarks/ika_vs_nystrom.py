@@ -123,6 +123,12 @@ def run(data_dir, num_patches: int, num_samples: int, num_test: int, trials: int
     return results, sigma2, duplicates
 
 
+#: What a trial's jitter flag means in records that carry ``jitter_flag``: IKA's ill-conditioning warning fires
+#: only when the jitter changes the kept eigenpairs (bab42d1). Records without the field were made before, when
+#: it fired whenever jitter was added.
+JITTER_FLAG = "eigenpairs changed"
+
+
 def record_run(data_dir, num_patches: int, num_samples: int, num_test: int, trials: int, path: Optional[Path] = RECORD) -> dict:
     """Run the comparison and write its record (every trial's errors and notes, the settings) to ``path``
     (written whole to a temporary name, then moved into place; ``path=None``: no file)."""
@@ -132,6 +138,7 @@ def record_run(data_dir, num_patches: int, num_samples: int, num_test: int, tria
     results, sigma2, duplicates = run(data_dir, num_patches, num_samples, num_test, trials)
     record = {"num_patches": num_patches, "num_samples": num_samples, "num_test": num_test, "trials": trials,
               "sigma2": sigma2, "duplicates": duplicates, "minutes": (time.perf_counter() - start) / 60,
+              "jitter_flag": JITTER_FLAG,
               "results": [{"filters": filters, "rank": rank, "trials": values} for (filters, rank), values in results.items()]}
     if path is not None:
         atomic_write_text(path, json.dumps(record, indent=1) + "\n")
@@ -143,6 +150,7 @@ def markdown(record: dict) -> str:
     num_patches, num_samples, num_test = record["num_patches"], record["num_samples"], record["num_test"]
     trials, sigma2, duplicates, minutes = record["trials"], record["sigma2"], record["duplicates"], record["minutes"]
     results = {(r["filters"], r["rank"]): r["trials"] for r in record["results"]}
+    changed = record.get("jitter_flag") == JITTER_FLAG
     rows, summary = [], {}
     for (filters, rank), values in results.items():
         values = np.array(values, dtype=np.float64)
@@ -151,7 +159,7 @@ def markdown(record: dict) -> str:
         if zero.max() > 0:
             notes.append(f"Nyström: {zero.min():.0f}–{zero.max():.0f} of {rank} eigenvalues of κ(W, W) numerically zero (set to 0)")
         if jitter.any():
-            notes.append(f"IKA: P̃ ill-conditioned, jitter changed the eigenpairs in {jitter.sum():.0f}/{len(jitter)} trials")
+            notes.append(f"IKA: P̃ ill-conditioned, jitter {'changed the eigenpairs' if changed else 'added'} in {jitter.sum():.0f}/{len(jitter)} trials")
         reductions = 1 - values[:, 0] / values[:, 1]
         summary[filters, rank] = reductions.mean()
         rows.append(
@@ -186,7 +194,7 @@ patches; {trials} trials (mean ± std); {minutes:.1f} min on 2 CPU cores). Recor
 - Distinct random patches can still be nearly collinear in feature space (near-blank patches differ by little), and the
   wide kernel (σ² ≈ {sigma2:.2f} on unit vectors) makes the Gram spectrum of 128 points decay fast: with random filters Nyström's
   κ(W, W) is numerically rank-deficient at m = 128 (its zero directions are dropped, i.e. the pseudo-inverse) and IKA's P̃
-  gets jitter (a RuntimeWarning when that jitter changes the kept eigenpairs by more than 0.1 %). The m = 32 rows are free of that for Nyström and are the cleaner comparison.
+  gets jitter (a RuntimeWarning{' when that jitter changes the kept eigenpairs by more than 0.1 %' if changed else ''}). The m = 32 rows are free of that for Nyström and are the cleaner comparison.
 - Same span for both methods (the basis functions are the kernel sections at the filters); IKA differs only in fitting its
   eigenfunctions to S = {num_samples:,} samples of the patch distribution instead of to the {NUM_FILTERS} landmarks. Differences from the
   paper: MNIST instead of STL-10, {num_patches:,} instead of 1,000,000 patches, S = {num_samples:,} instead of 15,000, plain k-means (Lloyd,
@@ -195,7 +203,20 @@ patches; {trials} trials (mean ± std); {minutes:.1f} min on 2 CPU cores). Recor
     return doc
 
 
-if __name__ == "__main__":
+REPORT_COMMAND = "python -m benchmarks.ika_vs_nystrom --report-only"
+REPORT_BLOCKS = [("docs/benchmarks.md", "ika")]
+
+
+def report_from_records() -> str:
+    """The "ika" section of docs/benchmarks.md from its record (``--report-only``)."""
+    from benchmarks._report import write_section
+
+    text = markdown(json.loads(RECORD.read_text()))
+    write_section("ika", text, REPORT_COMMAND)
+    return text
+
+
+def main(argv=None) -> None:
     from experiments.harness.cli import make_parser, shared_option
 
     parser = make_parser("python -m benchmarks.ika_vs_nystrom", __doc__.splitlines()[0])
@@ -206,16 +227,16 @@ if __name__ == "__main__":
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--no-write", action="store_true", help="print the table without touching docs/benchmarks.md or the record")
     shared_option(parser, "--report-only", help="write the section from the record, run nothing")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.report_only:
-        record = json.loads(RECORD.read_text())
-    elif args.no_write:
-        record = record_run(args.data_dir, args.patches, args.samples, args.test, args.trials, path=None)
-    else:
-        record = record_run(args.data_dir, args.patches, args.samples, args.test, args.trials)
+        print(report_from_records())
+        return
+    record = record_run(args.data_dir, args.patches, args.samples, args.test, args.trials, path=None if args.no_write else RECORD)
     text = markdown(record)
     if not args.no_write:
-        from benchmarks._report import write_section
-
-        write_section("ika", text, "python -m benchmarks.ika_vs_nystrom")
+        report_from_records()
     print(text)
+
+
+if __name__ == "__main__":
+    main()

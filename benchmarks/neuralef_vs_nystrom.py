@@ -335,8 +335,27 @@ def main(sizes, steps: int, nystrom_max: int, write: bool, cache: Path = CACHE, 
     doc = report(results, sizes, steps, nystrom_max)
     if write:
         _figure(results, FIGURE, steps)
-        write_section("neuralef", doc, "python -m benchmarks.neuralef_vs_nystrom")
+        write_section("neuralef", doc, report_command(sizes, steps, nystrom_max, cache))
     return doc
+
+
+def report_command(sizes, steps: int, nystrom_max: int, cache: Path = CACHE) -> str:
+    """The command that rewrites the "neuralef" block from its record, with the run's non-default settings."""
+    options = [("--sizes", " ".join(map(str, sizes)), tuple(sizes) != SIZES), ("--steps", steps, steps != STEPS),
+               ("--nystrom-max", nystrom_max, nystrom_max != NYSTROM_MAX),
+               ("--cache", Path(cache).as_posix(), Path(cache) != CACHE)]
+    return "python -m benchmarks.neuralef_vs_nystrom --report-only" + "".join(f" {flag} {value}" for flag, value, given in options if given)
+
+
+#: The settings of the committed record's run (its page's Command line)
+RECORDED_NYSTROM_MAX = 5000
+REPORT_BLOCKS = [("docs/benchmarks.md", "neuralef"), ("docs/benchmarks.md", "neuralef_quiet")]
+
+
+def report_from_records() -> None:
+    """The "neuralef" and "neuralef_quiet" blocks of docs/benchmarks.md (and the figure) from their records."""
+    main(SIZES, STEPS, RECORDED_NYSTROM_MAX, write=True, report_only=True)
+    quiet_check(report_only=True)
 
 
 if __name__ == "__main__":

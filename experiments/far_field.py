@@ -35,6 +35,8 @@ from experiments.harness.study import page_path, records_path  # noqa: E402
 
 FACTORS = tuple(float(f) for f in np.round(np.geomspace(1.0, 200.0, 15), 4))
 KEY = ("dataset", "model", "layers")
+#: The pages ``python -m experiments report`` rewrites: far_field.md (the default order) and far_field_order2.md.
+REPORT_RUNS = [[], ["--out", "docs/results/far_field_order2", "--far-order", "2"]]
 DEFAULTS = dict(num_points=400, num_units=50, network_epochs=150, dgp_epochs=150, num_samples=32, far_order=DEFAULT_ORDER, quick=False)
 
 

@@ -109,7 +109,7 @@ METRIC_LABELS = {
 KEY_FIELDS = KEY = ("dataset", "model", "seed")
 REPO = Path(__file__).resolve().parents[1]
 FIGURE = REPO / "docs" / "figures" / "rotated_mnist.png"  # the results page's figure (Ñ = 8); the runner writes it only when named
-BLOCK_COMMAND = "python -m experiments.rotated_mnist --report-only"  # named in the page's generated-block marker
+BLOCK_COMMAND = "python -m experiments rotated_mnist --report-only"  # the marker's command when no report run names the page
 
 
 @dataclass(frozen=True)
@@ -1095,7 +1095,7 @@ def lla_check_lines(table, angles) -> List[str]:
     return lines
 
 
-def write_report(records: List[Dict], dataset: str, doc: Path, figure: Path) -> None:
+def write_report(records: List[Dict], dataset: str, doc: Path, figure: Path, command: str = BLOCK_COMMAND) -> None:
     table = aggregate(records, dataset)
     if table:
         angles = next(r for r in records if r["dataset"] == dataset)["angles"]
@@ -1104,7 +1104,7 @@ def write_report(records: List[Dict], dataset: str, doc: Path, figure: Path) -> 
     if not doc.is_file():
         doc.parent.mkdir(parents=True, exist_ok=True)
         doc.write_text(f"# Rotated {dataset}\n")
-    write_block(doc, "rotated_mnist", report_markdown(records, dataset, figure), BLOCK_COMMAND, create=True)
+    write_block(doc, "rotated_mnist", report_markdown(records, dataset, figure), command, create=True)
     log(f"wrote {doc}")
 
 
@@ -1234,22 +1234,39 @@ def add_options(parser) -> None:
     parser.add_argument("--compare", nargs="+", metavar="DIR[:MODEL,…]", default=None,
                         help="print a table setting these records directories side by side (optionally only the named "
                              "models of each; only the records of --seeds) and draw --figure; nothing is run")
+    parser.add_argument("--block", default=None, help="with --compare and --doc: write the table into this generated block of --doc")
 
 
-#: the pages ``python -m experiments report`` rewrites (the committed runs that have a page)
+#: the pages ``python -m experiments report`` rewrites (the committed runs that have a page), then the comparison
+#: tables of rotated_mnist.md (``--compare`` into a generated block)
 REPORT_RUNS = [["--out", f"docs/results/{run}", "--doc", f"docs/results/{run}.md", "--figure", f"docs/figures/{run}.png"]
                for run in ("rotated_mnist", "rotated_mnist_n20_full", "rotated_mnist_n20_remedies", "rotated_mnist_controls")]
+_RUNS = "docs/results/rotated_mnist"
+REPORT_RUNS += [["--doc", "docs/results/rotated_mnist.md", "--block", block, "--compare", *compare]
+                for block, compare in (
+                    ("compare_n20", [f"{_RUNS}_n20_remedies:nn,nn_dropout,nn_ts", f"{_RUNS}:adgp", f"{_RUNS}_n20_full:adgp,adgp_ft",
+                                     "--seeds", "0", "1", "2", "--figure", "docs/figures/rotated_mnist_n20_compare.png"]),
+                    ("compare_remedies", [f"{_RUNS}_n20_remedies:nn_dropout,adgp,adgp_ft", f"{_RUNS}_n20_full:adgp,adgp_ft",
+                                          "--seeds", "0", "1", "2"]),
+                    ("compare_elbo", [f"{_RUNS}_n20_remedies:nn_dropout", f"{_RUNS}_n20_full:adgp,adgp_ft",
+                                      f"{_RUNS}_n20_elbo:adgp,adgp_ft", "--seeds", "0"]),
+                    ("compare_n20_reduced", [f"{_RUNS}_n20", "--seeds", "0"]))]
 
 
 def report(records: List[Dict], options) -> None:
     """The page's generated block and figure from the records (of one protocol); with ``--compare`` the table of
     several records folders side by side instead."""
     if options.compare:
-        print(compare_runs(_compared(options), options.dataset, Path(options.figure) if options.figure else None), end="")
+        text = compare_runs(_compared(options), options.dataset, Path(options.figure) if options.figure else None)
+        if options.block and options.doc:  # the marker names this command, less --quiet
+            write_block(options.doc, options.block, text, " ".join(a for a in options.command.split(" ") if a != "--quiet"))
+        elif not options.quiet or not options.block:
+            print(text, end="")
         return
     out = Path(options.out)
     write_report(records, options.dataset, Path(options.doc) if options.doc else page_path(options),
-                 Path(options.figure) if options.figure else out / "rotated_mnist.png")
+                 Path(options.figure) if options.figure else out / "rotated_mnist.png",
+                 getattr(options, "report_command", None) or BLOCK_COMMAND)
 
 
 def _compared(options) -> List[Tuple[List[Dict], Optional[Sequence[str]]]]:

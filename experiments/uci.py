@@ -58,7 +58,7 @@ DATASET_ORDER = (
     "naval-propulsion-plant",
     "protein-tertiary-structure",
 )
-BLOCK_COMMAND = "python -m experiments.uci --report-only"  # named in the page's generated-block marker
+BLOCK_COMMAND = "python -m experiments uci --report-only"  # the marker's command when no report run names the page
 #: The committed pages, one report run each (``python -m experiments report``): the long run's page, and the
 #: patience-500 run's records each under the protocol version it was made with.
 REPORT_RUNS = [  # v5's first: the last run's table.md, summary.csv and uci.png are the newest records'
@@ -844,7 +844,8 @@ def report(records: Sequence[Dict], options) -> None:
         records = ResultStore(records_path(options), KEY).records()
     protocol = None if options.report_only or options.rescore else _budget(options).key()
     selected = select_records(records, protocol, records_path(options), version=options.only_version)
-    command = BLOCK_COMMAND + (f" --only-version {options.only_version}" if options.only_version else "")
+    # the page's own report command (experiments.harness.cli.report_command: the REPORT_RUNS entry of its page)
+    command = getattr(options, "report_command", None) or BLOCK_COMMAND + (f" --only-version {options.only_version}" if options.only_version else "")
     text = write_report(Path(options.out), selected, options.doc, command)
     if not options.quiet:
         print(text)

@@ -198,3 +198,52 @@ def test_every_registered_study_has_the_study_shape():
 
     for name in registry.STUDIES:
         check_study(registry.study(name))
+
+
+def test_every_generated_block_is_rewritten_by_report():
+    """``python -m experiments report`` rewrites every generated block under docs/: a block whose marker names a
+    study lies on a page one of that study's report runs writes (cli.report_pages), and a benchmark's block is in
+    that benchmark's REPORT_BLOCKS (benchmarks._report.REPORTED) or is a timing with no record (MEASURED_ONLY).
+    Nothing is run: the pages come from parsing each report run's arguments."""
+    import importlib
+    import re
+
+    from benchmarks import _report
+    from experiments.harness import cli
+
+    root = Path(__file__).resolve().parents[1]
+    writers = {}  # page -> studies whose report runs write it
+    for name in registry.STUDIES:
+        for page in cli.report_pages(name, registry.study(name)):
+            writers.setdefault(Path(page).as_posix(), set()).add(name)
+    reported = {block for module in _report.REPORTED for block in importlib.import_module(module).REPORT_BLOCKS}
+    assert not reported & _report.MEASURED_ONLY
+    unreported, seen = [], 0
+    for path in sorted(root.glob("docs/**/*.md")):
+        page = path.relative_to(root).as_posix()
+        for block, command in re.findall(r"<!-- BEGIN GENERATED ([A-Za-z0-9_.\-]+): (.*?) -->", path.read_text()):
+            seen += 1
+            study = re.search(r"python -m experiments[ .](\w+)", command)
+            if "python -m benchmarks." in command:
+                covered = (page, block) in reported or (page, block) in _report.MEASURED_ONLY
+            else:
+                covered = study is not None and study.group(1) in writers.get(page, set())
+            if not covered:
+                unreported.append(f"{page}: {block} ({command})")
+    assert seen > 20 and not unreported, unreported
+
+
+def test_report_commands_name_the_committed_pages():
+    """The marker of a page written by a report run names that run's report command (cli.report_command), and a
+    run with other paths falls back to naming its own --out and --doc."""
+    from experiments import uci
+    from experiments.harness import cli
+
+    for extra in uci.REPORT_RUNS:
+        options = cli.parse("uci", uci, ["--report-only", "--quiet", *extra])
+        assert options.report_command == "python -m experiments uci --report-only " + " ".join(extra)
+        page = Path(__file__).resolve().parents[1] / extra[extra.index("--doc") + 1]
+        assert f"<!-- BEGIN GENERATED uci: {options.report_command} -->" in page.read_text()
+    options = cli.parse("uci", uci, ["--out", "elsewhere/uci", "--doc", "elsewhere/page.md"])
+    assert options.report_command == "python -m experiments uci --report-only --out elsewhere/uci --doc elsewhere/page.md"
+    assert blocks.without_commands("<!-- BEGIN GENERATED a: x y -->\nz\n") == "<!-- BEGIN GENERATED a:  -->\nz\n"

@@ -31,6 +31,11 @@ def render_block(name: str, command: str, markdown: str) -> str:
     return f"<!-- BEGIN GENERATED {name}: {command} -->\n{markdown.rstrip()}\n<!-- END GENERATED {name} -->"
 
 
+def without_commands(text: str) -> str:
+    """``text`` with the command of every block marker left out (to compare pages written from other paths)."""
+    return re.sub(r"(<!-- BEGIN GENERATED [A-Za-z0-9_.\-]+: )[^\n]*?( -->)", r"\1\2", text)
+
+
 def read_block(doc, name: str) -> str:
     """The body of block ``name`` in ``doc`` (ValueError when the page has no such block)."""
     match = _pattern(name).search(Path(doc).read_text())

@@ -56,7 +56,48 @@ def parse(name: str, study: ModuleType, argv: Optional[Sequence[str]] = None) ->
     options = study_parser(name, study).parse_args(argv)
     options.study = name
     options.command = command_line(name, argv)
+    options.report_command = report_command(name, study, options)
     return options
+
+
+def report_runs(study: ModuleType) -> list:
+    """The argument lists ``python -m experiments report`` runs ``study`` with (after ``--report-only``): its
+    ``REPORT_RUNS`` (one per page, when it has several), else ``[REPORT_ARGS]`` (default ``[[]]``); none when its
+    ``REPORTS`` is false."""
+    if not getattr(study, "REPORTS", True):
+        return []
+    return [list(extra) for extra in getattr(study, "REPORT_RUNS", [getattr(study, "REPORT_ARGS", [])])]
+
+
+def report_page(options) -> Path:
+    """The page a run writes: its ``--doc`` or ``--page`` when the study has one, else ``<out>.md``."""
+    from experiments.harness.study import page_path
+
+    for flag in ("doc", "page"):
+        if getattr(options, flag, None):
+            return Path(getattr(options, flag))
+    return page_path(options)
+
+
+def report_pages(name: str, study: ModuleType) -> list:
+    """The pages ``python -m experiments report`` writes for ``study``, one per report run."""
+    parser = study_parser(name, study)
+    return [report_page(parser.parse_args(["--report-only", *extra])) for extra in report_runs(study)]
+
+
+def report_command(name: str, study: ModuleType, options) -> str:
+    """The command that rewrites the page of ``options``' run from its records alone, for the page's generated-block
+    marker: ``python -m experiments <name> --report-only`` with the arguments of the report run that writes the same
+    page from the same ``--out`` (:func:`report_runs`), else with ``--out`` and, when not ``<out>.md``, the page."""
+    from experiments.harness.study import page_path
+
+    parser, page = study_parser(name, study), report_page(options)
+    for extra in report_runs(study):
+        run = parser.parse_args(["--report-only", *extra])
+        if report_page(run) == page and Path(run.out) == Path(options.out):
+            return command_line(name, ["--report-only", *extra])
+    fallback = ["--out", Path(options.out).as_posix()] + (["--doc", page.as_posix()] if page != page_path(options) else [])
+    return command_line(name, ["--report-only", *fallback])
 
 
 def command_line(name: str, argv: Sequence[str]) -> str:
