@@ -837,6 +837,44 @@ def write_report(out: Path, records: Sequence[Dict], doc: Optional[str] = None, 
     return text
 
 
+def dgp_start_noise_markdown(records: Sequence[Dict], splits: Sequence[int] = (0, 1, 2)) -> str:
+    """The v5 change of the classic DGP (its noise starts at 0.1, not 0.01), cell by cell: each v5 DGP record of
+    ``splits`` beside the DGP record of the same cell and budget that counted under v4 (the newest older one: the DGP
+    did not change in v4, so v3 records count there). Standardised test RMSE / NLPD, the ELBO steps (best / run) and
+    the final noise; then how many cells the v5 start made better, equal (to 1e-3 nats) or worse on NLPD."""
+    from experiments.uci_methods import version_number
+
+    def cell(r):
+        return (r["protocol"].rpartition(":")[0], r["dataset"], r["split"])
+
+    older: Dict[tuple, Dict] = {}
+    for r in records:
+        if r["method"] == "dgp" and 0 <= version_number(r["protocol"]) < 5:
+            if cell(r) not in older or version_number(r["protocol"]) > version_number(older[cell(r)]["protocol"]):
+                older[cell(r)] = r
+    pairs = [(older[cell(r)], r) for r in records
+             if r["method"] == "dgp" and version_number(r["protocol"]) == 5 and r["split"] in splits and cell(r) in older]
+    if not pairs:
+        return "No v5 DGP record has an older record of the same cell."
+    order = {d: i for i, d in enumerate(DATASET_ORDER)}
+    pairs.sort(key=lambda pair: (pair[1]["split"], order.get(pair[1]["dataset"], len(order))))
+
+    def columns(r):
+        dgp = (r.get("extra") or {}).get("dgp") or {}
+        noise = (r.get("extra") or {}).get("noise_variance")
+        return (f"{r['rmse']:.3f} / {r['nlpd']:.3f} | {dgp.get('best_step')} / {dgp.get('steps_run')} | "
+                + ("—" if noise is None else f"{noise:.2g}"))
+
+    lines = ["| set | split | v4 RMSE / NLPD | v4 steps | v4 noise | v5 RMSE / NLPD | v5 steps | v5 noise |",
+             "|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {new['dataset']} | {new['split']} | {columns(old)} | {columns(new)} |" for old, new in pairs]
+    change = np.array([new["nlpd"] - old["nlpd"] for old, new in pairs])
+    lines += ["", f"NLPD with the v5 start: better in {int(np.sum(change < -1e-3))}, equal within 1e-3 nats in "
+              f"{int(np.sum(np.abs(change) <= 1e-3))}, worse in {int(np.sum(change > 1e-3))} of {len(pairs)} cells "
+              f"(v4: the record of the same cell that counted under v4; splits {', '.join(map(str, splits))})."]
+    return "\n".join(lines)
+
+
 def report(records: Sequence[Dict], options) -> None:
     """The study's report: the records of the run's budget (after a run) or of the budget with the most records
     (``--report-only``, ``--rescore``), each method at its newest version; ``--as-recorded``: no carry-over."""
@@ -847,6 +885,9 @@ def report(records: Sequence[Dict], options) -> None:
     # the page's own report command (experiments.harness.cli.report_command: the REPORT_RUNS entry of its page)
     command = getattr(options, "report_command", None) or BLOCK_COMMAND + (f" --only-version {options.only_version}" if options.only_version else "")
     text = write_report(Path(options.out), selected, options.doc, command)
+    if options.doc and options.only_version == "v5":  # the v5 page also shows what v5 changed, cell by cell
+        write_block(options.doc, "uci_dgp_start_noise", dgp_start_noise_markdown(ResultStore(records_path(options), KEY).records()),
+                    command, create=True)
     if not options.quiet:
         print(text)
         print(f"wrote {Path(options.out) / 'table.md'}, summary.csv and uci.png")
