@@ -597,19 +597,20 @@ def predict_adgp_floor(data: SplitData, budget: Budget, networks: Optional[Netwo
 ADGP_ENSEMBLE_RECIPE = "adgp"
 
 
-def predict_adgp_ensemble(data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Prediction:
-    """An ensemble of ADGPs: each of the ``ensemble`` method's :data:`ENSEMBLE_SIZE` twins (seeds split seed +
+def predict_adgp_ensemble(data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None,
+                          members: int = ENSEMBLE_SIZE) -> Prediction:
+    """An ensemble of ADGPs: each of the ``ensemble`` method's ``members`` (:data:`ENSEMBLE_SIZE`) twins (seeds split seed +
     1000·m, the same cached networks) converted and trained through :data:`ADGP_ENSEMBLE_RECIPE`'s stage 2. The
     prediction is the uniform mixture over members of each member's uniform mixture over its samples,
     p(y|x) = (1/M) Σ_m (1/S) Σ_s N(y; μ_ms(x), σ²_ms(x)): every member has the same S, so the components of all
     members are simply stacked. ``far_field_off`` scores the same stack with every member's residual switched off."""
-    means, variances, members, off = [], [], [], []
-    for member in range(ENSEMBLE_SIZE):
+    means, variances, extras, off = [], [], [], []
+    for member in range(members):
         mean, variance, extra = _adgp("twin", data, budget, networks, recipe=ADGP_ENSEMBLE_RECIPE,
                                       seed=data.seed + 1000 * member, off_mixture=off)
-        means.append(mean), variances.append(variance), members.append(extra)
-    info = {"members": ENSEMBLE_SIZE, "recipe": ADGP_ENSEMBLE_RECIPE, "member_extras": members}
-    if len(off) == ENSEMBLE_SIZE:
+        means.append(mean), variances.append(variance), extras.append(extra)
+    info = {"members": members, "recipe": ADGP_ENSEMBLE_RECIPE, "member_extras": extras}
+    if len(off) == members:
         info["far_field_off"] = regression_metrics(data.y_test, np.concatenate([m for m, _ in off]),
                                                    np.concatenate([v for _, v in off]), data.y_scale)
     return np.concatenate(means), np.concatenate(variances), info
