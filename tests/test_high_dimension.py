@@ -246,7 +246,8 @@ def test_converted_dgp_kl_is_finite_and_the_whitened_gaussian_kl_at_d_1025():
 
     rng = np.random.default_rng(0)
     net = build_activated_nn(D_FEATURES, num_layers=2, num_units=16, layer_widths=[8], output_dim=3,
-                             truncation_level=TRUNCATION, lengthscales=[np.sqrt(D_FEATURES), 1.0], seed=0)
+                             truncation_level=TRUNCATION, lengthscales=[np.sqrt(D_FEATURES), 1.0], seed=0,
+                             activation="softplus")  # the reference σ_n below is the Softplus's
     X = rng.random((32, D_FEATURES))
     dgp = dgp_from_keras(net, num_data=32, X=X, likelihood="softmax").dgp
     layer = dgp.f_layers[0]
