@@ -373,7 +373,7 @@ and its std grows with slope q + 1/2, which makes |E f| / std f fall like r^(1/2
 
 UCI, in distribution: each UCI ADGP record of protocol v6 also scores the same fit with the residual switched
 off; the paired table "The far-field residual in distribution" in [uci.md](uci.md) gives, per set, the NLPD with
-and without it. Rotated MNIST, every angle: [rotated_mnist_recipes/paper.md](rotated_mnist_recipes/paper.md) (the
+and without it. Rotated MNIST, every angle: [rotated_mnist_recipes_paper.md](rotated_mnist_recipes_paper.md) (the
 paper's recipe with the residual, each seed's fit also scored with it switched off).
 
 Issue 32's targets, with the residual on (generated from the records):

@@ -1242,7 +1242,7 @@ def add_options(parser) -> None:
 REPORT_RUNS = [["--out", f"docs/results/{run}", "--doc", f"docs/results/{run}.md", "--figure", f"docs/figures/{run}.png"]
                for run in ("rotated_mnist", "rotated_mnist_n20_full", "rotated_mnist_n20_remedies", "rotated_mnist_controls")]
 #: the stage-2 recipe screen's runs (issue 36; one records folder per recipe, experiments.recipes), those that have records
-REPORT_RUNS += [["--out", f"docs/results/rotated_mnist_recipes/{recipe}", "--doc", f"docs/results/rotated_mnist_recipes/{recipe}.md",
+REPORT_RUNS += [["--out", f"docs/results/rotated_mnist_recipes/{recipe}", "--doc", f"docs/results/rotated_mnist_recipes_{recipe}.md",
                  "--figure", f"docs/figures/rotated_mnist_recipes_{recipe}.png"]
                 for recipe in ("paper", "validation", "elbo", "floor")
                 if (Path(__file__).resolve().parents[1] / f"docs/results/rotated_mnist_recipes/{recipe}/records.jsonl").exists()]

@@ -33,6 +33,7 @@ TYPED = (ValueError, TypeError, FileNotFoundError, ShapeMismatchError)
 #: Public names with no inputs to get wrong (registries, result records, modules).
 NO_INPUTS = {
     "LIKELIHOOD_REGISTRY": "registry (dict of names)",
+    "DEFAULT_ACTIVATION": "constant (the default activation's registered name)",
     "ACTIVATION_REGISTRY": "registry (dict of names)",
     "ConversionReport": "result record",
     "TwoStageResult": "result record",
