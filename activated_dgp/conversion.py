@@ -219,8 +219,8 @@ def select_kernel_variances(
     dataset shift like a network (docs/results/rotated_mnist.md). A floor keeps each layer's residual prior
     variance k(x, x) − Qff(x) ∝ v a non-negligible share of the predictive variance.
     """
-    from .diagnostics import elbo_terms
-    from .prediction import predictive_log_density
+    from .diagnostics import elbo_terms, seeded_elbo
+    from .prediction import predictive_log_density, seeded_log_density
 
     if objective not in ("elbo", "validation"):
         raise ValueError(f"objective must be 'elbo' or 'validation', got {objective!r}")
@@ -250,10 +250,23 @@ def select_kernel_variances(
             raise ValueError(f"noise_factors must be a non-empty list of positive numbers, got {noise_factors!r}")
     entry_noise = chosen_noise = float(likelihood.variance.numpy()) if noise_factors is not None else None
 
-    def score():
-        if objective == "elbo":
-            return elbo_terms(dgp, X, Y, num_samples=num_samples, seed=seed).elbo
-        return float(np.mean(predictive_log_density(dgp, X, Y, num_samples=4 * num_samples, seed=seed)))
+    # Seeded: compiled once and evaluated at the parameters of the moment, the eager functions' values on the same
+    # draws. Unseeded: the eager functions, fresh draws at every evaluation.
+    if objective == "elbo":
+        score = (
+            seeded_elbo(dgp, X, Y, num_samples=num_samples, seed=seed)
+            if seed is not None
+            else lambda: elbo_terms(dgp, X, Y, num_samples=num_samples, seed=None).elbo
+        )
+    else:
+        log_density = (
+            seeded_log_density(dgp, X, Y, num_samples=4 * num_samples, seed=seed)
+            if seed is not None
+            else lambda: predictive_log_density(dgp, X, Y, num_samples=4 * num_samples)
+        )
+
+        def score():
+            return float(np.mean(log_density()))
 
     if min_variance is not None:  # the entry state counts as a candidate: raise any layer below the floor first
         for layer in dgp.f_layers:

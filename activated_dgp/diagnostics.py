@@ -12,16 +12,16 @@ Salimbeni & Deisenroth, 2017, eq. 5).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 import gpflow
 import gpflux
 import numpy as np
 import tensorflow as tf
 
-from .prediction import integrate_likelihood, layer_inputs, likelihood_draws, sample_layers
+from .prediction import integrate_likelihood, layer_inputs, likelihood_draws, propagate_samples, sample_layers
 
-__all__ = ["residual_fraction", "layer_residual_fractions", "ElboTerms", "elbo_terms"]
+__all__ = ["residual_fraction", "layer_residual_fractions", "ElboTerms", "elbo_terms", "seeded_elbo"]
 
 
 def _inner(layer: gpflux.layers.GPLayer):
@@ -77,22 +77,67 @@ def elbo_terms(dgp: gpflux.models.DeepGP, X, Y, *, num_samples: int = 8, seed: O
     likelihood, quadrature otherwise). ``seed`` fixes the draws, a Monte Carlo likelihood's (softmax)
     included, so two models can be compared on the same noise (common random numbers).
     """
-    X = np.asarray(X, dtype=np.float64)
-    Y = np.asarray(Y, dtype=np.float64)
-    if X.ndim != 2 or Y.ndim != 2 or len(X) != len(Y):
-        raise ValueError(f"X must be [N, D] and Y [N, P] with the same N, got {X.shape} and {Y.shape}")
+    X, Y = _checked_pair(X, Y)
     likelihood = dgp.likelihood_layer.likelihood
     total = 0.0
     for start in range(0, len(X), batch_size):
         x, y = X[start : start + batch_size], Y[start : start + batch_size]
         batch_seed = None if seed is None else seed + start
         _, mean, var = sample_layers(dgp, x, num_samples, batch_seed)
-        y = tf.convert_to_tensor(y, dtype=mean.dtype)
-        draws = likelihood_draws(batch_seed)
-        per_sample = [
-            tf.reduce_sum(integrate_likelihood(likelihood, "variational_expectations", mean[s], var[s], y, draws)) for s in range(num_samples)
-        ]
-        total += float(tf.reduce_mean(tf.stack(per_sample)))
-    num_data = dgp.num_data if dgp.num_data is not None else len(X)
-    expected = total * num_data / len(X)
-    return ElboTerms(expected, [float(layer.prior_kl()) for layer in dgp.f_layers])
+        total += float(_mean_expectation(likelihood, mean, var, tf.convert_to_tensor(y, dtype=mean.dtype), likelihood_draws(batch_seed)))
+    return ElboTerms(_scaled(dgp, total, len(X)), [float(layer.prior_kl()) for layer in dgp.f_layers])
+
+
+def _checked_pair(X, Y) -> Tuple[np.ndarray, np.ndarray]:
+    X = np.asarray(X, dtype=np.float64)
+    Y = np.asarray(Y, dtype=np.float64)
+    if X.ndim != 2 or Y.ndim != 2 or len(X) != len(Y):
+        raise ValueError(f"X must be [N, D] and Y [N, P] with the same N, got {X.shape} and {Y.shape}")
+    return X, Y
+
+
+def _mean_expectation(likelihood, mean, var, y, draws) -> tf.Tensor:
+    """(1/S) Σ_s Σ_i E_q(f_L | h_i^(s))[log p(y_i | f_L)]: one batch's expected log-likelihood, the output layer's
+    moments [S, N, P] given each sample."""
+    per_sample = [tf.reduce_sum(integrate_likelihood(likelihood, "variational_expectations", mean[s], var[s], y, draws)) for s in range(int(mean.shape[0]))]
+    return tf.reduce_mean(tf.stack(per_sample))
+
+
+def _scaled(dgp: gpflux.models.DeepGP, total: float, num_rows: int) -> float:
+    """A data term summed over ``num_rows`` rows, scaled to the model's ``num_data`` (``num_rows`` if unset)."""
+    return total * (dgp.num_data if dgp.num_data is not None else num_rows) / num_rows
+
+
+def seeded_elbo(dgp: gpflux.models.DeepGP, X, Y, *, num_samples: int = 8, seed: int = 0, batch_size: int = 1024) -> Callable[[], float]:
+    """A compiled ``elbo_terms(dgp, X, Y, num_samples=…, seed=…, batch_size=…).elbo`` at the DGP's parameter
+    values *at each call* (for many evaluations of one model on the same data and draws while its parameters are
+    assigned between them, as :func:`activated_dgp.conversion.select_kernel_variances` does).
+
+    Every call resets the draws of batch b (first row r) to seed + r and to that seed's likelihood split
+    (:func:`activated_dgp.prediction.likelihood_draws`), so it sees exactly the eager function's draws and returns
+    its ELBO up to rounding; one trace serves every call (a last, shorter batch adds one)."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise ValueError(f"seed must be an integer, got {seed!r}")
+    X, Y = _checked_pair(X, Y)
+    likelihood = dgp.likelihood_layer.likelihood
+    starts = list(range(0, len(X), batch_size))
+    likelihood_states = [likelihood_draws(int(seed) + start).state.numpy() for start in starts]
+    layer_generator, likelihood_generator = tf.random.Generator.from_seed(int(seed)), likelihood_draws(int(seed))
+
+    @tf.function(reduce_retracing=True)
+    def batch_term(x, y):
+        _, mean, var = propagate_samples(dgp, x, int(num_samples), lambda layer, shape, dtype: layer_generator.normal(shape, dtype=dtype))
+        return _mean_expectation(likelihood, mean, var, y, likelihood_generator)
+
+    kl = tf.function(lambda: tf.stack([layer.prior_kl() for layer in dgp.f_layers]))
+    batches = [(tf.constant(X[start : start + batch_size]), tf.constant(Y[start : start + batch_size])) for start in starts]
+
+    def evaluate() -> float:
+        total = 0.0
+        for start, state, (x, y) in zip(starts, likelihood_states, batches):
+            layer_generator.reset_from_seed(int(seed) + start)
+            likelihood_generator.reset(state)
+            total += float(batch_term(x, y))
+        return ElboTerms(_scaled(dgp, total, len(X)), [float(value) for value in kl().numpy()]).elbo
+
+    return evaluate

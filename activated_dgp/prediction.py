@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import gpflow
 import gpflux
@@ -21,6 +21,7 @@ __all__ = [
     "sample_layers",
     "layer_moments",
     "predictive_log_density",
+    "seeded_log_density",
     "predict_y",
     "predict_class_probabilities",
     "ensemble_log_density",
@@ -164,12 +165,57 @@ def predictive_log_density(dgp: gpflux.models.DeepGP, X, Y, num_samples: int = 1
     (``likelihood.predict_log_density``); then log-mean-exp over s. With a ``seed`` a Monte Carlo
     likelihood's (softmax) own draws are seeded too (:func:`integrate_likelihood`): the result repeats exactly.
     """
-    likelihood = dgp.likelihood_layer.likelihood
     _, mean, var = sample_layers(dgp, X, num_samples, seed)
     Y = tf.convert_to_tensor(_checked_targets(dgp, Y, int(mean.shape[1])), dtype=mean.dtype)
-    draws = likelihood_draws(seed)
+    return _sample_mean_density(dgp.likelihood_layer.likelihood, mean, var, Y, likelihood_draws(seed)).numpy()
+
+
+def _sample_mean_density(likelihood, mean, var, Y, draws) -> tf.Tensor:
+    """log (1/S) Σ_s p(y | q(f_L | h^(s))), [N], from the output layer's moments [S, N, P] given each sample."""
+    num_samples = int(mean.shape[0])
     log_densities = tf.stack([integrate_likelihood(likelihood, "predict_log_density", mean[s], var[s], Y, draws) for s in range(num_samples)])
-    return (tf.reduce_logsumexp(log_densities, axis=0) - np.log(num_samples)).numpy()
+    return tf.reduce_logsumexp(log_densities, axis=0) - np.log(num_samples)
+
+
+def seeded_log_density(dgp: gpflux.models.DeepGP, X, Y, num_samples: int, seed: int) -> Callable[[], np.ndarray]:
+    """A compiled ``predictive_log_density(dgp, X, Y, num_samples, seed)`` at the DGP's parameter values *at
+    each call*: for many evaluations of one model on the same data and draws (common random numbers) while
+    its parameters are assigned between them (e.g. :func:`activated_dgp.conversion.select_kernel_variances`).
+
+    The inputs are checked once; every call resets the layer draws' generator to ``seed`` and the likelihood
+    draws' to its split (:func:`likelihood_draws`), so each call sees exactly the draws the eager function
+    sees, and returns the same [N] values up to rounding. One trace serves every call: parameters are read
+    from their variables. A call that fails a numerics check or returns a non-finite value re-checks the DGP's
+    state (:func:`check_dgp`), which names a parameter that became NaN."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise ValueError(f"seed must be an integer, got {seed!r}")
+    if isinstance(num_samples, bool) or int(num_samples) != num_samples or num_samples < 1:
+        raise ValueError(f"num_samples must be an integer ≥ 1, got {num_samples!r}")
+    num_samples, seed = int(num_samples), int(seed)
+    X = checked_inputs(dgp, X)
+    Y = tf.convert_to_tensor(_checked_targets(dgp, Y, int(X.shape[0])), dtype=X.dtype)
+    likelihood = dgp.likelihood_layer.likelihood
+    layer_generator, likelihood_generator = tf.random.Generator.from_seed(seed), likelihood_draws(seed)
+    likelihood_start = likelihood_generator.state.numpy()
+
+    @tf.function
+    def log_density():
+        _, mean, var = propagate_samples(dgp, X, num_samples, lambda layer, shape, dtype: layer_generator.normal(shape, dtype=dtype))
+        return _sample_mean_density(likelihood, mean, var, Y, likelihood_generator)
+
+    def evaluate() -> np.ndarray:
+        layer_generator.reset_from_seed(seed)
+        likelihood_generator.reset(likelihood_start)
+        try:
+            values = log_density().numpy()
+        except tf.errors.InvalidArgumentError:  # a numerics check inside the graph: name the parameter if that is why
+            check_dgp(dgp)
+            raise
+        if not np.all(np.isfinite(values)):
+            check_dgp(dgp)
+        return values
+
+    return evaluate
 
 
 def likelihood_draws(seed: Optional[int]) -> tf.random.Generator:

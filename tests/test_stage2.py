@@ -97,6 +97,37 @@ def test_variance_selection_keeps_the_forward_pass(objective):
         select_kernel_variances(dgp, X, Y, candidates=[0.1, -1.0])
 
 
+@pytest.mark.parametrize("likelihood", ["gaussian", "softmax"])
+def test_compiled_seeded_scores_are_the_eager_functions_at_the_parameters_of_each_call(likelihood):
+    """select_kernel_variances scores each candidate with one compiled function (seeded_log_density, seeded_elbo)
+    that reads the parameters as they are at each call and resets its draws: at every assignment it must give what
+    the eager predictive_log_density / elbo_terms give, freshly seeded (Monte Carlo softmax draws included, and
+    three uneven ELBO batches)."""
+    from activated_dgp.diagnostics import seeded_elbo
+    from activated_dgp.prediction import seeded_log_density
+
+    if likelihood == "gaussian":
+        X, Y, _, dgp = _converted(num_layers=3)
+    else:
+        rng = np.random.default_rng(4)
+        X, Y = rng.normal(size=(40, 3)), rng.integers(0, 3, size=(40, 1)).astype(np.float64)
+        network = build_activated_nn(3, num_layers=2, num_units=10, layer_widths=[4], output_dim=3, truncation_level=6, seed=1)
+        dgp = dgp_from_keras(network, len(X), X=X, likelihood="softmax").dgp
+    log_density, elbo = seeded_log_density(dgp, X, Y, num_samples=3, seed=7), seeded_elbo(dgp, X, Y, num_samples=2, seed=7, batch_size=32)
+    for layer, v in [(0, 0.3), (len(dgp.f_layers) - 1, 1e-3), (0, 2.0)]:
+        rescale_kernel_variance(dgp.f_layers[layer], v)
+        tf.random.set_seed(layer)  # the global random state must not matter
+        np.testing.assert_allclose(log_density(), predictive_log_density(dgp, X, Y, num_samples=3, seed=7), rtol=1e-10, atol=1e-12)
+        assert elbo() == pytest.approx(elbo_terms(dgp, X, Y, num_samples=2, seed=7, batch_size=32).elbo, rel=1e-10)
+    assert np.max(np.abs(log_density() - predictive_log_density(dgp, X, Y, num_samples=3, seed=8))) > 1e-6  # the seed is used
+    q_mu = dgp.f_layers[0].q_mu
+    q_mu.unconstrained_variable.assign(np.full(q_mu.shape, np.nan))  # as a diverged fit leaves it
+    with pytest.raises(ValueError, match="q_mu"):
+        log_density()
+    with pytest.raises(ValueError, match="seed must be an integer"):
+        seeded_log_density(dgp, X, Y, num_samples=3, seed=None)
+
+
 def test_default_variance_grid_extends_below_its_floor_when_the_data_want_it():
     # targets that are the network's outputs up to a noise of 1e-5: every unit of variance a sample picks up in
     # the hidden layers costs density, so the best v lies below the default grid's floor 1e-3 (as on naval)
