@@ -19,7 +19,7 @@ import gpflux
 import numpy as np
 import tensorflow as tf
 
-from .prediction import integrate_likelihood, layer_inputs, likelihood_draws, propagate_samples, sample_layers
+from .prediction import integrate_per_sample, layer_inputs, likelihood_draws, propagate_samples, sample_layers
 
 __all__ = ["residual_fraction", "layer_residual_fractions", "ElboTerms", "elbo_terms", "seeded_elbo"]
 
@@ -99,8 +99,7 @@ def _checked_pair(X, Y) -> Tuple[np.ndarray, np.ndarray]:
 def _mean_expectation(likelihood, mean, var, y, draws) -> tf.Tensor:
     """(1/S) Σ_s Σ_i E_q(f_L | h_i^(s))[log p(y_i | f_L)]: one batch's expected log-likelihood, the output layer's
     moments [S, N, P] given each sample."""
-    per_sample = [tf.reduce_sum(integrate_likelihood(likelihood, "variational_expectations", mean[s], var[s], y, draws)) for s in range(int(mean.shape[0]))]
-    return tf.reduce_mean(tf.stack(per_sample))
+    return tf.reduce_mean(tf.reduce_sum(integrate_per_sample(likelihood, "variational_expectations", mean, var, y, draws), axis=1))
 
 
 def _scaled(dgp: gpflux.models.DeepGP, total: float, num_rows: int) -> float:

@@ -172,9 +172,33 @@ def predictive_log_density(dgp: gpflux.models.DeepGP, X, Y, num_samples: int = 1
 
 def _sample_mean_density(likelihood, mean, var, Y, draws) -> tf.Tensor:
     """log (1/S) Σ_s p(y | q(f_L | h^(s))), [N], from the output layer's moments [S, N, P] given each sample."""
-    num_samples = int(mean.shape[0])
-    log_densities = tf.stack([integrate_likelihood(likelihood, "predict_log_density", mean[s], var[s], Y, draws) for s in range(num_samples)])
-    return tf.reduce_logsumexp(log_densities, axis=0) - np.log(num_samples)
+    log_densities = integrate_per_sample(likelihood, "predict_log_density", mean, var, Y, draws)
+    return tf.reduce_logsumexp(log_densities, axis=0) - np.log(int(mean.shape[0]))
+
+
+def integrate_per_sample(likelihood, method: str, mean, var, Y=None, draws: Optional[tf.random.Generator] = None):
+    """:func:`integrate_likelihood` for every sample s of the output layer's moments [S, N, P]: [S, N] for
+    "predict_log_density" and "variational_expectations", ([S, N, P], [S, N, P]) for "predict_mean_and_var".
+
+    A likelihood that integrates row by row in closed form or by quadrature (every GPflow likelihood but the
+    Monte Carlo ones) is called once on the S·N rows stacked (Y repeated per sample): the same numbers as S calls,
+    without S Python-level calls. A Monte Carlo likelihood is called sample by sample, so that its draws are
+    taken from ``draws`` in the same order as always (seeded results repeat across versions)."""
+    num_samples, num_rows = int(mean.shape[0]), tf.shape(mean)[1]
+    targets = () if method == "predict_mean_and_var" else (Y,)
+    if isinstance(likelihood, gpflow.likelihoods.MonteCarloLikelihood):
+        per_sample = [integrate_likelihood(likelihood, method, mean[s], var[s], *targets, draws=draws) for s in range(num_samples)]
+        if method == "predict_mean_and_var":
+            return tf.stack([m for m, _ in per_sample]), tf.stack([v for _, v in per_sample])
+        return tf.stack(per_sample)
+    width = tf.shape(mean)[-1]
+    stacked = [tf.reshape(mean, [-1, width]), tf.reshape(var, [-1, width])]
+    if targets:
+        stacked.append(tf.tile(Y, [num_samples, 1]))
+    result = integrate_likelihood(likelihood, method, *stacked)
+    if method == "predict_mean_and_var":
+        return tuple(tf.reshape(part, tf.shape(mean)) for part in result)
+    return tf.reshape(result, [num_samples, num_rows])
 
 
 def seeded_log_density(dgp: gpflux.models.DeepGP, X, Y, num_samples: int, seed: int) -> Callable[[], np.ndarray]:
@@ -273,9 +297,7 @@ def predict_y(
     likelihood = dgp.likelihood_layer.likelihood
     _, mean, var = sample_layers(dgp, X, num_samples, seed)
     draws = likelihood_draws(seed)
-    moments = [integrate_likelihood(likelihood, "predict_mean_and_var", mean[s], var[s], draws=draws) for s in range(num_samples)]
-    y_mean = tf.stack([m for m, _ in moments]).numpy()
-    y_var = tf.stack([v for _, v in moments]).numpy()
+    y_mean, y_var = (part.numpy() for part in integrate_per_sample(likelihood, "predict_mean_and_var", mean, var, draws=draws))
     return y_mean.mean(0), y_var.mean(0) + y_mean.var(0)
 
 

@@ -128,6 +128,44 @@ def test_compiled_seeded_scores_are_the_eager_functions_at_the_parameters_of_eac
         seeded_log_density(dgp, X, Y, num_samples=3, seed=None)
 
 
+@pytest.mark.parametrize("likelihood", ["gaussian", "bernoulli", "softmax"])
+def test_integrating_all_samples_at_once_is_the_per_sample_integral(likelihood):
+    """integrate_per_sample stacks the S samples' rows into one likelihood call (closed form or quadrature, row by
+    row); against S separate GPflow calls written here. The Monte Carlo softmax goes sample by sample on the same
+    generator, so its seeded draws are the same ones in the same order."""
+    from activated_dgp.prediction import integrate_per_sample
+
+    rng = np.random.default_rng(5)
+    S, N, P = 4, 7, 3 if likelihood == "softmax" else 1
+    mean, var = rng.normal(size=(S, N, P)), rng.uniform(0.1, 2.0, size=(S, N, P))
+    Y = rng.integers(0, P if likelihood == "softmax" else 2, size=(N, 1)).astype(np.float64)
+    if likelihood == "gaussian":
+        Y, model = rng.normal(size=(N, 1)), gpflow.likelihoods.Gaussian(variance=0.3)
+    elif likelihood == "bernoulli":
+        model = gpflow.likelihoods.Bernoulli()
+    else:
+        from activated_dgp.likelihoods import MonteCarloSoftmax
+
+        model = MonteCarloSoftmax(P)  # GPflow's Softmax, usable with X = None
+        model.num_monte_carlo_points = 50
+    methods = ["predict_log_density", "variational_expectations"] + ([] if likelihood == "softmax" else ["predict_mean_and_var"])
+    for method in methods:  # (GPflow's Monte Carlo predict_mean_and_var needs a Y it cannot have)
+        targets = () if method == "predict_mean_and_var" else (Y,)
+        stacked = integrate_per_sample(model, method, tf.constant(mean), tf.constant(var), *map(tf.constant, targets),
+                                       draws=tf.random.Generator.from_seed(3))
+        draws = tf.random.Generator.from_seed(3)
+        if likelihood == "softmax":
+            calls = [getattr(model, "_" + method)(None, mean[s], var[s], *targets, epsilon=draws.normal([50, N, P], dtype=tf.float64)) for s in range(S)]
+        else:
+            calls = [getattr(model, method)(None, mean[s], var[s], *targets) for s in range(S)]
+        if method == "predict_mean_and_var":
+            for got, part in zip(stacked, zip(*calls)):
+                np.testing.assert_allclose(got.numpy(), np.stack([c.numpy() for c in part]), rtol=1e-12, atol=1e-14)
+        else:
+            assert stacked.shape == (S, N)
+            np.testing.assert_allclose(stacked.numpy(), np.stack([c.numpy() for c in calls]), rtol=1e-12, atol=1e-14)
+
+
 def test_default_variance_grid_extends_below_its_floor_when_the_data_want_it():
     # targets that are the network's outputs up to a noise of 1e-5: every unit of variance a sample picks up in
     # the hidden layers costs density, so the best v lies below the default grid's floor 1e-3 (as on naval)

@@ -95,25 +95,24 @@ def test_reported_divergence_no_longer_loses_the_network():
     """Issue 31's case (experiments/stage2_divergence.py, docs/results/stage2.md "Divergence"): a plain softplus
     network fitted to sin(3x) with first-layer |kernel| ≈ 5–6, converted, then 100 epochs of default stage 2.
     The previous default (no ramp, no guard) ends far from the network on seed 0; today's default keeps the
-    final train RMSE within 1.5× the network's + 0.05 (the 10-seed record: docs/results/stage2/divergence.json)."""
+    final train RMSE within 1.5× the network's + 0.05 there. Seed 0 is the reproduction; the other nine seeds are
+    the study's record (docs/results/stage2/divergence.json, `python -m experiments stage2_divergence`)."""
     from activated_dgp import propagate_means
     from experiments.stage2_divergence import data, network
 
     def train_rmse(dgp, X, Y):
         return float(np.sqrt(np.mean((propagate_means(dgp, X)[-1].numpy() - Y) ** 2)))
 
-    for seed in (0, 1):
-        X, Y = data(seed)
-        net = network(seed, X, Y)
-        assert np.abs(net.layers[0].kernel.numpy()).max() > 4.0  # the large-weight regime of the report
-        target = 1.5 * float(np.sqrt(np.mean((net(X).numpy() - Y) ** 2))) + 0.05
-        if seed == 0:  # the reproduction: the previous default loses the network
-            old = dgp_from_keras(net, len(X), X=X).dgp
-            train_dgp(old, X, Y, TrainingSchedule(epochs=100, ramp_steps=0), guard=False)
-            assert train_rmse(old, X, Y) > 2 * target
-        dgp = dgp_from_keras(net, len(X), X=X).dgp
-        train_dgp(dgp, X, Y, TrainingSchedule(epochs=100))
-        assert train_rmse(dgp, X, Y) <= target
+    X, Y = data(0)
+    net = network(0, X, Y)
+    assert np.abs(net.layers[0].kernel.numpy()).max() > 4.0  # the large-weight regime of the report
+    target = 1.5 * float(np.sqrt(np.mean((net(X).numpy() - Y) ** 2))) + 0.05
+    old = dgp_from_keras(net, len(X), X=X).dgp  # the reproduction: the previous default loses the network
+    train_dgp(old, X, Y, TrainingSchedule(epochs=100, ramp_steps=0), guard=False)
+    assert train_rmse(old, X, Y) > 2 * target
+    dgp = dgp_from_keras(net, len(X), X=X).dgp
+    train_dgp(dgp, X, Y, TrainingSchedule(epochs=100))
+    assert train_rmse(dgp, X, Y) <= target
 
 
 def test_learning_rate_ramps_linearly_then_holds():

@@ -176,8 +176,17 @@ def _run(out, *extra):
     return uci.main(["--dataset", "boston-embedded", "--budget", "tiny", "--out", str(out), "--quiet", *extra])
 
 
-def test_every_method_end_to_end(tmp_path):
-    _run(tmp_path, "--method", "all", "--splits", "1")
+@pytest.fixture(scope="module")
+def converged_tiny_run(tmp_path_factory):
+    """One run of every default method on one split at the converged-tiny budget (early stopping on a validation
+    part, the benchmark's protocol at a test's size), shared by the tests that read its records and networks."""
+    out = tmp_path_factory.mktemp("uci_converged_tiny")
+    _run(out, "--method", "all", "--splits", "1", "--budget", "converged-tiny")
+    return out
+
+
+def test_every_method_end_to_end(converged_tiny_run):
+    tmp_path = converged_tiny_run
     records = [json.loads(line) for line in (tmp_path / "records.jsonl").read_text().splitlines()]
     assert sorted(r["method"] for r in records) == sorted(["nn", "dropout", "ensemble", "nn_ts", "dgp", "adgp", "plain", "plain_adgp"])
     for r in records:
@@ -194,15 +203,18 @@ def test_every_method_end_to_end(tmp_path):
     assert "ADGP" in (tmp_path / "table.md").read_text() and "**Calibration**" in (tmp_path / "table.md").read_text()
 
 
-def test_rescore_adds_calibration_from_the_saved_networks_only(tmp_path):
+def test_rescore_adds_calibration_from_the_saved_networks_only(tmp_path, converged_tiny_run):
     """--rescore recomputes the calibration of nn / nn_ts / plain from the saved networks without training: the
     amended records equal the ones the run wrote (the independent truth: the original run's own metrics), and a
     record whose network is gone is left as it was."""
+    import shutil
+
     from experiments import uci
 
-    _run(tmp_path, "--method", "nn,nn_ts,plain", "--splits", "1", "--budget", "converged-tiny")
+    shutil.copytree(converged_tiny_run / "networks", tmp_path / "networks")  # a copy: the shared run stays as it was
     path = tmp_path / "records.jsonl"
-    original = [json.loads(line) for line in path.read_text().splitlines()]
+    lines = (converged_tiny_run / "records.jsonl").read_text().splitlines()
+    original = [r for r in map(json.loads, lines) if r["method"] in ("nn", "nn_ts", "plain")]
     stripped = [{k: v for k, v in r.items() if k not in uci.CALIBRATION_METRICS} for r in original]
     path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in stripped))
     next((tmp_path / "networks").glob("plain-seed0-*.json")).unlink()  # that cell's network is gone: it must not be retrained
@@ -275,10 +287,10 @@ def test_adgp_interrupted_after_stage_1_resumes_from_the_saved_network(tmp_path,
     assert resumed["extra"]["init_rmse"] == straight["extra"]["init_rmse"]  # the identical network
 
 
-def test_converged_protocol_records_steps_and_shares_the_network(tmp_path):
+def test_converged_protocol_records_steps_and_shares_the_network(converged_tiny_run):
     from experiments.uci_methods import BUDGETS
 
-    _run(tmp_path, "--method", "nn,nn_ts,dropout,adgp,dgp", "--splits", "1", "--budget", "converged-tiny")
+    tmp_path = converged_tiny_run
     records = {r["method"]: r for r in map(json.loads, (tmp_path / "records.jsonl").read_text().splitlines())}
     key = BUDGETS["converged-tiny"].key()
     assert all(r["protocol"] == key for r in records.values()) and "early-stopping" in key
@@ -552,10 +564,10 @@ def test_far_field_table_pairs_each_split_with_its_own_fit_without_the_residual(
     assert next(line for line in rounding if line.startswith("| power-plant")).endswith("| yes |")  # rounding is no cost
 
 
-def test_adgp_ensemble_is_the_uniform_mixture_of_its_members_adgps():
-    """adgp_ensemble (issue 36) against a direct computation: each member refitted on its own as an ``adgp`` of the
-    member's seed (split seed + 1000·m, the same network), then log (1/M) Σ_m p_m(y) with p_m the member's sample
-    mixture, by scipy. Also: the far-field-off score is the same stack with every residual switched off."""
+def test_adgp_ensemble_is_the_uniform_mixture_of_its_members_adgps(monkeypatch):
+    """adgp_ensemble (issue 36) against a direct computation: each member is an ADGP fit of the member's seed (split
+    seed + 1000·m, the same network; the second member refitted on its own as an ``adgp`` gives the same predictive),
+    and the ensemble's NLPD is log (1/M) Σ_m p_m(y) with p_m the member's sample mixture, by scipy. Also: the far-field-off score is the same stack with every residual switched off."""
     from dataclasses import replace
 
     from experiments import uci_methods as um
@@ -566,12 +578,22 @@ def test_adgp_ensemble_is_the_uniform_mixture_of_its_members_adgps():
     data = um.SplitData(X[:50], y[:50], X[50:], y[50:], 1.0, seed=7)
     budget, networks = um.BUDGETS["tiny"], um.NetworkCache()
     members = 2  # the method's ENSEMBLE_SIZE = 5 in the benchmark; two members test the same stacking
+    fitted, real = [], um._adgp
+
+    def recorded(*args, **kwargs):  # each member's own fit, as the ensemble made it
+        result = real(*args, **kwargs)
+        fitted.append((kwargs["seed"], result[0], result[1]))
+        return result
+
+    monkeypatch.setattr(um, "_adgp", recorded)
     means, variances, info = um.predict_adgp_ensemble(data, budget, networks, members=members)
     assert info["members"] == members and means.shape == (members * budget.mc_samples, 10)
-    member_density = []
-    for m in range(members):
-        mm, vv, _ = um.METHODS["adgp"](replace(data, seed=data.seed + 1000 * m), budget, networks)
-        member_density.append(np.mean(norm.pdf(data.y_test[:, 0][None], mm, np.sqrt(vv)), axis=0))
+    assert [seed for seed, _, _ in fitted] == [data.seed + 1000 * m for m in range(members)]
+    # the second member is an ``adgp`` of its seed: refitted on its own, the same predictive
+    monkeypatch.setattr(um, "_adgp", real)
+    mm, vv, _ = um.METHODS["adgp"](replace(data, seed=data.seed + 1000), budget, networks)
+    np.testing.assert_allclose(mm, fitted[1][1], rtol=1e-9), np.testing.assert_allclose(vv, fitted[1][2], rtol=1e-9)
+    member_density = [np.mean(norm.pdf(data.y_test[:, 0][None], m, np.sqrt(v)), axis=0) for _, m, v in fitted]
     expected_nlpd = -np.mean(np.log(np.mean(member_density, axis=0)))
     scores = um.regression_metrics(data.y_test, means, variances)
     np.testing.assert_allclose(scores["nlpd"], expected_nlpd, rtol=1e-6)
