@@ -2,7 +2,6 @@
 from records by the written rule (synthetic records whose winner is worked out by hand below)."""
 
 import json
-import math
 from pathlib import Path
 
 import numpy as np
@@ -12,44 +11,6 @@ from experiments import recipes
 
 
 # ---------------------------------------------------------------------------------------------- the UCI methods
-
-
-def _uci(out: Path, *extra):
-    from experiments import uci
-
-    return uci.main(["--dataset", "boston-embedded", "--splits", "1", "--out", str(out), "--quiet", *extra])
-
-
-def test_recipe_methods_run_from_the_nns_network_and_score_the_fit_without_the_far_field(tmp_path):
-    from experiments.uci_methods import BUDGETS, RECIPE_FLOOR
-
-    _uci(tmp_path, "--budget", "converged-tiny", "--method", "nn_ts,adgp_paper,adgp_elbo,adgp_floor")
-    records = {r["method"]: r for r in map(json.loads, (tmp_path / "records.jsonl").read_text().splitlines())}
-    assert sorted(records) == ["adgp_elbo", "adgp_floor", "adgp_paper", "nn_ts"]
-    nn_ts = records["nn_ts"]
-    for method in ("adgp_paper", "adgp_elbo", "adgp_floor"):
-        r = records[method]
-        assert np.isfinite(r["rmse"]) and np.isfinite(r["nlpd"])
-        assert r["extra"]["init_rmse"] == pytest.approx(nn_ts["rmse"], rel=1e-9)  # stage 1 is the NN's own network
-        off = r["extra"]["far_field_off"]
-        assert np.isfinite(off["rmse"]) and np.isfinite(off["nlpd"])
-    # the paper's recipe: v = 1 in every layer, noise = the network's validation MSE (NN+TS measured it on the same
-    # rows; train_two_stage floors the noise at 1e-4), and every ELBO step of the budget: no early stopping
-    paper = records["adgp_paper"]["extra"]
-    assert paper["kernel_variances"] == [1.0, 1.0, 1.0] and paper["stage2_early_stopping"] is False
-    assert paper["initial_noise_variance"] == pytest.approx(max(nn_ts["extra"]["validation_mse"], 1e-4), rel=1e-9)
-    num_fit = records["adgp_paper"]["num_train"] - round(0.1 * records["adgp_paper"]["num_train"])
-    per_epoch = math.ceil(num_fit / 128)
-    dgp_steps = BUDGETS["converged-tiny"].dgp_steps
-    assert paper["dgp"]["steps_run"] == math.ceil(dgp_steps / per_epoch) * per_epoch
-    # the ELBO-chosen and the floored candidates stop early, as adgp does; the floor bounds every layer's v
-    assert records["adgp_elbo"]["extra"]["options"] == {"kernel_variance": "elbo", "noise_variance": "selected"}
-    floor = records["adgp_floor"]["extra"]
-    assert min(floor["kernel_variances"]) >= RECIPE_FLOOR * (1 - 1e-12) and floor["options"]["kernel_variance_floor"] == str(RECIPE_FLOOR)
-    assert records["adgp_elbo"]["extra"]["stage2_early_stopping"] is True and floor["stage2_early_stopping"] is True
-    # a recipe needs the validation part of a converged budget: a clear error before anything trains
-    with pytest.raises(ValueError, match="converged budget"):
-        _uci(tmp_path / "fixed", "--budget", "tiny", "--method", "adgp_floor")
 
 
 def test_recipe_methods_are_listed_and_never_carry_older_records():

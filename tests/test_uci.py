@@ -1,6 +1,7 @@
 """UCI regression benchmark: data layer and its errors, scores, the runner end to end, resume."""
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -178,17 +179,22 @@ def _run(out, *extra):
 
 @pytest.fixture(scope="module")
 def converged_tiny_run(tmp_path_factory):
-    """One run of every default method on one split at the converged-tiny budget (early stopping on a validation
-    part, the benchmark's protocol at a test's size), shared by the tests that read its records and networks."""
+    """One run of every default method and of the stage-2 recipes on one split at the converged-tiny budget (early
+    stopping on a validation part, the benchmark's protocol at a test's size), shared by the tests that read its
+    records and networks."""
+    from experiments.uci import RECIPE_METHODS
+
     out = tmp_path_factory.mktemp("uci_converged_tiny")
-    _run(out, "--method", "all", "--splits", "1", "--budget", "converged-tiny")
+    methods = "nn,dropout,ensemble,nn_ts,dgp,adgp,plain,plain_adgp," + ",".join(RECIPE_METHODS)  # every default method, issue 36's recipes
+    _run(out, "--method", methods, "--splits", "1", "--budget", "converged-tiny")
     return out
 
 
 def test_every_method_end_to_end(converged_tiny_run):
     tmp_path = converged_tiny_run
-    records = [json.loads(line) for line in (tmp_path / "records.jsonl").read_text().splitlines()]
-    assert sorted(r["method"] for r in records) == sorted(["nn", "dropout", "ensemble", "nn_ts", "dgp", "adgp", "plain", "plain_adgp"])
+    defaults = ["nn", "dropout", "ensemble", "nn_ts", "dgp", "adgp", "plain", "plain_adgp"]
+    records = [r for r in map(json.loads, (tmp_path / "records.jsonl").read_text().splitlines()) if r["method"] in defaults]
+    assert sorted(r["method"] for r in records) == sorted(defaults)
     for r in records:
         assert np.isfinite(r["rmse"]) and np.isfinite(r["nlpd"]) and r["num_test"] == 51 and r["num_train"] == 455
         assert 0.0 <= r["coverage_90"] <= 1.0 and 0.0 <= r["calibration_error"] <= 1.0
@@ -201,6 +207,38 @@ def test_every_method_end_to_end(converged_tiny_run):
     for name in ("table.md", "summary.csv", "uci.png"):
         assert (tmp_path / name).stat().st_size > 0
     assert "ADGP" in (tmp_path / "table.md").read_text() and "**Calibration**" in (tmp_path / "table.md").read_text()
+
+
+def test_recipe_methods_run_from_the_nns_network_and_score_the_fit_without_the_far_field(tmp_path, converged_tiny_run):
+    """Issue 36's UCI recipe methods (experiments/recipes.py screens them) in the shared converged-tiny run."""
+    from experiments.uci_methods import BUDGETS, RECIPE_FLOOR
+
+    records = {r["method"]: r for r in map(json.loads, (converged_tiny_run / "records.jsonl").read_text().splitlines())}
+    assert {"adgp_elbo", "adgp_floor", "adgp_paper", "nn_ts"} <= set(records)
+    nn_ts = records["nn_ts"]
+    for method in ("adgp_paper", "adgp_elbo", "adgp_floor"):
+        r = records[method]
+        assert np.isfinite(r["rmse"]) and np.isfinite(r["nlpd"])
+        assert r["extra"]["init_rmse"] == pytest.approx(nn_ts["rmse"], rel=1e-9)  # stage 1 is the NN's own network
+        off = r["extra"]["far_field_off"]
+        assert np.isfinite(off["rmse"]) and np.isfinite(off["nlpd"])
+    # the paper's recipe: v = 1 in every layer, noise = the network's validation MSE (NN+TS measured it on the same
+    # rows; train_two_stage floors the noise at 1e-4), and every ELBO step of the budget: no early stopping
+    paper = records["adgp_paper"]["extra"]
+    assert paper["kernel_variances"] == [1.0, 1.0, 1.0] and paper["stage2_early_stopping"] is False
+    assert paper["initial_noise_variance"] == pytest.approx(max(nn_ts["extra"]["validation_mse"], 1e-4), rel=1e-9)
+    num_fit = records["adgp_paper"]["num_train"] - round(0.1 * records["adgp_paper"]["num_train"])
+    per_epoch = math.ceil(num_fit / 128)
+    dgp_steps = BUDGETS["converged-tiny"].dgp_steps
+    assert paper["dgp"]["steps_run"] == math.ceil(dgp_steps / per_epoch) * per_epoch
+    # the ELBO-chosen and the floored candidates stop early, as adgp does; the floor bounds every layer's v
+    assert records["adgp_elbo"]["extra"]["options"] == {"kernel_variance": "elbo", "noise_variance": "selected"}
+    floor = records["adgp_floor"]["extra"]
+    assert min(floor["kernel_variances"]) >= RECIPE_FLOOR * (1 - 1e-12) and floor["options"]["kernel_variance_floor"] == str(RECIPE_FLOOR)
+    assert records["adgp_elbo"]["extra"]["stage2_early_stopping"] is True and floor["stage2_early_stopping"] is True
+    # a recipe needs the validation part of a converged budget: a clear error before anything trains
+    with pytest.raises(ValueError, match="converged budget"):
+        _run(tmp_path / "fixed", "--method", "adgp_floor")  # _run's budget is the fixed "tiny"
 
 
 def test_rescore_adds_calibration_from_the_saved_networks_only(tmp_path, converged_tiny_run):
