@@ -19,7 +19,7 @@ import gpflux
 import numpy as np
 import tensorflow as tf
 
-from .prediction import integrate_per_sample, layer_inputs, likelihood_draws, propagate_samples, sample_layers
+from .prediction import SeededDraws, checked_num_samples, integrate_per_sample, layer_inputs, likelihood_draws, propagate_samples, sample_layers
 
 __all__ = ["residual_fraction", "layer_residual_fractions", "ElboTerms", "elbo_terms", "seeded_elbo"]
 
@@ -115,27 +115,23 @@ def seeded_elbo(dgp: gpflux.models.DeepGP, X, Y, *, num_samples: int = 8, seed: 
     Every call resets the draws of batch b (first row r) to seed + r and to that seed's likelihood split
     (:func:`activated_dgp.prediction.likelihood_draws`), so it sees exactly the eager function's draws and returns
     its ELBO up to rounding; one trace serves every call (a last, shorter batch adds one)."""
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise ValueError(f"seed must be an integer, got {seed!r}")
+    draws, num_samples = SeededDraws(seed), checked_num_samples(num_samples)
     X, Y = _checked_pair(X, Y)
     likelihood = dgp.likelihood_layer.likelihood
-    starts = list(range(0, len(X), batch_size))
-    likelihood_states = [likelihood_draws(int(seed) + start).state.numpy() for start in starts]
-    layer_generator, likelihood_generator = tf.random.Generator.from_seed(int(seed)), likelihood_draws(int(seed))
+    starts = range(0, len(X), batch_size)
 
     @tf.function(reduce_retracing=True)
     def batch_term(x, y):
-        _, mean, var = propagate_samples(dgp, x, int(num_samples), lambda layer, shape, dtype: layer_generator.normal(shape, dtype=dtype))
-        return _mean_expectation(likelihood, mean, var, y, likelihood_generator)
+        _, mean, var = propagate_samples(dgp, x, num_samples, draws.normal)
+        return _mean_expectation(likelihood, mean, var, y, draws.likelihood)
 
     kl = tf.function(lambda: tf.stack([layer.prior_kl() for layer in dgp.f_layers]))
     batches = [(tf.constant(X[start : start + batch_size]), tf.constant(Y[start : start + batch_size])) for start in starts]
 
     def evaluate() -> float:
         total = 0.0
-        for start, state, (x, y) in zip(starts, likelihood_states, batches):
-            layer_generator.reset_from_seed(int(seed) + start)
-            likelihood_generator.reset(state)
+        for start, (x, y) in zip(starts, batches):
+            draws.reset(draws.seed + start)  # elbo_terms' batch seed
             total += float(batch_term(x, y))
         return ElboTerms(_scaled(dgp, total, len(X)), [float(value) for value in kl().numpy()]).elbo
 

@@ -97,6 +97,33 @@ def layer_inputs(dgp: gpflux.models.DeepGP, X) -> List[tf.Tensor]:
     return [X] + propagate_means(dgp, X, num_layers=len(dgp.f_layers) - 1)
 
 
+def checked_num_samples(num_samples) -> int:
+    """``num_samples`` as an int when it is an integer ≥ 1, else a ValueError naming it."""
+    if isinstance(num_samples, bool) or int(num_samples) != num_samples or num_samples < 1:
+        raise ValueError(f"num_samples must be an integer ≥ 1, got {num_samples!r}")
+    return int(num_samples)
+
+
+class SeededDraws:
+    """The draws of a seeded prediction, reusable inside a compiled function: ``normal`` (the layer samples' standard
+    normals, for :func:`propagate_samples`) and ``likelihood`` (a Monte Carlo likelihood's, :func:`likelihood_draws`).
+    ``reset(seed)`` puts both generators where ``tf.random.Generator.from_seed(seed)`` and ``likelihood_draws(seed)``
+    start, so a compiled evaluation after it draws exactly what the eager functions draw with that seed."""
+
+    def __init__(self, seed: int):
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+            raise ValueError(f"seed must be an integer, got {seed!r}")
+        self.seed = int(seed)
+        self.layers, self.likelihood = tf.random.Generator.from_seed(self.seed), likelihood_draws(self.seed)
+
+    def normal(self, layer, shape, dtype) -> tf.Tensor:
+        return self.layers.normal(shape, dtype=dtype)
+
+    def reset(self, seed: int) -> None:
+        self.layers.reset_from_seed(seed)
+        self.likelihood.reset(likelihood_draws(seed).state)
+
+
 @check_shapes(
     "X: [N, D]",
     "return[1]: [S, N, P]",
@@ -106,9 +133,7 @@ def sample_layers(dgp: gpflux.models.DeepGP, X, num_samples: int, seed: Optional
     """Propagate ``num_samples`` samples through layers 1..L−1 (marginals per point, as in doubly
     stochastic VI), and return the per-layer samples [S, N, P_ℓ] together with the last layer's
     Gaussian moments given each sample, mean and variance [S, N, P_L]."""
-    if isinstance(num_samples, bool) or int(num_samples) != num_samples or num_samples < 1:
-        raise ValueError(f"num_samples must be an integer ≥ 1, got {num_samples!r}")
-    num_samples = int(num_samples)
+    num_samples = checked_num_samples(num_samples)
     X = checked_inputs(dgp, X)
     generator = tf.random.Generator.from_seed(seed) if seed is not None else tf.random.get_global_generator()
     return propagate_samples(dgp, X, num_samples, lambda layer, shape, dtype: generator.normal(shape, dtype=dtype))
@@ -211,25 +236,18 @@ def seeded_log_density(dgp: gpflux.models.DeepGP, X, Y, num_samples: int, seed: 
     sees, and returns the same [N] values up to rounding. One trace serves every call: parameters are read
     from their variables. A call that fails a numerics check or returns a non-finite value re-checks the DGP's
     state (:func:`check_dgp`), which names a parameter that became NaN."""
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise ValueError(f"seed must be an integer, got {seed!r}")
-    if isinstance(num_samples, bool) or int(num_samples) != num_samples or num_samples < 1:
-        raise ValueError(f"num_samples must be an integer ≥ 1, got {num_samples!r}")
-    num_samples, seed = int(num_samples), int(seed)
+    draws, num_samples = SeededDraws(seed), checked_num_samples(num_samples)
     X = checked_inputs(dgp, X)
     Y = tf.convert_to_tensor(_checked_targets(dgp, Y, int(X.shape[0])), dtype=X.dtype)
     likelihood = dgp.likelihood_layer.likelihood
-    layer_generator, likelihood_generator = tf.random.Generator.from_seed(seed), likelihood_draws(seed)
-    likelihood_start = likelihood_generator.state.numpy()
 
     @tf.function
     def log_density():
-        _, mean, var = propagate_samples(dgp, X, num_samples, lambda layer, shape, dtype: layer_generator.normal(shape, dtype=dtype))
-        return _sample_mean_density(likelihood, mean, var, Y, likelihood_generator)
+        _, mean, var = propagate_samples(dgp, X, num_samples, draws.normal)
+        return _sample_mean_density(likelihood, mean, var, Y, draws.likelihood)
 
     def evaluate() -> np.ndarray:
-        layer_generator.reset_from_seed(seed)
-        likelihood_generator.reset(likelihood_start)
+        draws.reset(draws.seed)
         try:
             values = log_density().numpy()
         except tf.errors.InvalidArgumentError:  # a numerics check inside the graph: name the parameter if that is why
