@@ -128,6 +128,26 @@ def test_an_incomplete_candidate_is_not_ranked_and_the_choice_waits_for_it(tmp_p
     assert closed.winner == "elbo/off" and closed.finalists == ["paper", "elbo", "validation"]
 
 
+def test_a_candidate_its_recorded_cells_already_rule_out_does_not_hold_up_the_choice(tmp_path):
+    """The amendment: paper misses NN's RMSE by 0.3 on every set, so with two of its sets recorded (two misses) no
+    missing cell can make it admissible; with one set recorded (one miss) it could still be, and the choice waits."""
+    _screen(tmp_path, floor_rotated=True)
+    path = tmp_path / "uci" / "records.jsonl"
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    late = recipes.SCREEN_DATASETS[2:]
+    _write(path, [r for r in lines if not (r["method"] == "adgp_paper" and r["dataset"] in late and r["split"] == 1)])
+    decision = recipes.decide(recipes.evaluate_all(_options(tmp_path)))
+    assert decision.not_admissible == ["paper/on", "paper/off"] and decision.incomplete == []
+    assert decision.missing_cells == len(late) and decision.waiting_cells == 0
+    assert decision.winner == "elbo/off" and decision.finalists == ["paper", "elbo", "floor"]
+    page = recipes.markdown(decision, "test")
+    assert "**Chosen recipe: elbo/off**" in page and recipes.AMENDMENT in page and f"**Missing cells** ({len(late)};" in page
+    _write(path, [r for r in lines if not (r["method"] == "adgp_paper" and r["dataset"] in recipes.SCREEN_DATASETS[1:] and r["split"] == 1)])
+    waiting = recipes.decide(recipes.evaluate_all(_options(tmp_path)))
+    assert waiting.incomplete == ["paper/on", "paper/off"] and waiting.winner is None
+    assert "not yet decidable: 4 cells missing, 4 of them" in recipes.markdown(waiting, "test")
+
+
 def test_a_far_field_off_score_a_record_lacks_is_missing_not_invented(tmp_path):
     _screen(tmp_path, floor_rotated=True)
     path = tmp_path / "uci" / "records.jsonl"
