@@ -192,7 +192,7 @@ def run_cell(cell, options, context=None) -> dict:
             X, Y, likelihood=likelihood, num_layers=cell["layers"], num_units=options.num_units, activation=options.activation, seed=seed,
             network_schedule=TrainingSchedule(epochs=options.network_epochs),
             dgp_schedule=TrainingSchedule(epochs=options.dgp_epochs, learning_rate=0.01),
-            far_field=dict(order=options.far_order),
+            far_field=dict(order=options.far_order), recipe="paper",  # the recipe its records were made with
         )
         assert has_far_field(result.dgp)
         kernel = result.dgp.f_layers[-1].kernel.kernel

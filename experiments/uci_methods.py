@@ -38,7 +38,7 @@ the ADGP is initialised from, [ActivatedLayer(128, zonal Swish), Dense(D, no bia
   mean functions in the hidden layers, hidden q_sqrt scaled by 1e-5, Gaussian noise initialised at
   :data:`DGP_INITIAL_NOISE` (0.1 of the standardised targets' variance; the paper's 0.01 until v5) — gpflux's
   ``build_constant_input_dim_deep_gp`` with the arc-cosine kernel in place of the squared exponential.
-* ``adgp`` — :func:`activated_dgp.train_two_stage` from the NN's network, with :data:`ADGP_OPTIONS`
+* ``adgp`` — :func:`activated_dgp.train_two_stage` from the NN's network, with the library's ``validation`` recipe
   (chosen from the stage-2 diagnosis, docs/results/stage2.md); prediction by ``mc_samples`` samples
   propagated through the layers.
 * ``adgp_paper``, ``adgp_elbo``, ``adgp_floor`` — the other stage-2 recipes of issue 36's screen (run only when
@@ -68,6 +68,7 @@ import tf_keras
 from scipy.cluster.vq import kmeans2
 
 from activated_dgp import TrainingSchedule, build_activated_nn, train_dgp, train_network, train_two_stage
+from activated_dgp.training import STAGE2_RECIPES as LIBRARY_RECIPES
 from activated_dgp.eigen import LinearisedLaplace
 from activated_dgp.metrics import regression_metrics
 from activated_dgp.far_field import far_field_switched_off, has_far_field
@@ -481,29 +482,12 @@ def dgp_mixture(dgp: gpflux.models.DeepGP, X, num_samples: int, seed: int) -> Tu
     return np.concatenate(means, 1), np.concatenate(variances, 1)
 
 
-# Stage-2 options of the ADGP in this benchmark (train_two_stage keywords); chosen from the stage-2
-# diagnosis (docs/results/stage2.md). Used only with a converged budget (they need the validation part).
-ADGP_OPTIONS = dict(kernel_variance="validation", noise_variance="selected")
-
-#: The floor of ``adgp_floor`` (issue 36's "floor on v"), from the v6 ``adgp`` records of
-#: docs/results/uci_long/records.jsonl (``extra.kernel_variances``, 32 cells, 64 hidden layers): the validation search
-#: chose hidden-layer v between 3.2e-9 and 3.2e-3 (median 1e-7; 38 of 64 at or below 1e-6), and output-layer v up to
-#: 0.32 (26 of 32 below 1e-2). 1e-2 lies above every hidden v chosen, so the floor binds on every hidden layer the
-#: validation choice switched off, and it is a point of the default grid 10^(−3 … 0.5); it stays two decades below
-#: the paper's v = 1, which loses the network's accuracy on UCI (the first wave's records, issue 36).
-RECIPE_FLOOR = 1e-2
+#: The floor of ``adgp_floor``: the library's ``floor`` recipe (why 1e-2: ``activated_dgp.training.recipes.FLOOR``).
+RECIPE_FLOOR = LIBRARY_RECIPES["floor"].kernel_variance_floor
 
 
-@dataclass(frozen=True)
-class Stage2Recipe:
-    """One candidate stage-2 recipe of issue 36's screen: ``train_two_stage`` keywords and whether stage 2 stops
-    early on the validation part (else it runs the budget's full ``dgp_steps``)."""
-
-    options: Dict
-    early_stopping: bool = True
-
-
-#: The ADGP methods' stage-2 recipes (converged budgets). ``adgp`` is the validation-chosen candidate; the others run
+#: The ADGP methods' stage-2 recipes (converged budgets): method → the library's recipe name
+#: (:data:`activated_dgp.training.STAGE2_RECIPES`). ``adgp`` is the validation-chosen candidate; the others run
 #: only when named. ``adgp_paper`` — the paper's recipe (Dutordoir et al. 2021, Sec. 5.2 and appendix E.1: "first
 #: train the mean of the approximate posterior w.r.t. the MSE, and then optimise all parameters w.r.t. the ELBO", Adam
 #: 0.01 ×0.9 on plateaus, minibatch 128; no validation part, stopping rule or step count is stated): v = 1 at
@@ -514,12 +498,17 @@ class Stage2Recipe:
 #: training −ELBO check, the far-field residual, also scored without); and the twin (zonal Swish, not Softplus).
 #: ``adgp_elbo`` — v and the noise chosen jointly on the ELBO of the fit part, early stopping as ``adgp``.
 #: ``adgp_floor`` — ``adgp`` with v ≥ :data:`RECIPE_FLOOR` (``kernel_variance_floor``).
-STAGE2_RECIPES = {
-    "adgp": Stage2Recipe(ADGP_OPTIONS),
-    "adgp_paper": Stage2Recipe(dict(kernel_variance=1.0, noise_variance="validation"), early_stopping=False),
-    "adgp_elbo": Stage2Recipe(dict(kernel_variance="elbo", noise_variance="selected")),
-    "adgp_floor": Stage2Recipe(dict(ADGP_OPTIONS, kernel_variance_floor=RECIPE_FLOOR)),
-}
+STAGE2_RECIPES = {"adgp": "validation", "adgp_paper": "paper", "adgp_elbo": "elbo", "adgp_floor": "floor"}
+
+
+def recipe_options(method: str) -> Dict:
+    """The ``train_two_stage`` keywords of ``method``'s recipe as the records keep them (``extra.options``); the UCI
+    methods always have a validation part, so the paper's noise starts from the network's validation MSE."""
+    recipe = LIBRARY_RECIPES[STAGE2_RECIPES[method]]
+    options = {"kernel_variance": recipe.kernel_variance, "noise_variance": recipe.noise_variance or "validation"}
+    if recipe.kernel_variance_floor is not None:
+        options["kernel_variance_floor"] = recipe.kernel_variance_floor
+    return options
 
 
 def _elbo_fit_summary(history: dict) -> dict:
@@ -538,11 +527,11 @@ def _adgp(kind: str, data: SplitData, budget: Budget, networks: Optional[Network
     seed = data.seed if seed is None else seed
     network, history = fit_network(kind, data, budget, seed, networks)
     (X, y), validation = fit_parts(data, budget)
-    chosen = STAGE2_RECIPES[recipe]
-    options = dict(chosen.options) if validation is not None else {}
+    chosen = LIBRARY_RECIPES[STAGE2_RECIPES[recipe]] if validation is not None else LIBRARY_RECIPES["paper"]
+    options = recipe_options(recipe) if validation is not None else {}
     schedule = budget.schedule(budget.dgp_steps, len(X)) if chosen.early_stopping else protocol_schedule(budget.dgp_steps, len(X), early_stopping=False)
     result = train_two_stage(
-        X, y, likelihood="gaussian", network=network, validation_data=validation,
+        X, y, likelihood="gaussian", network=network, validation_data=validation, recipe=chosen,
         dgp_schedule=schedule, seed=seed, **options,
     )
     init_noise = _training_mse(network, X, y)

@@ -92,12 +92,15 @@ def test_floor_with_a_fixed_kernel_variance_is_a_clear_error():
 
 
 def test_train_two_stage_passes_the_floor():
+    """Through the ``floor`` recipe with its floor raised to 0.05 (an explicit option overrides the recipe's 1e-2):
+    v ≥ 0.05 on both layers; the recipe holds out 10 % itself and stage 2 stops early on it."""
     rng = np.random.default_rng(0)
     X = rng.normal(size=(80, 2))
     Y = np.sin(X[:, :1]) + 0.01 * rng.normal(size=(80, 1))
     result = train_two_stage(
-        X, Y, num_layers=2, num_units=8, truncation_level=6, kernel_variance="validation", kernel_variance_floor=0.05,
-        validation_fraction=0.2, seed=0, network_schedule=TrainingSchedule(epochs=3, batch_size=32),
-        dgp_schedule=TrainingSchedule(epochs=1, batch_size=32), far_field=False,
+        X, Y, num_layers=2, num_units=8, truncation_level=6, recipe="floor", kernel_variance_floor=0.05,
+        seed=0, network_schedule=TrainingSchedule(epochs=3, batch_size=32),
+        dgp_schedule=TrainingSchedule(epochs=2, batch_size=32, patience=1), far_field=False,
     )
-    assert len(result.kernel_variances) == 2 and min(result.kernel_variances) >= 0.05 * (1 - 1e-12)
+    assert result.recipe == "floor" and len(result.kernel_variances) == 2 and min(result.kernel_variances) >= 0.05 * (1 - 1e-12)
+    assert result.dgp_history["best_validation"] is not None and np.isfinite(result.dgp_history["best_validation"])

@@ -1,8 +1,9 @@
 """Training of activated DGPs, one concept per module, imports going down:
 :mod:`~activated_dgp.training.callbacks` (progress, learning-rate ramp, early stopping with the best parameters
 restored) → :mod:`~activated_dgp.training.schedule` (:class:`TrainingSchedule`) →
-:mod:`~activated_dgp.training.fitters` (stage 1 :func:`train_network`, stage 2 :func:`train_dgp`, their scores and
-stage 2's guard) → :mod:`~activated_dgp.training.two_stage` (the pipeline :func:`train_two_stage`).
+:mod:`~activated_dgp.training.recipes` (the named stage-2 recipes) → :mod:`~activated_dgp.training.fitters` (stage 1
+:func:`train_network`, stage 2 :func:`train_dgp`, their scores and stage 2's guard) →
+:mod:`~activated_dgp.training.two_stage` (the pipeline :func:`train_two_stage`).
 Every name is re-exported here, so ``from activated_dgp.training import …`` keeps working."""
 
 from .callbacks import FitProgress, LearningRateRamp, RestoreBest, without_retracing_warnings
@@ -16,12 +17,16 @@ from .fitters import (
     train_network,
     validation_nlpd,
 )
+from .recipes import DEFAULT_RECIPE, STAGE2_RECIPES, Stage2Recipe
 from .schedule import TrainingSchedule
 from .two_stage import TwoStageResult, split_validation, train_two_stage
 
 __all__ = [
     "TwoStageResult",
     "TrainingSchedule",
+    "Stage2Recipe",
+    "STAGE2_RECIPES",
+    "DEFAULT_RECIPE",
     "RestoreBest",
     "LearningRateRamp",
     "split_validation",

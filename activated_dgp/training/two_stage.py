@@ -20,6 +20,7 @@ from ..models import likelihood_name, output_width
 from ..nn import build_activated_nn
 from ..spectra import DEFAULT_ACTIVATION, ZonalActivation
 from .fitters import _check_data, evaluate_elbo, train_dgp, train_network
+from .recipes import DEFAULT_RECIPE, Stage2Recipe, stage2_recipe
 from .schedule import TrainingSchedule
 
 __all__ = ["TwoStageResult", "split_validation", "train_two_stage"]
@@ -35,6 +36,7 @@ class TwoStageResult:
     initial_elbo: Optional[float] = None  # the converted DGP's ELBO before stage 2 (evaluate_elbo)
     kernel_variances: Optional[list] = None  # per layer, after conversion (chosen when kernel_variance="elbo")
     initial_noise_variance: Optional[float] = None
+    recipe: Optional[str] = None  # the stage-2 recipe's name (activated_dgp.training.recipes)
 
 
 def split_validation(X, Y, fraction: float, seed: Optional[int] = None):
@@ -65,12 +67,13 @@ def train_two_stage(
     whiten: bool = True,
     network_schedule: Optional[TrainingSchedule] = None,
     dgp_schedule: Optional[TrainingSchedule] = None,
+    recipe: Union[str, Stage2Recipe] = DEFAULT_RECIPE,
     noise_variance: Union[None, float, str] = None,
-    kernel_variance: Union[float, str] = 1.0,
+    kernel_variance: Union[None, float, str] = None,
     kernel_variance_floor: Optional[float] = None,
     warmup_steps: int = 0,
     validation_data=None,
-    validation_fraction: float = 0.0,
+    validation_fraction: Optional[float] = None,
     seed: Optional[int] = None,
     elbo_samples: int = 0,
     network: Optional[tf_keras.Model] = None,
@@ -88,11 +91,18 @@ def train_two_stage(
         unused when ``network`` is given (the converted network's own activations are kept).
     :param lengthscales: per-layer lengthscales of the twin (:func:`build_activated_nn`), copied into
         the DGP's kernels by the converter.
-    :param noise_variance: initial Gaussian noise: a number, "train" (the network's training MSE, the
+    :param recipe: the stage-2 recipe (:data:`~activated_dgp.training.recipes.STAGE2_RECIPES`: "paper",
+        "validation", "elbo", "floor"; default :data:`~activated_dgp.training.recipes.DEFAULT_RECIPE`): the start of
+        v and the noise and whether stage 2 stops early. ``kernel_variance``, ``kernel_variance_floor``,
+        ``noise_variance`` and ``dgp_schedule`` given explicitly override it (an explicit ``kernel_variance`` drops
+        the recipe's floor too). An early-stopped recipe with no ``dgp_schedule`` stops after
+        :data:`~activated_dgp.training.recipes.DEFAULT_DGP_PATIENCE` epochs without improvement. Which to use:
+        docs/activated_dgp.md; the screen that chose the default: docs/results/recipes.md.
+    :param noise_variance: initial Gaussian noise (default: the recipe's): a number, "train" (the network's training MSE, the
         default without validation data) or "validation" (its MSE on the validation part, the default
         with it), or "selected": the validation MSE, then chosen jointly with the output layer's kernel
         variance by the ``kernel_variance`` search (``noise_factors`` of :func:`select_kernel_variances`).
-    :param kernel_variance: each layer's kernel variance at conversion, or "elbo" / "validation" to
+    :param kernel_variance: each layer's kernel variance at conversion (default: the recipe's), or "elbo" / "validation" to
         choose it by maximising the ELBO / the validation log density, with the mean propagation kept
         (:func:`select_kernel_variances`).
     :param kernel_variance_floor: with ``kernel_variance="elbo"`` / ``"validation"``, the smallest v the search
@@ -103,7 +113,10 @@ def train_two_stage(
         (:func:`train_dgp`).
     :param validation_data: (X_val, Y_val) for early stopping of each stage whose schedule sets a
         ``patience`` (best parameters restored), and for ``noise_variance="validation"``; or
-        ``validation_fraction`` of (X, Y) is held out (seeded by ``seed``).
+        ``validation_fraction`` of (X, Y) is held out (seeded by ``seed``). Default: without ``validation_data``, a
+        recipe that reads a validation part holds out
+        :data:`~activated_dgp.training.recipes.DEFAULT_VALIDATION_FRACTION`, any other holds out nothing (options
+        that read one, set explicitly under a recipe that does not, need ``validation_data`` or a fraction).
     :param dgp_callbacks: tf-keras callbacks for stage 2; one with a ``set_dgp(dgp)`` method is handed
         the converted DeepGP before stage 2 starts.
     :param network: a network to start from instead of building and training a twin (stage 1 is
@@ -119,6 +132,7 @@ def train_two_stage(
         False gives the plain activated DGP.
     """
     far_field = far_field_options(far_field)
+    chosen = stage2_recipe(recipe)
     X, Y = _check_data(X, Y)
     config = ArchitectureConfig(  # validates the architecture and the likelihood before any training
         X.shape[1], num_layers=num_layers, num_units=num_units, layer_widths=layer_widths,
@@ -126,6 +140,12 @@ def train_two_stage(
         truncation_level=truncation_level, lengthscales=lengthscales, whiten=whiten, likelihood=likelihood,
     )
     gaussian = likelihood_name(config.likelihood) == "gaussian"
+    settings = chosen.resolve(
+        gaussian=gaussian, kernel_variance=kernel_variance, kernel_variance_floor=kernel_variance_floor,
+        noise_variance=noise_variance, dgp_schedule=dgp_schedule, validation_fraction=validation_fraction,
+    )
+    kernel_variance, kernel_variance_floor, noise_variance = settings.kernel_variance, settings.kernel_variance_floor, settings.noise_variance
+    dgp_schedule, validation_fraction = settings.dgp_schedule, settings.validation_fraction
     if isinstance(noise_variance, str) and noise_variance not in ("train", "validation", "selected"):
         raise ValueError(f"noise_variance must be a number, 'train', 'validation' or 'selected', got {noise_variance!r}")
     select_noise = noise_variance == "selected"
@@ -203,4 +223,5 @@ def train_two_stage(
         initial_elbo,
         variances,
         noise_variance if gaussian else None,
+        chosen.name,
     )

@@ -1,0 +1,110 @@
+"""Named stage-2 recipes of :func:`~activated_dgp.training.train_two_stage` (:class:`Stage2Recipe`,
+:data:`STAGE2_RECIPES`, :data:`DEFAULT_RECIPE`).
+
+A recipe fixes how the converted DGP's kernel variance v and Gaussian noise start, and whether stage 2 stops early
+on a validation part. Issue 36 screened them on UCI and rotated MNIST by a rule written before the screen
+(docs/results/recipes.md); :data:`DEFAULT_RECIPE` is the one that rule chose, and docs/activated_dgp.md says when to
+use which.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Union
+
+__all__ = ["Stage2Recipe", "Stage2Settings", "STAGE2_RECIPES", "DEFAULT_RECIPE", "DEFAULT_VALIDATION_FRACTION", "DEFAULT_DGP_PATIENCE", "stage2_recipe"]
+
+#: The share of (X, Y) a recipe that needs a validation part holds out when none is given.
+DEFAULT_VALIDATION_FRACTION = 0.1
+#: Early-stopping patience (epochs) of an early-stopped recipe when no ``dgp_schedule`` is given.
+DEFAULT_DGP_PATIENCE = 10
+#: The smallest kernel variance of the ``floor`` recipe (issue 36's "floor on v"). From the v6 ``adgp`` records of
+#: docs/results/uci_long/records.jsonl (``extra.kernel_variances``, 32 cells, 64 hidden layers): the validation choice
+#: picked hidden-layer v between 3.2e-9 and 3.2e-3 (median 1e-7; 38 of 64 at or below 1e-6), and output-layer v up to
+#: 0.32 (26 of 32 below 1e-2). 1e-2 lies above every hidden v chosen, so the floor binds on every hidden layer the
+#: validation choice switched off; it is a point of the default grid 10^(−3 … 0.5), two decades below the paper's v = 1.
+FLOOR = 1e-2
+
+
+@dataclass(frozen=True)
+class Stage2Recipe:
+    """How stage 2 starts and stops.
+
+    :param kernel_variance: each layer's v at conversion: a number, or "validation" / "elbo" to choose it by the
+        validation log density / the ELBO with the mean propagation kept (:func:`select_kernel_variances`).
+    :param kernel_variance_floor: the smallest v the choice may take (None: no floor).
+    :param noise_variance: the Gaussian noise's start ("selected": chosen jointly with the output layer's v; None:
+        the network's MSE on the validation part, or on the training data without one); other likelihoods ignore it.
+    :param early_stopping: stop stage 2 on the validation NLPD and restore its best parameters.
+    """
+
+    name: str
+    kernel_variance: Union[float, str]
+    kernel_variance_floor: Optional[float] = None
+    noise_variance: Optional[str] = None
+    early_stopping: bool = False
+    summary: str = ""
+
+    @property
+    def needs_validation(self) -> bool:
+        """Whether the recipe reads a validation part (a chosen v, selected noise, or early stopping)."""
+        return self.kernel_variance == "validation" or self.noise_variance == "selected" or self.early_stopping
+
+    def resolve(self, *, gaussian: bool, kernel_variance=None, kernel_variance_floor=None, noise_variance=None,
+                dgp_schedule=None, validation_fraction=None) -> "Stage2Settings":
+        """The stage-2 settings with the explicit options (not None) kept and the rest taken from the recipe: an
+        explicit ``kernel_variance`` drops the recipe's floor and noise; the recipe's noise applies to a Gaussian
+        likelihood only; an early-stopped recipe without a schedule stops after :data:`DEFAULT_DGP_PATIENCE` epochs;
+        without a fraction, a recipe that reads a validation part holds out :data:`DEFAULT_VALIDATION_FRACTION`."""
+        from .schedule import TrainingSchedule
+
+        if kernel_variance is None:
+            kernel_variance = self.kernel_variance
+            if kernel_variance_floor is None:
+                kernel_variance_floor = self.kernel_variance_floor
+            if noise_variance is None and gaussian:
+                noise_variance = self.noise_variance
+        if dgp_schedule is None and self.early_stopping:
+            dgp_schedule = TrainingSchedule(patience=DEFAULT_DGP_PATIENCE)
+        if validation_fraction is None:
+            validation_fraction = DEFAULT_VALIDATION_FRACTION if self.needs_validation else 0.0
+        return Stage2Settings(self.name, kernel_variance, kernel_variance_floor, noise_variance, dgp_schedule, validation_fraction)
+
+
+@dataclass(frozen=True)
+class Stage2Settings:
+    """What :meth:`Stage2Recipe.resolve` gives ``train_two_stage``."""
+
+    recipe: str
+    kernel_variance: Union[float, str]
+    kernel_variance_floor: Optional[float]
+    noise_variance: Union[None, float, str]
+    dgp_schedule: object  # Optional[TrainingSchedule]
+    validation_fraction: float
+
+
+#: The recipes of issue 36's screen. ``paper``: Dutordoir et al. (2021), Sec. 5.2 and appendix E.1: v = 1 at
+#: conversion, stage 2 without a stopping rule.
+STAGE2_RECIPES = {
+    recipe.name: recipe
+    for recipe in (
+        Stage2Recipe("paper", 1.0, summary="v = 1 at conversion, no early stopping (Dutordoir et al. 2021, appendix E.1)"),
+        Stage2Recipe("validation", "validation", None, "selected", True,
+                     summary="v and noise chosen on the validation log density, early stopping"),
+        Stage2Recipe("elbo", "elbo", None, "selected", True, summary="v and noise chosen on the ELBO, early stopping"),
+        Stage2Recipe("floor", "validation", FLOOR, "selected", True,
+                     summary=f"as validation, with v ≥ {FLOOR:g}"),
+    )
+}
+
+#: ``train_two_stage``'s recipe when none is named.
+DEFAULT_RECIPE = "paper"
+
+
+def stage2_recipe(recipe: Union[str, Stage2Recipe]) -> Stage2Recipe:
+    """The recipe named ``recipe`` (or ``recipe`` itself); a clear error for an unknown name."""
+    if isinstance(recipe, Stage2Recipe):
+        return recipe
+    if recipe not in STAGE2_RECIPES:
+        raise ValueError(f"unknown stage-2 recipe {recipe!r}; the recipes are {', '.join(map(repr, STAGE2_RECIPES))}")
+    return STAGE2_RECIPES[recipe]

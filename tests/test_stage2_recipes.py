@@ -1,0 +1,51 @@
+"""``train_two_stage(recipe=…)``: the named stage-2 recipes (activated_dgp.training.recipes) resolve to the settings
+their definitions state, explicit options override them, and bad names get clear errors. The end-to-end fit with a
+recipe is tests/test_variance_floor.py's ``test_train_two_stage_passes_the_floor``."""
+
+import numpy as np
+import pytest
+
+from activated_dgp.training import DEFAULT_RECIPE, STAGE2_RECIPES, TrainingSchedule, train_two_stage
+from activated_dgp.training.recipes import DEFAULT_DGP_PATIENCE, DEFAULT_VALIDATION_FRACTION, stage2_recipe
+
+# the definitions of issue 36's recipes (docs/results/recipes.md's table), written out here
+DEFINED = {
+    "paper": dict(kernel_variance=1.0, kernel_variance_floor=None, noise_variance=None, early=False, validation=0.0),
+    "validation": dict(kernel_variance="validation", kernel_variance_floor=None, noise_variance="selected", early=True, validation=0.1),
+    "elbo": dict(kernel_variance="elbo", kernel_variance_floor=None, noise_variance="selected", early=True, validation=0.1),
+    "floor": dict(kernel_variance="validation", kernel_variance_floor=1e-2, noise_variance="selected", early=True, validation=0.1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DEFINED))
+def test_each_recipe_resolves_to_its_definition(name):
+    want = DEFINED[name]
+    settings = stage2_recipe(name).resolve(gaussian=True)
+    assert settings.recipe == name and settings.kernel_variance == want["kernel_variance"]
+    assert settings.kernel_variance_floor == want["kernel_variance_floor"] and settings.noise_variance == want["noise_variance"]
+    assert (settings.dgp_schedule is not None and settings.dgp_schedule.patience == DEFAULT_DGP_PATIENCE) == want["early"]
+    assert settings.validation_fraction == pytest.approx(want["validation"]) and DEFAULT_VALIDATION_FRACTION == 0.1
+    # a classifier has no Gaussian noise to choose
+    assert stage2_recipe(name).resolve(gaussian=False).noise_variance is None
+    assert DEFAULT_RECIPE in DEFINED and set(STAGE2_RECIPES) == set(DEFINED)
+
+
+def test_explicit_options_override_the_recipe():
+    floor = stage2_recipe("floor")
+    fixed = floor.resolve(gaussian=True, kernel_variance=0.5)  # a fixed v drops the floor and the chosen noise
+    assert fixed.kernel_variance == 0.5 and fixed.kernel_variance_floor is None and fixed.noise_variance is None
+    assert fixed.dgp_schedule.patience == DEFAULT_DGP_PATIENCE  # the recipe still stops early …
+    assert fixed.validation_fraction == pytest.approx(0.1)  # … on its held-out part
+    mine = TrainingSchedule(epochs=7, patience=3)
+    own = floor.resolve(gaussian=True, kernel_variance_floor=0.05, noise_variance=0.2, dgp_schedule=mine, validation_fraction=0.25)
+    assert own.kernel_variance == "validation" and own.kernel_variance_floor == 0.05 and own.noise_variance == 0.2
+    assert own.dgp_schedule is mine and own.validation_fraction == 0.25
+
+
+def test_bad_recipes_are_clear_errors():
+    rng = np.random.default_rng(0)
+    X, Y = rng.normal(size=(20, 2)), rng.normal(size=(20, 1))
+    with pytest.raises(ValueError, match="unknown stage-2 recipe 'best'.*'paper', 'validation', 'elbo', 'floor'"):
+        train_two_stage(X, Y, recipe="best")
+    with pytest.raises(ValueError, match="needs validation_data or a validation_fraction"):
+        train_two_stage(X, Y, recipe="validation", validation_fraction=0.0)
