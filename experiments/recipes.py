@@ -300,7 +300,7 @@ def _number(value, form="{:.3f}") -> str:
     return "missing" if value is None else form.format(value)
 
 
-def markdown(decision: Decision, sources: str) -> str:
+def markdown(decision: Decision, sources: str, shift: str = "") -> str:
     out = ["```text", RULE, "```", "", READING, "", AMENDMENT, ""]
     if decision.winner is not None:
         out += [f"**Chosen recipe: {decision.winner}** (finalists for the full-size runs: {', '.join(decision.finalists)})."]
@@ -337,6 +337,10 @@ def markdown(decision: Decision, sources: str) -> str:
         accuracy = "missing" if e.accuracy_0 is None else (
             f"{e.accuracy_0:.4f} / {e.accuracy_0_nn:.4f} {'✓' if e.accuracy_0 >= e.accuracy_0_nn - ACCURACY_MARGIN else '✗'}")
         out.append(f"| {e.candidate} | " + " | ".join(cells) + f" | {misses} | {accuracy} |")
+    if shift:
+        out += ["", f"**Rotated MNIST, test log-likelihood per angle** (seeds {', '.join(map(str, SCREEN_SEEDS))}; every control, "
+                "those given the extra epochs (`*_ft`) and those without, and the deep ensemble, beside each recipe's "
+                "fine-tuned ADGP with the far field on; read, not scored)", "", shift]
     lacking = sorted({cell for e in decision.evaluations for cell in e.missing})
     if lacking:
         groups: Dict[str, int] = {}
@@ -346,6 +350,34 @@ def markdown(decision: Decision, sources: str) -> str:
         out += ["", f"**Missing cells** ({len(lacking)}; a cell is one record, or a far-field-off score a record lacks): "
                 + "; ".join(f"{head} ({count})" for head, count in sorted(groups.items())) + "."]
     return "\n".join(out) + "\n"
+
+
+#: The rotated-MNIST models beside the candidates in the per-angle table: the network controls with and without the
+#: extra epochs, and the deep ensemble.
+SHIFT_TABLE_CONTROLS = ("nn", "nn_ts", "nn_dropout", "nn_ts_ft", "nn_dropout_ft", "ensemble")
+
+
+def shift_table(rotated: Dict[str, Dict], controls: Dict) -> str:
+    """Test log-likelihood per angle on the screened seeds (mean over them): every control of
+    :data:`SHIFT_TABLE_CONTROLS` and every recipe's ``adgp_ft`` (far field on), with the mean over 45°–180°; rows
+    lacking a seed are left out. Read only, never scored: the rule's bar is :data:`CONTROLS`."""
+    from experiments.rotated_mnist import LABELS
+
+    rows = [(LABELS[m], [controls.get((m, s)) for s in SCREEN_SEEDS]) for m in SHIFT_TABLE_CONTROLS]
+    rows += [(f"ADGP + conv fine-tuned, `{recipe}` recipe", [rotated.get(recipe, {}).get((ROTATED_MODEL, s)) for s in SCREEN_SEEDS])
+             for recipe in RECIPES]
+    angles = list(range(0, 181, 15))
+    lines = ["| model | " + " | ".join(f"{a}°" for a in angles) + " | mean 45°–180° |", "|---|" + "---|" * (len(angles) + 1)]
+    for label, records in rows:
+        if any(r is None for r in records):
+            continue
+        values = [[_at_angle(r, r.get("log_likelihood"), a) for r in records] for a in angles]
+        if any(v is None for column in values for v in column):
+            continue
+        means = [float(np.mean(column)) for column in values]
+        shifted = float(np.mean([m for a, m in zip(angles, means) if a in SHIFT_ANGLES]))
+        lines.append(f"| {label} | " + " | ".join(f"{m:.2f}" for m in means) + f" | {shifted:.3f} |")
+    return "\n".join(lines)
 
 
 def figure(decision: Decision, controls: Dict, path: Path) -> None:
@@ -399,11 +431,13 @@ def report(records, options) -> None:
 
     evaluations = evaluate_all(options)
     decision = decide(evaluations, closed=options.screen_closed)
+    controls = load_rotated(Path(options.controls))
+    shift = shift_table({recipe: load_rotated(Path(options.rotated_root) / recipe / "records.jsonl") for recipe in RECIPES}, controls)
     sources = ", ".join(f"`{p}`" for p in (Path(options.uci_out) / "records.jsonl", Path(options.rotated_root) / "<recipe>/records.jsonl",
                                           Path(options.controls)))
     doc = Path(options.doc) if options.doc else page_path(options)
     command = portable_command("experiments", ["recipes"] + (["--screen-closed"] if options.screen_closed else []))
-    write_block(doc, "recipes", markdown(decision, sources), command, create=True)
-    figure(decision, load_rotated(Path(options.controls)), Path(options.figure))
+    write_block(doc, "recipes", markdown(decision, sources, shift), command, create=True)
+    figure(decision, controls, Path(options.figure))
     if not options.quiet:
-        print(markdown(decision, sources))
+        print(markdown(decision, sources, shift))

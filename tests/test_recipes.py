@@ -182,3 +182,26 @@ def test_the_committed_page_is_what_the_committed_records_give(tmp_path, monkeyp
     cli.main("recipes", recipes, ["--report-only", "--quiet", "--out", str(tmp_path / "recipes"), "--doc", str(stale),
                                   "--figure", str(tmp_path / "recipes.png")])
     assert stale.read_text() == committed
+
+
+def test_train_two_stage_defaults_are_the_rules_choice_from_the_committed_records(monkeypatch):
+    """The default recipe and far-field setting of ``train_two_stage`` are the winner the written rule picks from the
+    committed screen records (a record that changes the choice fails here until the default follows it)."""
+    import inspect
+
+    from activated_dgp import train_two_stage
+    from activated_dgp.training import DEFAULT_RECIPE
+
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    decision = recipes.decide(recipes.evaluate_all(_options_at_defaults()))
+    assert decision.decidable and decision.winner is not None
+    recipe, far = decision.winner.split("/")
+    defaults = inspect.signature(train_two_stage).parameters
+    assert DEFAULT_RECIPE == recipe and defaults["recipe"].default == recipe
+    assert defaults["far_field"].default is (far == "on")
+
+
+def _options_at_defaults():
+    from experiments.harness import cli
+
+    return cli.parse("recipes", recipes, ["--report-only", "--quiet"])

@@ -207,6 +207,7 @@ CASES = [
     ("train_two_stage", "softmax with one class", lambda c: adgp.train_two_stage(c.X, c.labels * 0, likelihood="softmax")),
     ("train_two_stage", "truncation level Ñ = 0", lambda c: adgp.train_two_stage(c.X, c.Y, truncation_level=0)),
     ("train_two_stage", "validation data of another width", lambda c: adgp.train_two_stage(c.X, c.Y, validation_data=(c.wide_X, c.Y))),
+    ("train_two_stage", "unknown stage-2 recipe", lambda c: adgp.train_two_stage(c.X, c.Y, recipe="best")),
     ("train_two_stage", "noise_variance 'guess'", lambda c: adgp.train_two_stage(c.X, c.Y, noise_variance="guess")),
     ("evaluate_elbo", "NaN in X", lambda c: adgp.evaluate_elbo(c.dgp, c.nan_X, c.Y)),
     ("evaluate_elbo", "X of the wrong width", lambda c: adgp.evaluate_elbo(c.dgp, c.wide_X, c.Y)),

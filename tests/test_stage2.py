@@ -359,7 +359,7 @@ def test_two_stage_with_validation_options_and_errors():
     assert result.initial_noise_variance == pytest.approx(max(expected_noise, 1e-4), rel=1e-6)
     assert len(result.kernel_variances) == 2 and result.dgp.num_data == len(X_fit)
     with pytest.raises(ValueError, match="validation"):
-        train_two_stage(X, Y, num_layers=1, num_units=4, noise_variance="validation")
+        train_two_stage(X, Y, num_layers=1, num_units=4, noise_variance="validation", recipe="paper")  # reads no validation part
     with pytest.raises(ValueError, match="kernel_variance"):
         train_two_stage(X, Y, num_layers=1, num_units=4, kernel_variance="largest")
     with pytest.raises(ValueError, match="likelihood"):
@@ -429,7 +429,7 @@ def test_joint_noise_search_picks_the_closed_form_best_noise_and_keeps_the_forwa
 def test_two_stage_noise_selected_needs_a_variance_search():
     X, Y = _data(90)
     with pytest.raises(ValueError, match="selected"):
-        train_two_stage(X, Y, num_layers=1, num_units=4, validation_fraction=0.2, noise_variance="selected")
+        train_two_stage(X, Y, num_layers=1, num_units=4, validation_fraction=0.2, noise_variance="selected", recipe="paper")
     with pytest.raises(ValueError, match="noise_variance"):
         train_two_stage(X, Y, num_layers=1, num_units=4, noise_variance="loudest")
 
