@@ -74,6 +74,16 @@ AMENDMENT = """Amendment (written 2026-11-26, when floor's UCI split-1 cells of 
 - A candidate that already fails admissibility on the cells it has (RMSE misses on two or more screened sets whose splits are all recorded, or a recorded 0° accuracy more than 1 point below NN's) is not admissible, whatever its missing cells hold; its missing cells no longer hold up the choice. They are still listed, and still run for the figure."""
 
 
+#: A follow-up to the rule, for one candidate the screen's records suggested. Written after the screen's choice and
+#: before the records it reads (the rotated-MNIST controls of seeds 1 and 2) existed.
+FOLLOW_UP_DATE = "2026-11-26"
+FOLLOW_UP_SEEDS = (1, 2)
+FOLLOW_UP = f"""Follow-up rule (written {FOLLOW_UP_DATE}, after the screen's choice and before the rotated-MNIST controls of seeds 1 and 2 existed):
+- Candidate `by_likelihood`: the `validation` recipe for a Gaussian likelihood, the `paper` recipe for classification. It is post hoc, made of the screen's own cells (validation's UCI cells, paper's rotated-MNIST cell), on which the rule would score it 1.4, above every screened candidate. So it is judged only on records the screen did not read.
+- It becomes `train_two_stage`'s default if, in each of rotated-MNIST seeds 1 and 2, the `paper` recipe's fine-tuned ADGP (docs/results/rotated_mnist_recipes/paper) has a test log-likelihood above the larger of fine-tuned NN+TS's and fine-tuned MC dropout's at every angle from 45° to 180°, and a 0° accuracy at most 1 point below NN's. Its regression half is the `validation` recipe, whose full-size UCI records already meet issue 36's UCI targets (docs/results/uci.md).
+- Until both seeds' controls exist, the default stays the rule's choice."""
+
+
 def add_options(parser) -> None:
     """The screen's inputs and outputs (the harness adds --out, --report-only, …; this study always only reports)."""
     parser.add_argument("--uci-out", type=Path, default=Path("docs/results/uci_long"),
@@ -286,6 +296,43 @@ def decide(evaluations: Sequence[Evaluation], closed: bool = False) -> Decision:
                     ranking[0] if decidable else None, finalists)
 
 
+@dataclass
+class FollowUp:
+    """:data:`FOLLOW_UP` applied: per seed, the shifted angles where the paper recipe's ADGP beats both fine-tuned
+    controls (of 10) and whether its 0° accuracy is within 1 point of NN's; ``verdict`` is "met", "not met" or
+    "waiting" (a seed's records are missing)."""
+
+    per_seed: Dict[int, Optional[Tuple[int, bool]]]
+    verdict: str
+
+
+def follow_up(rotated: Dict[str, Dict], controls: Dict) -> FollowUp:
+    per_seed: Dict[int, Optional[Tuple[int, bool]]] = {}
+    for seed in FOLLOW_UP_SEEDS:
+        records = {"candidate": rotated.get("paper", {}).get((ROTATED_MODEL, seed)), **{m: controls.get((m, seed)) for m in CONTROLS}}
+        if any(r is None for r in records.values()):
+            per_seed[seed] = None
+            continue
+        at = {who: {a: _at_angle(r, r.get("log_likelihood"), a) for a in SHIFT_ANGLES} for who, r in records.items()}
+        wins = sum(at["candidate"][a] > max(at["nn_ts_ft"][a], at["nn_dropout_ft"][a]) for a in SHIFT_ANGLES)
+        accuracy = _at_angle(records["candidate"], records["candidate"].get("accuracy"), 0)
+        accurate = accuracy >= _at_angle(records["nn"], records["nn"].get("accuracy"), 0) - ACCURACY_MARGIN
+        per_seed[seed] = (int(wins), bool(accurate))
+    if any(v is None for v in per_seed.values()):
+        verdict = "waiting"
+    else:
+        verdict = "met" if all(w == len(SHIFT_ANGLES) and ok for w, ok in per_seed.values()) else "not met"
+    return FollowUp(per_seed, verdict)
+
+
+def follow_up_markdown(result: FollowUp) -> str:
+    cells = "; ".join(f"seed {s}: " + ("missing" if v is None else f"{v[0]} of {len(SHIFT_ANGLES)} angles, 0° accuracy {'within' if v[1] else 'more than'} 1 point of NN's")
+                      for s, v in result.per_seed.items())
+    outcome = {"met": "**met: `by_likelihood` should become the default.**", "not met": "**not met: the default stays the rule's choice.**",
+               "waiting": "**not yet decidable: records missing.**"}[result.verdict]
+    return "\n".join([FOLLOW_UP, "", f"Follow-up: {outcome} ({cells}.)"])
+
+
 def evaluate_all(options) -> List[Evaluation]:
     uci = load_uci(Path(options.uci_out) / "records.jsonl")
     rotated = {recipe: load_rotated(Path(options.rotated_root) / recipe / "records.jsonl") for recipe in RECIPES}
@@ -300,7 +347,7 @@ def _number(value, form="{:.3f}") -> str:
     return "missing" if value is None else form.format(value)
 
 
-def markdown(decision: Decision, sources: str, shift: str = "") -> str:
+def markdown(decision: Decision, sources: str, shift: str = "", later: str = "") -> str:
     out = ["```text", RULE, "```", "", READING, "", AMENDMENT, ""]
     if decision.winner is not None:
         out += [f"**Chosen recipe: {decision.winner}** (finalists for the full-size runs: {', '.join(decision.finalists)})."]
@@ -309,6 +356,8 @@ def markdown(decision: Decision, sources: str, shift: str = "") -> str:
                 "from candidates that could still be admissible.**"]
     else:
         out += ["**Chosen recipe: none: no candidate is admissible.**"]
+    if later:
+        out += ["", later]
     out += ["", f"Records read: {sources}.", ""]
     out += ["**Scores** (UCI: sets where the candidate's mean NLPD < NN+TS's, of 5; rotated MNIST: angles 45°–180° where "
             "its mean test log-likelihood > max(fine-tuned NN+TS, fine-tuned MC dropout), of 10; ΔNLPD: mean over the sets "
@@ -432,12 +481,14 @@ def report(records, options) -> None:
     evaluations = evaluate_all(options)
     decision = decide(evaluations, closed=options.screen_closed)
     controls = load_rotated(Path(options.controls))
-    shift = shift_table({recipe: load_rotated(Path(options.rotated_root) / recipe / "records.jsonl") for recipe in RECIPES}, controls)
+    rotated = {recipe: load_rotated(Path(options.rotated_root) / recipe / "records.jsonl") for recipe in RECIPES}
+    shift = shift_table(rotated, controls)
+    later = follow_up_markdown(follow_up(rotated, controls))
     sources = ", ".join(f"`{p}`" for p in (Path(options.uci_out) / "records.jsonl", Path(options.rotated_root) / "<recipe>/records.jsonl",
                                           Path(options.controls)))
     doc = Path(options.doc) if options.doc else page_path(options)
     command = portable_command("experiments", ["recipes"] + (["--screen-closed"] if options.screen_closed else []))
-    write_block(doc, "recipes", markdown(decision, sources, shift), command, create=True)
+    write_block(doc, "recipes", markdown(decision, sources, shift, later), command, create=True)
     figure(decision, controls, Path(options.figure))
     if not options.quiet:
-        print(markdown(decision, sources, shift))
+        print(markdown(decision, sources, shift, later))

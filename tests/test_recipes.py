@@ -38,11 +38,11 @@ def _uci_record(method, dataset, split, rmse, nlpd, off=None):
             "rmse": rmse, "nlpd": nlpd, "extra": extra}
 
 
-def _rotated_record(model, log_likelihood, accuracy_0, off=None):
+def _rotated_record(model, log_likelihood, accuracy_0, off=None, seed=0):
     def fields(ll, acc):
         return {"log_likelihood": [ll(a) for a in ANGLES], "accuracy": [acc if a == 0 else 0.5 for a in ANGLES]}
 
-    record = {"dataset": "mnist", "model": model, "seed": 0, "protocol": "test", "angles": ANGLES, **fields(log_likelihood, accuracy_0)}
+    record = {"dataset": "mnist", "model": model, "seed": seed, "protocol": "test", "angles": ANGLES, **fields(log_likelihood, accuracy_0)}
     if off is not None:
         record["far_field_off"] = fields(off, accuracy_0)
     return record
@@ -146,6 +146,30 @@ def test_a_candidate_its_recorded_cells_already_rule_out_does_not_hold_up_the_ch
     waiting = recipes.decide(recipes.evaluate_all(_options(tmp_path)))
     assert waiting.incomplete == ["paper/on", "paper/off"] and waiting.winner is None
     assert "not yet decidable: 4 cells missing, 4 of them" in recipes.markdown(waiting, "test")
+
+
+def test_the_follow_up_waits_for_its_seeds_and_judges_the_paper_recipe_on_them_alone():
+    """The follow-up reads only seeds 1 and 2: the paper recipe's ADGP at −1 against fine-tuned controls at −3 / −2.5
+    wins every shifted angle (met); one angle at −2.6 in seed 2 (below dropout's −2.5) fails it, and so does a 0°
+    accuracy 2 points below NN's; a missing control leaves it waiting. Seed 0's records are never read."""
+    def controls(seeds, dropout=-2.5):
+        return {(m, s): _rotated_record(m, ll, 0.97, seed=s) for s in seeds
+                for m, ll in (("nn", lambda a: -5.0), ("nn_ts_ft", lambda a: -3.0), ("nn_dropout_ft", lambda a: dropout))}
+
+    def paper(seeds, ll=lambda a: -1.0, accuracy=0.97):
+        return {"paper": {("adgp_ft", s): _rotated_record("adgp_ft", ll, accuracy, seed=s) for s in seeds}}
+
+    assert recipes.follow_up(paper([0, 1, 2]), controls([0, 1])).verdict == "waiting"
+    met = recipes.follow_up(paper([1, 2]), controls([1, 2]))
+    assert met.verdict == "met" and met.per_seed == {1: (10, True), 2: (10, True)}
+    rotated = paper([1, 2])
+    rotated["paper"][("adgp_ft", 2)] = _rotated_record("adgp_ft", lambda a: -2.6 if a == 180 else -1.0, 0.97, seed=2)
+    missed = recipes.follow_up(rotated, controls([1, 2]))
+    assert missed.verdict == "not met" and missed.per_seed[2] == (9, True)
+    assert recipes.follow_up(paper([1, 2], accuracy=0.95), controls([1, 2])).verdict == "not met"
+    # seed 0 alone, however bad, does not enter
+    assert recipes.follow_up({**paper([1, 2]), "validation": {}}, {**controls([1, 2]), **controls([0], dropout=0.0)}).verdict == "met"
+    assert "not yet decidable: records missing" in recipes.follow_up_markdown(recipes.follow_up({}, {}))
 
 
 def test_a_far_field_off_score_a_record_lacks_is_missing_not_invented(tmp_path):
