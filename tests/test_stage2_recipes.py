@@ -15,6 +15,7 @@ DEFINED = {
     "elbo": dict(kernel_variance="elbo", kernel_variance_floor=None, noise_variance="selected", early=True, validation=0.1),
     "floor": dict(kernel_variance="validation", kernel_variance_floor=1e-2, noise_variance="selected", early=True, validation=0.1),
 }
+BY_LIKELIHOOD = {"gaussian": "validation", "classification": "paper"}  # the suggested candidate: which recipe each gets
 
 
 @pytest.mark.parametrize("name", sorted(DEFINED))
@@ -27,7 +28,22 @@ def test_each_recipe_resolves_to_its_definition(name):
     assert settings.validation_fraction == pytest.approx(want["validation"]) and DEFAULT_VALIDATION_FRACTION == 0.1
     # a classifier has no Gaussian noise to choose
     assert stage2_recipe(name).resolve(gaussian=False).noise_variance is None
-    assert DEFAULT_RECIPE in DEFINED and set(STAGE2_RECIPES) == set(DEFINED)
+    assert DEFAULT_RECIPE in set(DEFINED) | {"by_likelihood"} and set(STAGE2_RECIPES) == set(DEFINED) | {"by_likelihood"}
+
+
+def test_by_likelihood_is_validation_for_regression_and_paper_for_classification():
+    recipe = stage2_recipe("by_likelihood")
+    for gaussian, name in ((True, BY_LIKELIHOOD["gaussian"]), (False, BY_LIKELIHOOD["classification"])):
+        used = recipe.for_likelihood(gaussian)
+        want = DEFINED[name]
+        settings = used.resolve(gaussian=gaussian)
+        assert used.name == ("by_likelihood" if gaussian else name) and settings.kernel_variance == want["kernel_variance"]
+        assert settings.noise_variance == DEFINED[name]["noise_variance"] if gaussian else settings.noise_variance is None
+        assert settings.kernel_variance_floor == want["kernel_variance_floor"]
+        assert settings.validation_fraction == pytest.approx(want["validation"])
+        assert (settings.dgp_schedule is not None) == want["early"]
+    for name in DEFINED:  # the screened recipes are the same for every likelihood
+        assert stage2_recipe(name).for_likelihood(False) is stage2_recipe(name)
 
 
 def test_explicit_options_override_the_recipe():

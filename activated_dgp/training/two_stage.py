@@ -92,7 +92,8 @@ def train_two_stage(
     :param lengthscales: per-layer lengthscales of the twin (:func:`build_activated_nn`), copied into
         the DGP's kernels by the converter.
     :param recipe: the stage-2 recipe (:data:`~activated_dgp.training.recipes.STAGE2_RECIPES`: "paper",
-        "validation", "elbo", "floor"; default :data:`~activated_dgp.training.recipes.DEFAULT_RECIPE`): the start of
+        "validation", "elbo", "floor", or "by_likelihood": validation for a Gaussian likelihood, paper otherwise;
+        ``TwoStageResult.recipe`` names the one used; default :data:`~activated_dgp.training.recipes.DEFAULT_RECIPE`): the start of
         v and the noise and whether stage 2 stops early. ``kernel_variance``, ``kernel_variance_floor``,
         ``noise_variance`` and ``dgp_schedule`` given explicitly override it (an explicit ``kernel_variance`` drops
         the recipe's floor too). An early-stopped recipe with no ``dgp_schedule`` stops after
@@ -140,6 +141,7 @@ def train_two_stage(
         truncation_level=truncation_level, lengthscales=lengthscales, whiten=whiten, likelihood=likelihood,
     )
     gaussian = likelihood_name(config.likelihood) == "gaussian"
+    chosen = chosen.for_likelihood(gaussian)
     settings = chosen.resolve(
         gaussian=gaussian, kernel_variance=kernel_variance, kernel_variance_floor=kernel_variance_floor,
         noise_variance=noise_variance, dgp_schedule=dgp_schedule, validation_fraction=validation_fraction,
