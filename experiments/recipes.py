@@ -460,6 +460,12 @@ def figure(decision: Decision, controls: Dict, path: Path) -> None:
                     fmt="o" if e.candidate.endswith("/on") else "s", color=f"C{index // 2}", capsize=3,
                     mfc=None if e.candidate.endswith("/on") else "none", label=e.candidate)
         plotted += 1
+    found = {e.candidate: e for e in decision.evaluations}
+    regression, classification = found.get("validation/on"), found.get("paper/on")
+    if regression and classification and regression.nlpd_gap is not None and classification.per_seed_shift:
+        # the follow-up rule's candidate (FOLLOW_UP): validation's UCI cells with paper's rotated-MNIST cells
+        ax.plot(regression.nlpd_gap, float(np.mean(list(classification.per_seed_shift.values()))), "*", ms=14, color="k",
+                label="by_likelihood (post hoc: validation's UCI, paper's rotated MNIST)")
     if not plotted:
         ax.text(0.5, 0.5, f"no candidate has all its screened cells yet\n({decision.missing_cells} cells missing)",
                 ha="center", va="center", transform=ax.transAxes, fontsize=9)
