@@ -333,10 +333,14 @@ def follow_up_markdown(result: FollowUp) -> str:
     return "\n".join([FOLLOW_UP, "", f"Follow-up: {outcome} ({cells}.)"])
 
 
-def evaluate_all(options) -> List[Evaluation]:
-    uci = load_uci(Path(options.uci_out) / "records.jsonl")
+def load_all(options) -> Tuple[Dict, Dict[str, Dict], Dict]:
+    """The screen's records: UCI (:func:`load_uci`), recipe -> its rotated-MNIST records, and the controls'."""
     rotated = {recipe: load_rotated(Path(options.rotated_root) / recipe / "records.jsonl") for recipe in RECIPES}
-    controls = load_rotated(Path(options.controls))
+    return load_uci(Path(options.uci_out) / "records.jsonl"), rotated, load_rotated(Path(options.controls))
+
+
+def evaluate_all(options, loaded=None) -> List[Evaluation]:
+    uci, rotated, controls = loaded or load_all(options)
     return [evaluate(candidate, uci, rotated, controls) for candidate in CANDIDATES]
 
 
@@ -484,10 +488,9 @@ def report(records, options) -> None:
     """The page's generated block and the figure, from the screen's records alone."""
     from experiments.harness.store import portable_command
 
-    evaluations = evaluate_all(options)
-    decision = decide(evaluations, closed=options.screen_closed)
-    controls = load_rotated(Path(options.controls))
-    rotated = {recipe: load_rotated(Path(options.rotated_root) / recipe / "records.jsonl") for recipe in RECIPES}
+    loaded = load_all(options)
+    _, rotated, controls = loaded
+    decision = decide(evaluate_all(options, loaded), closed=options.screen_closed)
     shift = shift_table(rotated, controls)
     later = follow_up_markdown(follow_up(rotated, controls))
     sources = ", ".join(f"`{p}`" for p in (Path(options.uci_out) / "records.jsonl", Path(options.rotated_root) / "<recipe>/records.jsonl",

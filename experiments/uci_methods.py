@@ -502,8 +502,8 @@ STAGE2_RECIPES = {"adgp": "validation", "adgp_paper": "paper", "adgp_elbo": "elb
 
 
 def recipe_options(method: str) -> Dict:
-    """The ``train_two_stage`` keywords of ``method``'s recipe as the records keep them (``extra.options``); the UCI
-    methods always have a validation part, so the paper's noise starts from the network's validation MSE."""
+    """What ``method``'s recipe sets, as the records keep it (``extra.options``; the fit itself is handed the recipe):
+    the UCI methods always have a validation part, so the paper's noise starts from the network's validation MSE."""
     recipe = LIBRARY_RECIPES[STAGE2_RECIPES[method]]
     options = {"kernel_variance": recipe.kernel_variance, "noise_variance": recipe.noise_variance or "validation"}
     if recipe.kernel_variance_floor is not None:
@@ -532,7 +532,7 @@ def _adgp(kind: str, data: SplitData, budget: Budget, networks: Optional[Network
     schedule = budget.schedule(budget.dgp_steps, len(X)) if chosen.early_stopping else protocol_schedule(budget.dgp_steps, len(X), early_stopping=False)
     result = train_two_stage(
         X, y, likelihood="gaussian", network=network, validation_data=validation, recipe=chosen,
-        dgp_schedule=schedule, seed=seed, **options,
+        dgp_schedule=schedule, seed=seed,
     )
     init_noise = _training_mse(network, X, y)
     init = regression_metrics(data.y_test, _network_mean(network, data.X_test), init_noise, data.y_scale)
