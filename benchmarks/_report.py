@@ -13,8 +13,8 @@ BENCHMARKS_DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
 #: The benchmarks whose blocks are written from committed records. Each has ``report_from_records()`` (reads its
 #: record and rewrites its blocks, timing and training nothing) and ``REPORT_BLOCKS``, the (page, block name) pairs
 #: it writes; ``python -m experiments report`` calls them all through :func:`report_from_records`.
-REPORTED = ("benchmarks.eigenpro", "benchmarks.ika_vs_nystrom", "benchmarks.laplace_neuralef", "benchmarks.neuralef_vs_nystrom",
-            "benchmarks.twin_training")
+REPORTED = ("benchmarks.eigenpro", "benchmarks.ika_vs_nystrom", "benchmarks.laplace_neuralef", "benchmarks.lla_rotated_mnist_cost",
+            "benchmarks.neuralef_vs_nystrom", "benchmarks.twin_training")
 #: Blocks of timings whose only record is the block itself: rerunning their benchmark (the command in the marker)
 #: measures them anew, so ``python -m experiments report`` leaves them as they are.
 MEASURED_ONLY = {("docs/benchmarks.md", name) for name in ("covariances", "dgp_epoch", "prediction", "streaming", "eigenpro_scaling")}

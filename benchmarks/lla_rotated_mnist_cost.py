@@ -4,7 +4,13 @@ its first activated layer, and of the last Dense layer, on the study's network (
 Ñ = 20, random weights: the cost does not depend on their values). Extrapolated to one pass over 4,500 training
 images (the GGN; the per-step NeuralEF Jacobians cost the same per pair) and printed with the machine's load.
 
-Run:  nice -n 10 python -m benchmarks.lla_rotated_mnist_cost      (writes docs/results/lla_rotated_mnist_cost.json)
+Then the diagonal LLA of the dense head both ways, on the same 64 images in the same run: J(x) diag(s) J(x)ᵀ and the
+GGN's diagonal from the per-example Jacobians (``jacobian_function``, then the products) against the layer-wise
+factors (``activated_dgp.eigen.layerwise``, what ``LinearisedLaplace(method="diagonal")`` uses for such chains), the
+ratio of the two times, and the largest relative difference of their results. Each time is the best of three calls.
+
+Run:  python -m benchmarks.lla_rotated_mnist_cost      (writes docs/results/lla_rotated_mnist_cost.json and its block of
+      docs/benchmarks.md; ``--report-only`` rewrites the block from the record, timing nothing)
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import tensorflow as tf  # noqa: E402
 import tf_keras  # noqa: E402
 
 from activated_dgp.eigen import jacobian_function  # noqa: E402
+from activated_dgp.eigen.layerwise import layerwise_jacobian  # noqa: E402
 from experiments.setups import rotated_mnist_cnn  # noqa: E402
 
 OUTPUT = Path(__file__).resolve().parents[1] / "docs" / "results" / "lla_rotated_mnist_cost.json"
@@ -55,7 +62,93 @@ def main() -> None:
                      "load_average_1_5_15": [round(v, 2) for v in os.getloadavg()]})
         print(json.dumps(rows[-1]), flush=True)
         OUTPUT.write_text(json.dumps({"truncation_level": TRUNCATION_LEVEL, "cpus": os.cpu_count(), "rows": rows}, indent=1) + "\n")
+    diagonal = diagonal_lla_rows(head, conv)
+    OUTPUT.write_text(json.dumps({"truncation_level": TRUNCATION_LEVEL, "cpus": os.cpu_count(), "rows": rows,
+                                  "diagonal_lla": diagonal}, indent=1) + "\n")
+
+
+def best_of_three(function):
+    times, result = [], None
+    for _ in range(3):
+        start = time.perf_counter()
+        result = function()
+        times.append(time.perf_counter() - start)
+    return min(times), result
+
+
+def diagonal_lla_rows(head, conv) -> list:
+    """The diagonal LLA's two products on the dense head, per-example Jacobians against layer-wise factors."""
+    variables = head.trainable_variables
+    jacobian = jacobian_function(lambda X: head(X, training=False), variables)
+    layerwise = layerwise_jacobian(head, variables)
+    rng = np.random.default_rng(1)
+    variances = rng.uniform(1e-3, 1.0, size=int(head.count_params()))
+    logits = head(conv).numpy()
+    p = np.exp(logits - logits.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    hessians = np.stack([np.diag(q) - np.outer(q, q) for q in p])  # the softmax Λ of the study's LLA
+    X = tf.constant(conv)
+    jacobian(tf.constant(conv[:4]))
+    layerwise.covariance(conv[:4], variances)
+
+    def by_jacobian(product):
+        F = jacobian(X).numpy()
+        return product(F)
+
+    products = {
+        "covariance": (lambda F: (F * variances) @ np.swapaxes(F, 1, 2), lambda: layerwise.covariance(conv, variances)),
+        "ggn_diagonal": (lambda F: np.einsum("bcp,bcd,bdp->p", F, hessians, F), lambda: layerwise.ggn_diagonal(conv, hessians)),
+    }
+    rows = []
+    for name, (product, factored) in products.items():
+        seconds_jacobian, expected = best_of_three(lambda product=product: by_jacobian(product))
+        seconds_layerwise, result = best_of_three(factored)
+        rows.append({"product": name, "images": IMAGES, "seconds_per_example_jacobians": round(seconds_jacobian, 3),
+                     "seconds_layerwise": round(seconds_layerwise, 3), "ratio": round(seconds_jacobian / seconds_layerwise, 1),
+                     "max_relative_difference": float(np.abs(result - expected).max() / np.abs(expected).max()),
+                     "load_average_1_5_15": [round(v, 2) for v in os.getloadavg()]})
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+REPORT_COMMAND = "python -m benchmarks.lla_rotated_mnist_cost --report-only"
+
+
+def markdown(record: dict) -> str:
+    rows = "\n".join(f"| {row['parameters']} | {row['P']:,} | {row['seconds_per_64_images']:.3f} | {row['seconds_per_4500_images']:,.1f} |"
+                     for row in record["rows"])
+    diagonal = "\n".join(
+        f"| {row['product'].replace('_', ' ')} | {row['seconds_per_example_jacobians']:.3f} | {row['seconds_layerwise']:.3f} | "
+        f"{row['ratio']}× | {row['max_relative_difference']:.1e} |" for row in record["diagonal_lla"])
+    loads = sorted({tuple(row["load_average_1_5_15"]) for row in record["rows"] + record["diagonal_lla"]})
+    return (
+        "## LLA on the rotated-MNIST network: Jacobian cost, and the diagonal LLA layer by layer (issue 33)\n\n"
+        "Record: `docs/results/lla_rotated_mnist_cost.json` (made by `python -m benchmarks.lla_rotated_mnist_cost`). The study's "
+        f"CNN (Ñ = {record['truncation_level']}, random weights), the Jacobian of the 10 logits of 64 images:\n\n"
+        "| parameters | P | s per 64 images | s per 4,500 images |\n|---|---|---|---|\n" + rows + "\n\n"
+        "The diagonal LLA of the dense head, the same 64 images, best of three calls each: from the per-example Jacobians "
+        "against the layer-wise factors (`activated_dgp.eigen.layerwise`, which `LinearisedLaplace(method=\"diagonal\")` uses "
+        "for chains of Dense and ActivatedLayer layers).\n\n"
+        "| product | per-example Jacobians (s) | layer-wise (s) | ratio | max relative difference |\n|---|---|---|---|---|\n"
+        + diagonal + "\n\n"
+        f"- Measured with the background study runs stopped (SIGSTOP); 1/5/15-min load averages during the run: "
+        f"{', '.join(str(list(load)) for load in loads)} on {record['cpus']} cores.\n"
+    )
+
+
+def report_from_records() -> str:
+    from benchmarks._report import write_section
+
+    text = markdown(json.loads(OUTPUT.read_text()))
+    write_section("lla_rotated_mnist_cost", text, REPORT_COMMAND)
+    return text
 
 
 if __name__ == "__main__":
-    main()
+    from experiments.harness.cli import make_parser, shared_option
+
+    parser = make_parser("python -m benchmarks.lla_rotated_mnist_cost", __doc__.splitlines()[0])
+    shared_option(parser, "--report-only", help="write the block from the record, time nothing")
+    if not parser.parse_args().report_only:
+        main()
+    print(report_from_records())

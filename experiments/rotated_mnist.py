@@ -810,20 +810,21 @@ def far_field_off_results(context, config: Config, splits: Splits, progress_key:
             stack.enter_context(far_field_switched_off(dgp))
         off = evaluate(context, config, splits, progress_key + "_far_field_off", groups, predict)
     return {"far_field_off": {metric: off[metric] for metric in METRICS}, "far_field_off_eval_seconds": off["eval_seconds"]}
+
+
 #: what the LLA rows cover, from the measured cost of the Jacobian of the 10 logits for 64 images
-#: (``nice -n 10 python -m benchmarks.lla_rotated_mnist_cost``, docs/results/lla_rotated_mnist_cost.json; Ñ = 20,
-#: 2 cores shared, load ≈ 8): over the whole CNN (P = 217,472) 23.7 s — 1,660 s per pass over 4,500 training images,
-#: ~13 h per seed for the 13 angles × 10,000 test images a diagonal LLA needs, and its N C P = 78 GB of NeuralEF
-#: Jacobians fit no cache (9.5 s per step recomputed): not affordable. Over the dense head on frozen conv features
-#: (P = 165,376) 1.66 s — 116 s per training pass, about 1 h per seed of test Jacobians for the diagonal LLA, and
-#: 0.66 s per recomputed NeuralEF step (≈ 22 min for 2,000; N C P = 60 GB, beyond the cache): affordable, so
-#: diagonal and NeuralEF LLA cover the dense head, the conv layers fixed at θ_MAP (their features are the LLA's
-#: inputs). Last-layer LLA covers the last Dense layer (P = 1,280; 0.004 s), on the penultimate features (taping
-#: the activated layers as well, only to differentiate the last layer, was far slower in a smoke run).
+#: (``python -m benchmarks.lla_rotated_mnist_cost``, docs/results/lla_rotated_mnist_cost.json; Ñ = 20, 2 cores,
+#: background runs stopped): over the whole CNN (P = 217,472) 33.0 s — 2,323 s per pass over 4,500 training images,
+#: and its N C P = 78 GB of NeuralEF Jacobians fit no cache: not affordable. Over the dense head on frozen conv
+#: features (P = 165,376) 2.99 s — 210 s per training pass; N C P = 60 GB, beyond the cache, so NeuralEF recomputes
+#: them per step: affordable, so diagonal and NeuralEF LLA cover the dense head, the conv layers fixed at θ_MAP
+#: (their features are the LLA's inputs). Last-layer LLA covers the last Dense layer (P = 1,280; 0.009 s), on the
+#: penultimate features (taping the activated layers as well, only to differentiate the last layer, was far slower
+#: in a smoke run). The diagonal LLA's GGN and test covariances are computed layer by layer
+#: (``activated_dgp.eigen.layerwise``; the head is a chain of ActivatedLayer and Dense layers): 0.283 s per 64 test
+#: images in the same benchmark, 16× less than from per-example Jacobians — about 10 min per seed for 13 × 10,000
+#: test images, where the Jacobian path took about 4 h (0.11 s per image in a smoke run, MC predictive included).
 LLA_COVERAGE = "dense head on frozen conv features"
-#: In a smoke run (``--train-size 500 --test-size 200 --epochs 1 --lla --lla-neuralef-steps 200``, load ≈ 9) the
-#: diagonal LLA's evaluation took 0.11 s per test image (batches of 32 and the Monte Carlo predictive included): about
-#: 4 h per seed at 13 × 10,000 test images; NeuralEF 0.95 s per step.
 #: images per Jacobian batch of the LLA rows: 32 · 10 logits · 165,376 parameters · 8 bytes = 423 MB (a batch of 256,
 #: 3.4 GB, was killed for memory on the shared machine)
 LLA_BATCH_SIZE = 32

@@ -95,6 +95,74 @@ def test_diagonal_matches_dense_diagonal_ggn(rng):
     np.testing.assert_allclose(la.predict_f(X_test)[1].numpy(), expected, rtol=1e-8)
 
 
+def twin(input_dim, outputs, seed):
+    """The library's activated twin (ActivatedLayer, Dense without bias, ×2): a chain the diagonal method
+    handles layer by layer."""
+    from activated_dgp import build_activated_nn
+
+    model = build_activated_nn(input_dim, num_layers=2, num_units=6, layer_widths=[4], output_dim=outputs,
+                               truncation_level=6, seed=seed)
+    model(np.zeros((1, input_dim)))
+    return model
+
+
+def autodiff_jacobians(model, X):
+    """J [N, C, P] one example at a time by tf.GradientTape.jacobian over model.trainable_variables (their order)."""
+    rows = []
+    for x in X:
+        with tf.GradientTape() as tape:
+            output = tf.reshape(model(x[None]), [-1])
+        blocks = tape.jacobian(output, model.trainable_variables)
+        rows.append(np.concatenate([b.numpy().reshape(output.shape[0], -1) for b in blocks], axis=1))
+    return np.stack(rows), model(X).numpy()
+
+
+def test_diagonal_of_the_activated_twin_is_computed_layer_wise_and_matches_its_dense_jacobians(rng):
+    X, Y = data("softmax", 20, 3, 3, rng)
+    model = twin(3, 3, seed=4)
+    la = LinearisedLaplace(model, "softmax", prior_precision=0.4, method="diagonal", batch_size=8, verbose=0).fit(X, Y)
+    assert la._layerwise is not None  # the layer-wise path, not the per-example Jacobians
+    J, F = autodiff_jacobians(model, X)
+    diagonal = np.einsum("ncp,ncd,ndp->p", J, hessians("softmax", F), J)
+    np.testing.assert_allclose(la.ggn_eigenvalues, diagonal, rtol=1e-9, atol=1e-12 * diagonal.max())
+    X_test = 3 * rng.normal(size=(6, 3))
+    J_test, _ = autodiff_jacobians(model, X_test)
+    expected = np.einsum("ncp,p,ndp->ncd", J_test, 1 / (diagonal + 0.4), J_test)
+    np.testing.assert_allclose(la.predict_f(X_test)[1].numpy(), expected, rtol=1e-8, atol=1e-12 * np.abs(expected).max())
+
+
+def test_diagonal_validation_prior_of_the_twin_matches_the_dense_gaussian_validation_nll(rng):
+    X, Y = data("gaussian", 24, 2, 1, rng)
+    X_val, Y_val = data("gaussian", 9, 2, 1, rng)
+    model, noise, grid = twin(2, 1, seed=5), 0.2, np.logspace(-2, 2, 5)
+    la = LinearisedLaplace(model, "gaussian", noise_variance=noise, prior_precision="validation", method="diagonal",
+                           prior_precision_grid=grid, verbose=0).fit(X, Y, validation_data=(X_val, Y_val))
+    J, _ = autodiff_jacobians(model, X)
+    diagonal = np.einsum("ncp,ncp->p", J, J) / noise
+    J_val, F_val = autodiff_jacobians(model, X_val)
+    expected = []
+    for delta in grid:
+        variance = np.einsum("ncp,p,ncp->n", J_val, 1 / (diagonal + delta), J_val) + noise
+        expected.append(np.mean(0.5 * np.log(2 * np.pi * variance) + 0.5 * (Y_val[:, 0] - F_val[:, 0]) ** 2 / variance))
+    np.testing.assert_allclose(la.validation_nll, expected, rtol=1e-9)
+    assert la.prior_precision == grid[int(np.argmin(expected))]
+
+
+def test_diagonal_of_a_network_that_is_not_a_chain_uses_its_jacobians(rng):
+    X, Y = data("gaussian", 15, 2, 2, rng)
+    inputs = tf_keras.Input((2,), dtype="float64")
+    hidden = tf_keras.layers.Dense(5, activation="tanh", dtype="float64")(inputs)
+    outputs = tf_keras.layers.Dense(2, dtype="float64")(tf_keras.layers.Concatenate()([hidden, inputs]))
+    model = tf_keras.Model(inputs, outputs)
+    la = LinearisedLaplace(model, "gaussian", noise_variance=0.5, prior_precision=1.3, method="diagonal", verbose=0).fit(X, Y)
+    assert la._layerwise is None
+    J, _ = autodiff_jacobians(model, X)
+    X_test = rng.normal(size=(4, 2))
+    J_test, _ = autodiff_jacobians(model, X_test)
+    expected = np.einsum("ncp,p,ndp->ncd", J_test, 1 / (np.einsum("ncp,ncp->p", J, J) / 0.5 + 1.3), J_test)
+    np.testing.assert_allclose(la.predict_f(X_test, full_output_cov=True)[1].numpy(), expected, rtol=1e-8)
+
+
 class DenseNTKEigenpairs:
     """The top-k eigenpairs of the empirical NTK's integral operator over the N C training pairs (x_n, c),
     from the eigendecomposition of the dense Gram J Jᵀ [N C, N C] (μ = λ / (N C), ψ = √(N C) U at the

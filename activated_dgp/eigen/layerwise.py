@@ -1,0 +1,183 @@
+"""The layer-wise structure of a chain network's Jacobian, for the diagonal linearised Laplace approximation
+without per-example Jacobians.
+
+For a chain g = layer_L ∘ … ∘ layer_1 of tf-keras ``Dense`` layers and the library's ``ActivatedLayer``
+(with parameter-free ``Activation``, ``Dropout`` at inference, and ``InputLayer`` between them), the Jacobian of
+output c with respect to a layer's weights factorises through the layer's outputs (the chain rule, Martens &
+Grosse 2015, §3):
+
+* Dense, z = h V + b, out = φ(z):  ∂g_c/∂V_ij = h_i ε_cj and ∂g_c/∂b_j = ε_cj, with ε_c = ∂g_c/∂z [out];
+* ActivatedLayer, Φ_m(x) = g̃(w_m, x̃) (unit m reads only row m of W [M, D + 1], Dutordoir et al. 2021,
+  eq. 10–14):  ∂g_c/∂W_mk = δ_cm G_mk, with δ_c = ∂g_c/∂Φ [M] and G_mk = ∂Φ_m/∂W_mk (the unit's own gradient).
+
+So, for a diagonal Σ = diag(s) over the parameters (Deng et al. 2022, eq. 21 with the GGN's diagonal; Ritter et
+al. 2018 use the same diagonal), the latent covariance J(x) Σ J(x)ᵀ is a sum of per-layer terms
+
+    Σ_j ε_cj ε_c'j (Σ_i h_i² s_V[i, j] + s_b[j])    and    Σ_m δ_cm δ_c'm Σ_k G_mk² s_W[m, k],
+
+and the GGN's diagonal Σ_n J_nᵀ Λ_n J_n is, entry by entry, Σ_n h_ni² q_nj (Dense kernel), Σ_n q_nj (bias) and
+Σ_n G_nmk² q_nm (ActivatedLayer), with q_nj = Σ_cc' ε_ncj Λ_ncc' ε_nc'j. The signals ε, δ of a batch come from C
+backward passes of the batch-summed outputs (examples are independent at inference), and G from one backward pass
+per example: nothing of size B · C · P is formed, where the per-example Jacobian costs B · C backward passes and
+B · C · P numbers (0.11 s per image on the rotated-MNIST head, 165,376 parameters).
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional, Sequence, Tuple
+
+import numpy as np
+import tensorflow as tf
+import tf_keras
+from check_shapes import check_shapes
+
+from ..nn import ActivatedLayer
+
+__all__ = ["LayerwiseJacobian", "layerwise_jacobian"]
+
+_PASSIVE = (tf_keras.layers.Activation, tf_keras.layers.Dropout, tf_keras.layers.InputLayer)
+
+
+def _chain_layers(model) -> Optional[list]:
+    """The model's layers when it is a plain chain (Sequential) of the supported layers, else None."""
+    if not isinstance(model, tf_keras.Sequential):
+        return None
+    layers = list(model.layers)
+    for layer in layers:
+        if isinstance(layer, (tf_keras.layers.Dense, ActivatedLayer)):
+            continue
+        if not isinstance(layer, _PASSIVE) or layer.trainable_weights:
+            return None
+    return layers
+
+
+class LayerwiseJacobian:
+    """The layer-wise factors of a chain network's Jacobian (see the module docstring) with respect to
+    ``variables``, which must be exactly the chain's trainable weights in any order (each Dense kernel and bias,
+    each ActivatedLayer's W). Build it with :func:`layerwise_jacobian`, which returns None for other networks."""
+
+    def __init__(self, model, layers: list, variables: Sequence[tf.Variable]):
+        self.model, self.layers = model, layers
+        self.variables = list(variables)
+        self.sizes = [int(np.prod(v.shape)) for v in self.variables]
+        self._signals = tf.function(self._signals_graph, input_signature=[tf.TensorSpec([None, None], tf.float64)])
+
+    # one pass: the inputs h of every layer, the signals ∂(Σ_b g_bc)/∂(layer output) and each ActivatedLayer's G
+    def _signals_graph(self, X):
+        with tf.GradientTape() as tape:
+            h, taps = X, []
+            for layer in self.layers:
+                if isinstance(layer, tf_keras.layers.Dense):
+                    z = tf.matmul(h, tf.cast(layer.kernel, tf.float64))
+                    if layer.use_bias:
+                        z = z + tf.cast(layer.bias, tf.float64)
+                    taps.append((h, z))
+                    h = tf.cast(layer.activation(z), tf.float64)
+                elif isinstance(layer, ActivatedLayer):
+                    out = tf.cast(layer(h), tf.float64)
+                    taps.append((h, out))
+                    h = out
+                else:
+                    h = tf.cast(layer(h, training=False), tf.float64)
+            outputs = tf.reshape(h, [tf.shape(h)[0], -1])
+            totals = tf.reduce_sum(outputs, axis=0)  # [C]: examples are independent at inference
+        signals = tape.jacobian(totals, [z for _, z in taps])  # each [C, B, width]
+        signals = [tf.transpose(s, [1, 0, 2]) for s in signals]  # [B, C, width]
+        units = []
+        for layer, (h_in, _) in zip([l for l in self.layers if isinstance(l, (tf_keras.layers.Dense, ActivatedLayer))], taps):
+            if isinstance(layer, ActivatedLayer):
+                units.append(tf.vectorized_map(lambda x, layer=layer: self._unit_gradients(layer, x), h_in))  # [B, M, D+1]
+            else:
+                units.append(tf.zeros([0], tf.float64))
+        return outputs, [h for h, _ in taps], signals, units
+
+    @staticmethod
+    def _unit_gradients(layer, x):
+        """G [M, D+1]: row m is ∂Φ_m(x)/∂w_m (Φ_m reads only w_m, so the gradient of Σ_m Φ_m separates)."""
+        with tf.GradientTape() as tape:
+            total = tf.reduce_sum(tf.cast(layer(x[None]), tf.float64))
+        return tf.cast(tape.gradient(total, layer.W), tf.float64)
+
+    def _slots(self):
+        """For each weighted layer, its (kernel-or-W, bias) positions in ``variables`` (bias None if absent)."""
+        position = {v.ref(): i for i, v in enumerate(self.variables)}
+        slots = []
+        for layer in self.layers:
+            if isinstance(layer, tf_keras.layers.Dense):
+                slots.append((layer, position[layer.kernel.ref()], position[layer.bias.ref()] if layer.use_bias else None))
+            elif isinstance(layer, ActivatedLayer):
+                slots.append((layer, position[layer.W.ref()], None))
+        return slots
+
+    def _pieces(self, X: np.ndarray):
+        outputs, inputs, signals, units = self._signals(tf.constant(X, tf.float64))
+        return outputs.numpy(), [(slot, h.numpy(), s.numpy(), g.numpy()) for slot, h, s, g in zip(self._slots(), inputs, signals, units)]
+
+    def _split(self, vector: np.ndarray) -> List[np.ndarray]:
+        """A parameter-space vector [P] as one array per variable, in the variables' shapes."""
+        parts = np.split(vector, np.cumsum(self.sizes)[:-1])
+        return [part.reshape(v.shape) for part, v in zip(parts, self.variables)]
+
+    @check_shapes("X: [B, D]", "return: [B, C, P]")
+    def jacobian(self, X: np.ndarray) -> np.ndarray:
+        """J(X) [B, C, P] assembled from the factors (the variables' order; for checking the factors)."""
+        _, pieces = self._pieces(X)
+        blocks: list = [None] * len(self.variables)
+        for (layer, first, bias), h, s, g in pieces:
+            B, C = s.shape[:2]
+            if isinstance(layer, ActivatedLayer):
+                blocks[first] = (s[:, :, :, None] * g[:, None, :, :]).reshape(B, C, -1)
+            else:
+                blocks[first] = (h[:, None, :, None] * s[:, :, None, :]).reshape(B, C, -1)
+                if bias is not None:
+                    blocks[bias] = s
+        return np.concatenate(blocks, axis=2)
+
+    @check_shapes("X: [B, D]", "output_hessians: [B, C, C]", "return: [P]")
+    def ggn_diagonal(self, X: np.ndarray, output_hessians: np.ndarray) -> np.ndarray:
+        """diag(Σ_b J_bᵀ Λ_b J_b) [P] over the batch X, Λ_b = ``output_hessians`` [B, C, C]."""
+        _, pieces = self._pieces(X)
+        blocks: list = [None] * len(self.variables)
+        for (layer, first, bias), h, s, g in pieces:
+            q = np.einsum("bcj,bcd,bdj->bj", s, output_hessians, s)
+            if isinstance(layer, ActivatedLayer):
+                blocks[first] = np.einsum("bmk,bm->mk", g**2, q).reshape(-1)
+            else:
+                blocks[first] = ((h**2).T @ q).reshape(-1)
+                if bias is not None:
+                    blocks[bias] = q.sum(0)
+        return np.concatenate(blocks)
+
+    @check_shapes("X: [B, D]", "variances: [P]", "return: [B, C, C]")
+    def covariance(self, X: np.ndarray, variances: np.ndarray) -> np.ndarray:
+        """J(x) diag(variances) J(x)ᵀ [B, C, C] for each row x of X."""
+        _, pieces = self._pieces(X)
+        parts = self._split(np.asarray(variances, dtype=np.float64))
+        total = 0.0
+        for (layer, first, bias), h, s, g in pieces:
+            if isinstance(layer, ActivatedLayer):
+                weights = np.einsum("bmk,mk->bm", g**2, parts[first])
+            else:
+                weights = (h**2) @ parts[first] + (parts[bias][None, :] if bias is not None else 0.0)
+            total = total + np.einsum("bcj,bdj->bcd", s * weights[:, None, :], s)
+        return total
+
+
+def layerwise_jacobian(model, variables: Sequence[tf.Variable]) -> Optional[LayerwiseJacobian]:
+    """A :class:`LayerwiseJacobian` of ``model`` when it is a chain of Dense/ActivatedLayer layers (with
+    parameter-free layers between them) and ``variables`` are exactly its trainable weights; None otherwise."""
+    layers = _chain_layers(model)
+    if layers is None:
+        return None
+    owned = []
+    for layer in layers:
+        if isinstance(layer, tf_keras.layers.Dense):
+            owned += [layer.kernel] + ([layer.bias] if layer.use_bias else [])
+        elif isinstance(layer, ActivatedLayer):
+            if [v.ref() for v in layer.trainable_weights] != [layer.W.ref()]:
+                return None
+            owned.append(layer.W)
+    variables = list(variables)
+    if {v.ref() for v in owned} != {v.ref() for v in variables} or len(owned) != len(variables):
+        return None
+    return LayerwiseJacobian(model, layers, variables)
