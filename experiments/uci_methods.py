@@ -581,8 +581,10 @@ def predict_adgp_floor(data: SplitData, budget: Budget, networks: Optional[Netwo
     return _adgp("twin", data, budget, networks, recipe="adgp_floor")
 
 
-#: The stage-2 recipe of ``adgp_ensemble`` (issue 36, item 3). Until issue 36 chooses the default recipe this is the
-#: benchmark's ADGP recipe; changing it is a protocol change of ``adgp_ensemble``.
+#: The stage-2 recipe of ``adgp_ensemble`` (issue 36, item 3): ``adgp``'s, the library's ``validation`` recipe, which is
+#: what the default ``by_likelihood`` resolves to for a Gaussian likelihood (activated_dgp.training.recipes): each
+#: member is trained as ``train_two_stage`` trains a regression ADGP by default. Changing it is a protocol change of
+#: ``adgp_ensemble``.
 ADGP_ENSEMBLE_RECIPE = "adgp"
 
 

@@ -637,3 +637,16 @@ def test_adgp_ensemble_is_the_uniform_mixture_of_its_members_adgps(monkeypatch):
     np.testing.assert_allclose(scores["nlpd"], expected_nlpd, rtol=1e-6)
     off = [extra["far_field_off"]["nlpd"] for extra in info["member_extras"]]
     assert np.isfinite(info["far_field_off"]["nlpd"]) and len(off) == members
+
+
+def test_the_adgp_ensembles_members_are_trained_with_the_librarys_default_regression_recipe():
+    """Issue 36 item 3 compares the default's ADGPs in an ensemble: adgp_ensemble's recipe is the one the library's
+    default recipe resolves to for a Gaussian likelihood."""
+    from activated_dgp.training.recipes import DEFAULT_RECIPE, stage2_recipe
+    from experiments import uci_methods as um
+
+    from dataclasses import replace
+
+    default = stage2_recipe(DEFAULT_RECIPE).resolve(gaussian=True)
+    ensemble = um.LIBRARY_RECIPES[um.STAGE2_RECIPES[um.ADGP_ENSEMBLE_RECIPE]].resolve(gaussian=True)
+    assert replace(ensemble, recipe=default.recipe) == default
