@@ -107,14 +107,13 @@ def twin(input_dim, outputs, seed):
 
 
 def autodiff_jacobians(model, X):
-    """J [N, C, P] one example at a time by tf.GradientTape.jacobian over model.trainable_variables (their order)."""
-    rows = []
-    for x in X:
-        with tf.GradientTape() as tape:
-            output = tf.reshape(model(x[None]), [-1])
-        blocks = tape.jacobian(output, model.trainable_variables)
-        rows.append(np.concatenate([b.numpy().reshape(output.shape[0], -1) for b in blocks], axis=1))
-    return np.stack(rows), model(X).numpy()
+    """J [N, C, P] by tf.GradientTape.jacobian of the batch's outputs [N, C] over model.trainable_variables (their
+    order), and the outputs."""
+    with tf.GradientTape() as tape:
+        output = model(tf.constant(X))
+    blocks = tape.jacobian(output, model.trainable_variables)
+    N, C = output.shape
+    return np.concatenate([b.numpy().reshape(N, C, -1) for b in blocks], axis=2), output.numpy()
 
 
 def test_diagonal_of_the_activated_twin_is_computed_layer_wise_and_matches_its_dense_jacobians(rng):
