@@ -6,8 +6,9 @@ images (the GGN; the per-step NeuralEF Jacobians cost the same per pair) and pri
 
 Then the diagonal LLA of the dense head both ways, on the same 64 images in the same run: J(x) diag(s) J(x)ᵀ and the
 GGN's diagonal from the per-example Jacobians (``jacobian_function``, then the products) against the layer-wise
-factors (``activated_dgp.eigen.layerwise``, what ``LinearisedLaplace(method="diagonal")`` uses for such chains), the
-ratio of the two times, and the largest relative difference of their results. Each time is the best of three calls.
+factors (``activated_dgp.eigen.layerwise``, what ``LinearisedLaplace`` uses for such chains), the ratio of the two
+times, and the largest relative difference of their results; the same for the last-layer LLA's J(x) V (V the
+eigenvectors of its GGN). Each time is the best of three calls.
 
 Run:  python -m benchmarks.lla_rotated_mnist_cost      (writes docs/results/lla_rotated_mnist_cost.json and its block of
       docs/benchmarks.md; ``--report-only`` rewrites the block from the record, timing nothing)
@@ -62,7 +63,7 @@ def main() -> None:
                      "load_average_1_5_15": [round(v, 2) for v in os.getloadavg()]})
         print(json.dumps(rows[-1]), flush=True)
         OUTPUT.write_text(json.dumps({"truncation_level": TRUNCATION_LEVEL, "cpus": os.cpu_count(), "rows": rows}, indent=1) + "\n")
-    diagonal = diagonal_lla_rows(head, conv)
+    diagonal = diagonal_lla_rows(head, conv) + last_layer_rows(head, conv)
     OUTPUT.write_text(json.dumps({"truncation_level": TRUNCATION_LEVEL, "cpus": os.cpu_count(), "rows": rows,
                                   "diagonal_lla": diagonal}, indent=1) + "\n")
 
@@ -74,6 +75,33 @@ def best_of_three(function):
         result = function()
         times.append(time.perf_counter() - start)
     return min(times), result
+
+
+def compare(name: str, by_jacobian, factored) -> dict:
+    seconds_jacobian, expected = best_of_three(by_jacobian)
+    seconds_layerwise, result = best_of_three(factored)
+    row = {"product": name, "images": IMAGES, "seconds_per_example_jacobians": round(seconds_jacobian, 3),
+           "seconds_layerwise": round(seconds_layerwise, 3), "ratio": round(seconds_jacobian / seconds_layerwise, 1),
+           "max_relative_difference": float(np.abs(result - expected).max() / np.abs(expected).max()),
+           "load_average_1_5_15": [round(v, 2) for v in os.getloadavg()]}
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def last_layer_rows(head, conv) -> list:
+    """The last-layer LLA's test covariance factor J(x) V (V [1,280, 1,280], the GGN's eigenvectors; here a random
+    orthogonal matrix) on the penultimate features: from the Jacobians against the layer-wise product."""
+    last = tf_keras.Sequential(head.layers[3:])
+    penultimate = tf_keras.Sequential(head.layers[:3])(conv).numpy()
+    last(penultimate[:2])
+    variables = last.trainable_variables
+    jacobian = jacobian_function(lambda X: last(X, training=False), variables)
+    layerwise = layerwise_jacobian(last, variables)
+    V, _ = np.linalg.qr(np.random.default_rng(2).normal(size=(int(last.count_params()),) * 2))
+    X = tf.constant(penultimate)
+    jacobian(tf.constant(penultimate[:4]))
+    layerwise.jacobian_times(penultimate[:4], V)
+    return [compare("last-layer J V", lambda: jacobian(X).numpy() @ V, lambda: layerwise.jacobian_times(penultimate, V))]
 
 
 def diagonal_lla_rows(head, conv) -> list:
@@ -99,16 +127,8 @@ def diagonal_lla_rows(head, conv) -> list:
         "covariance": (lambda F: (F * variances) @ np.swapaxes(F, 1, 2), lambda: layerwise.covariance(conv, variances)),
         "ggn_diagonal": (lambda F: np.einsum("bcp,bcd,bdp->p", F, hessians, F), lambda: layerwise.ggn_diagonal(conv, hessians)),
     }
-    rows = []
-    for name, (product, factored) in products.items():
-        seconds_jacobian, expected = best_of_three(lambda product=product: by_jacobian(product))
-        seconds_layerwise, result = best_of_three(factored)
-        rows.append({"product": name, "images": IMAGES, "seconds_per_example_jacobians": round(seconds_jacobian, 3),
-                     "seconds_layerwise": round(seconds_layerwise, 3), "ratio": round(seconds_jacobian / seconds_layerwise, 1),
-                     "max_relative_difference": float(np.abs(result - expected).max() / np.abs(expected).max()),
-                     "load_average_1_5_15": [round(v, 2) for v in os.getloadavg()]})
-        print(json.dumps(rows[-1]), flush=True)
-    return rows
+    return [compare(f"diagonal {name.replace('_', ' ')}", lambda product=product: by_jacobian(product), factored)
+            for name, (product, factored) in products.items()]
 
 
 REPORT_COMMAND = "python -m benchmarks.lla_rotated_mnist_cost --report-only"
@@ -118,7 +138,7 @@ def markdown(record: dict) -> str:
     rows = "\n".join(f"| {row['parameters']} | {row['P']:,} | {row['seconds_per_64_images']:.3f} | {row['seconds_per_4500_images']:,.1f} |"
                      for row in record["rows"])
     diagonal = "\n".join(
-        f"| {row['product'].replace('_', ' ')} | {row['seconds_per_example_jacobians']:.3f} | {row['seconds_layerwise']:.3f} | "
+        f"| {row['product']} | {row['seconds_per_example_jacobians']:.3f} | {row['seconds_layerwise']:.3f} | "
         f"{row['ratio']}× | {row['max_relative_difference']:.1e} |" for row in record["diagonal_lla"])
     loads = sorted({tuple(row["load_average_1_5_15"]) for row in record["rows"] + record["diagonal_lla"]})
     return (
@@ -126,9 +146,10 @@ def markdown(record: dict) -> str:
         "Record: `docs/results/lla_rotated_mnist_cost.json` (made by `python -m benchmarks.lla_rotated_mnist_cost`). The study's "
         f"CNN (Ñ = {record['truncation_level']}, random weights), the Jacobian of the 10 logits of 64 images:\n\n"
         "| parameters | P | s per 64 images | s per 4,500 images |\n|---|---|---|---|\n" + rows + "\n\n"
-        "The diagonal LLA of the dense head, the same 64 images, best of three calls each: from the per-example Jacobians "
-        "against the layer-wise factors (`activated_dgp.eigen.layerwise`, which `LinearisedLaplace(method=\"diagonal\")` uses "
-        "for chains of Dense and ActivatedLayer layers).\n\n"
+        "The LLA's products on the same 64 images, best of three calls each, from the per-example Jacobians against the "
+        "layer-wise factors (`activated_dgp.eigen.layerwise`, which `LinearisedLaplace` uses for chains of Dense and "
+        "ActivatedLayer layers): the diagonal LLA of the dense head (its test covariances J diag(s) Jᵀ and its GGN's diagonal), "
+        "and the last-layer LLA's J V on the penultimate features (V the 1,280 × 1,280 eigenvectors of its GGN).\n\n"
         "| product | per-example Jacobians (s) | layer-wise (s) | ratio | max relative difference |\n|---|---|---|---|---|\n"
         + diagonal + "\n\n"
         f"- Measured with the background study runs stopped (SIGSTOP); 1/5/15-min load averages during the run: "

@@ -130,6 +130,22 @@ def test_diagonal_of_the_activated_twin_is_computed_layer_wise_and_matches_its_d
     np.testing.assert_allclose(la.predict_f(X_test)[1].numpy(), expected, rtol=1e-8, atol=1e-12 * np.abs(expected).max())
 
 
+@pytest.mark.parametrize("method", ["exact", "last_layer"])
+def test_full_covariance_methods_on_the_twin_are_computed_layer_wise_and_match_its_dense_jacobians(method, rng):
+    X, Y = data("softmax", 20, 3, 3, rng)
+    model = twin(3, 3, seed=6)
+    la = LinearisedLaplace(model, "softmax", prior_precision=0.6, method=method, batch_size=8, verbose=0).fit(X, Y)
+    assert la._layerwise is not None
+    J, F = autodiff_jacobians(model, X)
+    X_test = 3 * rng.normal(size=(5, 3))
+    J_test, _ = autodiff_jacobians(model, X_test)
+    if method == "last_layer":  # the last Dense layer's kernel: the last 6 · 3 parameters
+        J, J_test = J[:, :, -18:], J_test[:, :, -18:]
+    precision = np.einsum("ncp,ncd,ndq->pq", J, hessians("softmax", F), J) + 0.6 * np.eye(J.shape[2])
+    expected = np.einsum("ncp,pq,ndq->ncd", J_test, np.linalg.inv(precision), J_test)
+    np.testing.assert_allclose(la.predict_f(X_test)[1].numpy(), expected, rtol=1e-7, atol=1e-12 * np.abs(expected).max())
+
+
 def test_diagonal_validation_prior_of_the_twin_matches_the_dense_gaussian_validation_nll(rng):
     X, Y = data("gaussian", 24, 2, 1, rng)
     X_val, Y_val = data("gaussian", 9, 2, 1, rng)

@@ -17,9 +17,12 @@ with J(x) = ∂_θ g(x, θ_MAP) [C, P] and Λ_i = −∂²_ff log p(y_i | f) at 
 * ``"last_layer"``: the same over the last Dense layer's kernel and bias only, the other weights fixed at
   θ_MAP (Kristiadi et al. 2020; Daxberger et al. 2021). With a Gaussian likelihood and a linear last
   layer this is Bayesian linear regression on the penultimate features.
-* ``"diagonal"``: Σ⁻¹ ≈ diag(Σ_i J_iᵀ Λ_i J_i) + δ I (the diagonal GGN). For a chain of Dense and
-  ``ActivatedLayer`` layers (the library's twins, :func:`~activated_dgp.build_activated_nn`) the GGN's diagonal and
-  J(x) Σ J(x)ᵀ are computed layer by layer without forming J (:mod:`.layerwise`); other networks use J.
+* ``"diagonal"``: Σ⁻¹ ≈ diag(Σ_i J_iᵀ Λ_i J_i) + δ I (the diagonal GGN).
+
+For a chain of Dense and ``ActivatedLayer`` layers (the library's twins, :func:`~activated_dgp.build_activated_nn`)
+the parameter methods compute the test covariances layer by layer without forming J (:mod:`.layerwise`): J(x) V
+for the eigenvectors V (exact, last_layer), and the diagonal method's GGN diagonal and J(x) Σ J(x)ᵀ; other
+networks use J.
 * ``"neuralef"``: eq. 22 of Deng et al.,
 
       f(x) ~ GP( g(x, θ_MAP),  Ψ̃(x) [Σ_i Ψ̃(x_i)ᵀ Λ_i Ψ̃(x_i) + δ I_k]⁻¹ Ψ̃(x')ᵀ ),
@@ -263,8 +266,8 @@ class LinearisedLaplace:
                 f"max_parameters={self.max_parameters}; raise max_parameters, or use 'diagonal' or 'neuralef'"
             )
         self._jacobian = jacobian_function(lambda X: self.model(X, training=False), self.variables)
-        # the diagonal method's layer-wise path (module docstring), None where the network is not such a chain
-        self._layerwise = layerwise_jacobian(model, self.variables) if method == "diagonal" else None
+        # the parameter methods' layer-wise products (module docstring), None where the network is not such a chain
+        self._layerwise = None if method in _EIGEN_METHODS else layerwise_jacobian(model, self.variables)
         self.input_dim = self.num_outputs = None
         self.prior_precision: Optional[float] = None
         self.log_evidence: Optional[float] = None
@@ -322,6 +325,8 @@ class LinearisedLaplace:
         """F(X) [B, C, m]: the Jacobians (parameter methods, or ``eigen=False``) or Ψ̃ (eigen methods) of one batch."""
         if self.method in _EIGEN_METHODS if eigen is None else eigen:
             return self._eigen_features(X)
+        if self._layerwise is not None:
+            return self._layerwise.jacobian(X)
         return self._jacobian(tf.constant(X)).numpy()
 
     def _progress_batches(self, N: int, what: str):
@@ -402,7 +407,7 @@ class LinearisedLaplace:
         Lambda = output_hessians(self.likelihood, F_map, self.noise_variance)
         self._log(f"GGN of method {self.method!r} over {X.shape[0]} points ({self.num_outputs} outputs)")
         ggn = None
-        if self._layerwise is not None:
+        if self._layerwise is not None and self.method == "diagonal":
             ggn = sum(self._layerwise.ggn_diagonal(X[rows], Lambda[rows]) for rows in self._progress_batches(X.shape[0], "GGN (layer-wise)"))
         for rows, F in self._feature_batches(X, "GGN") if ggn is None else ():
             # Λ_i F_i first, then one product: a three-operand np.einsum loops over b, c, d, p and q at once
@@ -462,11 +467,12 @@ class LinearisedLaplace:
 
     def _select_by_validation(self, X_val: np.ndarray, Y_val: np.ndarray) -> float:
         mean = self._outputs(X_val)
-        if self._layerwise is None:
-            F = np.concatenate([F for _, F in self._feature_batches(X_val, "validation features")], axis=0)
+        diagonal_layerwise = self._layerwise is not None and self.ggn_eigenvectors is None
+        if not diagonal_layerwise:  # the δ-independent part, once: F, or J V for the eigenvector methods
+            projected = np.concatenate([self._projected(X_val[rows]) for rows in self._progress_batches(X_val.shape[0], "validation features")])
         nll = []
         for delta in self.prior_precision_grid:
-            covariance = self._covariance(F, delta) if self._layerwise is None else self._latent_covariance(X_val, delta)
+            covariance = self._latent_covariance(X_val, delta) if diagonal_layerwise else self._covariance(projected, delta)
             nll.append(-np.mean(self._log_density(mean, covariance, Y_val)))
         self.validation_nll = np.array(nll)
         best = int(np.argmin(nll))
@@ -478,19 +484,29 @@ class LinearisedLaplace:
 
     # -- prediction --------------------------------------------------------------------------------
 
-    def _covariance(self, F: np.ndarray, delta: float) -> np.ndarray:
-        """F Σ Fᵀ [B, C, C] for features F [B, C, m] and Σ = (H + δ I)⁻¹."""
+    def _projected(self, X: np.ndarray) -> np.ndarray:
+        """The δ-independent factor of one batch's covariance: F V [B, C, m] (eigenvector methods; layer-wise J V
+        where it can), or F itself (diagonal)."""
+        if self.ggn_eigenvectors is None:
+            return self._features(X)
+        if self._layerwise is not None:
+            return self._layerwise.jacobian_times(X, self.ggn_eigenvectors)
+        return self._features(X) @ self.ggn_eigenvectors
+
+    def _covariance(self, projected: np.ndarray, delta: float) -> np.ndarray:
+        """F Σ Fᵀ [B, C, C] for Σ = (H + δ I)⁻¹, from :meth:`_projected`'s F V (or F, diagonal)."""
         if self.ggn_eigenvectors is None:  # diagonal
+            F = projected
             return (F / (self.ggn_eigenvalues + delta)[None, None, :]) @ np.swapaxes(F, 1, 2)  # batched BLAS, not a 3-operand einsum
-        root = (F @ self.ggn_eigenvectors) / np.sqrt(self.ggn_eigenvalues + delta)[None, None, :]
+        root = projected / np.sqrt(self.ggn_eigenvalues + delta)[None, None, :]
         return root @ np.swapaxes(root, 1, 2)
 
     def _latent_covariance(self, X: np.ndarray, delta: float) -> np.ndarray:
-        """J(X) Σ J(X)ᵀ [N, C, C] at prior precision δ, in batches (layer-wise where the diagonal method can)."""
-        if self._layerwise is not None:
+        """J(X) Σ J(X)ᵀ [N, C, C] at prior precision δ, in batches (layer-wise where the network allows)."""
+        if self._layerwise is not None and self.ggn_eigenvectors is None:
             variances = 1.0 / (self.ggn_eigenvalues + delta)
             return np.concatenate([self._layerwise.covariance(X[rows], variances) for rows in self._batches(X.shape[0])], axis=0)
-        return np.concatenate([self._covariance(self._features(X[rows]), delta) for rows in self._batches(X.shape[0])], axis=0)
+        return np.concatenate([self._covariance(self._projected(X[rows]), delta) for rows in self._batches(X.shape[0])], axis=0)
 
     def _latent(self, X: np.ndarray):
         return self._outputs(X), self._latent_covariance(X, self.prior_precision)

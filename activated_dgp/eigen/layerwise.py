@@ -10,7 +10,10 @@ Grosse 2015, §3):
 * ActivatedLayer, Φ_m(x) = g̃(w_m, x̃) (unit m reads only row m of W [M, D + 1], Dutordoir et al. 2021,
   eq. 10–14):  ∂g_c/∂W_mk = δ_cm G_mk, with δ_c = ∂g_c/∂Φ [M] and G_mk = ∂Φ_m/∂W_mk (the unit's own gradient).
 
-So, for a diagonal Σ = diag(s) over the parameters (Deng et al. 2022, eq. 21 with the GGN's diagonal; Ritter et
+So the products the linearised Laplace approximation needs never need J itself. J(x) R for a matrix R [P, r] (the
+GGN's eigenvectors: J Σ Jᵀ = (J R)(J R)ᵀ with R = V diag(e + δ)^(−1/2)) is a sum over layers of
+Σ_ij h_i ε_cj R[(i, j), :] and Σ_mk δ_cm G_mk R[(m, k), :], (in + 1) · out · r numbers per example and layer against the
+C · P · r of J R: C times fewer. For a diagonal Σ = diag(s) over the parameters (Deng et al. 2022, eq. 21 with the GGN's diagonal; Ritter et
 al. 2018 use the same diagonal), the latent covariance J(x) Σ J(x)ᵀ is a sum of per-layer terms
 
     Σ_j ε_cj ε_c'j (Σ_i h_i² s_V[i, j] + s_b[j])    and    Σ_m δ_cm δ_c'm Σ_k G_mk² s_W[m, k],
@@ -53,12 +56,16 @@ def _chain_layers(model) -> Optional[list]:
 
 class LayerwiseJacobian:
     """The layer-wise factors of a chain network's Jacobian (see the module docstring) with respect to
-    ``variables``, which must be exactly the chain's trainable weights in any order (each Dense kernel and bias,
-    each ActivatedLayer's W). Build it with :func:`layerwise_jacobian`, which returns None for other networks."""
+    ``variables``: all the trainable weights of some of the chain's layers (a Dense layer's kernel and bias, an
+    ActivatedLayer's W), in any order; the other layers stay fixed. Build it with :func:`layerwise_jacobian`, which
+    returns None for other networks."""
 
     def __init__(self, model, layers: list, variables: Sequence[tf.Variable]):
         self.model, self.layers = model, layers
         self.variables = list(variables)
+        owned = {v.ref() for v in self.variables}
+        self.included = [l for l in layers if isinstance(l, (tf_keras.layers.Dense, ActivatedLayer)) and l.trainable_weights
+                         and l.trainable_weights[0].ref() in owned]
         self.sizes = [int(np.prod(v.shape)) for v in self.variables]
         self._signals = tf.function(self._signals_graph, input_signature=[tf.TensorSpec([None, None], tf.float64)])
 
@@ -81,10 +88,12 @@ class LayerwiseJacobian:
                     h = tf.cast(layer(h, training=False), tf.float64)
             outputs = tf.reshape(h, [tf.shape(h)[0], -1])
             totals = tf.reduce_sum(outputs, axis=0)  # [C]: examples are independent at inference
+        weighted = [l for l in self.layers if isinstance(l, (tf_keras.layers.Dense, ActivatedLayer))]
+        taps = [tap for layer, tap in zip(weighted, taps) if any(layer is l for l in self.included)]
         signals = tape.jacobian(totals, [z for _, z in taps])  # each [C, B, width]
         signals = [tf.transpose(s, [1, 0, 2]) for s in signals]  # [B, C, width]
         units = []
-        for layer, (h_in, _) in zip([l for l in self.layers if isinstance(l, (tf_keras.layers.Dense, ActivatedLayer))], taps):
+        for layer, (h_in, _) in zip(self.included, taps):
             if isinstance(layer, ActivatedLayer):
                 units.append(tf.vectorized_map(lambda x, layer=layer: self._unit_gradients(layer, x), h_in))  # [B, M, D+1]
             else:
@@ -102,10 +111,10 @@ class LayerwiseJacobian:
         """For each weighted layer, its (kernel-or-W, bias) positions in ``variables`` (bias None if absent)."""
         position = {v.ref(): i for i, v in enumerate(self.variables)}
         slots = []
-        for layer in self.layers:
+        for layer in self.included:
             if isinstance(layer, tf_keras.layers.Dense):
                 slots.append((layer, position[layer.kernel.ref()], position[layer.bias.ref()] if layer.use_bias else None))
-            elif isinstance(layer, ActivatedLayer):
+            else:
                 slots.append((layer, position[layer.W.ref()], None))
         return slots
 
@@ -132,6 +141,27 @@ class LayerwiseJacobian:
                 if bias is not None:
                     blocks[bias] = s
         return np.concatenate(blocks, axis=2)
+
+    @check_shapes("X: [B, D]", "R: [P, r]", "return: [B, C, r]")
+    def jacobian_times(self, X: np.ndarray, R: np.ndarray) -> np.ndarray:
+        """J(X) R [B, C, r], layer by layer without forming J (module docstring)."""
+        _, pieces = self._pieces(X)
+        R = np.asarray(R, dtype=np.float64)
+        starts = np.concatenate([[0], np.cumsum(self.sizes)])
+        block = lambda index: R[starts[index] : starts[index + 1]]  # noqa: E731  (the rows of one variable)
+        total = 0.0
+        for (layer, first, bias), h, s, g in pieces:
+            # batched BLAS products (np.matmul), not np.einsum's loops
+            if isinstance(layer, ActivatedLayer):
+                rows = block(first).reshape(g.shape[1], g.shape[2], -1)  # [M, D+1, r]
+                projected = np.swapaxes(np.matmul(np.swapaxes(g, 0, 1), rows), 0, 1)  # [B, M, r]
+            else:
+                out = s.shape[2]
+                projected = (h @ block(first).reshape(h.shape[1], -1)).reshape(h.shape[0], out, -1)  # [B, out, r]
+                if bias is not None:
+                    projected = projected + block(bias)[None]
+            total = total + np.matmul(s, projected)
+        return total
 
     @check_shapes("X: [B, D]", "output_hessians: [B, C, C]", "return: [P]")
     def ggn_diagonal(self, X: np.ndarray, output_hessians: np.ndarray) -> np.ndarray:
@@ -165,19 +195,29 @@ class LayerwiseJacobian:
 
 def layerwise_jacobian(model, variables: Sequence[tf.Variable]) -> Optional[LayerwiseJacobian]:
     """A :class:`LayerwiseJacobian` of ``model`` when it is a chain of Dense/ActivatedLayer layers (with
-    parameter-free layers between them) and ``variables`` are exactly its trainable weights; None otherwise."""
+    parameter-free layers between them) and ``variables`` are all the trainable weights of some of its layers
+    (e.g. all of them, or the last Dense layer's); None otherwise."""
     layers = _chain_layers(model)
     if layers is None:
         return None
-    owned = []
+    wanted = {v.ref() for v in variables}
+    if len(wanted) != len(list(variables)):
+        return None
+    covered = set()
     for layer in layers:
         if isinstance(layer, tf_keras.layers.Dense):
-            owned += [layer.kernel] + ([layer.bias] if layer.use_bias else [])
+            own = [layer.kernel] + ([layer.bias] if layer.use_bias else [])
         elif isinstance(layer, ActivatedLayer):
-            if [v.ref() for v in layer.trainable_weights] != [layer.W.ref()]:
-                return None
-            owned.append(layer.W)
-    variables = list(variables)
-    if {v.ref() for v in owned} != {v.ref() for v in variables} or len(owned) != len(variables):
-        return None
-    return LayerwiseJacobian(model, layers, variables)
+            own = [layer.W]
+        else:
+            continue
+        if not layer.trainable_weights and not {v.ref() for v in own} & wanted:
+            continue  # a frozen layer: fixed, like any layer whose weights are not asked for
+        if [v.ref() for v in layer.trainable_weights] != [v.ref() for v in own]:
+            return None  # a layer with other weights, or frozen ones
+        refs = {v.ref() for v in own}
+        if refs & wanted:
+            if not refs <= wanted:
+                return None  # part of a layer's weights
+            covered |= refs
+    return LayerwiseJacobian(model, layers, list(variables)) if covered == wanted and wanted else None
