@@ -8,7 +8,8 @@ Then the diagonal LLA of the dense head both ways, on the same 64 images in the 
 GGN's diagonal from the per-example Jacobians (``jacobian_function``, then the products) against the layer-wise
 factors (``activated_dgp.eigen.layerwise``, what ``LinearisedLaplace`` uses for such chains), the ratio of the two
 times, and the largest relative difference of their results; the same for the last-layer LLA's J(x) V (V the
-eigenvectors of its GGN). Each time is the best of three calls.
+eigenvectors of its GGN) and for the NTK features of (image, class) pairs that the NeuralEF LLA recomputes at every
+step. Each time is the best of three calls.
 
 Run:  python -m benchmarks.lla_rotated_mnist_cost      (writes docs/results/lla_rotated_mnist_cost.json and its block of
       docs/benchmarks.md; ``--report-only`` rewrites the block from the record, timing nothing)
@@ -34,6 +35,7 @@ from experiments.setups import rotated_mnist_cnn  # noqa: E402
 
 OUTPUT = Path(__file__).resolve().parents[1] / "docs" / "results" / "lla_rotated_mnist_cost.json"
 IMAGES, TRAINING_IMAGES = 64, 4500
+PAIRS = 256  # NeuralEF's batch (its default batch_size)
 TRUNCATION_LEVEL, NUM_UNITS, WIDTH = 20, 128, 128  # the rotated-MNIST study's defaults (its Config)
 
 
@@ -63,7 +65,7 @@ def main() -> None:
                      "load_average_1_5_15": [round(v, 2) for v in os.getloadavg()]})
         print(json.dumps(rows[-1]), flush=True)
         OUTPUT.write_text(json.dumps({"truncation_level": TRUNCATION_LEVEL, "cpus": os.cpu_count(), "rows": rows}, indent=1) + "\n")
-    diagonal = diagonal_lla_rows(head, conv) + last_layer_rows(head, conv)
+    diagonal = diagonal_lla_rows(head, conv) + last_layer_rows(head, conv) + pair_feature_rows(head, extractor)
     OUTPUT.write_text(json.dumps({"truncation_level": TRUNCATION_LEVEL, "cpus": os.cpu_count(), "rows": rows,
                                   "diagonal_lla": diagonal}, indent=1) + "\n")
 
@@ -77,10 +79,10 @@ def best_of_three(function):
     return min(times), result
 
 
-def compare(name: str, by_jacobian, factored) -> dict:
+def compare(name: str, by_jacobian, factored, images: int = IMAGES) -> dict:
     seconds_jacobian, expected = best_of_three(by_jacobian)
     seconds_layerwise, result = best_of_three(factored)
-    row = {"product": name, "images": IMAGES, "seconds_per_example_jacobians": round(seconds_jacobian, 3),
+    row = {"product": name, "images": images, "seconds_per_example_jacobians": round(seconds_jacobian, 3),
            "seconds_layerwise": round(seconds_layerwise, 3), "ratio": round(seconds_jacobian / seconds_layerwise, 1),
            "max_relative_difference": float(np.abs(result - expected).max() / np.abs(expected).max()),
            "load_average_1_5_15": [round(v, 2) for v in os.getloadavg()]}
@@ -102,6 +104,25 @@ def last_layer_rows(head, conv) -> list:
     jacobian(tf.constant(penultimate[:4]))
     layerwise.jacobian_times(penultimate[:4], V)
     return [compare("last-layer J V", lambda: jacobian(X).numpy() @ V, lambda: layerwise.jacobian_times(penultimate, V))]
+
+
+def pair_feature_rows(head, extractor) -> list:
+    """The NTK features of NeuralEF's pairs (x, c) that the NeuralEF LLA recomputes at every step when they do not
+    fit the cache, ∂_θ g_c(x) [pairs, P] of the dense head: the Jacobian of the pair network (x, one-hot c) → g_c(x)
+    (``jacobian_kernel``'s features) against the layer-wise combination (``LayerwiseJacobian.combination_jacobian``);
+    a NeuralEF batch of PAIRS pairs, PAIRS random images with classes 0…9 in turn."""
+    from activated_dgp.eigen.laplace import _OutputSelector, pair_inputs
+    from activated_dgp.eigen.ntk import jacobian_kernel
+
+    variables = head.trainable_variables
+    conv = extractor(np.random.default_rng(3).uniform(size=(PAIRS, 784)).astype(np.float32)).numpy().astype(np.float64)
+    pairs = pair_inputs(conv, 10)[np.arange(PAIRS) * 10 + np.arange(PAIRS) % 10]
+    by_tape = jacobian_kernel(_OutputSelector(head, conv.shape[1], 10)).feature_map
+    layerwise = layerwise_jacobian(head, variables)
+    factored = tf.function(lambda A: layerwise.combination_jacobian(A[:, : conv.shape[1]], A[:, conv.shape[1] :]))
+    A = tf.constant(pairs)
+    by_tape(A[:4]), factored(A[:4])
+    return [compare("NeuralEF pair features", lambda: by_tape(A).numpy(), lambda: factored(A).numpy(), PAIRS)]
 
 
 def diagonal_lla_rows(head, conv) -> list:
@@ -138,7 +159,7 @@ def markdown(record: dict) -> str:
     rows = "\n".join(f"| {row['parameters']} | {row['P']:,} | {row['seconds_per_64_images']:.3f} | {row['seconds_per_4500_images']:,.1f} |"
                      for row in record["rows"])
     diagonal = "\n".join(
-        f"| {row['product']} | {row['seconds_per_example_jacobians']:.3f} | {row['seconds_layerwise']:.3f} | "
+        f"| {row['product']} | {row['images']} | {row['seconds_per_example_jacobians']:.3f} | {row['seconds_layerwise']:.3f} | "
         f"{row['ratio']}× | {row['max_relative_difference']:.1e} |" for row in record["diagonal_lla"])
     loads = sorted({tuple(row["load_average_1_5_15"]) for row in record["rows"] + record["diagonal_lla"]})
     return (
@@ -146,11 +167,12 @@ def markdown(record: dict) -> str:
         "Record: `docs/results/lla_rotated_mnist_cost.json` (made by `python -m benchmarks.lla_rotated_mnist_cost`). The study's "
         f"CNN (Ñ = {record['truncation_level']}, random weights), the Jacobian of the 10 logits of 64 images:\n\n"
         "| parameters | P | s per 64 images | s per 4,500 images |\n|---|---|---|---|\n" + rows + "\n\n"
-        "The LLA's products on the same 64 images, best of three calls each, from the per-example Jacobians against the "
+        "The LLA's products, best of three calls each, from the per-example Jacobians against the "
         "layer-wise factors (`activated_dgp.eigen.layerwise`, which `LinearisedLaplace` uses for chains of Dense and "
         "ActivatedLayer layers): the diagonal LLA of the dense head (its test covariances J diag(s) Jᵀ and its GGN's diagonal), "
-        "and the last-layer LLA's J V on the penultimate features (V the 1,280 × 1,280 eigenvectors of its GGN).\n\n"
-        "| product | per-example Jacobians (s) | layer-wise (s) | ratio | max relative difference |\n|---|---|---|---|---|\n"
+        "and the last-layer LLA's J V on the penultimate features (V the 1,280 × 1,280 eigenvectors of its GGN), and the NTK "
+        "features of a NeuralEF batch of (image, class) pairs that the NeuralEF LLA recomputes at every step.\n\n"
+        "| product | images | per-example Jacobians (s) | layer-wise (s) | ratio | max relative difference |\n|---|---|---|---|---|---|\n"
         + diagonal + "\n\n"
         f"- Measured with the background study runs stopped (SIGSTOP); 1/5/15-min load averages during the run: "
         f"{', '.join(str(list(load)) for load in loads)} on {record['cpus']} cores.\n"

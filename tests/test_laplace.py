@@ -146,6 +146,23 @@ def test_full_covariance_methods_on_the_twin_are_computed_layer_wise_and_match_i
     np.testing.assert_allclose(la.predict_f(X_test)[1].numpy(), expected, rtol=1e-7, atol=1e-12 * np.abs(expected).max())
 
 
+def test_the_pairs_ntk_features_of_the_twin_are_its_jacobian_rows(rng):
+    """The layer-wise Jacobian of the pairs (x_b, c_b) NeuralEF learns the multi-output NTK on (§3.2): row b is
+    ∂_θ g_(c_b)(x_b), against autodiff; and a weighted combination of outputs is that combination of rows."""
+    from activated_dgp.eigen.layerwise import layerwise_jacobian
+
+    model = twin(3, 3, seed=7)
+    X = 2 * rng.normal(size=(5, 3))
+    J, _ = autodiff_jacobians(model, X)
+    layerwise = layerwise_jacobian(model, model.trainable_variables)
+    classes = np.array([0, 2, 1, 1, 0])
+    rows = layerwise.combination_jacobian(tf.constant(X), tf.constant(np.eye(3)[classes])).numpy()
+    np.testing.assert_allclose(rows, J[np.arange(5), classes], rtol=1e-10, atol=1e-13 * np.abs(J).max())
+    weights = rng.normal(size=(5, 3))
+    combined = layerwise.combination_jacobian(tf.constant(X), tf.constant(weights)).numpy()
+    np.testing.assert_allclose(combined, np.einsum("bc,bcp->bp", weights, J), rtol=1e-9, atol=1e-12 * np.abs(J).max())
+
+
 def test_diagonal_validation_prior_of_the_twin_matches_the_dense_gaussian_validation_nll(rng):
     X, Y = data("gaussian", 24, 2, 1, rng)
     X_val, Y_val = data("gaussian", 9, 2, 1, rng)

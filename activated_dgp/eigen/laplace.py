@@ -21,8 +21,9 @@ with J(x) = ∂_θ g(x, θ_MAP) [C, P] and Λ_i = −∂²_ff log p(y_i | f) at 
 
 For a chain of Dense and ``ActivatedLayer`` layers (the library's twins, :func:`~activated_dgp.build_activated_nn`)
 the parameter methods compute the test covariances layer by layer without forming J (:mod:`.layerwise`): J(x) V
-for the eigenvectors V (exact, last_layer), and the diagonal method's GGN diagonal and J(x) Σ J(x)ᵀ; other
-networks use J.
+for the eigenvectors V (exact, last_layer), and the diagonal method's GGN diagonal and J(x) Σ J(x)ᵀ. The Jacobians
+themselves (the exact GGN, NeuralEF's cached NTK) and NeuralEF's per-step NTK features of its (x, c) pairs come from
+the same factors. Other networks use their per-example Jacobians.
 * ``"neuralef"``: eq. 22 of Deng et al.,
 
       f(x) ~ GP( g(x, θ_MAP),  Ψ̃(x) [Σ_i Ψ̃(x_i)ᵀ Λ_i Ψ̃(x_i) + δ I_k]⁻¹ Ψ̃(x')ᵀ ),
@@ -82,7 +83,7 @@ from scipy.optimize import minimize_scalar
 
 from ..likelihoods import output_width
 from ..validation import check_inputs, check_matrix, check_positive_int
-from .kernel_sources import PrecomputedFeatures, PrecomputedGram, ntk_kernel
+from .kernel_sources import FeatureKernel, PrecomputedFeatures, PrecomputedGram, ntk_kernel
 from .layerwise import layerwise_jacobian
 from .laplace_likelihoods import (
     LIKELIHOOD_NAMES,
@@ -266,8 +267,10 @@ class LinearisedLaplace:
                 f"max_parameters={self.max_parameters}; raise max_parameters, or use 'diagonal' or 'neuralef'"
             )
         self._jacobian = jacobian_function(lambda X: self.model(X, training=False), self.variables)
-        # the parameter methods' layer-wise products (module docstring), None where the network is not such a chain
-        self._layerwise = None if method in _EIGEN_METHODS else layerwise_jacobian(model, self.variables)
+        # the layer-wise products (module docstring), None where the network is not such a chain: the parameter
+        # methods' covariances, and the Jacobians of the NTK that the eigen methods learn
+        self._layerwise = layerwise_jacobian(model, self.variables)
+        self._layerwise_covariance = self._layerwise is not None and method not in _EIGEN_METHODS
         self.input_dim = self.num_outputs = None
         self.prior_precision: Optional[float] = None
         self.log_evidence: Optional[float] = None
@@ -365,6 +368,10 @@ class LinearisedLaplace:
         network = self.model if C == 1 else _OutputSelector(self.model, self.input_dim, C)
         if self.ntk_samples is None:
             self.ntk_source = "jacobians"
+            if self._layerwise is not None:  # the pairs' Jacobians layer by layer (module docstring)
+                D, layerwise = self.input_dim, self._layerwise
+                pairs = lambda A: layerwise.combination_jacobian(A[:, :D], A[:, D:] if C > 1 else tf.ones_like(A[:, :1]))  # noqa: E731
+                return FeatureKernel(pairs, 1)
             return jacobian_kernel(network)
         self.ntk_source = "rademacher"
         return ntk_kernel(network, self.ntk_samples, seed=self.seed)
@@ -407,7 +414,7 @@ class LinearisedLaplace:
         Lambda = output_hessians(self.likelihood, F_map, self.noise_variance)
         self._log(f"GGN of method {self.method!r} over {X.shape[0]} points ({self.num_outputs} outputs)")
         ggn = None
-        if self._layerwise is not None and self.method == "diagonal":
+        if self._layerwise_covariance and self.method == "diagonal":
             ggn = sum(self._layerwise.ggn_diagonal(X[rows], Lambda[rows]) for rows in self._progress_batches(X.shape[0], "GGN (layer-wise)"))
         for rows, F in self._feature_batches(X, "GGN") if ggn is None else ():
             # Λ_i F_i first, then one product: a three-operand np.einsum loops over b, c, d, p and q at once
@@ -467,7 +474,7 @@ class LinearisedLaplace:
 
     def _select_by_validation(self, X_val: np.ndarray, Y_val: np.ndarray) -> float:
         mean = self._outputs(X_val)
-        diagonal_layerwise = self._layerwise is not None and self.ggn_eigenvectors is None
+        diagonal_layerwise = self._layerwise_covariance and self.ggn_eigenvectors is None
         if not diagonal_layerwise:  # the δ-independent part, once: F, or J V for the eigenvector methods
             projected = np.concatenate([self._projected(X_val[rows]) for rows in self._progress_batches(X_val.shape[0], "validation features")])
         nll = []
@@ -489,7 +496,7 @@ class LinearisedLaplace:
         where it can), or F itself (diagonal)."""
         if self.ggn_eigenvectors is None:
             return self._features(X)
-        if self._layerwise is not None:
+        if self._layerwise_covariance:
             return self._layerwise.jacobian_times(X, self.ggn_eigenvectors)
         return self._features(X) @ self.ggn_eigenvectors
 
@@ -503,7 +510,7 @@ class LinearisedLaplace:
 
     def _latent_covariance(self, X: np.ndarray, delta: float) -> np.ndarray:
         """J(X) Σ J(X)ᵀ [N, C, C] at prior precision δ, in batches (layer-wise where the network allows)."""
-        if self._layerwise is not None and self.ggn_eigenvectors is None:
+        if self._layerwise_covariance and self.ggn_eigenvectors is None:
             variances = 1.0 / (self.ggn_eigenvalues + delta)
             return np.concatenate([self._layerwise.covariance(X[rows], variances) for rows in self._batches(X.shape[0])], axis=0)
         return np.concatenate([self._covariance(self._projected(X[rows]), delta) for rows in self._batches(X.shape[0])], axis=0)

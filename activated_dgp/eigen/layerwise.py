@@ -69,36 +69,60 @@ class LayerwiseJacobian:
         self.sizes = [int(np.prod(v.shape)) for v in self.variables]
         self._signals = tf.function(self._signals_graph, input_signature=[tf.TensorSpec([None, None], tf.float64)])
 
-    # one pass: the inputs h of every layer, the signals ∂(Σ_b g_bc)/∂(layer output) and each ActivatedLayer's G
+    def _forward(self, X):
+        """The outputs [B, C] and, for each included layer, (layer, its input h, its output z before any activation);
+        called under a GradientTape, which records the z."""
+        h, taps = X, []
+        for layer in self.layers:
+            if isinstance(layer, tf_keras.layers.Dense):
+                z = tf.matmul(h, tf.cast(layer.kernel, tf.float64))
+                if layer.use_bias:
+                    z = z + tf.cast(layer.bias, tf.float64)
+                taps.append((layer, h, z))
+                h = tf.cast(layer.activation(z), tf.float64)
+            elif isinstance(layer, ActivatedLayer):
+                out = tf.cast(layer(h), tf.float64)
+                taps.append((layer, h, out))
+                h = out
+            else:
+                h = tf.cast(layer(h, training=False), tf.float64)
+        outputs = tf.reshape(h, [tf.shape(h)[0], -1])
+        return outputs, [tap for tap in taps if any(tap[0] is l for l in self.included)]
+
+    def _unit_rows(self, layer, h_in):
+        """G [B, M, D+1] of an ActivatedLayer on its inputs h_in, one backward pass per example."""
+        return tf.vectorized_map(lambda x: self._unit_gradients(layer, x), h_in)
+
+    # one pass: the inputs h of every included layer, the signals ∂(Σ_b g_bc)/∂(layer output) and each ActivatedLayer's G
     def _signals_graph(self, X):
         with tf.GradientTape() as tape:
-            h, taps = X, []
-            for layer in self.layers:
-                if isinstance(layer, tf_keras.layers.Dense):
-                    z = tf.matmul(h, tf.cast(layer.kernel, tf.float64))
-                    if layer.use_bias:
-                        z = z + tf.cast(layer.bias, tf.float64)
-                    taps.append((h, z))
-                    h = tf.cast(layer.activation(z), tf.float64)
-                elif isinstance(layer, ActivatedLayer):
-                    out = tf.cast(layer(h), tf.float64)
-                    taps.append((h, out))
-                    h = out
-                else:
-                    h = tf.cast(layer(h, training=False), tf.float64)
-            outputs = tf.reshape(h, [tf.shape(h)[0], -1])
+            outputs, taps = self._forward(X)
             totals = tf.reduce_sum(outputs, axis=0)  # [C]: examples are independent at inference
-        weighted = [l for l in self.layers if isinstance(l, (tf_keras.layers.Dense, ActivatedLayer))]
-        taps = [tap for layer, tap in zip(weighted, taps) if any(layer is l for l in self.included)]
-        signals = tape.jacobian(totals, [z for _, z in taps])  # each [C, B, width]
+        signals = tape.jacobian(totals, [z for _, _, z in taps])  # each [C, B, width]
         signals = [tf.transpose(s, [1, 0, 2]) for s in signals]  # [B, C, width]
-        units = []
-        for layer, (h_in, _) in zip(self.included, taps):
+        units = [self._unit_rows(layer, h_in) if isinstance(layer, ActivatedLayer) else tf.zeros([0], tf.float64)
+                 for layer, h_in, _ in taps]
+        return outputs, [h_in for _, h_in, _ in taps], signals, units
+
+    def combination_jacobian(self, X: tf.Tensor, weights: tf.Tensor) -> tf.Tensor:
+        """∂_θ Σ_c weights_bc g_c(x_b) [B, P] (TensorFlow ops only, for use inside a compiled step): with one-hot
+        ``weights`` row b is the Jacobian of output c_b at x_b, the NTK features of the pair (x_b, c_b). One backward
+        pass gives the combined signals; the ActivatedLayers' G one per example."""
+        X = tf.convert_to_tensor(X, tf.float64)
+        with tf.GradientTape() as tape:
+            outputs, taps = self._forward(X)
+            total = tf.reduce_sum(outputs * tf.cast(weights, tf.float64))
+        signals = tape.gradient(total, [z for _, _, z in taps])  # each [B, width]
+        blocks: list = [None] * len(self.variables)
+        B = tf.shape(X)[0]
+        for ((layer, first, bias), (_, h_in, _), signal) in zip(self._slots(), taps, signals):
             if isinstance(layer, ActivatedLayer):
-                units.append(tf.vectorized_map(lambda x, layer=layer: self._unit_gradients(layer, x), h_in))  # [B, M, D+1]
+                blocks[first] = tf.reshape(signal[:, :, None] * self._unit_rows(layer, h_in), [B, -1])
             else:
-                units.append(tf.zeros([0], tf.float64))
-        return outputs, [h for h, _ in taps], signals, units
+                blocks[first] = tf.reshape(h_in[:, :, None] * signal[:, None, :], [B, -1])
+                if bias is not None:
+                    blocks[bias] = signal
+        return tf.concat(blocks, axis=1)
 
     @staticmethod
     def _unit_gradients(layer, x):
