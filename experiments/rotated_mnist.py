@@ -814,17 +814,17 @@ def far_field_off_results(context, config: Config, splits: Splits, progress_key:
 
 #: what the LLA rows cover, from the measured cost of the Jacobian of the 10 logits for 64 images
 #: (``python -m benchmarks.lla_rotated_mnist_cost``, docs/results/lla_rotated_mnist_cost.json; Ñ = 20, 2 cores,
-#: background runs stopped): over the whole CNN (P = 217,472) 35.1 s — 2,468 s per pass over 4,500 training images,
+#: background runs stopped): over the whole CNN (P = 217,472) 31.0 s — 2,182 s per pass over 4,500 training images,
 #: and its N C P = 78 GB of NeuralEF Jacobians fit no cache: not affordable. Over the dense head on frozen conv
-#: features (P = 165,376) 2.92 s — 205 s per training pass; N C P = 60 GB, beyond the cache, so NeuralEF recomputes
+#: features (P = 165,376) 3.20 s — 225 s per training pass; N C P = 60 GB, beyond the cache, so NeuralEF recomputes
 #: them per step: affordable, so diagonal and NeuralEF LLA cover the dense head, the conv layers fixed at θ_MAP
-#: (their features are the LLA's inputs). Last-layer LLA covers the last Dense layer (P = 1,280; 0.013 s), on the
+#: (their features are the LLA's inputs). Last-layer LLA covers the last Dense layer (P = 1,280; 0.012 s), on the
 #: penultimate features (taping the activated layers as well, only to differentiate the last layer, was far slower
 #: in a smoke run). The LLA's GGN and test covariances are computed layer by layer (``activated_dgp.eigen.layerwise``;
-#: the head is a chain of ActivatedLayer and Dense layers): the diagonal LLA's test covariances take 0.265 s per 64
-#: images in the same benchmark, 18× less than from per-example Jacobians — about 9 min per seed for 13 × 10,000 test
+#: the head is a chain of ActivatedLayer and Dense layers): the diagonal LLA's test covariances take about 0.2 s per 64
+#: images in the same benchmark, 20× less than from per-example Jacobians — under 10 min per seed for 13 × 10,000 test
 #: images, where the Jacobian path took about 4 h (0.11 s per image in a smoke run, MC predictive included); the
-#: last-layer LLA's J V 20× less, and NeuralEF's recomputed pair features 2.3× less.
+#: last-layer LLA's J V about 12× less, and NeuralEF's recomputed pair features 3.5× less (0.76 s per batch of 256).
 LLA_COVERAGE = "dense head on frozen conv features"
 #: images per Jacobian batch of the LLA rows: 32 · 10 logits · 165,376 parameters · 8 bytes = 423 MB (a batch of 256,
 #: 3.4 GB, was killed for memory on the shared machine)
