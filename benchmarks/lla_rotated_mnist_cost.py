@@ -153,6 +153,7 @@ def diagonal_lla_rows(head, conv) -> list:
 
 
 REPORT_COMMAND = "python -m benchmarks.lla_rotated_mnist_cost --report-only"
+REPORT_BLOCKS = [("docs/benchmarks.md", "lla_rotated_mnist_cost")]
 
 
 def markdown(record: dict) -> str:
