@@ -734,7 +734,8 @@ def figure(rows: Sequence[Dict], path: Path) -> None:
             datasets.append(r["dataset"])
     methods = [m for m in METHOD_ORDER if any(r["method"] == m for r in rows)]
     table = {(r["dataset"], r["method"]): r for r in rows}
-    colours = dict(zip(METHOD_ORDER, ("C0", "C1", "C2", "C4", "C5", "C3", "C7", "C6", "C8", "C9", "olive", "maroon", "teal", "navy")))
+    palette = ("C0", "C1", "C2", "C4", "C5", "C3", "C7", "C6", "C8", "C9", "olive", "maroon", "teal", "navy", "orchid", "sienna")
+    colours = {m: palette[i % len(palette)] for i, m in enumerate(METHOD_ORDER)}  # one per method, however many there are
     fig, axes = plt.subplots(2, len(datasets), figsize=(2.3 * len(datasets) + 1.5, 5.2), squeeze=False)
     for column, d in enumerate(datasets):
         for row_index, metric in enumerate(("rmse", "nlpd")):
