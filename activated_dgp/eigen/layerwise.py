@@ -27,7 +27,7 @@ B · C · P numbers (0.11 s per image on the rotated-MNIST head, 165,376 paramet
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -41,6 +41,13 @@ from ..spherical import gegenbauer_series
 __all__ = ["LayerwiseJacobian", "layerwise_jacobian"]
 
 _PASSIVE = (tf_keras.layers.Activation, tf_keras.layers.Dropout, tf_keras.layers.InputLayer)
+
+
+def _own_weights(layer) -> list:
+    """The weights the layer-wise factors differentiate: a Dense layer's kernel (and bias), an ActivatedLayer's W."""
+    if isinstance(layer, tf_keras.layers.Dense):
+        return [layer.kernel] + ([layer.bias] if layer.use_bias else [])
+    return [layer.W] if isinstance(layer, ActivatedLayer) else []
 
 
 def _chain_layers(model) -> Optional[list]:
@@ -65,10 +72,14 @@ class LayerwiseJacobian:
     def __init__(self, model, layers: list, variables: Sequence[tf.Variable]):
         self.model, self.layers = model, layers
         self.variables = list(variables)
-        owned = {v.ref() for v in self.variables}
-        self.included = [l for l in layers if isinstance(l, (tf_keras.layers.Dense, ActivatedLayer)) and l.trainable_weights
-                         and l.trainable_weights[0].ref() in owned]
-        self.sizes = [int(np.prod(v.shape)) for v in self.variables]
+        position = {v.ref(): i for i, v in enumerate(self.variables)}
+        self.included = [l for l in layers if _own_weights(l) and _own_weights(l)[0].ref() in position]
+        # each included layer with the positions of its kernel-or-W and its bias (None if absent) in ``variables``
+        self.slots = []
+        for layer in self.included:
+            own = _own_weights(layer)
+            self.slots.append((layer, position[own[0].ref()], position[own[1].ref()] if len(own) > 1 else None))
+        self.offsets = np.cumsum([int(np.prod(v.shape)) for v in self.variables])[:-1]
         self._signals = tf.function(self._signals_graph, input_signature=[tf.TensorSpec([None, None], tf.float64)])
 
     def _forward(self, X):
@@ -121,7 +132,7 @@ class LayerwiseJacobian:
         signals = [tf.transpose(s, [1, 0, 2]) for s in signals]  # [B, C, width]
         units = [self._unit_rows(layer, h_in) if isinstance(layer, ActivatedLayer) else tf.zeros([0], tf.float64)
                  for layer, h_in, _ in taps]
-        return outputs, [h_in for _, h_in, _ in taps], signals, units
+        return [h_in for _, h_in, _ in taps], signals, units
 
     def combination_jacobian(self, X: tf.Tensor, weights: tf.Tensor) -> tf.Tensor:
         """∂_θ Σ_c weights_bc g_c(x_b) [B, P] (TensorFlow ops only, for use inside a compiled step): with one-hot
@@ -134,7 +145,7 @@ class LayerwiseJacobian:
         signals = tape.gradient(total, [z for _, _, z in taps])  # each [B, width]
         blocks: list = [None] * len(self.variables)
         B = tf.shape(X)[0]
-        for ((layer, first, bias), (_, h_in, _), signal) in zip(self._slots(), taps, signals):
+        for ((layer, first, bias), (_, h_in, _), signal) in zip(self.slots, taps, signals):
             if isinstance(layer, ActivatedLayer):
                 blocks[first] = tf.reshape(signal[:, :, None] * self._unit_rows(layer, h_in), [B, -1])
             else:
@@ -143,32 +154,19 @@ class LayerwiseJacobian:
                     blocks[bias] = signal
         return tf.concat(blocks, axis=1)
 
-    def _slots(self):
-        """For each weighted layer, its (kernel-or-W, bias) positions in ``variables`` (bias None if absent)."""
-        position = {v.ref(): i for i, v in enumerate(self.variables)}
-        slots = []
-        for layer in self.included:
-            if isinstance(layer, tf_keras.layers.Dense):
-                slots.append((layer, position[layer.kernel.ref()], position[layer.bias.ref()] if layer.use_bias else None))
-            else:
-                slots.append((layer, position[layer.W.ref()], None))
-        return slots
-
     def _pieces(self, X: np.ndarray):
-        outputs, inputs, signals, units = self._signals(tf.constant(X, tf.float64))
-        return outputs.numpy(), [(slot, h.numpy(), s.numpy(), g.numpy()) for slot, h, s, g in zip(self._slots(), inputs, signals, units)]
+        inputs, signals, units = self._signals(tf.constant(X, tf.float64))
+        return [(slot, h.numpy(), s.numpy(), g.numpy()) for slot, h, s, g in zip(self.slots, inputs, signals, units)]
 
-    def _split(self, vector: np.ndarray) -> List[np.ndarray]:
-        """A parameter-space vector [P] as one array per variable, in the variables' shapes."""
-        parts = np.split(vector, np.cumsum(self.sizes)[:-1])
-        return [part.reshape(v.shape) for part, v in zip(parts, self.variables)]
+    def _split(self, array: np.ndarray) -> List[np.ndarray]:
+        """The rows of a parameter-space array [P, ...], one block per variable."""
+        return np.split(np.asarray(array, dtype=np.float64), self.offsets)
 
     @check_shapes("X: [B, D]", "return: [B, C, P]")
     def jacobian(self, X: np.ndarray) -> np.ndarray:
         """J(X) [B, C, P] assembled from the factors (the variables' order; for checking the factors)."""
-        _, pieces = self._pieces(X)
         blocks: list = [None] * len(self.variables)
-        for (layer, first, bias), h, s, g in pieces:
+        for (layer, first, bias), h, s, g in self._pieces(X):
             B, C = s.shape[:2]
             if isinstance(layer, ActivatedLayer):
                 blocks[first] = (s[:, :, :, None] * g[:, None, :, :]).reshape(B, C, -1)
@@ -181,30 +179,26 @@ class LayerwiseJacobian:
     @check_shapes("X: [B, D]", "R: [P, r]", "return: [B, C, r]")
     def jacobian_times(self, X: np.ndarray, R: np.ndarray) -> np.ndarray:
         """J(X) R [B, C, r], layer by layer without forming J (module docstring)."""
-        _, pieces = self._pieces(X)
-        R = np.asarray(R, dtype=np.float64)
-        starts = np.concatenate([[0], np.cumsum(self.sizes)])
-        block = lambda index: R[starts[index] : starts[index + 1]]  # noqa: E731  (the rows of one variable)
+        rows_of = self._split(R)
         total = 0.0
-        for (layer, first, bias), h, s, g in pieces:
+        for (layer, first, bias), h, s, g in self._pieces(X):
             # batched BLAS products (np.matmul), not np.einsum's loops
             if isinstance(layer, ActivatedLayer):
-                rows = block(first).reshape(g.shape[1], g.shape[2], -1)  # [M, D+1, r]
+                rows = rows_of[first].reshape(g.shape[1], g.shape[2], -1)  # [M, D+1, r]
                 projected = np.swapaxes(np.matmul(np.swapaxes(g, 0, 1), rows), 0, 1)  # [B, M, r]
             else:
                 out = s.shape[2]
-                projected = (h @ block(first).reshape(h.shape[1], -1)).reshape(h.shape[0], out, -1)  # [B, out, r]
+                projected = (h @ rows_of[first].reshape(h.shape[1], -1)).reshape(h.shape[0], out, -1)  # [B, out, r]
                 if bias is not None:
-                    projected = projected + block(bias)[None]
+                    projected = projected + rows_of[bias][None]
             total = total + np.matmul(s, projected)
         return total
 
     @check_shapes("X: [B, D]", "output_hessians: [B, C, C]", "return: [P]")
     def ggn_diagonal(self, X: np.ndarray, output_hessians: np.ndarray) -> np.ndarray:
         """diag(Σ_b J_bᵀ Λ_b J_b) [P] over the batch X, Λ_b = ``output_hessians`` [B, C, C]."""
-        _, pieces = self._pieces(X)
         blocks: list = [None] * len(self.variables)
-        for (layer, first, bias), h, s, g in pieces:
+        for (layer, first, bias), h, s, g in self._pieces(X):
             q = np.einsum("bcj,bcd,bdj->bj", s, output_hessians, s)
             if isinstance(layer, ActivatedLayer):
                 blocks[first] = np.einsum("bmk,bm->mk", g**2, q).reshape(-1)
@@ -217,10 +211,9 @@ class LayerwiseJacobian:
     @check_shapes("X: [B, D]", "variances: [P]", "return: [B, C, C]")
     def covariance(self, X: np.ndarray, variances: np.ndarray) -> np.ndarray:
         """J(x) diag(variances) J(x)ᵀ [B, C, C] for each row x of X."""
-        _, pieces = self._pieces(X)
-        parts = self._split(np.asarray(variances, dtype=np.float64))
+        parts = [part.reshape(v.shape) for part, v in zip(self._split(variances), self.variables)]
         total = 0.0
-        for (layer, first, bias), h, s, g in pieces:
+        for (layer, first, bias), h, s, g in self._pieces(X):
             if isinstance(layer, ActivatedLayer):
                 weights = np.einsum("bmk,mk->bm", g**2, parts[first])
             else:
@@ -241,11 +234,8 @@ def layerwise_jacobian(model, variables: Sequence[tf.Variable]) -> Optional[Laye
         return None
     covered = set()
     for layer in layers:
-        if isinstance(layer, tf_keras.layers.Dense):
-            own = [layer.kernel] + ([layer.bias] if layer.use_bias else [])
-        elif isinstance(layer, ActivatedLayer):
-            own = [layer.W]
-        else:
+        own = _own_weights(layer)
+        if not own:
             continue
         if not layer.trainable_weights and not {v.ref() for v in own} & wanted:
             continue  # a frozen layer: fixed, like any layer whose weights are not asked for
