@@ -47,8 +47,9 @@ class BatchPredictor:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
         self.dgp, self.num_samples, self.batch_size = dgp, int(num_samples), int(batch_size)
         self.likelihood = dgp.likelihood_layer.likelihood
-        self._moments = tf.function(self._batch_moments, reduce_retracing=True)
-        self._log_density = tf.function(self._batch_log_density, reduce_retracing=True)
+        # GPflow/gpflux code needs no AutoGraph conversion (activated_dgp.layers): traced as written
+        self._moments = tf.function(self._batch_moments, reduce_retracing=True, autograph=False)
+        self._log_density = tf.function(self._batch_log_density, reduce_retracing=True, autograph=False)
 
     def _last_layer(self, X: tf.Tensor, seed: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
         """Flattened moments of f_L, [S·B, P_L] each, given the samples of layers 1..L−1."""

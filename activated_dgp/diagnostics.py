@@ -120,12 +120,12 @@ def seeded_elbo(dgp: gpflux.models.DeepGP, X, Y, *, num_samples: int = 8, seed: 
     likelihood = dgp.likelihood_layer.likelihood
     starts = range(0, len(X), batch_size)
 
-    @tf.function(reduce_retracing=True)
+    @tf.function(reduce_retracing=True, autograph=False)  # no conversion needed (activated_dgp.layers)
     def batch_term(x, y):
         _, mean, var = propagate_samples(dgp, x, num_samples, draws.normal)
         return _mean_expectation(likelihood, mean, var, y, draws.likelihood)
 
-    kl = tf.function(lambda: tf.stack([layer.prior_kl() for layer in dgp.f_layers]))
+    kl = tf.function(lambda: tf.stack([layer.prior_kl() for layer in dgp.f_layers]), autograph=False)
     batches = [(tf.constant(X[start : start + batch_size]), tf.constant(Y[start : start + batch_size])) for start in starts]
 
     def evaluate() -> float:

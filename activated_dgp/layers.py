@@ -5,8 +5,9 @@ tf-keras' ``Model.save_weights("….weights.h5")`` (and the weights inside a ``.
 (the activated directions W), the mean function's and the likelihood's parameters are silently left out, so
 loading such a file into a fresh model gives a different model (measured: a mean error of 6.46 on the tutorial's
 DGP). These subclasses save and load every variable the layer reaches (``layer.weights``, which walks the nested
-GPflow modules) in a fixed order, and refuse a file whose variables do not match, naming the layer. Nothing else
-about the layers changes: they are gpflux's ``GPLayer`` and ``LikelihoodLayer``.
+GPflow modules) in a fixed order, and refuse a file whose variables do not match, naming the layer. The one other difference: their
+``call`` is traced without AutoGraph (:class:`_TracedWithoutAutoGraph`), which makes the first step of a ``fit``
+faster and computes the same. Otherwise they are gpflux's ``GPLayer`` and ``LikelihoodLayer``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import warnings
 
 import gpflux
 import numpy as np
+import tensorflow as tf
 import tensorflow_probability as tfp
 from gpflux.layers.likelihood_layer import unwrap_dist
 
@@ -58,9 +60,21 @@ class _SavesNestedVariables:
             variable.assign(value)
 
 
-class ActivatedGPLayer(_SavesNestedVariables, gpflux.layers.GPLayer):
+class _TracedWithoutAutoGraph:
+    """``call`` traced as written, without AutoGraph's source conversion, inside Keras' compiled train and predict
+    functions. GPflow and gpflux need no conversion (their tensor-dependent branches are ``tf.cond``s, and their
+    Python branches depend on shapes and settings only), but AutoGraph converts every function they reach at each
+    trace, about a third of a converted DGP's first ``fit`` step (benchmarks/tracing.py)."""
+
+    @tf.autograph.experimental.do_not_convert
+    def call(self, *args, **kwargs):
+        return super().call(*args, **kwargs)
+
+
+class ActivatedGPLayer(_TracedWithoutAutoGraph, _SavesNestedVariables, gpflux.layers.GPLayer):
     """gpflux's ``GPLayer`` whose ``.weights.h5`` state holds the kernel, inducing-variable and mean-function
-    parameters too (module docstring); built by :func:`activated_dgp.models.activated_gp_layer`."""
+    parameters too (module docstring); built by :func:`activated_dgp.models.activated_gp_layer`. Traced without
+    AutoGraph (:class:`_TracedWithoutAutoGraph`)."""
 
 
 class LikelihoodLayer(_SavesNestedVariables, gpflux.layers.LikelihoodLayer):
@@ -72,8 +86,9 @@ class LikelihoodLayer(_SavesNestedVariables, gpflux.layers.LikelihoodLayer):
             warnings.filterwarnings("ignore", message=".*TrackableLayer.*", category=DeprecationWarning)
             super().__init__(likelihood, **kwargs)
 
+    @tf.autograph.experimental.do_not_convert
     def call(self, inputs, targets=None, training=None):
-        """gpflux's call; a plain tensor in place of the last layer's distribution (what SavedModel tracing passes)
+        """gpflux's call, traced without AutoGraph (:class:`_TracedWithoutAutoGraph`); a plain tensor in place of the last layer's distribution (what SavedModel tracing passes)
         gets :data:`WHOLE_MODEL_ERROR` instead of gpflux's bare ``AssertionError``."""
         if not isinstance(unwrap_dist(inputs), tfp.distributions.MultivariateNormalDiag):
             raise TypeError(f"{self.name} received {type(inputs).__name__}, not the last GP layer's distribution: " + WHOLE_MODEL_ERROR)

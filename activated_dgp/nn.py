@@ -88,8 +88,10 @@ class ActivatedLayer(tf_keras.layers.Layer):
         for name, module in modules.items():
             setattr(self, name, module)
 
-    def call(self, inputs):
-        """[batch..., N, D] → [batch..., N, M], like a Dense layer on inputs of any leading shape."""
+    @tf.autograph.experimental.do_not_convert  # GPflow's Kuf needs no AutoGraph conversion (activated_dgp.layers)
+    def call(self, inputs, training=None):
+        """[batch..., N, D] → [batch..., N, M], like a Dense layer on inputs of any leading shape (``training``, which
+        Keras passes, changes nothing)."""
         features = gpflow.covariances.Kuf(self.feature, self.kernel, inputs)  # [M, batch..., N]
         rank = tf.rank(features)
         return tf.transpose(features, tf.concat([tf.range(1, rank), [0]], axis=0))

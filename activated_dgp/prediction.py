@@ -241,7 +241,7 @@ def seeded_log_density(dgp: gpflux.models.DeepGP, X, Y, num_samples: int, seed: 
     Y = tf.convert_to_tensor(_checked_targets(dgp, Y, int(X.shape[0])), dtype=X.dtype)
     likelihood = dgp.likelihood_layer.likelihood
 
-    @tf.function
+    @tf.function(autograph=False)  # GPflow/gpflux code needs no AutoGraph conversion (activated_dgp.layers)
     def log_density():
         _, mean, var = propagate_samples(dgp, X, num_samples, draws.normal)
         return _sample_mean_density(likelihood, mean, var, Y, draws.likelihood)

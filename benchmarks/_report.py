@@ -14,7 +14,7 @@ BENCHMARKS_DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
 #: record and rewrites its blocks, timing and training nothing) and ``REPORT_BLOCKS``, the (page, block name) pairs
 #: it writes; ``python -m experiments report`` calls them all through :func:`report_from_records`.
 REPORTED = ("benchmarks.eigenpro", "benchmarks.ika_vs_nystrom", "benchmarks.laplace_neuralef", "benchmarks.lla_rotated_mnist_cost",
-            "benchmarks.neuralef_vs_nystrom", "benchmarks.twin_training")
+            "benchmarks.neuralef_vs_nystrom", "benchmarks.tracing", "benchmarks.twin_training")
 #: Blocks of timings whose only record is the block itself: rerunning their benchmark (the command in the marker)
 #: measures them anew, so ``python -m experiments report`` leaves them as they are.
 MEASURED_ONLY = {("docs/benchmarks.md", name) for name in ("covariances", "dgp_epoch", "prediction", "streaming", "eigenpro_scaling")}
@@ -50,6 +50,27 @@ def write_section(name: str, markdown: str, command: str, doc: Path = BENCHMARKS
     from experiments.harness.blocks import write_block
 
     write_block(doc, name, markdown, command)
+
+
+def report_block(name: str, markdown: Callable[[dict], str], record: Path, command: str) -> str:
+    """Rewrite block ``name`` of docs/benchmarks.md as ``markdown`` of the JSON record at ``record``; the text."""
+    import json
+
+    text = markdown(json.loads(Path(record).read_text()))
+    write_section(name, text, command)
+    return text
+
+
+def measure_or_report(module: str, description: str, measure: Callable[[], None], report: Callable[[], str]) -> None:
+    """The command line of a benchmark with one record: ``python -m <module>`` runs ``measure`` (which writes the
+    record) and then ``report``; ``--report-only`` only ``report``s, timing nothing."""
+    from experiments.harness.cli import make_parser, shared_option
+
+    parser = make_parser(f"python -m {module}", description)
+    shared_option(parser, "--report-only", help="write the block from the record, time nothing")
+    if not parser.parse_args().report_only:
+        measure()
+    print(report())
 
 
 def import_package(folder, name: str):

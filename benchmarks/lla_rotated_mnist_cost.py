@@ -179,18 +179,12 @@ def markdown(record: dict) -> str:
 
 
 def report_from_records() -> str:
-    from benchmarks._report import write_section
+    from benchmarks._report import report_block
 
-    text = markdown(json.loads(OUTPUT.read_text()))
-    write_section("lla_rotated_mnist_cost", text, REPORT_COMMAND)
-    return text
+    return report_block("lla_rotated_mnist_cost", markdown, OUTPUT, REPORT_COMMAND)
 
 
 if __name__ == "__main__":
-    from experiments.harness.cli import make_parser, shared_option
+    from benchmarks._report import measure_or_report
 
-    parser = make_parser("python -m benchmarks.lla_rotated_mnist_cost", __doc__.splitlines()[0])
-    shared_option(parser, "--report-only", help="write the block from the record, time nothing")
-    if not parser.parse_args().report_only:
-        main()
-    print(report_from_records())
+    measure_or_report("benchmarks.lla_rotated_mnist_cost", __doc__.splitlines()[0], main, report_from_records)

@@ -1,0 +1,112 @@
+"""What AutoGraph costs a converted DGP's first ``fit``: ``train_dgp`` of one full-batch step (Keras traces its train
+function, then runs one step) on a freshly converted DGP, with the library's GP and likelihood layers traced as
+written (``activated_dgp.layers._TracedWithoutAutoGraph``, the library since the nineteenth session) against the same
+layers' ``call`` converted by AutoGraph (gpflux's default, the library before). Both in the same process, alternating,
+each the median of REPEATS fits; the ratio is the comparison. The two fits' ELBO histories are compared too: tracing
+as written computes the same numbers.
+
+The network: three hidden ReLU layers of WIDTH units on N × D standard normal inputs, one output (a UCI-sized ADGP).
+
+Run:  python -m benchmarks.tracing      (writes docs/results/tracing.json and its block of docs/benchmarks.md;
+      ``--report-only`` rewrites the block from the record, timing nothing)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import gpflux  # noqa: E402
+import numpy as np  # noqa: E402
+import tf_keras  # noqa: E402
+
+from activated_dgp import TrainingSchedule, dgp_from_keras, train_dgp  # noqa: E402
+from activated_dgp import layers as library_layers  # noqa: E402
+
+OUTPUT = Path(__file__).resolve().parents[1] / "docs" / "results" / "tracing.json"
+N, D, WIDTH, DEPTH, REPEATS = 500, 8, 64, 3, 5
+
+
+@contextlib.contextmanager
+def converted_by_autograph():
+    """The library's layers with their ``call`` as gpflux has it, so that Keras' trace converts it with AutoGraph."""
+    traced, likelihood = library_layers._TracedWithoutAutoGraph.call, library_layers.LikelihoodLayer.call
+
+    def call(self, *args, **kwargs):
+        return gpflux.layers.GPLayer.call(self, *args, **kwargs)
+
+    library_layers._TracedWithoutAutoGraph.call = call
+    library_layers.LikelihoodLayer.call = likelihood.__wrapped__  # the undecorated method
+    try:
+        yield
+    finally:
+        library_layers._TracedWithoutAutoGraph.call, library_layers.LikelihoodLayer.call = traced, likelihood
+
+
+def first_fit(network, X, Y) -> tuple:
+    """CPU and wall seconds of one ``train_dgp`` step on a fresh conversion of ``network``, and its loss."""
+    dgp = dgp_from_keras(network, len(X), X=X).dgp
+    start_cpu, start_wall = time.process_time(), time.perf_counter()
+    history = train_dgp(dgp, X, Y, TrainingSchedule(epochs=1, batch_size=len(X), verbose=0), guard=False)
+    return time.process_time() - start_cpu, time.perf_counter() - start_wall, float(history["loss"][-1])
+
+
+def main() -> None:
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(N, D))
+    Y = np.sin(X[:, :1]) + 0.1 * rng.normal(size=(N, 1))
+    network = tf_keras.Sequential([tf_keras.layers.Dense(WIDTH, activation="relu") for _ in range(DEPTH)] + [tf_keras.layers.Dense(1)])
+    network(X[:2])
+    first_fit(network, X, Y)  # imports and one-off set-up, untimed
+    runs = {"as written": [], "converted by AutoGraph": []}
+    for _ in range(REPEATS):
+        runs["as written"].append(first_fit(network, X, Y))
+        with converted_by_autograph():
+            runs["converted by AutoGraph"].append(first_fit(network, X, Y))
+    rows = [{"layers' call": mode, "cpu_seconds": [round(r[0], 3) for r in values], "wall_seconds": [round(r[1], 3) for r in values],
+             "losses": [r[2] for r in values]} for mode, values in runs.items()]
+    record = {"N": N, "D": D, "width": WIDTH, "depth": DEPTH, "repeats": REPEATS, "cpus": os.cpu_count(), "rows": rows,
+              "load_average_1_5_15": [round(v, 2) for v in os.getloadavg()]}
+    OUTPUT.write_text(json.dumps(record, indent=1) + "\n")
+
+
+REPORT_COMMAND = "python -m benchmarks.tracing --report-only"
+REPORT_BLOCKS = [("docs/benchmarks.md", "tracing")]
+
+
+def markdown(record: dict) -> str:
+    median = {row["layers' call"]: (statistics.median(row["cpu_seconds"]), statistics.median(row["wall_seconds"])) for row in record["rows"]}
+    written, converted = median["as written"], median["converted by AutoGraph"]
+    losses = [row["losses"] for row in record["rows"]]
+    difference = max(abs(a - b) / abs(b) for a, b in zip(*losses))
+    rows = "\n".join(f"| {mode} | {cpu:.2f} | {wall:.2f} |" for mode, (cpu, wall) in median.items())
+    return (
+        "## Tracing a converted DGP's first fit without AutoGraph\n\n"
+        "Record: `docs/results/tracing.json` (made by `python -m benchmarks.tracing`). One full-batch `train_dgp` step "
+        f"(Keras traces the train function, then steps) on a fresh conversion of a {record['depth']}-hidden-layer ReLU "
+        f"network of width {record['width']} (N = {record['N']}, D = {record['D']}), medians of {record['repeats']} fits "
+        "each, alternating in one process:\n\n"
+        "| the GP and likelihood layers' `call` | CPU s | wall s |\n|---|---|---|\n" + rows + "\n\n"
+        f"- Traced as written, the first fit takes {written[0] / converted[0]:.2f}× the CPU time and "
+        f"{written[1] / converted[1]:.2f}× the wall time of the AutoGraph-converted one.\n"
+        f"- Same losses: largest relative difference {difference:.1e} over the {record['repeats']} pairs of fits.\n"
+        f"- 1/5/15-min load average at the end: {record['load_average_1_5_15']} on {record['cpus']} cores.\n"
+    )
+
+
+def report_from_records() -> str:
+    from benchmarks._report import report_block
+
+    return report_block("tracing", markdown, OUTPUT, REPORT_COMMAND)
+
+
+if __name__ == "__main__":
+    from benchmarks._report import measure_or_report
+
+    measure_or_report("benchmarks.tracing", __doc__.splitlines()[0], main, report_from_records)
