@@ -866,7 +866,9 @@ def lla_prediction(context, config: Config, splits: Splits, extractor, head, see
         log(f"  loaded {checkpoint}")
     else:
         log(f"seed {seed}: {LABELS[model]} on {len(x_train)} training images")
-        lla = LinearisedLaplace(upper, **settings).fit(x_train, splits.y_train, validation_data=validation)
+        # NeuralEF's training (hours on the shared cores) resumes from its own checkpoints beside the LLA's
+        training = str(checkpoint.parent / f"{checkpoint.name}_neuralef_training") if method == "neuralef" else None
+        lla = LinearisedLaplace(upper, **settings).fit(x_train, splits.y_train, validation_data=validation, checkpoint_dir=training)
         lla.save(str(checkpoint))
     info = {"lla_seconds": time.time() - start, "lla_method": method, "lla_parameters": LLA_COVERAGE if method != "last_layer"
             else "the last Dense layer (128 → 10, no bias)", "num_parameters": lla.num_parameters,

@@ -402,15 +402,15 @@ def test_softmax_predictive_against_monte_carlo(rng):
 def test_save_load_in_a_fresh_process(tmp_path, rng):
     X, Y = data("softmax", 30, 2, 3, rng)
     X_test = rng.normal(size=(5, 2))
-    np.save(tmp_path / "X_test.npy", X_test)
+    np.save(tmp_path / "X_test.npy", X_test), np.save(tmp_path / "X.npy", X), np.save(tmp_path / "Y.npy", Y)
     model = mlp(2, 3, seed=11)
+    training = str(tmp_path / "neuralef_training")  # NeuralEF's checkpoints: a fit started again resumes from them
     model.save(tmp_path / "model.keras")
     expected = {}
-    for method, options in [
-        ("exact", {}),
-        ("neuralef", {"num_eigenpairs": 3, "neuralef_steps": 30, "ntk_samples": 50, "neuralef_options": {"width": 8}}),
-    ]:
-        la = LinearisedLaplace(model, "softmax", prior_precision=0.5, method=method, verbose=0, **options).fit(X, Y)
+    neuralef = {"num_eigenpairs": 3, "neuralef_steps": 30, "ntk_samples": 50, "neuralef_options": {"width": 8}}
+    for method, options in [("exact", {}), ("neuralef", neuralef)]:
+        fit = {"checkpoint_dir": training} if method == "neuralef" else {}
+        la = LinearisedLaplace(model, "softmax", prior_precision=0.5, method=method, verbose=0, **options).fit(X, Y, **fit)
         la.save(str(tmp_path / method))
         expected[method] = [t.numpy() for t in (*la.predict_f(X_test), *la.predict_y(X_test))]
     script = textwrap.dedent(
@@ -425,6 +425,12 @@ def test_save_load_in_a_fresh_process(tmp_path, rng):
             la = LinearisedLaplace.load({str(tmp_path)!r} + "/" + method, model)
             for i, t in enumerate((*la.predict_f(X_test), *la.predict_y(X_test))):
                 out[f"{{method}}_{{i}}"] = t.numpy()
+        # a NeuralEF LLA fitted again with the first fit's checkpoint directory: no step is trained again
+        la = LinearisedLaplace(model, "softmax", prior_precision=0.5, method="neuralef", verbose=0, **{neuralef!r})
+        la.fit(np.load({str(tmp_path / "X.npy")!r}), np.load({str(tmp_path / "Y.npy")!r}), checkpoint_dir={training!r})
+        assert la.eigenfunctions.steps == 30, la.eigenfunctions.steps
+        for i, t in enumerate((*la.predict_f(X_test), *la.predict_y(X_test))):
+            out[f"resumed_{{i}}"] = t.numpy()
         np.savez({str(tmp_path / "loaded.npz")!r}, **out)
         """
     )
@@ -434,6 +440,8 @@ def test_save_load_in_a_fresh_process(tmp_path, rng):
     for method, arrays in expected.items():
         for i, array in enumerate(arrays):
             np.testing.assert_array_equal(loaded[f"{method}_{i}"], array)
+    for i, array in enumerate(expected["neuralef"]):
+        np.testing.assert_allclose(loaded[f"resumed_{i}"], array, rtol=1e-10, atol=1e-12)
     assert json.load(open(tmp_path / "exact" / "laplace.json"))["prior_precision"] == 0.5
 
 
@@ -475,6 +483,8 @@ def test_bad_input(rng):
         LinearisedLaplace(mlp(2, 3, seed=13), "softmax", verbose=0).fit(X, np.full((20, 1), 3.0))
     with pytest.raises(ValueError, match="one output"):
         LinearisedLaplace(mlp(2, 2, seed=13), "bernoulli", verbose=0).fit(X, (Y > 0).astype(float))
+    with pytest.raises(ValueError, match="checkpoint_dir checkpoints NeuralEF's training"):
+        la.fit(X, Y, checkpoint_dir="unused")
     la.fit(X, Y)
     with pytest.raises(ValueError, match="columns"):
         la.predict_f(np.ones((3, 5)))

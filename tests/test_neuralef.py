@@ -182,6 +182,56 @@ def test_checkpoint_round_trip(tmp_path):
     np.testing.assert_array_equal(again(X_new).numpy(), user(X_new).numpy())
 
 
+def test_an_interrupted_fit_resumes_from_its_checkpoint_to_the_uninterrupted_networks(tmp_path, monkeypatch):
+    """A fit with ``checkpoint_dir`` killed mid-way (after step 23 of 40, checkpoints every 10 steps) and started
+    again on a fresh object takes steps 20…39 only, and ends with the networks, σ̄ and eigenvalues of the same fit
+    run straight through without a checkpoint (several passes over the data: N = 300, B = 64, cosine schedule)."""
+    gpflow.config.set_default_float(np.float64)
+    rng = np.random.default_rng(5)
+    X, X_new = rng.uniform(-1, 1, (300, 2)), rng.uniform(-1, 1, (9, 2))
+
+    def neuralef():
+        return NeuralEF(3, kernel=gpflow.kernels.SquaredExponential(lengthscales=0.8), input_dim=2, width=16, batch_size=64, seed=3)
+
+    options = dict(num_steps=40, schedule="cosine", print_every=0)
+    straight = neuralef().fit(X, **options)
+    directory = str(tmp_path / "fit")
+    real_make_step, taken, interrupted = NeuralEF._make_step, [], []
+
+    def interrupting_make_step(self, *args):
+        step = real_make_step(self, *args)
+
+        def counted(rows, rate):
+            if len(taken) == 23 and not interrupted:  # once, before the first fit's step 23
+                interrupted.append(True)
+                raise KeyboardInterrupt("simulated interruption")
+            taken.append(rows.numpy())
+            return step(rows, rate)
+
+        return counted
+
+    monkeypatch.setattr(NeuralEF, "_make_step", interrupting_make_step)
+    with pytest.raises(KeyboardInterrupt):
+        neuralef().fit(X, checkpoint_dir=directory, checkpoint_every=10, **options)
+    first = list(taken)
+    resumed = neuralef()
+    resumed.fit(X, checkpoint_dir=directory, checkpoint_every=10, **options)
+    assert len(taken) == 23 + 20 and resumed.steps == 40  # restored at step 20, took 20…39
+    np.testing.assert_array_equal(taken[23], first[20])  # step 20's minibatch drawn again, from the seed and t alone
+    np.testing.assert_allclose(resumed(X_new).numpy(), straight(X_new).numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(resumed.eigenvalues.numpy(), straight.eigenvalues.numpy(), rtol=1e-12)
+    # a finished fit's checkpoint: started again, nothing is trained
+    again = neuralef().fit(X, checkpoint_dir=directory, **options)
+    assert len(taken) == 43 and again.steps == 40
+    np.testing.assert_allclose(again(X_new).numpy(), straight(X_new).numpy(), rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="belongs to a fit of 40 steps, not 50"):
+        neuralef().fit(X, checkpoint_dir=directory, num_steps=50)
+    with pytest.raises(ValueError, match="does not match this NeuralEF"):
+        NeuralEF(3, kernel=gpflow.kernels.SquaredExponential(), input_dim=2, width=8).fit(X, checkpoint_dir=directory, num_steps=40)
+    with pytest.raises(ValueError, match="checkpoint_every must be a positive integer"):
+        neuralef().fit(X, checkpoint_dir=str(tmp_path / "other"), checkpoint_every=0, num_steps=40)
+
+
 def test_bad_input_raises():
     kernel = gpflow.kernels.SquaredExponential()
     X = np.random.default_rng(5).normal(size=(50, 2))

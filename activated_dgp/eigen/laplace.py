@@ -376,7 +376,7 @@ class LinearisedLaplace:
         self.ntk_source = "rademacher"
         return ntk_kernel(network, self.ntk_samples, seed=self.seed)
 
-    def _fit_neuralef(self, X: np.ndarray) -> None:
+    def _fit_neuralef(self, X: np.ndarray, checkpoint_dir: Optional[str]) -> None:
         source = self._ntk_source(X)
         inputs = pair_inputs(X, self.num_outputs)
         options = {"seed": self.seed, **self.neuralef_options}
@@ -385,13 +385,16 @@ class LinearisedLaplace:
         # the Rayleigh–Ritz step in blocks of batch_size · C pairs, the size of a GGN batch's Jacobians [batch, C, P]
         # (NeuralEF's default 2,048 pairs held 16.7 GB in one Jacobian of the rotated-MNIST head and was killed)
         self.eigenfunctions.fit(inputs, num_steps=self.neuralef_steps, kernel=source, print_every=self.neuralef_steps // 10 if self.verbose else 0,
-                                ritz_block_size=self.batch_size * self.num_outputs)
+                                ritz_block_size=self.batch_size * self.num_outputs, checkpoint_dir=checkpoint_dir)
 
-    def fit(self, X, Y, validation_data: Optional[Tuple] = None) -> "LinearisedLaplace":
+    def fit(self, X, Y, validation_data: Optional[Tuple] = None, checkpoint_dir: Optional[str] = None) -> "LinearisedLaplace":
         """Accumulate the GGN Σ_i F_iᵀ Λ_i F_i over the training data (after learning the NTK
         eigenfunctions, for ``neuralef``), eigendecompose it, and set the prior precision.
 
         :param validation_data: (X_val, Y_val), required by (and only by) ``prior_precision="validation"``.
+        :param checkpoint_dir: ``neuralef`` only: NeuralEF's training (its longest part: minutes to hours on a
+            CNN's head) is checkpointed there and resumes from it when the fit is started again
+            (:meth:`NeuralEF.fit`'s ``checkpoint_dir``).
         Raises ValueError for badly shaped or non-finite X/Y, labels the likelihood does not model, or a
         model output that is not finite.
         """
@@ -409,8 +412,10 @@ class LinearisedLaplace:
                 raise ValueError("validation_data must be a pair (X_val, Y_val)")
             X_val = self._check_X(validation_data[0], "X_val")
             Y_val = self._check_Y(validation_data[1], X_val.shape[0], "Y_val")
+        if checkpoint_dir is not None and self.method != "neuralef":
+            raise ValueError(f"checkpoint_dir checkpoints NeuralEF's training; method {self.method!r} has none")
         if self.method == "neuralef":
-            self._fit_neuralef(X)
+            self._fit_neuralef(X, checkpoint_dir)
         Lambda = output_hessians(self.likelihood, F_map, self.noise_variance)
         self._log(f"GGN of method {self.method!r} over {X.shape[0]} points ({self.num_outputs} outputs)")
         ggn = None

@@ -60,6 +60,14 @@ are all tracked, so ``tf.train.Checkpoint(model=neuralef).write(path)`` and
 ``tf.train.Checkpoint(model=NeuralEF(k, input_dim=D)).read(path)`` (same architecture; user networks
 must be passed again, built) reproduce the outputs and allow training to continue. A GPflow kernel
 passed to the constructor is tracked too; other kernel sources are not saved.
+
+Resumable fits. ``fit(X, num_steps, checkpoint_dir=DIR)`` writes that state (with the step at which the fit began
+and its ``num_steps``) to DIR every ``checkpoint_every`` steps and at the end of training. A fit started again
+with the same DIR, on a fresh object of the same architecture, restores the latest checkpoint and takes only the
+steps it lacks: the minibatch order of step t is a function of the fit's seed and t alone (permutation
+⌊t / ⌊N/B⌋⌋ of the fit's generator), and the cosine schedule's of t, so the resumed fit ends with the networks
+of the uninterrupted one. A finished fit's checkpoint makes the call train nothing and only redo the
+Rayleigh–Ritz step.
 """
 
 from __future__ import annotations
@@ -202,6 +210,22 @@ def minibatch_rayleigh(Psi, KPsi, diagonal, estimator: str = "paper"):
     return 0.5 * (R + tf.transpose(R)), KPsi, scale
 
 
+def _minibatches(seed: int, N: int, batch: int, start: int):
+    """The row indices of steps start, start + 1, … of a fit: step t takes rows ``(t mod E)·B … + B`` of
+    permutation ⌊t / E⌋ (E = ⌊N/B⌋ steps per pass) drawn by ``np.random.default_rng(seed)``, so any step's
+    minibatch follows from the seed and t alone (a resumed fit draws what the uninterrupted one drew)."""
+    per_pass = N // batch
+    rng = np.random.default_rng(seed)
+    for _ in range(start // per_pass):
+        rng.permutation(N)
+    position = start % per_pass
+    while True:
+        order = rng.permutation(N)
+        for index in range(position, per_pass):
+            yield order[index * batch : (index + 1) * batch]
+        position = 0
+
+
 class NeuralEF(EigenApproximation):
     """Top-k eigenpairs of κ's integral operator under the data distribution, by k (+ oversampling)
     neural networks trained with eq. 17 and a final Rayleigh–Ritz step.
@@ -297,6 +321,9 @@ class NeuralEF(EigenApproximation):
         self._rotation = tf.Variable(np.eye(p)[:, : self.num_eigenpairs], dtype=tf.float64, trainable=False, name="rotation")
         self._ritz_done = tf.Variable(False, trainable=False, name="ritz_done")
         self._step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
+        # the step at which the latest fit began and its num_steps (what a resumed fit continues)
+        self._fit_start = tf.Variable(0, dtype=tf.int64, trainable=False, name="fit_start")
+        self._fit_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="fit_steps")
         self.optimizer = tf_keras.optimizers.Adam(self.learning_rate)
         if self.input_dim is not None:
             self._build(self.input_dim)
@@ -416,6 +443,8 @@ class NeuralEF(EigenApproximation):
         seed: Optional[int] = None,
         rayleigh_ritz: bool = True,
         ritz_block_size: int = 2048,
+        checkpoint_dir: Optional[str] = None,
+        checkpoint_every: Optional[int] = None,
     ) -> "NeuralEF":
         """Train for ``num_steps`` minibatch steps of Algorithm 1 on the data X [N, D], then (by
         default) run the Rayleigh–Ritz step on all N points (:meth:`rayleigh_ritz`).
@@ -426,9 +455,16 @@ class NeuralEF(EigenApproximation):
         estimates every ``print_every`` steps (default: num_steps // 10; 0 is silent). May be called again to continue training (the optimizer state is kept;
         the Ritz step is recomputed from the networks). With ``rayleigh_ritz=False`` the outputs are the
         networks sorted by their minibatch eigenvalue estimate, which are then the ``eigenvalues``.
+
+        ``checkpoint_dir``: make the fit resumable (module docstring, "Resumable fits"): the state is written
+        there every ``checkpoint_every`` steps (default num_steps // 20) and when training ends; a fit started
+        again with the same directory continues from its latest checkpoint. The directory must belong to a
+        fit of the same ``num_steps`` (and architecture).
+
         Raises ValueError for NaN/inf or badly shaped inputs, a width other than the networks',
         no kernel, an unknown schedule, a Gram matrix that does not match X, fewer points than
-        networks, a kernel source whose output has the wrong shape.
+        networks, a kernel source whose output has the wrong shape, a bad ``checkpoint_every``, or a
+        checkpoint directory of another fit.
         """
         if schedule not in SCHEDULES:
             raise ValueError(f"unknown schedule {schedule!r}; use one of {SCHEDULES}")
@@ -462,23 +498,30 @@ class NeuralEF(EigenApproximation):
             )
         if self.input_dim is None:
             self._build(D)
+        num_steps = int(num_steps)
+        if checkpoint_every is None:
+            checkpoint_every = max(1, num_steps // 20)
+        if isinstance(checkpoint_every, bool) or int(checkpoint_every) != checkpoint_every or checkpoint_every < 1:
+            raise ValueError(f"checkpoint_every must be a positive integer, got {checkpoint_every!r}")
+        manager = self._checkpoints(checkpoint_dir, num_steps)
+        if manager is None or manager.latest_checkpoint is None:
+            self._fit_start.assign(self._step)
+            self._fit_steps.assign(num_steps)
+        done = self.steps - int(self._fit_start.numpy())  # steps of this fit already taken (restored)
         X_tensor = tf.constant(X)
         self._check_source(X_tensor, batch)
         step = self._make_step(X_tensor, self._source)
-        rng = np.random.default_rng(self.seed + self.steps if seed is None else seed)
-        order, position = rng.permutation(N), 0
+        rng_seed = self.seed + int(self._fit_start.numpy()) if seed is None else seed
         start = time.perf_counter()
-        for t in range(int(num_steps)):
-            if position + batch > N:
-                order, position = rng.permutation(N), 0
-            rows = tf.constant(order[position : position + batch], dtype=tf.int32)
-            position += batch
+        for t, rows in zip(range(done, num_steps), _minibatches(rng_seed, N, batch, done)):
             rate = self.learning_rate
             if schedule == "cosine":
                 rate *= 0.5 * (1.0 + np.cos(np.pi * t / num_steps))
-            loss = step(rows, tf.constant(rate, tf.float64))
+            loss = step(tf.constant(rows, dtype=tf.int32), tf.constant(rate, tf.float64))
             if t == 0 and not np.isfinite(loss.numpy()):
                 raise ValueError("the first training step gave a non-finite loss: check the kernel values on the data")
+            if manager is not None and ((t + 1) % int(checkpoint_every) == 0 or t + 1 == num_steps):
+                manager.save(checkpoint_number=self.steps)
             if print_every and ((t + 1) % print_every == 0 or t + 1 == num_steps):
                 estimates = " ".join(f"{value:.4g}" for value in self._eigenvalue_ema.numpy())
                 print(
@@ -493,6 +536,23 @@ class NeuralEF(EigenApproximation):
         else:
             self._select_by_minibatch_estimates()
         return self
+
+    def _checkpoints(self, directory: Optional[str], num_steps: int) -> Optional[tf.train.CheckpointManager]:
+        """The fit's checkpoint manager for ``directory`` (None without one), after restoring its latest
+        checkpoint into this object, if there is one; ValueError when that checkpoint is of another fit."""
+        if directory is None:
+            return None
+        manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=self), str(directory), max_to_keep=1)
+        if manager.latest_checkpoint is None:
+            return manager
+        try:
+            manager.checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
+        except (AssertionError, ValueError, tf.errors.OpError) as error:
+            raise ValueError(f"the checkpoint in {directory} does not match this NeuralEF (another architecture?): {error}") from None
+        if int(self._fit_steps.numpy()) != num_steps:
+            raise ValueError(f"the checkpoint in {directory} belongs to a fit of {int(self._fit_steps.numpy())} steps, "
+                             f"not {num_steps}: pass another checkpoint_dir, or the same num_steps to resume it")
+        return manager
 
     def _minibatch_order(self) -> np.ndarray:
         return np.argsort(-self._eigenvalue_ema.numpy(), kind="stable")
