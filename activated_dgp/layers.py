@@ -63,8 +63,9 @@ class _SavesNestedVariables:
 class _TracedWithoutAutoGraph:
     """``call`` traced as written, without AutoGraph's source conversion, inside Keras' compiled train and predict
     functions. GPflow and gpflux need no conversion (their tensor-dependent branches are ``tf.cond``s, and their
-    Python branches depend on shapes and settings only), but AutoGraph converts every function they reach at each
-    trace, about a third of a converted DGP's first ``fit`` step (benchmarks/tracing.py)."""
+    Python branches depend on shapes and settings only), but AutoGraph converts every function they reach the first
+    time a process traces them: about a fifth of the CPU time of a process's first ``fit`` of a converted DGP,
+    nothing once the conversions are cached (benchmarks/tracing.py)."""
 
     @tf.autograph.experimental.do_not_convert
     def call(self, *args, **kwargs):

@@ -1,14 +1,6 @@
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-# pytest-xdist runs one process per core: each gets its share of TensorFlow's op threads instead of a pool as large
-# as the machine (two workers on two cores, each with two busy threads, spent about 5 % more CPU; a subprocess a test
-# starts inherits the setting)
-_workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-if _workers > 1:
-    _threads = str(max(1, (os.cpu_count() or 1) // _workers))
-    os.environ.setdefault("TF_NUM_INTRAOP_THREADS", _threads)
-    os.environ.setdefault("TF_NUM_INTEROP_THREADS", _threads)
 
 import gpflow  # noqa: E402
 import numpy as np  # noqa: E402
