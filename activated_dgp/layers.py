@@ -5,9 +5,14 @@ tf-keras' ``Model.save_weights("….weights.h5")`` (and the weights inside a ``.
 (the activated directions W), the mean function's and the likelihood's parameters are silently left out, so
 loading such a file into a fresh model gives a different model (measured: a mean error of 6.46 on the tutorial's
 DGP). These subclasses save and load every variable the layer reaches (``layer.weights``, which walks the nested
-GPflow modules) in a fixed order, and refuse a file whose variables do not match, naming the layer. The one other difference: their
-``call`` is traced without AutoGraph (:class:`_TracedWithoutAutoGraph`), which makes the first step of a ``fit``
-faster and computes the same. Otherwise they are gpflux's ``GPLayer`` and ``LikelihoodLayer``.
+GPflow modules) in a fixed order, and refuse a file whose variables do not match, naming the layer.
+
+The one other difference: their ``call`` is traced as written, without AutoGraph's source conversion, inside Keras'
+compiled train and predict functions. GPflow and gpflux need no conversion (their tensor-dependent branches are
+``tf.cond``s, and their Python branches depend on shapes and settings only), but AutoGraph converts every function
+they reach the first time a process traces them: about a fifth of the CPU time of a process's first ``fit`` of a
+converted DGP, nothing once the conversions are cached (benchmarks/tracing.py). The results are the same. Otherwise
+they are gpflux's ``GPLayer`` and ``LikelihoodLayer``.
 """
 
 from __future__ import annotations
@@ -60,22 +65,14 @@ class _SavesNestedVariables:
             variable.assign(value)
 
 
-class _TracedWithoutAutoGraph:
-    """``call`` traced as written, without AutoGraph's source conversion, inside Keras' compiled train and predict
-    functions. GPflow and gpflux need no conversion (their tensor-dependent branches are ``tf.cond``s, and their
-    Python branches depend on shapes and settings only), but AutoGraph converts every function they reach the first
-    time a process traces them: about a fifth of the CPU time of a process's first ``fit`` of a converted DGP,
-    nothing once the conversions are cached (benchmarks/tracing.py)."""
+class ActivatedGPLayer(_SavesNestedVariables, gpflux.layers.GPLayer):
+    """gpflux's ``GPLayer`` whose ``.weights.h5`` state holds the kernel, inducing-variable and mean-function
+    parameters too (module docstring); built by :func:`activated_dgp.models.activated_gp_layer`."""
 
     @tf.autograph.experimental.do_not_convert
     def call(self, *args, **kwargs):
+        """gpflux's call, traced without AutoGraph (module docstring)."""
         return super().call(*args, **kwargs)
-
-
-class ActivatedGPLayer(_TracedWithoutAutoGraph, _SavesNestedVariables, gpflux.layers.GPLayer):
-    """gpflux's ``GPLayer`` whose ``.weights.h5`` state holds the kernel, inducing-variable and mean-function
-    parameters too (module docstring); built by :func:`activated_dgp.models.activated_gp_layer`. Traced without
-    AutoGraph (:class:`_TracedWithoutAutoGraph`)."""
 
 
 class LikelihoodLayer(_SavesNestedVariables, gpflux.layers.LikelihoodLayer):
@@ -89,8 +86,9 @@ class LikelihoodLayer(_SavesNestedVariables, gpflux.layers.LikelihoodLayer):
 
     @tf.autograph.experimental.do_not_convert
     def call(self, inputs, targets=None, training=None):
-        """gpflux's call, traced without AutoGraph (:class:`_TracedWithoutAutoGraph`); a plain tensor in place of the last layer's distribution (what SavedModel tracing passes)
-        gets :data:`WHOLE_MODEL_ERROR` instead of gpflux's bare ``AssertionError``."""
+        """gpflux's call, traced without AutoGraph (module docstring); a plain tensor in place of the last layer's
+        distribution (what SavedModel tracing passes) gets :data:`WHOLE_MODEL_ERROR` instead of gpflux's bare
+        ``AssertionError``."""
         if not isinstance(unwrap_dist(inputs), tfp.distributions.MultivariateNormalDiag):
             raise TypeError(f"{self.name} received {type(inputs).__name__}, not the last GP layer's distribution: " + WHOLE_MODEL_ERROR)
         return super().call(inputs, targets=targets, training=training)

@@ -1,6 +1,6 @@
 """What AutoGraph costs a converted DGP's ``fit``: ``train_dgp`` of one full-batch step (Keras traces its train
 function, then runs one step) on a freshly converted DGP, with the library's GP and likelihood layers traced as
-written (``activated_dgp.layers._TracedWithoutAutoGraph``, the library since the nineteenth session) against the same
+written (their ``call`` marked ``do_not_convert``, activated_dgp.layers, the library since the nineteenth session) against the same
 layers' ``call`` converted by AutoGraph (gpflux's default, the library before). AutoGraph caches what it has
 converted within a process, so each mode runs in fresh processes (REPEATS each, alternating), and each process times
 its first fit (what a user's script or a test pays) and then a second fit of another fresh conversion (the cost once
@@ -25,7 +25,6 @@ from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-import gpflux  # noqa: E402
 import numpy as np  # noqa: E402
 import tf_keras  # noqa: E402
 
@@ -38,21 +37,20 @@ N, D, WIDTH, DEPTH, REPEATS = 500, 8, 64, 3, 3
 
 @contextlib.contextmanager
 def converted_by_autograph():
-    """The library's layers with their ``call`` as gpflux has it, so that Keras' trace converts it with AutoGraph."""
-    traced, likelihood = library_layers._TracedWithoutAutoGraph.call, library_layers.LikelihoodLayer.call
-
-    def call(self, *args, **kwargs):
-        return gpflux.layers.GPLayer.call(self, *args, **kwargs)
-
-    library_layers._TracedWithoutAutoGraph.call = call
-    library_layers.LikelihoodLayer.call = likelihood.__wrapped__  # the undecorated method
+    """The library's GP and likelihood layers with their undecorated ``call``, which Keras' trace converts with
+    AutoGraph."""
+    classes = (library_layers.ActivatedGPLayer, library_layers.LikelihoodLayer)
+    traced = [cls.call for cls in classes]
+    for cls, call in zip(classes, traced):
+        cls.call = call.__wrapped__
     try:
         yield
     finally:
-        library_layers._TracedWithoutAutoGraph.call, library_layers.LikelihoodLayer.call = traced, likelihood
+        for cls, call in zip(classes, traced):
+            cls.call = call
 
 
-def first_fit(network, X, Y) -> tuple:
+def fit_once(network, X, Y) -> tuple:
     """CPU and wall seconds of one ``train_dgp`` step on a fresh conversion of ``network``, and its loss."""
     dgp = dgp_from_keras(network, len(X), X=X).dgp
     start_cpu, start_wall = time.process_time(), time.perf_counter()
@@ -72,7 +70,7 @@ def one_process(mode: str) -> None:
     network = tf_keras.Sequential([tf_keras.layers.Dense(WIDTH, activation="relu") for _ in range(DEPTH)] + [tf_keras.layers.Dense(1)])
     network(X[:2])
     with converted_by_autograph() if mode == MODES[1] else contextlib.nullcontext():
-        fits = [first_fit(network, X, Y) for _ in range(2)]
+        fits = [fit_once(network, X, Y) for _ in range(2)]
     print(json.dumps({"first": fits[0], "second": fits[1]}))
 
 

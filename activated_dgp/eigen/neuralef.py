@@ -503,6 +503,7 @@ class NeuralEF(EigenApproximation):
             checkpoint_every = max(1, num_steps // 20)
         if isinstance(checkpoint_every, bool) or int(checkpoint_every) != checkpoint_every or checkpoint_every < 1:
             raise ValueError(f"checkpoint_every must be a positive integer, got {checkpoint_every!r}")
+        checkpoint_every = int(checkpoint_every)
         manager = self._checkpoints(checkpoint_dir, num_steps)
         if manager is None or manager.latest_checkpoint is None:
             self._fit_start.assign(self._step)
@@ -520,7 +521,7 @@ class NeuralEF(EigenApproximation):
             loss = step(tf.constant(rows, dtype=tf.int32), tf.constant(rate, tf.float64))
             if t == 0 and not np.isfinite(loss.numpy()):
                 raise ValueError("the first training step gave a non-finite loss: check the kernel values on the data")
-            if manager is not None and ((t + 1) % int(checkpoint_every) == 0 or t + 1 == num_steps):
+            if manager is not None and ((t + 1) % checkpoint_every == 0 or t + 1 == num_steps):
                 manager.save(checkpoint_number=self.steps)
             if print_every and ((t + 1) % print_every == 0 or t + 1 == num_steps):
                 estimates = " ".join(f"{value:.4g}" for value in self._eigenvalue_ema.numpy())
