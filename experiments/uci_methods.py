@@ -686,7 +686,8 @@ def _lla(method: str, data: SplitData, budget: Budget, networks: Optional[Networ
         num_eigenpairs=LLA_EIGENPAIRS, neuralef_steps=LLA_NEURALEF_STEPS, seed=data.seed,
         max_parameters=LLA_EXACT_MAX_PARAMETERS, verbose=0,
     )
-    lla.fit(X, y, validation_data=validation if prior == "validation" else None)
+    lla.fit(X, y, validation_data=validation if prior == "validation" else None,
+            checkpoint_dir=_neuralef_checkpoints(networks, network, data.seed) if eigen else None)
     means, variances = (np.asarray(t)[:, 0][None] for t in lla.predict_y(data.X_test))
     return means, variances, {
         "noise_variance": noise, "prior_precision": float(lla.prior_precision), "prior_precision_by": str(prior),
@@ -694,6 +695,17 @@ def _lla(method: str, data: SplitData, budget: Budget, networks: Optional[Networ
         **({"num_eigenpairs": LLA_EIGENPAIRS, "neuralef_steps": LLA_NEURALEF_STEPS} if eigen else {}),
         **({"log_evidence": float(lla.log_evidence)} if lla.log_evidence is not None else {}),
     }
+
+
+def _neuralef_checkpoints(networks: Optional[NetworkCache], network: tf_keras.Model, seed: int) -> Optional[str]:
+    """Where the NeuralEF LLA of ``network`` checkpoints its training (resumable; None without a saving cache):
+    next to the run's networks, keyed by a digest of θ_MAP and the LLA settings, so no other network's training
+    is ever resumed."""
+    if networks is None or networks.root is None:
+        return None
+    weights = hashlib.sha1(b"".join(np.asarray(w, dtype=np.float64).tobytes() for w in network.get_weights())).hexdigest()
+    key = ("lla-neuralef", seed, weights, LLA_EIGENPAIRS, LLA_NEURALEF_STEPS)
+    return str(networks.path(key[0], key, ""))
 
 
 def predict_lla_last_layer(data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Prediction:

@@ -650,3 +650,37 @@ def test_the_adgp_ensembles_members_are_trained_with_the_librarys_default_regres
     default = stage2_recipe(DEFAULT_RECIPE).resolve(gaussian=True)
     ensemble = um.LIBRARY_RECIPES[um.STAGE2_RECIPES[um.ADGP_ENSEMBLE_RECIPE]].resolve(gaussian=True)
     assert replace(ensemble, recipe=default.recipe) == default
+
+
+def test_the_neuralef_lla_cell_resumes_its_training_from_a_checkpoint_keyed_by_its_network(tmp_path, monkeypatch):
+    """lla_neuralef checkpoints NeuralEF next to the run's networks: a cell run again (an interrupted run resumed)
+    restores the finished training, takes no step and predicts exactly what the first run predicted; the
+    directory is keyed by θ_MAP, so another split's network never resumes it."""
+    from activated_dgp.eigen import neuralef as neuralef_module
+    from experiments import uci_methods as um
+
+    monkeypatch.setattr(um, "LLA_NEURALEF_STEPS", 30)
+    monkeypatch.setattr(um, "LLA_EIGENPAIRS", 3)
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 2))
+    y = np.sin(X[:, :1]) + 0.1 * rng.normal(size=(60, 1))
+    data = um.SplitData(X[:50], y[:50], X[50:], y[50:], 1.0, seed=3)
+    budget = um.BUDGETS["tiny"]
+    first = um.predict_lla_neuralef(data, budget, um.NetworkCache(tmp_path))
+    directories = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("lla-neuralef"))
+    assert len(directories) == 1 and any((tmp_path / directories[0]).iterdir())
+
+    starts, draw = [], neuralef_module._minibatches
+    monkeypatch.setattr(neuralef_module, "_minibatches", lambda seed, N, batch, start: starts.append(start) or draw(seed, N, batch, start))
+    again = um.predict_lla_neuralef(data, budget, um.NetworkCache(tmp_path))  # a fresh cache: the network from disk
+    assert starts == [30]  # restored at its last step: no step taken
+    np.testing.assert_array_equal(first[0], again[0]), np.testing.assert_array_equal(first[1], again[1])
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("lla-neuralef")) == directories
+
+    a, b = um.build_twin_network(2, 0), um.build_twin_network(2, 1)  # another split's θ_MAP: another directory
+    a(X[:1]), b(X[:1])
+    cache = um.NetworkCache(tmp_path)
+    assert um._neuralef_checkpoints(cache, a, 3) != um._neuralef_checkpoints(cache, b, 3)
+    b.set_weights(a.get_weights())
+    assert um._neuralef_checkpoints(cache, a, 3) == um._neuralef_checkpoints(cache, b, 3)
+    assert um._neuralef_checkpoints(um.NetworkCache(), a, 3) is None  # nothing saved without a folder
