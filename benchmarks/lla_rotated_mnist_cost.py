@@ -9,7 +9,9 @@ GGN's diagonal from the per-example Jacobians (``jacobian_function``, then the p
 factors (``activated_dgp.eigen.layerwise``, what ``LinearisedLaplace`` uses for such chains), the ratio of the two
 times, and the largest relative difference of their results; the same for the last-layer LLA's J(x) V (V the
 eigenvectors of its GGN) and for the NTK features of (image, class) pairs that the NeuralEF LLA recomputes at every
-step. Each time is the best of three calls.
+step, and for the B × B NTK Gram of such a batch that a NeuralEF step needs: R Rᵀ of the per-example rows, against
+R Rᵀ of the layer-wise rows and against the Gram summed layer by layer without the rows (``combination_gram``, what
+the NeuralEF LLA uses). Each time is the best of three calls.
 
 Run:  python -m benchmarks.lla_rotated_mnist_cost      (writes docs/results/lla_rotated_mnist_cost.json and its block of
       docs/benchmarks.md; ``--report-only`` rewrites the block from the record, timing nothing)
@@ -118,9 +120,13 @@ def pair_feature_rows(head, extractor) -> list:
     by_tape = jacobian_kernel(_OutputSelector(head, conv.shape[1], 10)).feature_map
     layerwise = layerwise_jacobian(head, variables)
     factored = tf.function(lambda A: layerwise.combination_jacobian(A[:, : conv.shape[1]], A[:, conv.shape[1] :]))
+    gram = tf.function(lambda A: layerwise.combination_gram(A[:, : conv.shape[1]], A[:, conv.shape[1] :]))
     A = tf.constant(pairs)
-    by_tape(A[:4]), factored(A[:4])
-    return [compare("NeuralEF pair features", lambda: by_tape(A).numpy(), lambda: factored(A).numpy(), PAIRS)]
+    by_tape(A[:4]), factored(A[:4]), gram(A[:4])
+    by_tape_gram = lambda: (lambda F: F @ F.T)(by_tape(A).numpy())  # noqa: E731
+    return [compare("NeuralEF pair features", lambda: by_tape(A).numpy(), lambda: factored(A).numpy(), PAIRS),
+            compare("NeuralEF batch Gram from the layer-wise rows", by_tape_gram, lambda: (lambda R: R @ R.T)(factored(A).numpy()), PAIRS),
+            compare("NeuralEF batch Gram layer by layer", by_tape_gram, lambda: gram(A).numpy(), PAIRS)]
 
 
 def diagonal_lla_rows(head, conv) -> list:
@@ -170,7 +176,8 @@ def markdown(record: dict) -> str:
         "layer-wise factors (`activated_dgp.eigen.layerwise`, which `LinearisedLaplace` uses for chains of Dense and "
         "ActivatedLayer layers): the diagonal LLA of the dense head (its test covariances J diag(s) Jᵀ and its GGN's diagonal), "
         "and the last-layer LLA's J V on the penultimate features (V the 1,280 × 1,280 eigenvectors of its GGN), and the NTK "
-        "features of a NeuralEF batch of (image, class) pairs that the NeuralEF LLA recomputes at every step.\n\n"
+        "features of a NeuralEF batch of (image, class) pairs that the NeuralEF LLA recomputes at every step, and that batch's "
+        "NTK Gram R Rᵀ (from the layer-wise rows, and summed layer by layer without them, which the NeuralEF LLA now uses).\n\n"
         "| product | images | per-example Jacobians (s) | layer-wise (s) | ratio | max relative difference |\n|---|---|---|---|---|---|\n"
         + diagonal + "\n\n"
         f"- Measured with the background study runs stopped (SIGSTOP); 1/5/15-min load averages during the run: "

@@ -161,6 +161,10 @@ def test_the_pairs_ntk_features_of_the_twin_are_its_jacobian_rows(rng):
     weights = rng.normal(size=(5, 3))
     combined = layerwise.combination_jacobian(tf.constant(X), tf.constant(weights)).numpy()
     np.testing.assert_allclose(combined, np.einsum("bc,bcp->bp", weights, J), rtol=1e-9, atol=1e-12 * np.abs(J).max())
+    # the batch's NTK Gram without its rows: R Rᵀ of the autodiff rows, for pairs and for a combination
+    for w, R in ((np.eye(3)[classes], J[np.arange(5), classes]), (weights, np.einsum("bc,bcp->bp", weights, J))):
+        gram = layerwise.combination_gram(tf.constant(X), tf.constant(w)).numpy()
+        np.testing.assert_allclose(gram, R @ R.T, rtol=1e-9, atol=1e-12 * np.abs(R @ R.T).max())
 
 
 def test_diagonal_validation_prior_of_the_twin_matches_the_dense_gaussian_validation_nll(rng):

@@ -85,21 +85,32 @@ class PrecomputedGram(KernelSource):
 
 
 class FeatureKernel(KernelSource):
-    """κ(x, x') = Σ_s φ_s(x) φ_s(x') / S for a feature map φ: [N, D] → [N, S]."""
+    """κ(x, x') = Σ_s φ_s(x) φ_s(x') / S for a feature map φ: [N, D] → [N, S].
 
-    def __init__(self, feature_map: Callable[[tf.Tensor], tf.Tensor], num_samples: int):
+    :param batch_gram: optional A → φ(A) φ(A)ᵀ [N_A, N_A] computed without the features (e.g. the NTK Gram of a
+        batch layer by layer, :meth:`~activated_dgp.eigen.layerwise.LayerwiseJacobian.combination_gram`): then a
+        minibatch's Gram and products use it, which is cheaper when S is much larger than the batch.
+    """
+
+    def __init__(self, feature_map: Callable[[tf.Tensor], tf.Tensor], num_samples: int,
+                 batch_gram: Optional[Callable[[tf.Tensor], tf.Tensor]] = None):
         self.feature_map = feature_map
         self.num_samples = int(num_samples)
+        self.batch_gram = batch_gram
 
     def _features(self, A):
         return tf.cast(self.feature_map(tf.convert_to_tensor(A)), tf.float64)
 
     def gram(self, A, B=None):
+        if B is None and self.batch_gram is not None:
+            return tf.cast(self.batch_gram(tf.convert_to_tensor(A)), tf.float64) / self.num_samples
         Phi_A = self._features(A)
         Phi_B = Phi_A if B is None else self._features(B)
         return tf.matmul(Phi_A, Phi_B, transpose_b=True) / self.num_samples
 
     def batch_product(self, A, V):
+        if self.batch_gram is not None:
+            return tf.matmul(self.gram(A), tf.cast(V, tf.float64))
         Phi = self._features(A)
         return tf.matmul(Phi, tf.matmul(Phi, tf.cast(V, tf.float64), transpose_a=True)) / self.num_samples
 

@@ -43,7 +43,9 @@ the same factors. Other networks use their per-example Jacobians.
   (:class:`~activated_dgp.eigen.PrecomputedGram`) when N C ≤ P, else on the cached features
   (:class:`~activated_dgp.eigen.PrecomputedFeatures`). Both give the same minibatch products κ Ψ as
   recomputing J every step (up to floating-point summation order), without B C backward passes per
-  step; larger problems fall back to recomputing them. Truncating to k pairs drops the kernel's tail, so eq. 22's
+  step; larger problems fall back to recomputing them (for a chain of Dense and ``ActivatedLayer`` layers, a step's
+  B × B Gram is then computed layer by layer without the [B, P] rows,
+  :meth:`~activated_dgp.eigen.layerwise.LayerwiseJacobian.combination_gram`). Truncating to k pairs drops the kernel's tail, so eq. 22's
   variances differ from eq. 21's unless the k pairs cover the NTK's spectrum.
 * ``"eigenfunctions"``: eq. 22 with eigenpairs the user gives (``eigenfunctions=``, any object with
   ``eigenvalues`` [k] and ``__call__(inputs) -> [M, k]`` on the inputs above, e.g. a fitted
@@ -370,8 +372,10 @@ class LinearisedLaplace:
             self.ntk_source = "jacobians"
             if self._layerwise is not None:  # the pairs' Jacobians layer by layer (module docstring)
                 D, layerwise = self.input_dim, self._layerwise
-                pairs = lambda A: layerwise.combination_jacobian(A[:, :D], A[:, D:] if C > 1 else tf.ones_like(A[:, :1]))  # noqa: E731
-                return FeatureKernel(pairs, 1)
+                weights = lambda A: A[:, D:] if C > 1 else tf.ones_like(A[:, :1])  # noqa: E731
+                pairs = lambda A: layerwise.combination_jacobian(A[:, :D], weights(A))  # noqa: E731
+                # a step's Gram of B pairs layer by layer, B² (D_in + D_out) per layer instead of forming [B, P] rows
+                return FeatureKernel(pairs, 1, batch_gram=lambda A: layerwise.combination_gram(A[:, :D], weights(A)))
             return jacobian_kernel(network)
         self.ntk_source = "rademacher"
         return ntk_kernel(network, self.ntk_samples, seed=self.seed)

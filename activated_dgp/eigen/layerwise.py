@@ -103,11 +103,12 @@ class LayerwiseJacobian:
         return outputs, [tap for tap in taps if any(tap[0] is l for l in self.included)]
 
     @staticmethod
-    def _unit_rows(layer, h_in):
-        """G [B, M, D+1] of an ActivatedLayer on its inputs h_in, in closed form. Unit m is
+    def _unit_factors(layer, h_in):
+        """The factors of G [B, M, D+1] of an ActivatedLayer on its inputs h_in, in closed form: (S'(t) [B, M],
+        α [B, M], x̃ [B, D+1], W [M, D+1]) with G_bm = S'(t_bm) x̃_b + α_bm w_m. Unit m is
         Φ_m(x) = ‖w_m‖ ‖x̃‖ S(t), t = ŵ_m · x̂, S the layer's truncated Gegenbauer series (Kuf, eq. 14), so
 
-            ∂Φ_m/∂w_m = S'(t) x̃ + (‖x̃‖ / ‖w_m‖) (S(t) − t S'(t)) w_m,
+            ∂Φ_m/∂w_m = S'(t) x̃ + (‖x̃‖ / ‖w_m‖) (S(t) − t S'(t)) w_m,   α = (‖x̃‖ / ‖w_m‖) (S(t) − t S'(t)),
 
         with x̃ the layer's extended input [x, 1]/ℓ; S' is the series' own derivative (its custom gradient)."""
         kernel, feature = layer.kernel, layer.feature
@@ -119,9 +120,15 @@ class LayerwiseJacobian:
             series = gegenbauer_series(cosine, basis_coefficients(feature, kernel), kernel.alpha)
         slope = tape.gradient(series, cosine)  # S'(t), elementwise
         norms = tf.cast(norms, series.dtype)
-        along_w = input_norms[:, None] / norms[None, :] * (series - cosine * slope)  # [B, M]
+        along_w = input_norms[:, None] / norms[None, :] * (series - cosine * slope)  # α [B, M]
         extended = input_norms[:, None] * input_directions  # x̃ [B, D+1]
-        return slope[:, :, None] * extended[:, None, :] + along_w[:, :, None] * (norms[:, None] * tf.cast(directions, series.dtype))[None]
+        return slope, along_w, extended, norms[:, None] * tf.cast(directions, series.dtype)
+
+    @classmethod
+    def _unit_rows(cls, layer, h_in):
+        """G [B, M, D+1] of an ActivatedLayer on its inputs h_in (:meth:`_unit_factors`)."""
+        slope, along_w, extended, W = cls._unit_factors(layer, h_in)
+        return slope[:, :, None] * extended[:, None, :] + along_w[:, :, None] * W[None]
 
     # one pass: the inputs h of every included layer, the signals ∂(Σ_b g_bc)/∂(layer output) and each ActivatedLayer's G
     def _signals_graph(self, X):
@@ -134,18 +141,23 @@ class LayerwiseJacobian:
                  for layer, h_in, _ in taps]
         return [h_in for _, h_in, _ in taps], signals, units
 
-    def combination_jacobian(self, X: tf.Tensor, weights: tf.Tensor) -> tf.Tensor:
-        """∂_θ Σ_c weights_bc g_c(x_b) [B, P] (TensorFlow ops only, for use inside a compiled step): with one-hot
-        ``weights`` row b is the Jacobian of output c_b at x_b, the NTK features of the pair (x_b, c_b). One backward
-        pass gives the combined signals."""
+    def _combination_signals(self, X: tf.Tensor, weights: tf.Tensor):
+        """The included layers' inputs h and the signals ∂(Σ_bc weights_bc g_c(x_b))/∂(layer output), one backward pass."""
         X = tf.convert_to_tensor(X, tf.float64)
         with tf.GradientTape() as tape:
             outputs, taps = self._forward(X)
             total = tf.reduce_sum(outputs * tf.cast(weights, tf.float64))
         signals = tape.gradient(total, [z for _, _, z in taps])  # each [B, width]
+        return [h_in for _, h_in, _ in taps], signals
+
+    def combination_jacobian(self, X: tf.Tensor, weights: tf.Tensor) -> tf.Tensor:
+        """∂_θ Σ_c weights_bc g_c(x_b) [B, P] (TensorFlow ops only, for use inside a compiled step): with one-hot
+        ``weights`` row b is the Jacobian of output c_b at x_b, the NTK features of the pair (x_b, c_b). One backward
+        pass gives the combined signals."""
+        inputs, signals = self._combination_signals(X, weights)
         blocks: list = [None] * len(self.variables)
-        B = tf.shape(X)[0]
-        for ((layer, first, bias), (_, h_in, _), signal) in zip(self.slots, taps, signals):
+        B = tf.shape(signals[0])[0]
+        for ((layer, first, bias), h_in, signal) in zip(self.slots, inputs, signals):
             if isinstance(layer, ActivatedLayer):
                 blocks[first] = tf.reshape(signal[:, :, None] * self._unit_rows(layer, h_in), [B, -1])
             else:
@@ -153,6 +165,34 @@ class LayerwiseJacobian:
                 if bias is not None:
                     blocks[bias] = signal
         return tf.concat(blocks, axis=1)
+
+    def combination_gram(self, X: tf.Tensor, weights: tf.Tensor) -> tf.Tensor:
+        """R Rᵀ [B, B] for R = :meth:`combination_jacobian` (X, weights), without forming R: the NTK Gram matrix of a
+        batch of pairs. Each layer adds the inner products of its blocks of rows b and b' (TensorFlow ops only):
+
+        * Dense (V, b): (h_b · h_b') (ε_b · ε_b') + ε_b · ε_b', ε the signals, i.e. (H Hᵀ) ⊙ (E Eᵀ) + E Eᵀ;
+        * ActivatedLayer: Σ_m δ_bm δ_b'm G_bm · G_b'm with G_bm = S'_bm x̃_b + α_bm w_m (:meth:`_unit_factors`),
+          i.e. with P = δ ⊙ S', Q = δ ⊙ α and T = X̃ Wᵀ,
+          (P Pᵀ) ⊙ (X̃ X̃ᵀ) + (P ⊙ T) Qᵀ + Q (P ⊙ T)ᵀ + (Q diag‖w‖²) Qᵀ.
+
+        B² (D_in + D_out) operations per layer instead of the B² D_in D_out of R Rᵀ (the NTK factorisation of
+        per-layer Gram matrices, e.g. Novak et al. 2022, "Fast finite width neural tangent kernel")."""
+        inputs, signals = self._combination_signals(X, weights)
+        gram = 0.0
+        for ((layer, _, bias), h_in, signal) in zip(self.slots, inputs, signals):
+            if isinstance(layer, ActivatedLayer):
+                slope, along_w, extended, W = self._unit_factors(layer, h_in)
+                P, Q = signal * slope, signal * along_w
+                PT = P * tf.matmul(extended, W, transpose_b=True)
+                cross = tf.matmul(PT, Q, transpose_b=True)
+                gram += (tf.matmul(P, P, transpose_b=True) * tf.matmul(extended, extended, transpose_b=True) + cross
+                         + tf.transpose(cross) + tf.matmul(Q * tf.reduce_sum(W**2, axis=1)[None, :], Q, transpose_b=True))
+            else:
+                signal_gram = tf.matmul(signal, signal, transpose_b=True)
+                gram += tf.matmul(h_in, h_in, transpose_b=True) * signal_gram
+                if bias is not None:
+                    gram += signal_gram
+        return gram
 
     def _pieces(self, X: np.ndarray):
         inputs, signals, units = self._signals(tf.constant(X, tf.float64))

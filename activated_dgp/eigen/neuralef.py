@@ -167,14 +167,17 @@ def _kernel_products(source: KernelSource, rows: tf.Tensor, X_batch: tf.Tensor, 
     """κ(X_b, X_b) V [B, p] and diag κ(X_b, X_b) [B] (None for a user source that only has a batch
     product), without an N × N matrix.
 
-    A FeatureKernel's features are computed once for both (Φ (Φᵀ V) / S and Σ_s φ_s² / S); a
-    PrecomputedGram or PrecomputedFeatures is indexed by the batch's row numbers ``rows``.
+    A FeatureKernel's features are computed once for both (Φ (Φᵀ V) / S and Σ_s φ_s² / S), or its batch Gram
+    when it has one (``batch_gram``); a PrecomputedGram or PrecomputedFeatures is indexed by the batch's row
+    numbers ``rows``.
     """
-    if isinstance(source, FeatureKernel):
+    if isinstance(source, FeatureKernel) and (source.batch_gram is None or is_indexed(source)):
         Phi = tf.cast(source.feature_map(rows if is_indexed(source) else X_batch), tf.float64)
         product = tf.matmul(Phi, tf.matmul(Phi, V, transpose_a=True)) / source.num_samples
         return product, tf.reduce_sum(Phi**2, axis=1) / source.num_samples
-    if isinstance(source, PrecomputedGram):
+    if isinstance(source, FeatureKernel):
+        K = source.gram(X_batch)
+    elif isinstance(source, PrecomputedGram):
         K = tf.gather(tf.gather(source.matrix, rows), rows, axis=1)
     elif isinstance(source, GPflowKernel) or type(source).batch_product is KernelSource.batch_product:
         K = tf.cast(source.gram(X_batch), tf.float64)
