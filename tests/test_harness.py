@@ -6,6 +6,7 @@ import json
 import types
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from experiments.harness import blocks, registry
@@ -247,3 +248,25 @@ def test_report_commands_name_the_committed_pages():
     options = cli.parse("uci", uci, ["--out", "elsewhere/uci", "--doc", "elsewhere/page.md"])
     assert options.report_command == "python -m experiments uci --report-only --out elsewhere/uci --doc elsewhere/page.md"
     assert blocks.without_commands("<!-- BEGIN GENERATED a: x y -->\nz\n") == "<!-- BEGIN GENERATED a:  -->\nz\n"
+
+
+def test_the_neuralef_table_has_a_row_per_budget_rung_and_shows_a_running_rung_as_missing():
+    """experiments/neuralef_mnist.py tables every protocol (rung of the budget ladder) of its records: a rung whose
+    NeuralEF cell has not finished shows "–" there, and the count of eigenvalues within 10 % is the one computed
+    here from the record's numbers."""
+    from experiments.neuralef_mnist import NEURALEF, NYSTROM_KERNELS, markdown
+
+    poly, rbf = NYSTROM_KERNELS
+    mu, reference = [1.0, 0.5, 0.3, 0.2], [1.0, 0.52, 0.4, 0.21]  # relative errors 0, 0.038, 0.25, 0.048
+    done = [{"protocol": "v1:S200:steps1000:os5", "projection": poly, "accuracy": 80.0},
+            {"protocol": "v1:S200:steps1000:os5", "projection": rbf, "accuracy": 79.0},
+            {"protocol": "v1:S200:steps1000:os5", "projection": NEURALEF, "accuracy": 75.0, "eigenvalues": mu,
+             "reference_eigenvalues": reference, "seconds": 10.0, "features_seconds": 5.0}]
+    running = [{"protocol": "v1:S2000:steps10000:os5:cnn16-32-64", "projection": poly, "accuracy": 80.0}]
+    lines = markdown(done + running).splitlines()
+    finished = next(line for line in lines if line.startswith("| MLPs 784-128-128-1, S = 200, 1000 steps, 15 networks"))
+    within = int(np.sum(np.abs(np.array(mu) - reference) / np.array(reference) <= 0.1))
+    assert finished.split(" | ")[1:5] == ["75.00", "80.00", "79.00", str(within)] and within == 3
+    cnn = next(line for line in lines if line.startswith("| CNNs 16/32/64, S = 2000, 10000 steps, 15 networks"))
+    assert cnn.split(" | ")[1:4] == ["–", "80.00", "–"]
+    assert not any(line.startswith("| eigh of the MC Gram (S = 2000)") for line in lines)
