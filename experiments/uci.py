@@ -318,6 +318,11 @@ def claims(records: Sequence[Dict]) -> List[str]:
         ("nlpd", "plain_adgp", "adgp", "plain→ADGP NLPD < ADGP (converting the plain network instead of the twin)"),
         ("nlpd", "adgp_ensemble", "ensemble", "ADGP ensemble NLPD < the network ensemble (issue 36 target: ≥ 6 of 9)"),
         ("nlpd", "adgp_ensemble", "dgp", "ADGP ensemble NLPD < classic DGP (issue 36 target: ≥ 5 of 9)"),
+        ("nlpd", "lla_neuralef", "nn", "LLA NeuralEF NLPD < NN, its MAP network (issue 33; the direction of the NeuralEF paper's Table 2)"),
+        ("nlpd", "lla_neuralef", "nn_ts", "LLA NeuralEF NLPD < NN+TS (not a target)"),
+        ("nlpd", "lla_neuralef", "lla_last_layer", "LLA NeuralEF NLPD < LLA last layer (not a target)"),
+        ("nlpd", "lla_neuralef", "adgp", "LLA NeuralEF NLPD < ADGP (issue 33: reported as measured)"),
+        ("nlpd", "lla_last_layer", "nn", "LLA last layer NLPD < NN (not a target)"),
     ):
         pairs = []
         for d in datasets:
@@ -349,7 +354,26 @@ def claims(records: Sequence[Dict]) -> List[str]:
     line = _best_step_claim(records, datasets)
     if line:
         lines.append(line)
+    line = _prior_precision_edge_claim(records)
+    if line:
+        lines.append(line)
     return lines
+
+
+def _prior_precision_edge_claim(records: Sequence[Dict], method: str = "lla_neuralef") -> Optional[str]:
+    """On how many cells the validation-chosen prior precision δ of ``method`` is the smallest or largest value of
+    LinearisedLaplace's default grid (10^−4 … 10^4): there the validation NLL still falls beyond the grid. At the
+    lower edge eq. 22's covariance is near its δ → 0 limit Ψ̃ (Σ_i Ψ̃_iᵀ Λ_i Ψ̃_i)⁻¹ Ψ̃ᵀ, the most variance the k
+    eigenfunctions can carry; at the upper edge the LLA's variance is nearly switched off."""
+    from experiments.uci_methods import LABELS
+
+    chosen = [r["extra"]["prior_precision"] for r in records
+              if r["method"] == method and r["extra"].get("prior_precision_by") == "validation"]
+    if not chosen:
+        return None
+    low, high = (sum(np.isclose(v, edge, rtol=1e-9) for v in chosen) for edge in (1e-4, 1e4))
+    return (f"- {LABELS[method]}: the validation-chosen prior precision δ is at the lower edge of its grid (10^−4) on "
+            f"{low} of {len(chosen)} cells and at the upper edge (10^4) on {high}")
 
 
 def _within_one_se(records: Sequence[Dict], datasets: Sequence[str], method: str, other: str, text: str) -> Optional[str]:

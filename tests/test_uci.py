@@ -684,3 +684,23 @@ def test_the_neuralef_lla_cell_resumes_its_training_from_a_checkpoint_keyed_by_i
     b.set_weights(a.get_weights())
     assert um._neuralef_checkpoints(cache, a, 3) == um._neuralef_checkpoints(cache, b, 3)
     assert um._neuralef_checkpoints(um.NetworkCache(), a, 3) is None  # nothing saved without a folder
+
+
+def test_the_lla_prior_precision_edge_claim_counts_cells_at_each_end_of_the_grid():
+    """The claim counts validation-chosen δ equal to 1e-4 and to 1e4 (LinearisedLaplace's default grid ends) among
+    lla_neuralef cells, ignoring other methods and δ chosen otherwise."""
+    from activated_dgp.eigen import LinearisedLaplace
+    from experiments.uci import _prior_precision_edge_claim
+
+    from experiments.uci_methods import build_twin_network
+
+    grid = LinearisedLaplace(build_twin_network(2, 0), prior_precision="validation").prior_precision_grid
+    assert grid.min() == pytest.approx(1e-4) and grid.max() == pytest.approx(1e4)
+
+    def cell(method, delta, by="validation"):
+        return {"method": method, "extra": {"prior_precision": delta, "prior_precision_by": by}}
+
+    records = [cell("lla_neuralef", 1e-4), cell("lla_neuralef", 1e-4 * (1 + 1e-12)), cell("lla_neuralef", 0.3),
+               cell("lla_neuralef", 1e4), cell("lla_last_layer", 1e-4), cell("lla_neuralef", 1e-4, by="1.0")]
+    assert _prior_precision_edge_claim(records).endswith("on 2 of 4 cells and at the upper edge (10^4) on 1")
+    assert _prior_precision_edge_claim([cell("lla_last_layer", 1e-4)]) is None
