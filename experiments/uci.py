@@ -362,9 +362,9 @@ def claims(records: Sequence[Dict]) -> List[str]:
 
 def _prior_precision_edge_claim(records: Sequence[Dict], method: str = "lla_neuralef") -> Optional[str]:
     """On how many cells the validation-chosen prior precision δ of ``method`` is the smallest or largest value of
-    LinearisedLaplace's default grid (10^−4 … 10^4): there the validation NLL still falls beyond the grid. At the
-    lower edge eq. 22's covariance is near its δ → 0 limit Ψ̃ (Σ_i Ψ̃_iᵀ Λ_i Ψ̃_i)⁻¹ Ψ̃ᵀ, the most variance the k
-    eigenfunctions can carry; at the upper edge the LLA's variance is nearly switched off."""
+    LinearisedLaplace's default grid (10^−4 … 10^4): there the validation NLL still falls beyond the grid. As δ → 0
+    eq. 22's covariance rises to Ψ̃ (Σ_i Ψ̃_iᵀ Λ_i Ψ̃_i)⁻¹ Ψ̃ᵀ, the most variance the k eigenfunctions can carry
+    (reached once δ is small against that matrix's eigenvalues); as δ grows the LLA's variance is switched off."""
     from experiments.uci_methods import LABELS
 
     chosen = [r["extra"]["prior_precision"] for r in records
