@@ -154,9 +154,8 @@ def run_cell(cell, options, context) -> dict:
         else:
             model = NeuralEF(10, kernel=G, input_dim=X.shape[1], width=128, activation="relu",
                              oversampling=options.oversampling, seed=0)
-        checkpoints = context.artifacts.path("neuralef_training", {"protocol": PROTOCOL(options)}, "")  # resumable
         model.fit(X, num_steps=options.steps, schedule="cosine", print_every=0 if options.quiet else max(1, options.steps // 10),
-                  checkpoint_dir=None if checkpoints is None else str(checkpoints))
+                  checkpoint_dir=context.artifacts.checkpoint_dir("neuralef_training", {"protocol": PROTOCOL(options)}))
         Z, Z_test, eigenvalues = in_blocks(model, X), in_blocks(model, X_test), model.eigenvalues.numpy()
     seconds = time.perf_counter() - start
     return {"accuracy": logistic_accuracy(Z, y, Z_test, y_test), "seconds": seconds,

@@ -203,11 +203,11 @@ def run_cell(cell, options, context) -> dict:
     start = time.perf_counter()
     neuralef = NeuralEF(RANK, kernel=K_mc, input_dim=X.shape[1], width=s["width"], activation="relu",
                         oversampling=s["oversampling"], seed=seed)
-    checkpoints = context.artifacts.path("neuralef_training", {"protocol": PROTOCOL(options), "seed": seed}, "")  # resumable
-    if checkpoints is not None and tf.train.latest_checkpoint(str(checkpoints)):
+    checkpoints = context.artifacts.checkpoint_dir("neuralef_training", {"protocol": PROTOCOL(options), "seed": seed})
+    if checkpoints is not None and tf.train.latest_checkpoint(checkpoints):
         record["neuralef_resumed"] = True  # its neuralef_seconds count only the steps after the resumption
     neuralef.fit(X, num_steps=s["steps"], schedule="cosine", print_every=0 if options.quiet else max(1, s["steps"] // 5),
-                 checkpoint_dir=None if checkpoints is None else str(checkpoints))
+                 checkpoint_dir=checkpoints)
     record["neuralef_seconds"] = time.perf_counter() - start
     mu = neuralef.eigenvalues.numpy()
     record["neuralef_eigenvalues"] = mu.tolist()

@@ -701,11 +701,11 @@ def _neuralef_checkpoints(networks: Optional[NetworkCache], network: tf_keras.Mo
     """Where the NeuralEF LLA of ``network`` checkpoints its training (resumable; None without a saving cache):
     next to the run's networks, keyed by a digest of θ_MAP and the LLA settings, so no other network's training
     is ever resumed."""
-    if networks is None or networks.root is None:
+    if networks is None:
         return None
     weights = hashlib.sha1(b"".join(np.asarray(w, dtype=np.float64).tobytes() for w in network.get_weights())).hexdigest()
     key = ("lla-neuralef", seed, weights, LLA_EIGENPAIRS, LLA_NEURALEF_STEPS)
-    return str(networks.path(key[0], key, ""))
+    return networks.checkpoint_dir(key[0], key)
 
 
 def predict_lla_last_layer(data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Prediction:

@@ -58,6 +58,12 @@ class ArtifactCache:
             return None
         return self.root / self.name(kind, key, suffix)
 
+    def checkpoint_dir(self, kind: str, key) -> Optional[str]:
+        """The folder of a resumable training's checkpoints for ``key`` (e.g. ``NeuralEF.fit(checkpoint_dir=)``),
+        as a string; None without a root (nothing is saved, the training is not resumable)."""
+        folder = self.path(kind, key, "")
+        return None if folder is None else str(folder)
+
     def get_or_build(self, kind: str, key, suffix: str, build: Callable[[], object],
                      save: Callable[[object, Path], None], load: Callable[[Path], object]):
         """The artifact for ``key``: loaded when saved, else built, saved atomically and returned."""
