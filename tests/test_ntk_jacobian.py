@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 import tf_keras
 
-from activated_dgp.eigen import jacobian_features, jacobian_kernel, ntk_gram, ntk_kernel
+from activated_dgp.eigen import jacobian_features, jacobian_kernel, ntk_gram, ntk_kernel, rademacher_matrix
 
 
 def small_cnn(seed=0, outputs=1):
@@ -91,6 +91,19 @@ def test_rademacher_ntk_estimate_converges_to_the_exact_gram(setup):
     exact = J @ J.T
     estimate = ntk_kernel(model, 400, seed=3).gram(X).numpy()
     assert np.linalg.norm(estimate - exact) / np.linalg.norm(exact) < 0.25
+
+
+def test_eq20_features_are_the_jacobian_times_the_rademacher_matrix(setup):
+    """ntk_kernel's forward-mode features ∂_θ g(X) v_s equal J(X) V, J the per-example gradients of this
+    test and V = rademacher_matrix (same seed): the same directions, in the Jacobian's column order."""
+    model, X, _ = setup
+    V = rademacher_matrix(model, 7, seed=5)
+    assert V.shape == (model.count_params(), 7) and set(np.unique(V)) == {-1.0, 1.0}
+    forward = ntk_kernel(model, 7, seed=5).feature_map(tf.constant(X)).numpy()
+    np.testing.assert_allclose(per_example_jacobian(model, X) @ V, forward, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(rademacher_matrix(model, 7, seed=6), V)
+    with pytest.raises(ValueError, match="num_samples"):
+        rademacher_matrix(model, 0)
 
 
 def test_bad_input_raises_clear_errors(setup):

@@ -10,6 +10,7 @@ from .kernel_sources import (
     as_kernel_source,
     nngp_kernel,
     ntk_kernel,
+    rademacher_directions,
 )
 from .feature_regression import FeatureRidge, KernelRidge, kernel_ridge_regression, ridge_regression
 from .ika import IKA, ActivationBasis, activation_basis, kmeans_filters, random_data_filters
@@ -18,7 +19,7 @@ from .rayleigh_ritz import generalised_eigh, span_products
 from .features import EigenfunctionFeature
 from .cnn_gp import cnn_forward, cnn_gp_features, sample_cnn_weights
 from .nystrom import Nystrom
-from .ntk import jacobian_features, jacobian_function, jacobian_kernel, ntk_gram
+from .ntk import jacobian_features, jacobian_function, jacobian_kernel, ntk_gram, rademacher_matrix
 from .laplace import LinearisedLaplace
 
 __all__ = [
@@ -38,6 +39,8 @@ __all__ = [
     "jacobian_features",
     "jacobian_kernel",
     "ntk_gram",
+    "rademacher_matrix",
+    "rademacher_directions",
     "NeuralEF",
     "StackedMLP",
     "neural_eigenfunction",

@@ -25,6 +25,7 @@ from .base import require_float64
 
 __all__ = [
     "KernelSource", "GPflowKernel", "PrecomputedGram", "FeatureKernel", "PrecomputedFeatures", "nngp_kernel", "ntk_kernel",
+    "rademacher_directions",
     "as_kernel_source", "is_indexed",
 ]
 
@@ -153,6 +154,15 @@ def nngp_kernel(build_network: Callable[[int], Callable], num_samples: int, seed
     return FeatureKernel(feature_map, num_samples)
 
 
+def rademacher_directions(variables, num_samples: int, seed: int = 0) -> list:
+    """The S Rademacher directions v_s ∈ {±1}^P of eq. 20, one array per variable (shaped as it), drawn
+    sample by sample and variable by variable from ``numpy.random.default_rng(seed)``: the directions
+    :func:`ntk_kernel` uses, and the columns of :func:`~.ntk.rademacher_matrix`."""
+    generator = np.random.default_rng(seed)
+    shapes = [tuple(v.shape) for v in variables]
+    return [[generator.choice([-1.0, 1.0], size=shape) for shape in shapes] for _ in range(int(num_samples))]
+
+
 def ntk_kernel(network: tf.Module, num_samples: int, seed: int = 0) -> FeatureKernel:
     """Empirical NTK with Rademacher directions (NeuralEF eq. 20):
     κ(x, x') = E_v[(∂_θ g(x) v)(∂_θ g(x') v)], v ∈ {±1}^P, estimated with S directions.
@@ -164,11 +174,8 @@ def ntk_kernel(network: tf.Module, num_samples: int, seed: int = 0) -> FeatureKe
     variables = list(network.trainable_variables)
     if not variables:
         raise ValueError("the network has no trainable variables; build it (call it once) first")
-    generator = np.random.default_rng(seed)
-    directions = [
-        [tf.constant(generator.choice([-1.0, 1.0], size=v.shape), dtype=v.dtype) for v in variables]
-        for _ in range(int(num_samples))
-    ]
+    directions = [[tf.constant(d, dtype=v.dtype) for d, v in zip(sample, variables)]
+                  for sample in rademacher_directions(variables, num_samples, seed)]
 
     @tf.function(reduce_retracing=True)
     def jvp(X, tangents):  # one graph for all directions: the tangents are arguments, not constants

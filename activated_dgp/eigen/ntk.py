@@ -26,9 +26,9 @@ import numpy as np
 import tensorflow as tf
 
 from ..validation import check_matrix, check_positive_int
-from .kernel_sources import FeatureKernel
+from .kernel_sources import FeatureKernel, rademacher_directions
 
-__all__ = ["jacobian_function", "jacobian_features", "ntk_gram", "jacobian_kernel"]
+__all__ = ["jacobian_function", "jacobian_features", "ntk_gram", "jacobian_kernel", "rademacher_matrix"]
 
 
 def jacobian_function(function: Callable, variables: Sequence[tf.Variable]) -> Callable:
@@ -112,3 +112,13 @@ def jacobian_kernel(network) -> FeatureKernel:
     """The exact empirical NTK of a one-output network as a kernel source for NeuralEF / Nyström:
     φ(X) = J(X) [B, P], κ = φ φᵀ (a :class:`FeatureKernel` with S = 1)."""
     return FeatureKernel(_scalar_jacobian(network), 1)
+
+
+def rademacher_matrix(network, num_samples: int, seed: int = 0) -> np.ndarray:
+    """V [P, S]: column s is the Rademacher direction v_s of ``ntk_kernel(network, S, seed)``, flattened in
+    the order of the Jacobian's columns. Where the Jacobian J(X) is at hand, the eq. 20 features are the
+    product J(X) V = ``ntk_kernel(network, S, seed).feature_map(X)``, at the cost of one matrix product
+    instead of S forward-mode passes (NeuralEF eq. 20)."""
+    num_samples = check_positive_int(num_samples, "num_samples")
+    samples = rademacher_directions(_network_variables(network), num_samples, seed)
+    return np.stack([np.concatenate([d.reshape(-1) for d in sample]) for sample in samples], axis=1)
