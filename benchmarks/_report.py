@@ -1,23 +1,26 @@
-"""Shared plumbing for the benchmark scripts: timing, peak memory and writing a section of docs/benchmarks.md."""
+"""Shared plumbing for the benchmark scripts: timing, peak memory, their records and writing a section of
+docs/benchmarks.md from a record."""
 
 from __future__ import annotations
 
+import json
+import os
 import statistics
 import time
 from pathlib import Path
-from typing import Callable, List
+from typing import Callable, List, Optional
 
-BENCHMARKS_DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
+ROOT = Path(__file__).resolve().parents[1]
+BENCHMARKS_DOC = ROOT / "docs" / "benchmarks.md"
 
 
 #: The benchmarks whose blocks are written from committed records. Each has ``report_from_records()`` (reads its
-#: record and rewrites its blocks, timing and training nothing) and ``REPORT_BLOCKS``, the (page, block name) pairs
-#: it writes; ``python -m experiments report`` calls them all through :func:`report_from_records`.
-REPORTED = ("benchmarks.eigenpro", "benchmarks.ika_vs_nystrom", "benchmarks.laplace_neuralef", "benchmarks.lla_rotated_mnist_cost",
-            "benchmarks.neuralef_vs_nystrom", "benchmarks.tracing", "benchmarks.twin_training")
-#: Blocks of timings whose only record is the block itself: rerunning their benchmark (the command in the marker)
-#: measures them anew, so ``python -m experiments report`` leaves them as they are.
-MEASURED_ONLY = {("docs/benchmarks.md", name) for name in ("covariances", "dgp_epoch", "prediction", "streaming", "eigenpro_scaling")}
+#: record and rewrites its blocks, timing and training nothing; a block whose record is not committed yet is left as
+#: it is, :func:`report_block`) and ``REPORT_BLOCKS``, the (page, block name) pairs it writes; ``python -m
+#: experiments report`` calls them all through :func:`report_from_records`.
+REPORTED = ("benchmarks.covariances", "benchmarks.dgp_epoch", "benchmarks.eigenpro", "benchmarks.ika_vs_nystrom",
+            "benchmarks.laplace_neuralef", "benchmarks.lla_rotated_mnist_cost", "benchmarks.neuralef_vs_nystrom",
+            "benchmarks.prediction", "benchmarks.streaming", "benchmarks.tracing", "benchmarks.twin_training")
 
 
 def report_from_records() -> None:
@@ -52,25 +55,76 @@ def write_section(name: str, markdown: str, command: str, doc: Path = BENCHMARKS
     write_block(doc, name, markdown, command)
 
 
-def report_block(name: str, markdown: Callable[[dict], str], record: Path, command: str) -> str:
-    """Rewrite block ``name`` of docs/benchmarks.md as ``markdown`` of the JSON record at ``record``; the text."""
-    import json
+def machine_state() -> dict:
+    """The fields of a record that say what its measurement ran on: ``cpus`` (``os.cpu_count()``) and the
+    1/5/15-min load average now (``load_average_1_5_15``; taken when the measurement ends)."""
+    return {"cpus": os.cpu_count(), "load_average_1_5_15": [round(v, 2) for v in os.getloadavg()]}
 
+
+def write_record(path: Path, record: dict) -> None:
+    """Write a JSON record atomically (an interrupted write leaves the previous file)."""
+    from experiments.harness.artifacts import atomic_write_text
+
+    atomic_write_text(path, json.dumps(record, indent=1) + "\n")
+
+
+def command_line(command: str, values: dict, defaults: dict) -> str:
+    """``command`` with the options of a run whose values differ from their defaults, as typed (``batch_size`` is
+    ``--batch-size``, a list is space-separated): the command a record names."""
+    def typed(value) -> str:
+        return " ".join(map(str, value)) if isinstance(value, (list, tuple)) else f"{value:g}" if isinstance(value, float) else str(value)
+
+    return command + "".join(f" --{name.replace('_', '-')} {typed(value)}" for name, value in values.items() if value != defaults[name])
+
+
+def shown_path(path: Path) -> str:
+    """``path`` as the docs name it: relative to the repository when it lies inside it."""
+    path = Path(path).resolve()
+    return path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else str(path)
+
+
+def record_line(path: Path, command: str) -> str:
+    """The sentence of a block that names its record and the command that made it."""
+    return f"Record: `{shown_path(path)}` (made by `{command}`)."
+
+
+def load_average_line(record: dict) -> str:
+    """A block's line of the machine's load when the record's measurement ended (:func:`machine_state`)."""
+    return f"- 1/5/15-min load average at the end: {record['load_average_1_5_15']} on {record['cpus']} cores.\n"
+
+
+def report_block(name: str, markdown: Callable[[dict], str], record: Path, command: str,
+                 made_by: Optional[str] = None) -> str:
+    """Rewrite block ``name`` of docs/benchmarks.md as ``markdown`` of the JSON record at ``record``; the text.
+    Where the record does not exist yet, the block is left as it is, a one-line notice naming ``made_by``, the
+    command that measures it (default: ``command`` without ``--report-only``), is printed, and the text is empty."""
+    if not Path(record).exists():
+        print(f"{shown_path(record)}: no record yet; run {made_by or command.replace(' --report-only', '')}")
+        return ""
     text = markdown(json.loads(Path(record).read_text()))
     write_section(name, text, command)
     return text
 
 
-def measure_or_report(module: str, description: str, measure: Callable[[], None], report: Callable[[], str]) -> None:
+def measure_or_report(module: str, description: str, measure: Callable, report: Callable[[], str],
+                      options: Optional[Callable] = None) -> None:
     """The command line of a benchmark with one record: ``python -m <module>`` runs ``measure`` (which writes the
-    record) and then ``report``; ``--report-only`` only ``report``s, timing nothing."""
+    record) and then ``report``; ``--report-only`` only ``report``s, timing nothing. ``options(parser)`` declares
+    the benchmark's own options; ``measure`` then gets the parsed arguments, and text it returns (a run that writes
+    no record, e.g. ``--no-write``) is printed instead of the report."""
     from experiments.harness.cli import make_parser, shared_option
 
     parser = make_parser(f"python -m {module}", description)
     shared_option(parser, "--report-only", help="write the block from the record, time nothing")
-    if not parser.parse_args().report_only:
-        measure()
-    print(report())
+    if options is not None:
+        options(parser)
+    args = parser.parse_args()
+    shown = None
+    if not args.report_only:
+        shown = measure(args) if options is not None else measure()
+    shown = report() if shown is None else shown
+    if shown:  # empty: the block had no record, report_block said so
+        print(shown)
 
 
 def import_package(folder, name: str):

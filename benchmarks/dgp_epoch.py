@@ -14,7 +14,9 @@ Each epoch is timed by a callback; the first epoch (tracing, XLA compilation) is
 the per-epoch figure is the median of the remaining ones. The models take turns (round-robin over
 ``--rounds``) so that slow drifts of a shared machine hit all of them alike.
 
-Run:  python -m benchmarks.dgp_epoch            (writes the "dgp_epoch" section of docs/benchmarks.md)
+Run:  python -m benchmarks.dgp_epoch            (writes docs/results/dgp_epoch.json and the "dgp_epoch" block of
+                                                docs/benchmarks.md; ``--report-only`` rewrites the block from the
+                                                record, timing nothing)
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
+from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -102,33 +105,59 @@ def build_trainers(X, Y):
     }
 
 
-def main(rounds: int, epochs_per_round: int, write: bool) -> str:
-    from benchmarks._report import write_section
+OUTPUT = Path(__file__).resolve().parents[1] / "docs" / "results" / "dgp_epoch.json"
+REPORT_COMMAND = "python -m benchmarks.dgp_epoch --report-only"
+REPORT_BLOCKS = [("docs/benchmarks.md", "dgp_epoch")]
+REFERENCE = "GPflux DGP (SE, 128 inducing points)"
+DEFAULTS = {"rounds": 2, "epochs_per_round": 3}
+
+
+def measure(rounds: int, epochs_per_round: int, output=OUTPUT) -> dict:
+    """Seconds of every epoch of every model, the models taking turns for ``rounds`` rounds of ``epochs_per_round``
+    epochs; the record, written to ``output`` (None: not written)."""
+    from benchmarks._report import command_line, machine_state, write_record
 
     X, Y = _data()
     trainers = build_trainers(X, Y)
-    first, steady = {}, {name: [] for name in trainers}
+    epochs = {name: [] for name in trainers}  # per model, per round, the seconds of each epoch
     for round_index in range(rounds):
         for name, fit in trainers.items():
             timer = EpochTimer()
             fit(epochs_per_round, timer)
-            if round_index == 0:
-                first[name] = timer.times[0]
-                steady[name] += timer.times[1:]
-            else:
-                steady[name] += timer.times
+            epochs[name].append([round(t, 4) for t in timer.times])
             print(f"round {round_index + 1}/{rounds} {name:40s} epochs (s): " + ", ".join(f"{t:.2f}" for t in timer.times), flush=True)
+    given = {"rounds": rounds, "epochs_per_round": epochs_per_round}
+    record = {"command": command_line("python -m benchmarks.dgp_epoch", given, DEFAULTS), "N": len(X), "D": INPUT_DIM,
+              "layers": NUM_LAYERS, "units": NUM_UNITS, "batch": BATCH, "activation": ACTIVATION, **given,
+              "models": [{"model": name, "epoch_seconds_per_round": times} for name, times in epochs.items()], **machine_state()}
+    if output is not None:
+        write_record(output, record)
+    return record
 
+
+def first_and_steady(model: dict) -> tuple:
+    """A model's first epoch (tracing, compilation) and the seconds of every later one."""
+    seconds = [t for times in model["epoch_seconds_per_round"] for t in times]
+    return seconds[0], seconds[1:]
+
+
+def markdown(record: dict) -> str:
+    """The "dgp_epoch" block of docs/benchmarks.md from its record: median epoch after the first, per model."""
+    from benchmarks._report import load_average_line, record_line
+
+    first = {model["model"]: first_and_steady(model)[0] for model in record["models"]}
+    steady = {model["model"]: first_and_steady(model)[1] for model in record["models"]}
     per_epoch = {name: statistics.median(times) for name, times in steady.items()}
-    reference = "GPflux DGP (SE, 128 inducing points)"
     rows = "\n".join(
-        f"| {name} | {per_epoch[name]:.2f} | {per_epoch[name] / per_epoch[reference]:.2f} | {first[name]:.1f} | {len(steady[name])} |"
-        for name in trainers
+        f"| {name} | {per_epoch[name]:.2f} | {per_epoch[name] / per_epoch[REFERENCE]:.2f} | {first[name]:.1f} | {len(steady[name])} |"
+        for name in per_epoch
     )
-    ratio = per_epoch["activated DGP"] / per_epoch[reference]
+    ratio = per_epoch["activated DGP"] / per_epoch[REFERENCE]
     twin_ratio = per_epoch["activated DGP"] / per_epoch["network twin"]
-    doc = f"""Command: `python -m benchmarks.dgp_epoch` ({NUM_DATA:,} × {INPUT_DIM} regression data, minibatch {BATCH}, {NUM_LAYERS} layers of {NUM_UNITS}
-units / inducing variables, float64, Adam through `keras.Model.fit`; {rounds} rounds × {epochs_per_round} epochs per model, taking turns).
+    return f"""{record_line(OUTPUT, record["command"])}
+
+Command: `{record["command"]}` ({record["N"]:,} × {record["D"]} regression data, minibatch {record["batch"]}, {record["layers"]} layers of {record["units"]}
+units / inducing variables, float64, Adam through `keras.Model.fit`; {record["rounds"]} rounds × {record["epochs_per_round"]} epochs per model, taking turns).
 
 | model | median epoch (s) | / GPflux DGP | first epoch incl. compilation (s) | epochs timed |
 |---|---|---|---|---|
@@ -136,18 +165,29 @@ units / inducing variables, float64, Adam through `keras.Model.fit`; {rounds} ro
 
 - The activated DGP takes {ratio:.2f}× the epoch time of GPflux's standard DGP (issue 15's target ≤ 0.5×) and {twin_ratio:.1f}× that of its
   network twin, which computes the same basis functions without the GP's covariance algebra.
-"""
-    if write:
-        write_section("dgp_epoch", doc, "python -m benchmarks.dgp_epoch")
-    return doc
+{load_average_line(record)}"""
+
+
+def report_from_records() -> str:
+    """The "dgp_epoch" block of docs/benchmarks.md from its record (``--report-only``)."""
+    from benchmarks._report import report_block
+
+    return report_block("dgp_epoch", markdown, OUTPUT, REPORT_COMMAND, made_by="python -m benchmarks.dgp_epoch")
+
+
+def _options(parser) -> None:
+    parser.add_argument("--rounds", type=int, default=DEFAULTS["rounds"])
+    parser.add_argument("--epochs-per-round", type=int, default=DEFAULTS["epochs_per_round"])
+    parser.add_argument("--no-write", action="store_true", help="print the block without writing the record or docs/benchmarks.md")
+
+
+def _measure(args):
+    """``--no-write``: the block of a run that writes nothing; otherwise None (the record is written, then reported)."""
+    record = measure(args.rounds, args.epochs_per_round, output=None if args.no_write else OUTPUT)
+    return markdown(record) if args.no_write else None
 
 
 if __name__ == "__main__":
-    from experiments.harness.cli import make_parser
+    from benchmarks._report import measure_or_report
 
-    parser = make_parser("python -m benchmarks.dgp_epoch", __doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--epochs-per-round", type=int, default=3)
-    parser.add_argument("--no-write", action="store_true")
-    args = parser.parse_args()
-    print(main(args.rounds, args.epochs_per_round, write=not args.no_write))
+    measure_or_report("benchmarks.dgp_epoch", __doc__.splitlines()[0], _measure, report_from_records, _options)

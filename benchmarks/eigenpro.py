@@ -7,7 +7,8 @@ until ‖f − f_lstsq‖ / ‖f_lstsq‖ < --target on the training points, f_l
 Preconditioners: none (q = 0); Nyström at s = 100 … 2000 (q = s/10, ≤ 100); IKA and NeuralEF (q + 1
 eigenpairs fitted on 2000 points) and the span (Ritz) preconditioner, each at q = 10 and 50 (--learned-q).
 
-``scaling`` (timings: run on a quiet machine): seconds per EigenPro 3 epoch (inexact projection, one
+``scaling`` (timings: run on a quiet machine; record docs/results/eigenpro_scaling.json, written after every cell,
+and its table in docs/benchmarks.md, which ``scaling --report-only`` rewrites from it): seconds per EigenPro 3 epoch (inexact projection, one
 EigenPro 2 epoch per step, Nyström s = 2000, q = 100) as n grows (protein 5k → 45k rows, p = 1000) and
 as p grows (1k → 10k centers at the default n = --scaling-n = 10,000 rows, 20k with --scaling-n 20000; every p
 is a random subset of the data, never a duplicate), each cell in a fresh process for its peak RSS; beside it the direct solve (K(X, Z) [n, p]
@@ -33,7 +34,7 @@ timing behind them go to docs/figures/eigenpro_projection_speed.json (written at
 record docs/kernel_machines.md names (it quotes no speed-up until one is committed).
 
 Run:  nice -n 10 python -m benchmarks.eigenpro iterations --data-dir ../shared/data
-      python -m benchmarks.eigenpro scaling --data-dir ../shared/data     (quiet machine; writes docs/benchmarks.md)
+      python -m benchmarks.eigenpro scaling --data-dir ../shared/data     (quiet machine; writes its record and docs/benchmarks.md)
       python -m benchmarks.eigenpro gram-cache --data-dir ../shared/data  (quiet machine; ~5 min)
       nice -n 10 python -m benchmarks.eigenpro projection-speed --data-dir ../shared/data   (~5 min; writes its record)
 """
@@ -136,12 +137,14 @@ def iterations_table(record: dict) -> str:
     return "\n".join(rows) + "\n"
 
 
-REPORT_BLOCKS = [("docs/results/eigenpro.md", "eigenpro_iterations")]
+REPORT_BLOCKS = [("docs/results/eigenpro.md", "eigenpro_iterations"), ("docs/benchmarks.md", "eigenpro_scaling")]
 
 
 def report_from_records() -> None:
-    """The iterations table of docs/results/eigenpro.md from its record (``iterations --report-only``)."""
+    """The iterations table of docs/results/eigenpro.md and the scaling table of docs/benchmarks.md from their
+    records (``iterations --report-only``, ``scaling --report-only``)."""
     write_iterations(json.loads(ITERATIONS_RECORD.read_text()))
+    report_scaling()
 
 
 def write_iterations(record: dict) -> None:
@@ -152,6 +155,8 @@ def write_iterations(record: dict) -> None:
 
 
 def _scaling_cell(queue, data_dir, n, p, direct, gram_cache_bytes):
+    """In a fresh process: two EigenPro 3 epochs on n protein rows with p centers, their seconds, the batch the step
+    rule chose and the peak RSS above the state after loading; with ``direct``, the lstsq solve's seconds and peak."""
     import gpflow
     import scipy.linalg
 
@@ -165,6 +170,7 @@ def _scaling_cell(queue, data_dir, n, p, direct, gram_cache_bytes):
                       projection_eigenpairs=100, gram_cache_bytes=gram_cache_bytes)
     model.fit(X, y, epochs=2, progress=False)
     result = {"n": n, "p": p, "batch": int(model.batch_size), "epoch_seconds": float(model.history["seconds"][-1]),
+              "seconds_of_each_epoch": [float(seconds) for seconds in model.history["seconds"]],
               "ep3_peak_mb": (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024}
     if direct:
         start = time.perf_counter()
@@ -184,40 +190,89 @@ def _epoch_work(cell) -> float:
     return cell["n"] / cell["batch"] * (cell["batch"] * cell["p"] + cell["p"] ** 2)
 
 
-def scaling(args):
-    from benchmarks._report import write_section
+SCALING_RECORD = ROOT / "docs" / "results" / "eigenpro_scaling.json"  # the scaling mode's record
+SCALING_REPORT_COMMAND = "python -m benchmarks.eigenpro scaling --report-only"
+
+
+def scaling_cells(scaling_n: int) -> list:
+    """The (n, p) cells of ``scaling``: n grows at p = 1,000, then p grows at n = ``scaling_n`` (the centers are a
+    random subset of the data, so the p-series stops at n)."""
+    return [(n, 1000) for n in (5000, 10000, 20000, 45000)] + [(scaling_n, p) for p in (2000, 5000, 10000, 20000) if p <= scaling_n]
+
+
+SCALING_DEFAULTS = {"scaling_n": 10000, "gram_cache_gib": 0.0, "direct_max": 10000}
+
+
+def _result_of(process, queue) -> dict:
+    """What the cell's ``process`` puts on ``queue``; an error if it exits without (instead of waiting for ever)."""
+    import queue as queues
+
+    while True:
+        try:
+            return queue.get(timeout=5)
+        except queues.Empty:
+            if not process.is_alive():
+                raise RuntimeError(f"a scaling cell's process exited with code {process.exitcode} and no result")
+
+
+def scaling(args, output=SCALING_RECORD):
+    """Seconds of an EigenPro 3 epoch, its batch and peak RSS (and the direct solve's) for every cell of
+    :func:`scaling_cells`, each in a fresh process; the record is written to ``output`` after every cell (not with
+    --no-write, which prints the table instead of reporting it)."""
+    from benchmarks._report import command_line, machine_state, write_record
 
     context = multiprocessing.get_context("spawn")
     if not 2000 <= args.scaling_n <= 45000:
         raise ValueError(f"--scaling-n must lie in [2,000, 45,000] (protein's rows; the p-series needs p ≤ n), got {args.scaling_n}")
-    # centers are a random subset of the data, so the p-series stops at n
-    cells = [(n, 1000) for n in (5000, 10000, 20000, 45000)] + [(args.scaling_n, p) for p in (2000, 5000, 10000, 20000) if p <= args.scaling_n]
+    cells = scaling_cells(args.scaling_n)
     gram_cache_bytes = int(args.gram_cache_gib * 2**30)
-    results = []
+    given = {name: getattr(args, name) for name in SCALING_DEFAULTS}
+    record = {"command": command_line("python -m benchmarks.eigenpro scaling --data-dir ../shared/data", given, SCALING_DEFAULTS),
+              **given, "cells": [list(cell) for cell in cells], "rows": []}
     for index, (n, p) in enumerate(cells):
         queue = context.Queue()
         process = context.Process(target=_scaling_cell, args=(queue, args.data_dir, n, p, p <= args.direct_max, gram_cache_bytes))
         process.start()
-        results.append(queue.get())
+        record = {**record, "rows": record["rows"] + [_result_of(process, queue)], **machine_state()}
         process.join()
-        print(f"[{index + 1}/{len(cells)}]", results[-1], flush=True)
+        print(f"[{index + 1}/{len(cells)}]", record["rows"][-1], flush=True)
+        if not args.no_write:
+            write_record(output, record)
+    print(scaling_table(record) if args.no_write else report_scaling())
+
+
+def scaling_table(record: dict) -> str:
+    """The "eigenpro_scaling" block of docs/benchmarks.md from a record of :func:`scaling`."""
+    from benchmarks._report import load_average_line, record_line
+
+    results = record["rows"]
     base = results[0]
-    held = f"held up to {args.gram_cache_gib:g} GiB" if gram_cache_bytes else "recomputed in blocks at every projection step (O(p) memory)"
-    rows = [f"Command: `python -m benchmarks.eigenpro scaling --data-dir ../shared/data"
-            f"{'' if args.scaling_n == 10000 else f' --scaling-n {args.scaling_n}'}{'' if not gram_cache_bytes else f' --gram-cache-gib {args.gram_cache_gib:g}'}`"
+    held = (f"held up to {record['gram_cache_gib']:g} GiB" if record["gram_cache_gib"]
+            else "recomputed in blocks at every projection step (O(p) memory)")
+    rows = [record_line(SCALING_RECORD, record["command"]), "",
+            f"Command: `{record['command']}`"
             f" (protein, Laplacian kernel of lengthscale 2, random centers, inexact projection, Nyström s = 2000, q = 100;"
             f" the second of 2 epochs timed; each cell a fresh process; K(Z, Z) {held}; peak RSS above the process's state after"
-            f" loading the data; the direct solve where p ≤ {args.direct_max:,}).", "",
+            f" loading the data; the direct solve where p ≤ {record['direct_max']:,}).", "",
             "| n | p | batch m | s / epoch | ratio to first | n·p ratio | (n/m)(mp + p²) ratio | EigenPro 3 peak MB | direct lstsq s | direct peak MB |",
             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         rows.append(f"| {r['n']:,} | {r['p']:,} | {r['batch']} | {r['epoch_seconds']:.2f} | {r['epoch_seconds'] / base['epoch_seconds']:.2f} | "
                     f"{r['n'] * r['p'] / (base['n'] * base['p']):.1f} | {_epoch_work(r) / _epoch_work(base):.1f} | "
                     f"{r['ep3_peak_mb']:.0f} | {_or_dash(r.get('direct_seconds'), '.2f')} | {_or_dash(r.get('direct_peak_mb'), '.0f')} |")
-    doc = "\n".join(rows)
-    print(doc)
-    if not args.no_write:
-        write_section("eigenpro_scaling", doc, "python -m benchmarks.eigenpro")
+    missing = [f"n = {n:,}, p = {p:,}" for n, p in record["cells"][len(results):]]
+    rows.append("")
+    if missing:
+        rows.append(f"- Interrupted: no row for {'; '.join(missing)}.")
+    return "\n".join(rows) + "\n" + load_average_line(record)
+
+
+def report_scaling() -> str:
+    """The "eigenpro_scaling" block of docs/benchmarks.md from its record (``scaling --report-only``)."""
+    from benchmarks._report import report_block
+
+    return report_block("eigenpro_scaling", scaling_table, SCALING_RECORD, SCALING_REPORT_COMMAND,
+                        made_by="python -m benchmarks.eigenpro scaling --data-dir ../shared/data")
 
 
 def gram_cache(args):
@@ -356,20 +411,23 @@ def main(argv=None):
     parser.add_argument("--target", type=float, default=1e-2)
     parser.add_argument("--max-epochs", type=int, default=300)
     parser.add_argument("--learned-q", type=int, nargs="+", default=[10, 50], help="preconditioner levels q of the IKA, NeuralEF and span rows")
-    parser.add_argument("--direct-max", type=int, default=10000)
-    parser.add_argument("--scaling-n", type=int, default=10000,
+    parser.add_argument("--direct-max", type=int, default=SCALING_DEFAULTS["direct_max"])
+    parser.add_argument("--scaling-n", type=int, default=SCALING_DEFAULTS["scaling_n"],
                         help="rows of the p-growing cells of scaling; p runs 2k, 5k, 10k, 20k up to this n (20,000 takes about half an hour more on 2 cores)")
     parser.add_argument("--no-write", action="store_true", help="scaling, iterations, projection-speed: print the table without touching docs/ or the record")
-    shared_option(parser, "--report-only", help="iterations: rewrite its table in docs/results/eigenpro.md from the record")
-    parser.add_argument("--gram-cache-gib", type=float, default=0.0, help="scaling: hold K(Z, Z) when it fits in this many GiB (default 0: recompute, O(p) memory)")
+    shared_option(parser, "--report-only", help="iterations, scaling: rewrite the mode's table from its record, run nothing")
+    parser.add_argument("--gram-cache-gib", type=float, default=SCALING_DEFAULTS["gram_cache_gib"], help="scaling: hold K(Z, Z) when it fits in this many GiB (default 0: recompute, O(p) memory)")
     parser.add_argument("--gram-p", type=int, nargs="+", default=[1000, 2000], help="centers of the gram-cache mode")
     parser.add_argument("--speed-p", type=int, nargs="+", default=[1000, 2000, 5000], help="centers of projection-speed's projection table")
     parser.add_argument("--epoch-p", type=int, nargs="*", default=[2000], help="centers of projection-speed's setup + epoch table")
     parser.add_argument("--repeats", type=int, default=5, help="timed projections per package in projection-speed")
     parser.add_argument("--reference", default="2ed2028", help="the commit projection-speed compares against (default: the last one before the held ψ schedule)")
     args = parser.parse_args(argv)
-    if args.mode == "iterations" and args.report_only:
-        return report_from_records()
+    if args.report_only and args.mode == "iterations":
+        return write_iterations(json.loads(ITERATIONS_RECORD.read_text()))
+    if args.report_only and args.mode == "scaling":
+        text = report_scaling()  # empty without a record (report_block printed a notice)
+        return print(text) if text else None
     {"iterations": iterations, "scaling": scaling, "gram-cache": gram_cache, "projection-speed": projection_speed}[args.mode](args)
 
 

@@ -11,7 +11,9 @@ batch: the per-output q_sqrt products, [S·B, P·M] per layer, dominate). Baseli
 The multiply-adds per point (:func:`multiply_adds_per_point`) turn points per second into the arithmetic rate
 the run reached, to compare with what the machine can do at all.
 
-Run:  python -m benchmarks.prediction                     (20,000 points; writes the "prediction" section of docs/benchmarks.md)
+Run:  python -m benchmarks.prediction                     (20,000 points; writes docs/results/prediction.json and the
+                                                          "prediction" block of docs/benchmarks.md; ``--report-only``
+                                                          rewrites the block from the record, timing nothing)
       python -m benchmarks.prediction --points 1000000     (the issue's size; memory stays bounded, time grows linearly)
 """
 
@@ -21,6 +23,7 @@ import os
 import resource
 import tempfile
 import time
+from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -50,49 +53,87 @@ def multiply_adds_per_point(widths=(INPUT_DIM, INPUT_DIM, 1), M=NUM_UNITS, S=SAM
     return terms
 
 
-def main(points: int, batch_size: int, baseline_points: int, large_batch: int, write: bool) -> str:
+OUTPUT = Path(__file__).resolve().parents[1] / "docs" / "results" / "prediction.json"
+REPORT_COMMAND = "python -m benchmarks.prediction --report-only"
+REPORT_BLOCKS = [("docs/benchmarks.md", "prediction")]
+TRUNCATION = 20  # build_activated_dgp's default Ñ, which multiply_adds_per_point counts
+DEFAULTS = {"points": 20_000, "batch_size": 64, "baseline_points": 1_000, "large_batch": 1024}
+
+
+def _memmap_inputs(directory: str, points: int):
+    """``points`` standard normal inputs [points, D] in a .npy memmap under ``directory``, written in blocks."""
+    X = np.lib.format.open_memmap(os.path.join(directory, "x.npy"), mode="w+", dtype=np.float64, shape=(points, INPUT_DIM))
+    rng = np.random.default_rng(0)
+    for start in range(0, points, 100_000):
+        X[start : start + 100_000] = rng.standard_normal((min(100_000, points - start), INPUT_DIM))
+    return X
+
+
+def _seconds(function) -> float:
+    start = time.perf_counter()
+    function()
+    return time.perf_counter() - start
+
+
+def measure(points: int, batch_size: int, baseline_points: int, large_batch: int, output=OUTPUT) -> dict:
+    """Seconds of ``BatchPredictor``'s ``predict_y`` and ``predictive_log_density`` on ``points`` points (after
+    tracing) and the growth of peak RSS meanwhile, of ``predict_y`` at B = ``large_batch`` on the first
+    4 · ``baseline_points``, and of the eager ``predict_y`` on the first ``baseline_points``; the record, written to
+    ``output`` (None: not written)."""
     from activated_dgp import build_activated_dgp, predict_y
     from activated_dgp.deep import BatchPredictor
-    from benchmarks._report import write_section
+    from benchmarks._report import command_line, machine_state, write_record
 
     dgp = build_activated_dgp(INPUT_DIM, points, num_layers=NUM_LAYERS, num_units=NUM_UNITS, activation=ACTIVATION, seed=0)
     with tempfile.TemporaryDirectory() as directory:
-        X = np.lib.format.open_memmap(os.path.join(directory, "x.npy"), mode="w+", dtype=np.float64, shape=(points, INPUT_DIM))
-        rng = np.random.default_rng(0)
-        for start in range(0, points, 100_000):
-            X[start : start + 100_000] = rng.standard_normal((min(100_000, points - start), INPUT_DIM))
+        X = _memmap_inputs(directory, points)
         Y = np.zeros((points, 1))
         predictor = BatchPredictor(dgp, num_samples=SAMPLES, batch_size=batch_size)
         predictor.predict_y(X[: 2 * batch_size])  # tracing
         predictor.predictive_log_density(X[: 2 * batch_size], Y[: 2 * batch_size])
         rss_before = peak_rss_mib()
-        start = time.perf_counter()
-        predictor.predict_y(X)
-        y_time = time.perf_counter() - start
-        start = time.perf_counter()
-        predictor.predictive_log_density(X, Y)
-        lpd_time = time.perf_counter() - start
+        y_seconds = _seconds(lambda: predictor.predict_y(X))
+        lpd_seconds = _seconds(lambda: predictor.predictive_log_density(X, Y))
         rss_growth = peak_rss_mib() - rss_before
         large_points = min(4 * baseline_points, points)
         large = BatchPredictor(dgp, num_samples=SAMPLES, batch_size=large_batch)
         large.predict_y(X[: 2 * large_batch])  # tracing
-        start = time.perf_counter()
-        large.predict_y(X[:large_points])
-        large_rate = large_points / (time.perf_counter() - start)
+        large_seconds = _seconds(lambda: large.predict_y(X[:large_points]))
         base_points = min(baseline_points, points)
         predict_y(dgp, X[:batch_size], SAMPLES, seed=0, batch_size=batch_size)  # warm-up
-        start = time.perf_counter()
-        predict_y(dgp, X[:base_points], SAMPLES, seed=0, batch_size=batch_size)
-        base_time = time.perf_counter() - start
+        base_seconds = _seconds(lambda: predict_y(dgp, X[:base_points], SAMPLES, seed=0, batch_size=batch_size))
         del X
-    rate, lpd_rate, base_rate = points / y_time, points / lpd_time, base_points / base_time
-    batch_matrix_mib = SAMPLES * batch_size * NUM_UNITS * 8 / 2**20
-    terms = multiply_adds_per_point()
+    print(f"predict_y {points / y_seconds:,.0f} points/s, log density {points / lpd_seconds:,.0f} points/s, B = {large_batch} "
+          f"{large_points / large_seconds:,.0f} points/s, eager baseline {base_points / base_seconds:,.0f} points/s", flush=True)
+    given = {"points": points, "batch_size": batch_size, "baseline_points": baseline_points, "large_batch": large_batch}
+    record = {"command": command_line("python -m benchmarks.prediction", given, DEFAULTS), "D": INPUT_DIM, "layers": NUM_LAYERS, "units": NUM_UNITS,
+              "samples": SAMPLES, "truncation_level": TRUNCATION, "activation": ACTIVATION, **given,
+              "predict_y_seconds": round(y_seconds, 4), "log_density_seconds": round(lpd_seconds, 4),
+              "large_batch_points": large_points, "large_batch_seconds": round(large_seconds, 4),
+              "eager_points": base_points, "eager_seconds": round(base_seconds, 4), "peak_rss_growth_mib": round(rss_growth, 1),
+              **machine_state()}
+    if output is not None:
+        write_record(output, record)
+    return record
+
+
+def markdown(record: dict) -> str:
+    """The "prediction" block of docs/benchmarks.md from its record: points per second, against the eager baseline."""
+    from benchmarks._report import load_average_line, record_line
+
+    points, batch_size, large_batch = record["points"], record["batch_size"], record["large_batch"]
+    large_points, base_points = record["large_batch_points"], record["eager_points"]
+    rate, lpd_rate = points / record["predict_y_seconds"], points / record["log_density_seconds"]
+    large_rate, base_rate = large_points / record["large_batch_seconds"], base_points / record["eager_seconds"]
+    D, units, samples = record["D"], record["units"], record["samples"]
+    batch_matrix_mib = samples * batch_size * units * 8 / 2**20
+    terms = multiply_adds_per_point((D,) * (record["layers"] - 1) + (1,), M=units, S=samples, d=D + 1, truncation=record["truncation_level"])
     per_point = sum(terms.values())
     shares = ", ".join(f"{name} {value / per_point:.0%}" for name, value in terms.items())
-    print(f"predict_y {rate:,.0f} points/s, log density {lpd_rate:,.0f} points/s, B = {large_batch} {large_rate:,.0f} points/s, eager baseline {base_rate:,.0f} points/s", flush=True)
-    doc = f"""Command: `python -m benchmarks.prediction` ({points:,} points from a memmap, D = {INPUT_DIM}, {NUM_LAYERS} layers of {NUM_UNITS} units,
-float64, S = {SAMPLES} samples, batches of B = {batch_size:,}; untrained model).
+    return f"""{record_line(OUTPUT, record["command"])}
+
+Command: `{record["command"]}` ({points:,} points from a memmap, D = {D}, {record["layers"]} layers of {units} units,
+float64, S = {samples} samples, batches of B = {batch_size:,}; untrained model).
 
 | method | points per second | / eager `predict_y` |
 |---|---|---|
@@ -101,24 +142,35 @@ float64, S = {SAMPLES} samples, batches of B = {batch_size:,}; untrained model).
 | `BatchPredictor.predict_y`, B = {large_batch:,} (first {large_points:,} points) | {large_rate:,.0f} | {large_rate / base_rate:.1f} |
 | eager `predict_y(batch_size=B)` (first {base_points:,} points) | {base_rate:,.0f} | 1.0 |
 
-- Peak RSS grew by {rss_growth:.0f} MiB while predicting all {points:,} points (outputs [N, P] included); one [S·B, M] matrix
+- Peak RSS grew by {record["peak_rss_growth_mib"]:.0f} MiB while predicting all {points:,} points (outputs [N, P] included); one [S·B, M] matrix
   is {batch_matrix_mib:.0f} MiB. Target: ≥ 100,000 points per second.
 - One point costs {per_point / 1e6:.2f} M multiply-adds ({shares}), so `predict_y` ran at
   {rate * per_point * 2 / 1e9:.1f} GFLOP/s; 100,000 points per second would need {1e5 * per_point * 2 / 1e12:.2f} TFLOP/s in float64.
-"""
-    if write:
-        write_section("prediction", doc, "python -m benchmarks.prediction")
-    return doc
+{load_average_line(record)}"""
+
+
+def report_from_records() -> str:
+    """The "prediction" block of docs/benchmarks.md from its record (``--report-only``)."""
+    from benchmarks._report import report_block
+
+    return report_block("prediction", markdown, OUTPUT, REPORT_COMMAND, made_by="python -m benchmarks.prediction")
+
+
+def _options(parser) -> None:
+    parser.add_argument("--points", type=int, default=DEFAULTS["points"])
+    parser.add_argument("--batch-size", type=int, default=DEFAULTS["batch_size"])
+    parser.add_argument("--baseline-points", type=int, default=DEFAULTS["baseline_points"])
+    parser.add_argument("--large-batch", type=int, default=DEFAULTS["large_batch"], help="batch size of the comparison row")
+    parser.add_argument("--no-write", action="store_true", help="print the block without writing the record or docs/benchmarks.md")
+
+
+def _measure(args):
+    """``--no-write``: the block of a run that writes nothing; otherwise None (the record is written, then reported)."""
+    record = measure(args.points, args.batch_size, args.baseline_points, args.large_batch, output=None if args.no_write else OUTPUT)
+    return markdown(record) if args.no_write else None
 
 
 if __name__ == "__main__":
-    from experiments.harness.cli import make_parser
+    from benchmarks._report import measure_or_report
 
-    parser = make_parser("python -m benchmarks.prediction", __doc__.splitlines()[0])
-    parser.add_argument("--points", type=int, default=20_000)
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--baseline-points", type=int, default=1_000)
-    parser.add_argument("--large-batch", type=int, default=1024, help="batch size of the comparison row")
-    parser.add_argument("--no-write", action="store_true")
-    args = parser.parse_args()
-    print(main(args.points, args.batch_size, args.baseline_points, args.large_batch, write=not args.no_write))
+    measure_or_report("benchmarks.prediction", __doc__.splitlines()[0], _measure, report_from_records, _options)

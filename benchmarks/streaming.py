@@ -6,13 +6,14 @@ A synthetic regression set, y = sin(2 x₁) + x₂x₃/2 + 0.1 ε with x ~ N(0, 
 fresh process, which reports its peak RSS (``ru_maxrss``) and its RSS just before training; the baseline in
 the same run is the same epoch on a smaller N, so that "peak RSS independent of N" reads as a ratio near 1.
 
-Run:  python -m benchmarks.streaming                        (writes the "streaming" section of docs/benchmarks.md)
+Run:  python -m benchmarks.streaming                        (writes docs/results/streaming.json, after every N, and the
+                                                             "streaming" block of docs/benchmarks.md; ``--report-only``
+                                                             rewrites the block from the record, timing nothing)
       python -m benchmarks.streaming --sizes 20000 5000 --no-write     (a quick check)
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import resource
@@ -20,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -50,7 +52,7 @@ def _current_rss_mib() -> float:
 
 
 def train_one_epoch(x_path: str, y_path: str, layers: int, units: int, batch_size: int) -> dict:
-    """In this process: one epoch from the files; RSS before training and peak (MiB), rows per second."""
+    """In this process: one epoch from the files; RSS before training and peak (MiB), seconds and rows per second."""
     from activated_dgp import TrainingSchedule, build_activated_dgp, train_dgp
     from activated_dgp.data import ArraySource
 
@@ -62,30 +64,58 @@ def train_one_epoch(x_path: str, y_path: str, layers: int, units: int, batch_siz
     history = train_dgp(dgp, source, schedule=schedule)
     seconds = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"rss_before": before, "peak_rss": peak, "rows_per_s": source.num_data / seconds, "loss": history["loss"][-1]}
+    return {"rss_before": before, "peak_rss": peak, "seconds": seconds, "rows_per_s": source.num_data / seconds,
+            "loss": float(history["loss"][-1])}
 
 
-def main(sizes, layers: int, units: int, batch_size: int, write: bool) -> str:
-    from benchmarks._report import write_section
+OUTPUT = Path(__file__).resolve().parents[1] / "docs" / "results" / "streaming.json"
+REPORT_COMMAND = "python -m benchmarks.streaming --report-only"
+REPORT_BLOCKS = [("docs/benchmarks.md", "streaming")]
+DEFAULTS = {"sizes": [2_000_000, 200_000], "layers": 2, "units": 64, "batch_size": 1000}
 
-    results = {}
+
+def _epoch_in_subprocess(num_data: int, layers: int, units: int, batch_size: int) -> dict:
+    """One epoch on ``num_data`` rows written to files, in a fresh process: its :func:`train_one_epoch` result."""
+    with tempfile.TemporaryDirectory() as directory:
+        x_path, y_path = write_data(directory, num_data)
+        command = [sys.executable, "-m", "benchmarks.streaming", "--child", x_path, y_path, str(layers), str(units), str(batch_size)]
+        out = subprocess.run(command, capture_output=True, text=True, check=True)
+    return {"N": num_data, **json.loads(out.stdout.strip().splitlines()[-1])}
+
+
+def measure(sizes, layers: int, units: int, batch_size: int, output=OUTPUT) -> dict:
+    """RSS before training, peak RSS and rows per second of one epoch from files for every N in ``sizes``, each in a
+    fresh process; the record, written to ``output`` after every N (None: not written)."""
+    from benchmarks._report import command_line, machine_state, write_record
+
+    given = {"sizes": list(sizes), "layers": layers, "units": units, "batch_size": batch_size}
+    record = {"command": command_line("python -m benchmarks.streaming", given, DEFAULTS), "D": INPUT_DIM, "activation": ACTIVATION, **given, "rows": []}
     for num_data in sizes:
-        with tempfile.TemporaryDirectory() as directory:
-            x_path, y_path = write_data(directory, num_data)
-            command = [sys.executable, "-m", "benchmarks.streaming", "--child", x_path, y_path,
-                       "--layers", str(layers), "--units", str(units), "--batch-size", str(batch_size)]
-            out = subprocess.run(command, capture_output=True, text=True, check=True)
-            results[num_data] = json.loads(out.stdout.strip().splitlines()[-1])
-        r = results[num_data]
+        r = _epoch_in_subprocess(num_data, layers, units, batch_size)
         print(f"N={num_data:,}: RSS before {r['rss_before']:.0f} MiB, peak {r['peak_rss']:.0f} MiB, {r['rows_per_s']:,.0f} rows/s", flush=True)
-    smallest = min(sizes)
+        record = {**record, "rows": record["rows"] + [r], **machine_state()}
+        if output is not None:
+            write_record(output, record)
+    return record
+
+
+def markdown(record: dict) -> str:
+    """The "streaming" block of docs/benchmarks.md from its record: peak RSS per N, against the smallest N."""
+    from benchmarks._report import load_average_line, record_line
+
+    results = {r["N"]: r for r in record["rows"]}
+    smallest = min(results)
     rows = "\n".join(
-        f"| {n:,} | {n * (INPUT_DIM + 1) * 8 / 2**20:.0f} | {r['rss_before']:.0f} | {r['peak_rss']:.0f} | "
+        f"| {n:,} | {n * (record['D'] + 1) * 8 / 2**20:.0f} | {r['rss_before']:.0f} | {r['peak_rss']:.0f} | "
         f"{r['peak_rss'] / results[smallest]['peak_rss']:.2f} | {r['rows_per_s']:,.0f} |"
         for n, r in results.items()
     )
-    doc = f"""Command: `python -m benchmarks.streaming` (synthetic regression, D = {INPUT_DIM}, written to `.npy` files in a temporary
-directory; one epoch of `train_dgp(dgp, ArraySource.from_npy(...))`, {layers} layers of {units} units, float64, global batch {batch_size};
+    missing = [n for n in record["sizes"] if n not in results]
+    partial = f"- Interrupted: no row for N = {', '.join(f'{n:,}' for n in missing)}.\n" if missing else ""
+    return f"""{record_line(OUTPUT, record["command"])}
+
+Command: `{record["command"]}` (synthetic regression, D = {record["D"]}, written to `.npy` files in a temporary
+directory; one epoch of `train_dgp(dgp, ArraySource.from_npy(...))`, {record["layers"]} layers of {record["units"]} units, float64, global batch {record["batch_size"]};
 one fresh process per N).
 
 | N | data on disk (MiB) | RSS before training (MiB) | peak RSS (MiB) | peak / peak at N = {smallest:,} | rows per second |
@@ -94,24 +124,35 @@ one fresh process per N).
 
 - Peak RSS is set by the model, TensorFlow and one shuffle window of blocks, not by N (target: ratio ≈ 1).
 - Rows per second include tracing the step on the first batch.
-"""
-    if write:
-        write_section("streaming", doc, "python -m benchmarks.streaming")
-    return doc
+{partial}{load_average_line(record)}"""
+
+
+def report_from_records() -> str:
+    """The "streaming" block of docs/benchmarks.md from its record (``--report-only``)."""
+    from benchmarks._report import report_block
+
+    return report_block("streaming", markdown, OUTPUT, REPORT_COMMAND, made_by="python -m benchmarks.streaming")
+
+
+def _options(parser) -> None:
+    parser.add_argument("--sizes", type=int, nargs="+", default=DEFAULTS["sizes"])
+    parser.add_argument("--layers", type=int, default=DEFAULTS["layers"])
+    parser.add_argument("--units", type=int, default=DEFAULTS["units"])
+    parser.add_argument("--batch-size", type=int, default=DEFAULTS["batch_size"])
+    parser.add_argument("--no-write", action="store_true", help="print the block without writing the record or docs/benchmarks.md")
+
+
+def _measure(args):
+    """``--no-write``: the block of a run that writes nothing; otherwise None (the record is written, then reported)."""
+    record = measure(args.sizes, args.layers, args.units, args.batch_size, output=None if args.no_write else OUTPUT)
+    return markdown(record) if args.no_write else None
 
 
 if __name__ == "__main__":
-    from experiments.harness.cli import make_parser
+    from benchmarks._report import measure_or_report
 
-    parser = make_parser("python -m benchmarks.streaming", __doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[2_000_000, 200_000])
-    parser.add_argument("--layers", type=int, default=2)
-    parser.add_argument("--units", type=int, default=64)
-    parser.add_argument("--batch-size", type=int, default=1000)
-    parser.add_argument("--no-write", action="store_true")
-    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.child:
-        print(json.dumps(train_one_epoch(*args.child, args.layers, args.units, args.batch_size)))
+    if len(sys.argv) == 7 and sys.argv[1] == "--child":  # a measuring process started by measure()
+        x_path, y_path, layers, units, batch_size = sys.argv[2:]
+        print(json.dumps(train_one_epoch(x_path, y_path, int(layers), int(units), int(batch_size))))
     else:
-        print(main(args.sizes, args.layers, args.units, args.batch_size, write=not args.no_write))
+        measure_or_report("benchmarks.streaming", __doc__.splitlines()[0], _measure, report_from_records, _options)
