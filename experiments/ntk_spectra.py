@@ -51,10 +51,12 @@ RANK = 10
 DEFAULTS = dict(classes=(3, 5), train_points=1000, test_points=128, epochs=30, ntk_samples=800, rf_samples=10, steps=1500,
                 oversampling=5, width=128, seeds=2)
 #: The pages ``python -m experiments report`` rewrites: ntk_spectra.md (the defaults), ntk_spectra_long.md and
-#: ntk_spectra_20k.md (seed 0 with 5,000 / 20,000 NeuralEF steps; each its own protocol, so the step count must be
-#: given to find its records).
+#: ntk_spectra_20k.md (seed 0 with 5,000 / 20,000 NeuralEF steps) and ntk_spectra_s4000.md (20,000 steps, the paper's
+#: S = 4000 and 10 + 10 networks); each is its own protocol, so its options must be given to find its records.
 REPORT_RUNS = [[], ["--out", "docs/results/ntk_spectra_long", "--steps", "5000", "--seeds", "1"],
-               ["--out", "docs/results/ntk_spectra_20k", "--steps", "20000", "--seeds", "1"]]
+               ["--out", "docs/results/ntk_spectra_20k", "--steps", "20000", "--seeds", "1"],
+               ["--out", "docs/results/ntk_spectra_s4000", "--steps", "20000", "--seeds", "1", "--oversampling", "10",
+                "--ntk-samples", "4000"]]
 FAST = dict(train_points=120, test_points=24, epochs=2, ntk_samples=40, steps=60, oversampling=2, width=16, seeds=1)
 
 
