@@ -107,21 +107,31 @@ def report_block(name: str, markdown: Callable[[dict], str], record: Path, comma
 
 
 def measure_or_report(module: str, description: str, measure: Callable, report: Callable[[], str],
-                      options: Optional[Callable] = None) -> None:
+                      options: Optional[Callable] = None, markdown: Optional[Callable[[dict], str]] = None,
+                      record: Optional[Path] = None) -> None:
     """The command line of a benchmark with one record: ``python -m <module>`` runs ``measure`` (which writes the
-    record) and then ``report``; ``--report-only`` only ``report``s, timing nothing. ``options(parser)`` declares
-    the benchmark's own options; ``measure`` then gets the parsed arguments, and text it returns (a run that writes
-    no record, e.g. ``--no-write``) is printed instead of the report."""
+    record) and then ``report``; ``--report-only`` only ``report``s, timing nothing.
+
+    A benchmark with options of its own passes ``options(parser)`` (declaring them), its ``markdown(record)`` and its
+    ``record`` path; the command line then also has ``--no-write``. ``measure(args, output)`` measures with the
+    parsed arguments, writes its record to ``output`` (None under ``--no-write``: nothing is written) and returns the
+    record, whose block is then printed instead of the report; text it returns instead (a partial run that is no
+    record) is printed as it is."""
     from experiments.harness.cli import make_parser, shared_option
 
     parser = make_parser(f"python -m {module}", description)
     shared_option(parser, "--report-only", help="write the block from the record, time nothing")
     if options is not None:
         options(parser)
+        parser.add_argument("--no-write", action="store_true", help="print the block without writing the record or docs/benchmarks.md")
     args = parser.parse_args()
     shown = None
     if not args.report_only:
-        shown = measure(args) if options is not None else measure()
+        if options is None:
+            measure()
+        else:
+            result = measure(args, None if args.no_write else record)
+            shown = result if isinstance(result, str) else markdown(result) if args.no_write else None
     shown = report() if shown is None else shown
     if shown:  # empty: the block had no record, report_block said so
         print(shown)

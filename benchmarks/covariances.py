@@ -233,17 +233,13 @@ def report_from_records() -> str:
 
 def _options(parser) -> None:
     parser.add_argument("--repeats", type=int, default=REPEATS, help="timed calls per operation (after 2 untimed ones)")
-    parser.add_argument("--no-write", action="store_true", help="print the block without writing the record or docs/benchmarks.md")
     parser.add_argument("--only", help="only the operations whose name contains this text: print their rows, write nothing")
 
 
-def _measure(args) -> str:
-    """``--only``: the measured rows; ``--no-write``: the block; otherwise None (the record is written, then reported)."""
-    write = not (args.no_write or args.only)
-    record = measure(args.repeats, only=args.only, output=OUTPUT if write else None)
-    if args.only is not None:
-        return table_rows(record)
-    return None if write else markdown(record)
+def _measure(args, output):
+    """The record of the run (written to ``output``); with ``--only``, the measured rows, and nothing is written."""
+    record = measure(args.repeats, only=args.only, output=None if args.only else output)
+    return table_rows(record) if args.only is not None else record
 
 
 if __name__ == "__main__":
@@ -252,4 +248,5 @@ if __name__ == "__main__":
     if len(sys.argv) == 5 and sys.argv[1] == "--memory-of":  # a measuring process started by measure()
         print(json.dumps({"extra_peak_mib": measure_memory(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))}))
     else:
-        measure_or_report("benchmarks.covariances", __doc__.splitlines()[0], _measure, report_from_records, _options)
+        measure_or_report("benchmarks.covariances", __doc__.splitlines()[0], _measure, report_from_records, _options,
+                          markdown, OUTPUT)

@@ -178,16 +178,13 @@ def report_from_records() -> str:
 def _options(parser) -> None:
     parser.add_argument("--rounds", type=int, default=DEFAULTS["rounds"])
     parser.add_argument("--epochs-per-round", type=int, default=DEFAULTS["epochs_per_round"])
-    parser.add_argument("--no-write", action="store_true", help="print the block without writing the record or docs/benchmarks.md")
 
 
-def _measure(args):
-    """``--no-write``: the block of a run that writes nothing; otherwise None (the record is written, then reported)."""
-    record = measure(args.rounds, args.epochs_per_round, output=None if args.no_write else OUTPUT)
-    return markdown(record) if args.no_write else None
+def _measure(args, output):
+    return measure(args.rounds, args.epochs_per_round, output=output)
 
 
 if __name__ == "__main__":
     from benchmarks._report import measure_or_report
 
-    measure_or_report("benchmarks.dgp_epoch", __doc__.splitlines()[0], _measure, report_from_records, _options)
+    measure_or_report("benchmarks.dgp_epoch", __doc__.splitlines()[0], _measure, report_from_records, _options, markdown, OUTPUT)

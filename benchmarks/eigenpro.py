@@ -427,7 +427,9 @@ def main(argv=None):
         return write_iterations(json.loads(ITERATIONS_RECORD.read_text()))
     if args.report_only and args.mode == "scaling":
         text = report_scaling()  # empty without a record (report_block printed a notice)
-        return print(text) if text else None
+        if text:
+            print(text)
+        return None
     {"iterations": iterations, "scaling": scaling, "gram-cache": gram_cache, "projection-speed": projection_speed}[args.mode](args)
 
 

@@ -161,16 +161,13 @@ def _options(parser) -> None:
     parser.add_argument("--batch-size", type=int, default=DEFAULTS["batch_size"])
     parser.add_argument("--baseline-points", type=int, default=DEFAULTS["baseline_points"])
     parser.add_argument("--large-batch", type=int, default=DEFAULTS["large_batch"], help="batch size of the comparison row")
-    parser.add_argument("--no-write", action="store_true", help="print the block without writing the record or docs/benchmarks.md")
 
 
-def _measure(args):
-    """``--no-write``: the block of a run that writes nothing; otherwise None (the record is written, then reported)."""
-    record = measure(args.points, args.batch_size, args.baseline_points, args.large_batch, output=None if args.no_write else OUTPUT)
-    return markdown(record) if args.no_write else None
+def _measure(args, output):
+    return measure(args.points, args.batch_size, args.baseline_points, args.large_batch, output=output)
 
 
 if __name__ == "__main__":
     from benchmarks._report import measure_or_report
 
-    measure_or_report("benchmarks.prediction", __doc__.splitlines()[0], _measure, report_from_records, _options)
+    measure_or_report("benchmarks.prediction", __doc__.splitlines()[0], _measure, report_from_records, _options, markdown, OUTPUT)

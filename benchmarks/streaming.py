@@ -139,13 +139,10 @@ def _options(parser) -> None:
     parser.add_argument("--layers", type=int, default=DEFAULTS["layers"])
     parser.add_argument("--units", type=int, default=DEFAULTS["units"])
     parser.add_argument("--batch-size", type=int, default=DEFAULTS["batch_size"])
-    parser.add_argument("--no-write", action="store_true", help="print the block without writing the record or docs/benchmarks.md")
 
 
-def _measure(args):
-    """``--no-write``: the block of a run that writes nothing; otherwise None (the record is written, then reported)."""
-    record = measure(args.sizes, args.layers, args.units, args.batch_size, output=None if args.no_write else OUTPUT)
-    return markdown(record) if args.no_write else None
+def _measure(args, output):
+    return measure(args.sizes, args.layers, args.units, args.batch_size, output=output)
 
 
 if __name__ == "__main__":
@@ -155,4 +152,5 @@ if __name__ == "__main__":
         x_path, y_path, layers, units, batch_size = sys.argv[2:]
         print(json.dumps(train_one_epoch(x_path, y_path, int(layers), int(units), int(batch_size))))
     else:
-        measure_or_report("benchmarks.streaming", __doc__.splitlines()[0], _measure, report_from_records, _options)
+        measure_or_report("benchmarks.streaming", __doc__.splitlines()[0], _measure, report_from_records, _options,
+                          markdown, OUTPUT)
