@@ -220,7 +220,7 @@ def select_kernel_variances(
     variance k(x, x) − Qff(x) ∝ v a non-negligible share of the predictive variance.
     """
     from .diagnostics import elbo_terms, seeded_elbo
-    from .prediction import predictive_log_density, seeded_log_density
+    from .prediction import at_noise_variances, predictive_log_density, seeded_log_density
 
     if objective not in ("elbo", "validation"):
         raise ValueError(f"objective must be 'elbo' or 'validation', got {objective!r}")
@@ -251,29 +251,28 @@ def select_kernel_variances(
     entry_noise = chosen_noise = float(likelihood.variance.numpy()) if noise_factors is not None else None
 
     # Seeded: compiled once and evaluated at the parameters of the moment, the eager functions' values on the same
-    # draws. Unseeded: the eager functions, fresh draws at every evaluation.
+    # draws. Unseeded: the eager functions, fresh draws at every evaluation. ``scores(noises)`` gives one value per
+    # σ² in ``noises`` (None: the likelihood's own): seeded, from one set of layer samples.
     if objective == "elbo":
-        score = (
-            seeded_elbo(dgp, X, Y, num_samples=num_samples, seed=seed)
-            if seed is not None
-            else lambda: elbo_terms(dgp, X, Y, num_samples=num_samples, seed=None).elbo
-        )
+        seeded = seeded_elbo(dgp, X, Y, num_samples=num_samples, seed=seed) if seed is not None else None
+        eager = lambda: elbo_terms(dgp, X, Y, num_samples=num_samples, seed=None).elbo
     else:
-        log_density = (
-            seeded_log_density(dgp, X, Y, num_samples=4 * num_samples, seed=seed)
-            if seed is not None
-            else lambda: predictive_log_density(dgp, X, Y, num_samples=4 * num_samples)
-        )
+        density = seeded_log_density(dgp, X, Y, num_samples=4 * num_samples, seed=seed) if seed is not None else None
+        seeded = None if density is None else lambda noises=None: np.mean(density(noises), axis=-1).tolist()
+        eager = lambda: float(np.mean(predictive_log_density(dgp, X, Y, num_samples=4 * num_samples)))
 
-        def score():
-            return float(np.mean(log_density()))
+    def scores(noises) -> list:
+        if seeded is None:
+            return [eager()] if noises is None else at_noise_variances(likelihood, noises, eager)
+        values = seeded(noises)
+        return values if noises is not None else [values]
 
     if min_variance is not None:  # the entry state counts as a candidate: raise any layer below the floor first
         for layer in dgp.f_layers:
             if float(getattr(layer.kernel, "kernel", layer.kernel).variance.numpy()) < min_variance:
                 rescale_kernel_variance(layer, min_variance)
     evaluations = []
-    best = score()
+    best = scores(None)[0]
     for _ in range(int(sweeps)):
         for index, layer in enumerate(dgp.f_layers):
             kernel = getattr(layer.kernel, "kernel", layer.kernel)
@@ -285,10 +284,8 @@ def select_kernel_variances(
                 nonlocal best, chosen, chosen_noise
                 rescale_kernel_variance(layer, v)
                 improved = False
-                for noise in entry_noise * noise_factors if joint else [None]:
-                    if noise is not None:
-                        likelihood.variance.assign(noise)
-                    value = score()
+                noises = entry_noise * noise_factors if joint else None
+                for noise, value in zip(noises if joint else [None], scores(noises)):
                     evaluations.append((index, v, value))
                     if value > best:
                         best, chosen, improved = value, v, True

@@ -12,14 +12,14 @@ Salimbeni & Deisenroth, 2017, eq. 5).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import gpflow
 import gpflux
 import numpy as np
 import tensorflow as tf
 
-from .prediction import SeededDraws, checked_num_samples, integrate_per_sample, layer_inputs, likelihood_draws, propagate_samples, sample_layers
+from .prediction import SeededDraws, at_noise_variances, checked_num_samples, integrate_per_sample, layer_inputs, likelihood_draws, propagate_samples, sample_layers
 
 __all__ = ["residual_fraction", "layer_residual_fractions", "ElboTerms", "elbo_terms", "seeded_elbo"]
 
@@ -107,32 +107,46 @@ def _scaled(dgp: gpflux.models.DeepGP, total: float, num_rows: int) -> float:
     return total * (dgp.num_data if dgp.num_data is not None else num_rows) / num_rows
 
 
-def seeded_elbo(dgp: gpflux.models.DeepGP, X, Y, *, num_samples: int = 8, seed: int = 0, batch_size: int = 1024) -> Callable[[], float]:
+def seeded_elbo(dgp: gpflux.models.DeepGP, X, Y, *, num_samples: int = 8, seed: int = 0, batch_size: int = 1024) -> Callable[..., float]:
     """A compiled ``elbo_terms(dgp, X, Y, num_samples=…, seed=…, batch_size=…).elbo`` at the DGP's parameter
     values *at each call* (for many evaluations of one model on the same data and draws while its parameters are
     assigned between them, as :func:`activated_dgp.conversion.select_kernel_variances` does).
 
     Every call resets the draws of batch b (first row r) to seed + r and to that seed's likelihood split
     (:func:`activated_dgp.prediction.likelihood_draws`), so it sees exactly the eager function's draws and returns
-    its ELBO up to rounding; one trace serves every call (a last, shorter batch adds one)."""
+    its ELBO up to rounding; one trace serves every call (a last, shorter batch adds one).
+
+    Called with ``noise_variances`` (a Gaussian likelihood only), it returns the ELBO at each σ² in the list from one
+    set of layer samples: the expected log-likelihood −½ log 2πσ² − ((y − m)² + v)/(2σ²) per sample is re-evaluated,
+    the layers and the KL are not (:func:`activated_dgp.prediction.at_noise_variances`)."""
     draws, num_samples = SeededDraws(seed), checked_num_samples(num_samples)
     X, Y = _checked_pair(X, Y)
     likelihood = dgp.likelihood_layer.likelihood
     starts = range(0, len(X), batch_size)
 
     @tf.function(reduce_retracing=True, autograph=False)  # no conversion needed (activated_dgp.layers)
-    def batch_term(x, y):
+    def output_moments(x):
         _, mean, var = propagate_samples(dgp, x, num_samples, draws.normal)
+        return mean, var
+
+    @tf.function(reduce_retracing=True, autograph=False)
+    def expectation(mean, var, y):
         return _mean_expectation(likelihood, mean, var, y, draws.likelihood)
 
     kl = tf.function(lambda: tf.stack([layer.prior_kl() for layer in dgp.f_layers]), autograph=False)
     batches = [(tf.constant(X[start : start + batch_size]), tf.constant(Y[start : start + batch_size])) for start in starts]
 
-    def evaluate() -> float:
-        total = 0.0
+    def evaluate(noise_variances: Optional[Sequence[float]] = None):
+        totals = np.zeros(1 if noise_variances is None else len(noise_variances))
         for start, (x, y) in zip(starts, batches):
             draws.reset(draws.seed + start)  # elbo_terms' batch seed
-            total += float(batch_term(x, y))
-        return ElboTerms(_scaled(dgp, total, len(X)), [float(value) for value in kl().numpy()]).elbo
+            mean, var = output_moments(x)
+            if noise_variances is None:
+                totals += float(expectation(mean, var, y))
+            else:
+                totals += [float(value) for value in at_noise_variances(likelihood, noise_variances, lambda: expectation(mean, var, y))]
+        kls = [float(value) for value in kl().numpy()]
+        elbos = [ElboTerms(_scaled(dgp, total, len(X)), kls).elbo for total in totals]
+        return elbos[0] if noise_variances is None else elbos
 
     return evaluate

@@ -226,7 +226,7 @@ def integrate_per_sample(likelihood, method: str, mean, var, Y=None, draws: Opti
     return tf.reshape(result, [num_samples, num_rows])
 
 
-def seeded_log_density(dgp: gpflux.models.DeepGP, X, Y, num_samples: int, seed: int) -> Callable[[], np.ndarray]:
+def seeded_log_density(dgp: gpflux.models.DeepGP, X, Y, num_samples: int, seed: int) -> Callable[..., np.ndarray]:
     """A compiled ``predictive_log_density(dgp, X, Y, num_samples, seed)`` at the DGP's parameter values *at
     each call*: for many evaluations of one model on the same data and draws (common random numbers) while
     its parameters are assigned between them (e.g. :func:`activated_dgp.conversion.select_kernel_variances`).
@@ -235,21 +235,33 @@ def seeded_log_density(dgp: gpflux.models.DeepGP, X, Y, num_samples: int, seed: 
     draws' to its split (:func:`likelihood_draws`), so each call sees exactly the draws the eager function
     sees, and returns the same [N] values up to rounding. One trace serves every call: parameters are read
     from their variables. A call that fails a numerics check or returns a non-finite value re-checks the DGP's
-    state (:func:`check_dgp`), which names a parameter that became NaN."""
+    state (:func:`check_dgp`), which names a parameter that became NaN.
+
+    Called with ``noise_variances`` (a Gaussian likelihood only), it returns one [N] array per σ² in the list:
+    the layers are sampled once and only the likelihood's term, log (1/S) Σ_s N(y | m_s, v_s + σ²), is
+    re-evaluated, with the likelihood's variance restored afterwards (:func:`at_noise_variances`)."""
     draws, num_samples = SeededDraws(seed), checked_num_samples(num_samples)
     X = checked_inputs(dgp, X)
     Y = tf.convert_to_tensor(_checked_targets(dgp, Y, int(X.shape[0])), dtype=X.dtype)
     likelihood = dgp.likelihood_layer.likelihood
 
     @tf.function(autograph=False)  # GPflow/gpflux code needs no AutoGraph conversion (activated_dgp.layers)
-    def log_density():
+    def output_moments():
         _, mean, var = propagate_samples(dgp, X, num_samples, draws.normal)
+        return mean, var
+
+    @tf.function(autograph=False)
+    def log_density(mean, var):
         return _sample_mean_density(likelihood, mean, var, Y, draws.likelihood)
 
-    def evaluate() -> np.ndarray:
+    def evaluate(noise_variances: Optional[Sequence[float]] = None):
         draws.reset(draws.seed)
         try:
-            values = log_density().numpy()
+            mean, var = output_moments()
+            if noise_variances is None:
+                values = log_density(mean, var).numpy()
+            else:
+                values = [value.numpy() for value in at_noise_variances(likelihood, noise_variances, lambda: log_density(mean, var))]
         except tf.errors.InvalidArgumentError:  # a numerics check inside the graph: name the parameter if that is why
             check_dgp(dgp)
             raise
@@ -258,6 +270,23 @@ def seeded_log_density(dgp: gpflux.models.DeepGP, X, Y, num_samples: int, seed: 
         return values
 
     return evaluate
+
+
+def at_noise_variances(likelihood, noise_variances: Sequence[float], term: Callable[[], tf.Tensor]) -> list:
+    """``[term() with the Gaussian likelihood's variance σ² set to each of noise_variances]``, the variance restored
+    to its value on entry afterwards: for scoring many σ² from one set of layer samples (the Gaussian likelihood's
+    terms are closed forms in σ² given the output layer's moments)."""
+    if not isinstance(likelihood, gpflow.likelihoods.Gaussian):
+        raise ValueError(f"noise variances can only be swept for a Gaussian likelihood, the model has {type(likelihood).__name__}")
+    entry = likelihood.variance.numpy()
+    try:
+        values = []
+        for noise in noise_variances:
+            likelihood.variance.assign(noise)
+            values.append(term())
+        return values
+    finally:
+        likelihood.variance.assign(entry)
 
 
 def likelihood_draws(seed: Optional[int]) -> tf.random.Generator:

@@ -40,9 +40,12 @@ def _run(code: str, cwd) -> str:
     return result.stdout
 
 
-def test_weights_h5_of_the_training_model_restores_every_parameter_in_a_fresh_process(tmp_path):
-    _run(
-        """
+def test_weights_h5_of_the_training_model_restores_every_parameter_in_a_fresh_process(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # saved here, in the test's process; loaded in a fresh one
+    exec(
+        BUILD
+        + textwrap.dedent(
+            """
         import json
         dgp = build(seed=0)
         model = dgp.as_training_model()
@@ -52,8 +55,9 @@ def test_weights_h5_of_the_training_model_restores_every_parameter_in_a_fresh_pr
         model.save_weights("m.weights.h5")
         np.savez("truth.npz", *[v.numpy() for v in model.weights])
         json.dump([v.name for v in model.weights], open("names.json", "w"))
-        """,
-        tmp_path,
+        """
+        ),
+        {},
     )
     names = json.loads((tmp_path / "names.json").read_text())
     assert any("softplus" in n for n in names) and any(n.startswith("Variable") for n in names)  # kernel params and W

@@ -3,6 +3,7 @@ each checked against an independent computation (dense linear algebra, gpflow's 
 
 import gpflow
 import numpy as np
+import scipy.stats
 import pytest
 import tensorflow as tf
 import tf_keras
@@ -21,11 +22,21 @@ def _data(n=80, d=3, seed=0):
     return X, Y
 
 
+_TRAINED = {}  # (num_layers, seed, n) -> the trained network's weights: each is trained once per test process
+
+
 def _converted(num_layers=2, whiten=True, seed=0, n=80):
+    """A freshly built network with the weights of the one trained (20 epochs) for these settings, and its conversion."""
     X, Y = _data(n)
     tf.random.set_seed(seed)
     network = build_activated_nn(3, num_layers=num_layers, num_units=12, truncation_level=8, lengthscales=[2.0] * num_layers, seed=seed)
-    train_network(network, X, Y, schedule=TrainingSchedule(epochs=20, batch_size=32))
+    key = (num_layers, seed, n)
+    if key not in _TRAINED:
+        train_network(network, X, Y, schedule=TrainingSchedule(epochs=20, batch_size=32))
+        _TRAINED[key] = network.get_weights()
+    else:
+        network(X[:1])  # builds the weights
+        network.set_weights(_TRAINED[key])
     return X, Y, network, dgp_from_keras(network, len(X), X=X, whiten=whiten).dgp
 
 
@@ -126,6 +137,46 @@ def test_compiled_seeded_scores_are_the_eager_functions_at_the_parameters_of_eac
         log_density()
     with pytest.raises(ValueError, match="seed must be an integer"):
         seeded_log_density(dgp, X, Y, num_samples=3, seed=None)
+
+
+def test_noise_sweeps_from_one_set_of_samples_are_the_scores_at_each_noise_variance():
+    """The joint (v, σ²) search scores every σ² of a v from one set of layer samples. One layer: the ELBO and the
+    predictive density are closed forms in σ² given the layer's moments (m, s²) at X, written here in NumPy:
+    Σ_i [−½ log 2πσ² − ((y_i − m_i)² + s_i²)/(2σ²)] − KL and log N(y_i | m_i, s_i² + σ²). Three layers: the eager
+    elbo_terms / predictive_log_density with σ² assigned, on the same seed. The likelihood's σ² is restored, and a
+    non-Gaussian likelihood is a clear error."""
+    from activated_dgp.diagnostics import seeded_elbo
+    from activated_dgp.prediction import seeded_log_density
+
+    noises = [0.01, 0.1, 0.7]
+    X, Y, _, dgp = _converted(num_layers=1)
+    likelihood = dgp.likelihood_layer.likelihood
+    entry = float(likelihood.variance.numpy())
+    mean, var = (part.numpy() for part in dgp.f_layers[0].predict(X, full_cov=False))
+    kl = float(dgp.f_layers[0].prior_kl())
+    for noise, elbo, density in zip(
+        noises, seeded_elbo(dgp, X, Y, num_samples=2, seed=1)(noises), seeded_log_density(dgp, X, Y, num_samples=3, seed=1)(noises)
+    ):
+        expected = np.sum(-0.5 * np.log(2 * np.pi * noise) - ((Y - mean) ** 2 + var) / (2 * noise)) - kl
+        assert elbo == pytest.approx(expected, rel=1e-9)
+        np.testing.assert_allclose(density, scipy.stats.norm.logpdf(Y, mean, np.sqrt(var + noise))[:, 0], rtol=1e-9)
+    assert float(likelihood.variance.numpy()) == entry
+
+    X, Y, _, dgp = _converted(num_layers=3)
+    likelihood = dgp.likelihood_layer.likelihood
+    swept_elbo = seeded_elbo(dgp, X, Y, num_samples=2, seed=7, batch_size=32)(noises)
+    swept_density = seeded_log_density(dgp, X, Y, num_samples=3, seed=7)(noises)
+    for noise, elbo, density in zip(noises, swept_elbo, swept_density):
+        likelihood.variance.assign(noise)
+        assert elbo == pytest.approx(elbo_terms(dgp, X, Y, num_samples=2, seed=7, batch_size=32).elbo, rel=1e-10)
+        np.testing.assert_allclose(density, predictive_log_density(dgp, X, Y, num_samples=3, seed=7), rtol=1e-10, atol=1e-12)
+
+    rng = np.random.default_rng(4)
+    X, Y = rng.normal(size=(20, 3)), rng.integers(0, 2, size=(20, 1)).astype(np.float64)
+    network = build_activated_nn(3, num_layers=1, num_units=6, truncation_level=4, seed=1)
+    dgp = dgp_from_keras(network, len(X), X=X, likelihood="bernoulli").dgp
+    with pytest.raises(ValueError, match="Gaussian likelihood"):
+        seeded_elbo(dgp, X, Y, seed=1)(noises)
 
 
 @pytest.mark.parametrize("likelihood", ["gaussian", "bernoulli", "softmax"])
