@@ -112,9 +112,16 @@ class RestoreBest(tf_keras.callbacks.Callback):
         self.diverged_epoch: Optional[int] = None
         self.restored = False
         self._best_values, self._since = None, 0
+        self._variables: Optional[list] = None  # the module's variables, listed once per fit after its first epoch
+
+    def _module_variables(self) -> list:
+        """``module.variables``: walking a DeepGP's object graph for it costs ≈ 40 ms, more than a small data set's
+        epoch, so within a fit the list made at the end of the first epoch (when every variable a first step
+        creates exists) is reused; before that, and in every new fit, the graph is walked afresh."""
+        return self._variables if self._variables is not None else list(self.module.variables)
 
     def _finite(self) -> bool:
-        return all(np.all(np.isfinite(v.numpy())) for v in self.module.variables if v.dtype.is_floating)
+        return all(np.all(np.isfinite(v.numpy())) for v in self._module_variables() if v.dtype.is_floating)
 
     def _stop(self) -> None:
         if self.model is not None:
@@ -130,7 +137,7 @@ class RestoreBest(tf_keras.callbacks.Callback):
         self.checks.append((epoch, value))
         if value < self.best:  # NaN never improves
             self.best, self.best_epoch, self._since = value, epoch, 0
-            self._best_values = [(v, v.numpy()) for v in self.module.variables]  # pairs: fits may add variables
+            self._best_values = [(v, v.numpy()) for v in self._module_variables()]  # pairs: fits may add variables
         else:
             self._since += 1
             if self.patience is not None and self._since >= self.patience:
@@ -142,15 +149,19 @@ class RestoreBest(tf_keras.callbacks.Callback):
         self._check(epoch, self._finite())
 
     def on_train_begin(self, logs=None):
+        self._variables = None
         self._check(self.epochs_run, self._finite())  # epochs_run: 0, or the epoch a resumed fit starts at
 
     def on_epoch_end(self, epoch, logs=None):
+        if self._variables is None:
+            self._variables = list(self.module.variables)
         self.epochs_run = epoch + 1
         finite = self._finite()
         if (epoch + 1) % self.every == 0 or not finite:
             self._check(epoch + 1, finite)
 
     def on_train_end(self, logs=None):
+        self._variables = None  # the next fit (or prime) lists them afresh
         if self.diverged_epoch is None and self.checks and self.checks[-1][0] != self.epochs_run and self.epochs_run > 0:
             self._check(self.epochs_run, self._finite())  # the final state competes too
         if self._best_values is not None:
