@@ -367,6 +367,35 @@ def test_validation_prior_precision_minimises_blr_validation_nll(rng):
     assert la.prior_precision == grid[int(np.argmin(nll))]
 
 
+def test_a_validation_optimum_at_the_grids_edge_says_whether_a_wider_grid_would_matter(rng, capsys):
+    """Last-layer LLA, validation NLL by dense Bayesian linear regression in the test. Where δ is negligible against
+    Φᵀ Φ / σ² (δ = 1e-12, 1e-11) the NLL is flat, and the fit says a wider grid would not change it. On a grid of
+    large δ (too little variance) the dense NLL still falls at the lower edge, and the fit says to widen the grid."""
+    X, Y = data("gaussian", 40, 2, 1, rng)
+    X_val, Y_val = data("gaussian", 30, 2, 1, rng)
+    model = mlp(2, 1, width=6, seed=8)
+    noise = 0.02
+    penultimate = tf_keras.Model(model.inputs, model.layers[-2].output)
+    Phi = np.concatenate([penultimate(X).numpy(), np.ones((len(X), 1))], axis=1)
+    Phi_val = np.concatenate([penultimate(X_val).numpy(), np.ones((len(X_val), 1))], axis=1)
+    mean = model(X_val).numpy()[:, 0]
+
+    def dense_nll(delta):
+        variance = np.einsum("np,pq,nq->n", Phi_val, np.linalg.inv(Phi.T @ Phi / noise + delta * np.eye(Phi.shape[1])), Phi_val) + noise
+        return np.mean(0.5 * np.log(2 * np.pi * variance) + 0.5 * (Y_val[:, 0] - mean) ** 2 / variance)
+
+    for grid, flat in (([1e-12, 1e-11], True), ([1e6, 1e7, 1e8], False)):
+        nll = [dense_nll(delta) for delta in grid]
+        assert (abs(nll[1] - nll[0]) < 1e-9) == flat and (flat or np.all(np.diff(nll) > 1e-6))  # the dense truth
+        capsys.readouterr()
+        la = LinearisedLaplace(model, noise_variance=noise, prior_precision="validation", method="last_layer",
+                               prior_precision_grid=np.array(grid), verbose=1)
+        la.fit(X, Y, validation_data=(X_val, Y_val))
+        np.testing.assert_allclose(la.validation_nll, nll, rtol=1e-9)
+        message = capsys.readouterr().out
+        assert ("a wider grid would not change it" in message) == flat and ("widen the grid" in message) == (not flat), message
+
+
 def test_bernoulli_predictive_against_quadrature(rng):
     X, Y = data("bernoulli", 30, 2, 1, rng)
     model = mlp(2, 1, seed=9)

@@ -481,6 +481,17 @@ class LinearisedLaplace:
         self._log(f"prior precision by marginal likelihood: δ = {delta:.6g} (log evidence {self.log_marginal_likelihood(delta):.6g})")
         return delta
 
+    def _edge_message(self, best: int, delta: float) -> str:
+        """What a validation optimum at an edge of the grid means. Flat there (the NLL of the edge and of its neighbour
+        equal to 1e-6 relative): the predictive no longer changes with δ, as at δ → 0 once δ is negligible against the
+        GGN's (or eq. 22's k eigenvalues') spectrum, so a wider grid would not change it. Otherwise it would."""
+        nll = self.validation_nll
+        neighbour = 1 if best == 0 else len(nll) - 2
+        if abs(nll[neighbour] - nll[best]) <= 1e-6 * max(1.0, abs(nll[best])):
+            return (f"the validation NLL is smallest at an edge of prior_precision_grid (δ = {delta:.3g}) but flat there: "
+                    "the predictive no longer changes with δ, and a wider grid would not change it")
+        return f"the validation NLL is smallest at an edge of prior_precision_grid (δ = {delta:.3g}) and still falling there; widen the grid"
+
     def _select_by_validation(self, X_val: np.ndarray, Y_val: np.ndarray) -> float:
         mean = self._outputs(X_val)
         diagonal_layerwise = self._layerwise_covariance and self.ggn_eigenvectors is None
@@ -494,7 +505,7 @@ class LinearisedLaplace:
         best = int(np.argmin(nll))
         delta = float(self.prior_precision_grid[best])
         if len(nll) > 1 and best in (0, len(nll) - 1):
-            self._log(f"the validation NLL is smallest at the edge of prior_precision_grid (δ = {delta:.3g}); widen the grid")
+            self._log(self._edge_message(best, delta))
         self._log(f"prior precision by validation NLL: δ = {delta:.6g} (NLL {min(nll):.6g})")
         return delta
 
