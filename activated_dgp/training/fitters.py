@@ -15,10 +15,10 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from ..diagnostics import elbo_terms
+from ..diagnostics import elbo_terms, seeded_elbo
 from ..distributed import check_global_batch, copy_values, distributed_dataset, replicate
 from ..models import network_loss, output_width
-from ..prediction import check_dgp, predictive_log_density
+from ..prediction import check_dgp, predictive_log_density, seeded_log_density
 from ..streaming import ArraySource, CsvSource, DatasetSource, as_source, data_errors, global_batches
 from ..validation import check_matrix, check_targets, dgp_input_width
 from .callbacks import LearningRateRamp, RestoreBest, without_retracing_warnings
@@ -89,7 +89,36 @@ def negative_elbo_score(dgp: gpflux.models.DeepGP, X, Y, seed: int = 0) -> Calla
     (Salimbeni & Deisenroth, 2017, eq. 4, on a subset), by :func:`activated_dgp.diagnostics.elbo_terms` with one
     seeded draw of the hidden layers (the same draws at every check, so that checks differ by the parameters
     only; a one-layer model needs none and the score is gpflux's ``DeepGP.elbo`` on these rows)."""
-    return lambda: -elbo_terms(dgp, X, Y, num_samples=1, seed=seed).elbo
+    return compiled_after_checks(
+        lambda: -elbo_terms(dgp, X, Y, num_samples=1, seed=seed).elbo,
+        lambda: (lambda elbo: lambda: -elbo())(seeded_elbo(dgp, X, Y, num_samples=1, seed=seed)),
+    )
+
+
+#: Checks a fit scores with the eager function before it compiles the score: a trace costs about as much as several
+#: eager checks, so a short fit (a test's, a few checks) stays eager and a long one (a UCI cell's stage 2: 40–200
+#: checks) pays one trace.
+EAGER_CHECKS = 8
+
+
+def compiled_after_checks(eager: Callable[[], float], compile_score: Callable[[], Callable[[], float]],
+                          eager_checks: int = EAGER_CHECKS) -> Callable[[], float]:
+    """A score that calls ``eager`` for its first ``eager_checks`` calls, then the function ``compile_score()`` returns
+    (built once, at the first call after those). For a compiled twin of the eager function on the same seeded draws
+    (:func:`activated_dgp.prediction.seeded_log_density`, :func:`activated_dgp.diagnostics.seeded_elbo`), whose values
+    equal the eager ones up to rounding."""
+    calls, compiled = 0, None
+
+    def score() -> float:
+        nonlocal calls, compiled
+        calls += 1
+        if calls <= eager_checks:
+            return eager()
+        if compiled is None:
+            compiled = compile_score()
+        return compiled()
+
+    return score
 
 
 def train_network(
@@ -257,7 +286,11 @@ def _stage2_stopper(dgp, data, schedule, validation_data, validation_samples, gu
     epochs but at most once per ``guard_min_steps`` steps."""
     if validation_data is not None:
         X_val, Y_val = _check_data(*validation_data)
-        return _early_stopping(schedule, lambda: validation_nlpd(dgp, X_val, Y_val, validation_samples, 0), dgp)
+        score = compiled_after_checks(
+            lambda: validation_nlpd(dgp, X_val, Y_val, validation_samples, 0),
+            lambda: (lambda density: lambda: -float(np.mean(density())))(seeded_log_density(dgp, X_val, Y_val, validation_samples, 0)),
+        )
+        return _early_stopping(schedule, score, dgp)
     _early_stopping(schedule, None, dgp)  # a patience without validation data is an error
     if not guard:
         return None
