@@ -1,9 +1,5 @@
 """Activated DGPs in GPflux, their network twin, the converter, two-stage training, prediction and saving."""
 
-import subprocess
-import sys
-import textwrap
-
 import gpflow
 import numpy as np
 import pytest
@@ -20,12 +16,11 @@ from activated_dgp import (
     predict_y,
     predictive_log_density,
     propagate_means,
-    save_dgp,
     train_dgp,
     train_network,
     train_two_stage,
 )
-from activated_dgp.deep import layer_moments, load_network, save_network
+from activated_dgp.deep import layer_moments
 
 
 @pytest.mark.parametrize("activation", ["relu", "softplus", "swish", None])  # None: the library default (the Swish)
@@ -112,46 +107,8 @@ def test_classification_likelihoods(likelihood, num_classes, rng):
         np.testing.assert_allclose(probabilities.sum(1), 1.0, atol=1e-4)  # robust-max: quadrature error ~1e-6
 
 
-def test_save_and_load_in_a_fresh_process(tmp_path, rng):
-    X = rng.normal(size=(64, 3))
-    Y = np.cos(X[:, :1])
-    network = build_activated_nn(3, num_layers=2, num_units=12, seed=0)
-    train_network(network, X, Y, schedule=TrainingSchedule(epochs=2, batch_size=32))
-    dgp = dgp_from_keras(network, 64, whiten=False).dgp
-    train_dgp(dgp, X, Y, TrainingSchedule(epochs=2, batch_size=32))
-    save_dgp(dgp, tmp_path / "dgp")
-    save_network(network, tmp_path / "net")
-    X_new = rng.normal(size=(7, 3))
-    np.save(tmp_path / "x.npy", X_new)
-
-    def layerwise(model, inputs):
-        out, hidden = [], inputs
-        for layer in model.f_layers:
-            mean, var = layer.predict(hidden, full_cov=False)
-            out += [mean.numpy(), var.numpy()]
-            hidden = mean
-        return np.concatenate([o.ravel() for o in out])
-
-    script = textwrap.dedent(
-        f"""
-        import numpy as np
-        from activated_dgp import load_dgp, load_network, predictive_log_density
-        X = np.load(r"{tmp_path / 'x.npy'}")
-        dgp, net = load_dgp(r"{tmp_path / 'dgp'}"), load_network(r"{tmp_path / 'net'}")
-        out, hidden = [], X
-        for layer in dgp.f_layers:
-            mean, var = layer.predict(hidden, full_cov=False)
-            out += [mean.numpy().ravel(), var.numpy().ravel()]
-            hidden = mean
-        np.save(r"{tmp_path / 'dgp_out.npy'}", np.concatenate(out))
-        np.save(r"{tmp_path / 'net_out.npy'}", net(X).numpy())
-        np.save(r"{tmp_path / 'lpd.npy'}", predictive_log_density(dgp, X, np.zeros((7, 1)), num_samples=4, seed=5))
-        """
-    )
-    subprocess.run([sys.executable, "-c", script], check=True, env={"TF_CPP_MIN_LOG_LEVEL": "3", **__import__("os").environ})
-    np.testing.assert_array_equal(np.load(tmp_path / "dgp_out.npy"), layerwise(dgp, X_new))
-    np.testing.assert_array_equal(np.load(tmp_path / "net_out.npy"), network(X_new).numpy())
-    np.testing.assert_allclose(np.load(tmp_path / "lpd.npy"), predictive_log_density(dgp, X_new, np.zeros((7, 1)), num_samples=4, seed=5), rtol=1e-12)
+# save_dgp / load_dgp and save_network / load_network round trips in a fresh process, converted and unwhitened DGPs
+# included: tests/test_persistence.py (one fresh process loads every artefact).
 
 
 def test_load_rejects_missing_and_corrupt_files(tmp_path):

@@ -71,7 +71,11 @@ def dgp_cases(rng):
     """(name, DGP, targets for the log density) covering the issue's list."""
     X = rng.normal(size=(N, 3))
     twin = build_activated_nn(3, num_layers=2, num_units=6, lengthscales=[np.array([1.0, 2.0, 3.0, 4.0]), 1.0], seed=0)
-    cases = [("per_dim_lengthscales", dgp_from_keras(twin, N, X=X).dgp, rng.normal(size=(7, 1)))]
+    cases = [
+        ("per_dim_lengthscales", dgp_from_keras(twin, N, X=X).dgp, rng.normal(size=(7, 1))),
+        ("gaussian_converted_unwhitened", dgp_from_keras(build_activated_nn(3, num_layers=2, num_units=12, seed=2), N, whiten=False).dgp,
+         rng.normal(size=(7, 1))),
+    ]
     for name, likelihood, output_dim, activation, whiten in [
         ("logistic_relu_unwhitened", "bernoulli", 1, "relu", False),
         ("probit_swish", "probit", 1, "swish", True),
@@ -305,7 +309,7 @@ def test_backup_and_restore_resumes_the_interrupted_fit(fresh_process):
     np.testing.assert_allclose(loaded["backup/output"], expected["backup/output"], rtol=1e-10, atol=1e-12)
 
 
-CASES = ["per_dim_lengthscales", "logistic_relu_unwhitened", "probit_swish", "softmax_registered_callable", "robustmax_softplus_unwhitened"]
+CASES = ["per_dim_lengthscales", "gaussian_converted_unwhitened", "logistic_relu_unwhitened", "probit_swish", "softmax_registered_callable", "robustmax_softplus_unwhitened"]
 
 
 @pytest.mark.parametrize("name", CASES)

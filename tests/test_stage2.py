@@ -139,19 +139,20 @@ def test_compiled_seeded_scores_are_the_eager_functions_at_the_parameters_of_eac
         seeded_log_density(dgp, X, Y, num_samples=3, seed=None)
 
 
-def test_long_fits_scores_switch_to_compiled_functions_with_the_eager_values():
+def test_long_fits_scores_switch_to_compiled_functions_with_the_eager_values(monkeypatch):
     """Stage 2's early-stopping and guard scores are eager for their first EAGER_CHECKS calls and compiled afterwards:
-    at every one of 12 checks, the parameters changed between them, they equal the eager validation NLPD and −ELBO
-    computed here on the same seeds."""
-    from activated_dgp.training.fitters import EAGER_CHECKS, _stage2_stopper, negative_elbo_score, validation_nlpd
+    at every check (EAGER_CHECKS set to 2 here, four checks), the parameters changed between them, they equal the eager
+    validation NLPD and −ELBO computed here on the same seeds."""
+    from activated_dgp.training import fitters
+    from activated_dgp.training.fitters import _stage2_stopper, negative_elbo_score, validation_nlpd
 
+    monkeypatch.setattr(fitters, "EAGER_CHECKS", 2)
     X, Y, _, dgp = _converted(num_layers=2)
     X_val, Y_val = _data(30, seed=9)
     guard = negative_elbo_score(dgp, X, Y, seed=4)
     stopper = _stage2_stopper(dgp, (X, Y), TrainingSchedule(epochs=1, patience=100), (X_val, Y_val), 5, True, 0, 1)
     rng = np.random.default_rng(0)
-    assert EAGER_CHECKS < 12
-    for check in range(12):
+    for check in range(4):
         rescale_kernel_variance(dgp.f_layers[check % 2], float(10.0 ** rng.uniform(-2, 0)))
         assert guard() == pytest.approx(-elbo_terms(dgp, X, Y, num_samples=1, seed=4).elbo, rel=1e-10)
         assert stopper.score() == pytest.approx(validation_nlpd(dgp, X_val, Y_val, 5, 0), rel=1e-10)

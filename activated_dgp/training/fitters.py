@@ -102,12 +102,13 @@ EAGER_CHECKS = 8
 
 
 def compiled_after_checks(eager: Callable[[], float], compile_score: Callable[[], Callable[[], float]],
-                          eager_checks: int = EAGER_CHECKS) -> Callable[[], float]:
-    """A score that calls ``eager`` for its first ``eager_checks`` calls, then the function ``compile_score()`` returns
-    (built once, at the first call after those). For a compiled twin of the eager function on the same seeded draws
+                          eager_checks: Optional[int] = None) -> Callable[[], float]:
+    """A score that calls ``eager`` for its first ``eager_checks`` calls (default :data:`EAGER_CHECKS`), then the function
+    ``compile_score()`` returns (built once, at the first call after those). For a compiled twin of the eager function on the same seeded draws
     (:func:`activated_dgp.prediction.seeded_log_density`, :func:`activated_dgp.diagnostics.seeded_elbo`), whose values
     equal the eager ones up to rounding."""
     calls, compiled = 0, None
+    eager_checks = EAGER_CHECKS if eager_checks is None else eager_checks
 
     def score() -> float:
         nonlocal calls, compiled
