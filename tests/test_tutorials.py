@@ -39,7 +39,7 @@ for tutorial in tutorials:
         with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
             runpy.run_path(tutorial, run_name="__main__")
         error = None
-    except BaseException:  # SystemExit included: a tutorial must run to its end
+    except (Exception, SystemExit):  # a tutorial must run to its end; Ctrl-C still stops the runner
         error = traceback.format_exc()
     results[tutorial] = dict(error=error, output=output.getvalue()[-3000:], seconds=time.perf_counter() - start)
     (folder / "results.json").write_text(json.dumps(results))

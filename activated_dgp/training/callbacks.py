@@ -115,9 +115,9 @@ class RestoreBest(tf_keras.callbacks.Callback):
         self._variables: Optional[list] = None  # the module's variables, listed once per fit after its first epoch
 
     def _module_variables(self) -> list:
-        """``module.variables``: walking a DeepGP's object graph for it costs ≈ 40 ms, more than a small data set's
-        epoch, so within a fit the list made at the end of the first epoch (when every variable a first step
-        creates exists) is reused; before that, and in every new fit, the graph is walked afresh."""
+        """``module.variables``. Walking a DeepGP's object graph for it can cost more than a small data set's epoch, so
+        within a fit the list made at the end of the first epoch (when every variable a first step creates exists)
+        is reused; before that, and in every new fit, the graph is walked afresh."""
         return self._variables if self._variables is not None else list(self.module.variables)
 
     def _finite(self) -> bool:

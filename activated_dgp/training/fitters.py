@@ -91,8 +91,13 @@ def negative_elbo_score(dgp: gpflux.models.DeepGP, X, Y, seed: int = 0) -> Calla
     only; a one-layer model needs none and the score is gpflux's ``DeepGP.elbo`` on these rows)."""
     return compiled_after_checks(
         lambda: -elbo_terms(dgp, X, Y, num_samples=1, seed=seed).elbo,
-        lambda: (lambda elbo: lambda: -elbo())(seeded_elbo(dgp, X, Y, num_samples=1, seed=seed)),
+        lambda: _negative_mean(seeded_elbo(dgp, X, Y, num_samples=1, seed=seed)),
     )
+
+
+def _negative_mean(score: Callable[[], object]) -> Callable[[], float]:
+    """−mean of what ``score()`` returns (a float, or an array of per-point log densities), as a float."""
+    return lambda: -float(np.mean(score()))
 
 
 #: Checks a fit scores with the eager function before it compiles the score: a trace costs about as much as several
@@ -103,10 +108,10 @@ EAGER_CHECKS = 8
 
 def compiled_after_checks(eager: Callable[[], float], compile_score: Callable[[], Callable[[], float]],
                           eager_checks: Optional[int] = None) -> Callable[[], float]:
-    """A score that calls ``eager`` for its first ``eager_checks`` calls (default :data:`EAGER_CHECKS`), then the function
-    ``compile_score()`` returns (built once, at the first call after those). For a compiled twin of the eager function on the same seeded draws
-    (:func:`activated_dgp.prediction.seeded_log_density`, :func:`activated_dgp.diagnostics.seeded_elbo`), whose values
-    equal the eager ones up to rounding."""
+    """A score that calls ``eager`` for its first ``eager_checks`` calls (default :data:`EAGER_CHECKS`), then the
+    function ``compile_score()`` returns (built once, at the first call after those). For a compiled twin of the eager
+    function on the same seeded draws (:func:`activated_dgp.prediction.seeded_log_density`,
+    :func:`activated_dgp.diagnostics.seeded_elbo`), whose values equal the eager ones up to rounding."""
     calls, compiled = 0, None
     eager_checks = EAGER_CHECKS if eager_checks is None else eager_checks
 
@@ -289,7 +294,7 @@ def _stage2_stopper(dgp, data, schedule, validation_data, validation_samples, gu
         X_val, Y_val = _check_data(*validation_data)
         score = compiled_after_checks(
             lambda: validation_nlpd(dgp, X_val, Y_val, validation_samples, 0),
-            lambda: (lambda density: lambda: -float(np.mean(density())))(seeded_log_density(dgp, X_val, Y_val, validation_samples, 0)),
+            lambda: _negative_mean(seeded_log_density(dgp, X_val, Y_val, validation_samples, 0)),
         )
         return _early_stopping(schedule, score, dgp)
     _early_stopping(schedule, None, dgp)  # a patience without validation data is an error
