@@ -348,13 +348,9 @@ def test_marginal_likelihood_matches_bayesian_linear_regression_evidence(rng):
     np.testing.assert_allclose(la.log_evidence, evidence[best], rtol=1e-8)
 
 
-def test_validation_prior_precision_minimises_blr_validation_nll(rng):
-    X, Y = data("gaussian", 40, 2, 1, rng)
-    X_val, Y_val = data("gaussian", 30, 2, 1, rng)
-    model = mlp(2, 1, width=6, seed=8)
-    noise, grid = 0.02, np.logspace(-3, 3, 25)
-    la = LinearisedLaplace(model, noise_variance=noise, prior_precision="validation", method="last_layer", prior_precision_grid=grid, verbose=0)
-    la.fit(X, Y, validation_data=(X_val, Y_val))
+def _blr_validation_nll(model, X, X_val, Y_val, noise, grid) -> list:
+    """The last-layer LLA's validation NLL at each δ of ``grid``, by dense Bayesian linear regression on the
+    penultimate features [φ(x), 1]: variance φᵀ (Φᵀ Φ / σ² + δ I)⁻¹ φ + σ², mean the network's output."""
     penultimate = tf_keras.Model(model.inputs, model.layers[-2].output)
     Phi = np.concatenate([penultimate(X).numpy(), np.ones((len(X), 1))], axis=1)
     Phi_val = np.concatenate([penultimate(X_val).numpy(), np.ones((len(X_val), 1))], axis=1)
@@ -363,6 +359,17 @@ def test_validation_prior_precision_minimises_blr_validation_nll(rng):
     for delta in grid:
         variance = np.einsum("np,pq,nq->n", Phi_val, np.linalg.inv(Phi.T @ Phi / noise + delta * np.eye(Phi.shape[1])), Phi_val) + noise
         nll.append(np.mean(0.5 * np.log(2 * np.pi * variance) + 0.5 * (Y_val[:, 0] - mean) ** 2 / variance))
+    return nll
+
+
+def test_validation_prior_precision_minimises_blr_validation_nll(rng):
+    X, Y = data("gaussian", 40, 2, 1, rng)
+    X_val, Y_val = data("gaussian", 30, 2, 1, rng)
+    model = mlp(2, 1, width=6, seed=8)
+    noise, grid = 0.02, np.logspace(-3, 3, 25)
+    la = LinearisedLaplace(model, noise_variance=noise, prior_precision="validation", method="last_layer", prior_precision_grid=grid, verbose=0)
+    la.fit(X, Y, validation_data=(X_val, Y_val))
+    nll = _blr_validation_nll(model, X, X_val, Y_val, noise, grid)
     np.testing.assert_allclose(la.validation_nll, nll, rtol=1e-9)
     assert la.prior_precision == grid[int(np.argmin(nll))]
 
@@ -375,17 +382,8 @@ def test_a_validation_optimum_at_the_grids_edge_says_whether_a_wider_grid_would_
     X_val, Y_val = data("gaussian", 30, 2, 1, rng)
     model = mlp(2, 1, width=6, seed=8)
     noise = 0.02
-    penultimate = tf_keras.Model(model.inputs, model.layers[-2].output)
-    Phi = np.concatenate([penultimate(X).numpy(), np.ones((len(X), 1))], axis=1)
-    Phi_val = np.concatenate([penultimate(X_val).numpy(), np.ones((len(X_val), 1))], axis=1)
-    mean = model(X_val).numpy()[:, 0]
-
-    def dense_nll(delta):
-        variance = np.einsum("np,pq,nq->n", Phi_val, np.linalg.inv(Phi.T @ Phi / noise + delta * np.eye(Phi.shape[1])), Phi_val) + noise
-        return np.mean(0.5 * np.log(2 * np.pi * variance) + 0.5 * (Y_val[:, 0] - mean) ** 2 / variance)
-
     for grid, flat in (([1e-12, 1e-11], True), ([1e6, 1e7, 1e8], False)):
-        nll = [dense_nll(delta) for delta in grid]
+        nll = _blr_validation_nll(model, X, X_val, Y_val, noise, grid)
         assert (abs(nll[1] - nll[0]) < 1e-9) == flat and (flat or np.all(np.diff(nll) > 1e-6))  # the dense truth
         capsys.readouterr()
         la = LinearisedLaplace(model, noise_variance=noise, prior_precision="validation", method="last_layer",
