@@ -22,6 +22,7 @@ import functools
 import json
 import os
 import sys
+from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Dict, List, Optional, Sequence
@@ -357,7 +358,21 @@ def claims(records: Sequence[Dict]) -> List[str]:
     line = _prior_precision_edge_claim(records)
     if line:
         lines.append(line)
+    line = _mean_gain_claim(records, datasets, "lla_neuralef", "nn", "LLA NeuralEF's NLPD gain over NN (NN's mean NLPD − LLA NeuralEF's, shared splits)")
+    if line:
+        lines.append(line)
     return lines
+
+
+def _mean_gain_claim(records: Sequence[Dict], datasets: Sequence[str], method: str, other: str, text: str) -> Optional[str]:
+    """"text: d₁ g₁ (k₁), …": per dataset, ``other``'s mean NLPD minus ``method``'s over the splits both have (positive:
+    ``method`` is better), so that the size of a win, not only its sign, is read from the records."""
+    gains = []
+    for d in datasets:
+        rows = _paired(records, d, (method, other))
+        if method in rows and other in rows:
+            gains.append(f"{d} {rows[other]['nlpd_mean'] - rows[method]['nlpd_mean']:+.5f} ({rows[method]['splits']})")
+    return f"- {text}: " + ", ".join(gains) if gains else None
 
 
 def _prior_precision_edge_claim(records: Sequence[Dict], method: str = "lla_neuralef") -> Optional[str]:
@@ -367,13 +382,17 @@ def _prior_precision_edge_claim(records: Sequence[Dict], method: str = "lla_neur
     (reached once δ is small against that matrix's eigenvalues); as δ grows the LLA's variance is switched off."""
     from experiments.uci_methods import LABELS
 
-    chosen = [r["extra"]["prior_precision"] for r in records
-              if r["method"] == method and r["extra"].get("prior_precision_by") == "validation"]
-    if not chosen:
+    cells = [(r["dataset"], r["extra"]["prior_precision"]) for r in records
+             if r["method"] == method and r["extra"].get("prior_precision_by") == "validation"]
+    if not cells:
         return None
-    low, high = (sum(np.isclose(v, edge, rtol=1e-9) for v in chosen) for edge in (1e-4, 1e4))
+
+    def at(edge):
+        where = Counter(d for d, v in cells if np.isclose(v, edge, rtol=1e-9))
+        return f"{sum(where.values())}" + (" (" + ", ".join(f"{d} {k}" for d, k in sorted(where.items())) + ")" if where else "")
+
     return (f"- {LABELS[method]}: the validation-chosen prior precision δ is at the lower edge of its grid (10^−4) on "
-            f"{low} of {len(chosen)} cells and at the upper edge (10^4) on {high}")
+            f"{at(1e-4)} of {len(cells)} cells and at the upper edge (10^4) on {at(1e4)}")
 
 
 def _within_one_se(records: Sequence[Dict], datasets: Sequence[str], method: str, other: str, text: str) -> Optional[str]:

@@ -697,10 +697,28 @@ def test_the_lla_prior_precision_edge_claim_counts_cells_at_each_end_of_the_grid
     grid = LinearisedLaplace(build_twin_network(2, 0), prior_precision="validation").prior_precision_grid
     assert grid.min() == pytest.approx(1e-4) and grid.max() == pytest.approx(1e4)
 
-    def cell(method, delta, by="validation"):
-        return {"method": method, "extra": {"prior_precision": delta, "prior_precision_by": by}}
+    def cell(method, delta, by="validation", dataset="yacht"):
+        return {"method": method, "dataset": dataset, "extra": {"prior_precision": delta, "prior_precision_by": by}}
 
-    records = [cell("lla_neuralef", 1e-4), cell("lla_neuralef", 1e-4 * (1 + 1e-12)), cell("lla_neuralef", 0.3),
+    records = [cell("lla_neuralef", 1e-4), cell("lla_neuralef", 1e-4 * (1 + 1e-12), dataset="energy"), cell("lla_neuralef", 0.3),
                cell("lla_neuralef", 1e4), cell("lla_last_layer", 1e-4), cell("lla_neuralef", 1e-4, by="1.0")]
-    assert _prior_precision_edge_claim(records).endswith("on 2 of 4 cells and at the upper edge (10^4) on 1")
+    assert _prior_precision_edge_claim(records).endswith(
+        "on 2 (energy 1, yacht 1) of 4 cells and at the upper edge (10^4) on 1 (yacht 1)")
+    assert _prior_precision_edge_claim([cell("lla_neuralef", 0.3)]).endswith("on 0 of 1 cells and at the upper edge (10^4) on 0")
     assert _prior_precision_edge_claim([cell("lla_last_layer", 1e-4)]) is None
+
+
+def test_the_lla_gain_claim_is_the_difference_of_split_means_over_shared_splits():
+    """NN's mean NLPD minus LLA NeuralEF's over the splits both have: NN's split 1 (no LLA record) is left out."""
+    from experiments.uci import claims
+
+    def record(method, split, nlpd, dataset="yacht"):
+        return {"dataset": dataset, "method": method, "split": split, "rmse": 0.1, "nlpd": nlpd, "num_train": 9,
+                "num_test": 1, "input_dim": 6, "seconds": 1.0, "budget": {"name": "t"}, "rmse_original": 0.1, "nlpd_original": nlpd,
+                "extra": {}}
+
+    records = [record("nn", 0, 0.5), record("nn", 1, 9.0), record("nn", 2, 0.3), record("lla_neuralef", 0, 0.4),
+               record("lla_neuralef", 2, 0.35), record("nn", 0, 1.0, "energy"), record("lla_neuralef", 0, 1.25, "energy")]
+    line = next(l for l in claims(records) if l.startswith("- LLA NeuralEF's NLPD gain over NN"))
+    # yacht: (0.5 + 0.3)/2 − (0.4 + 0.35)/2 = 0.025 over 2 shared splits; energy: 1.0 − 1.25 = −0.25 over 1
+    assert line.endswith("yacht +0.02500 (2), energy -0.25000 (1)")
