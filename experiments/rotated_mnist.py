@@ -1052,6 +1052,7 @@ def report_markdown(records: List[Dict], dataset: str, figure: Path) -> str:
                 + "."
             )
     lines += lla_check_lines(table, angles)
+    lines += ensemble_check_lines(table, angles)
     return "\n".join(lines) + "\n"
 
 
@@ -1090,12 +1091,35 @@ def lla_check_lines(table, angles) -> List[str]:
     lines = ["", "**LLA against its MAP network (NN), per seed**: angles where the LLA's test NLL and ECE are both at or below NN's", ""]
     for model in (m for m in LLA_MODELS if m in table):
         values, parts = table[model], []
-        for row, seed in enumerate(values["seeds"]):
-            match = np.flatnonzero(nn["seeds"] == seed)
-            if match.size:
-                better = (values["log_likelihood"][row] >= nn["log_likelihood"][match[0]]) & (values["ece"][row] <= nn["ece"][match[0]])
-                parts.append(f"seed {seed}: {int(better.sum())} of {len(angles)}")
+        for seed, row, match in _paired_by_seed(table, model, "nn"):
+            better = (values["log_likelihood"][row] >= nn["log_likelihood"][match]) & (values["ece"][row] <= nn["ece"][match])
+            parts.append(f"seed {seed}: {int(better.sum())} of {len(angles)}")
         lines.append(f"- {LABELS[model]}: " + ("; ".join(parts) if parts else "no seed paired with NN") + ".")
+    return lines
+
+
+def _paired_by_seed(table, model: str, other: str) -> List[Tuple[int, int, int]]:
+    """(seed, ``model``'s row, ``other``'s row) in :func:`aggregate`'s table for every seed both models have."""
+    rows = []
+    for row, seed in enumerate(table[model]["seeds"]):
+        match = np.flatnonzero(table[other]["seeds"] == seed)
+        if match.size:
+            rows.append((int(seed), row, int(match[0])))
+    return rows
+
+
+def ensemble_check_lines(table, angles) -> List[str]:
+    """Issue 36's ADGP ensemble paired by seed with its own first member (``adgp``: member 0 is that seed's frozen
+    ADGP), with one fine-tuned ADGP and with the deep ensemble of the same networks: the angles at which the
+    ensemble's test log-likelihood is above each."""
+    if "adgp_ensemble" not in table:
+        return []
+    ensemble = table["adgp_ensemble"]["log_likelihood"]
+    lines = ["", "**ADGP ensemble against single models, per seed**: angles where its test log-likelihood is above theirs", ""]
+    for other in (m for m in ("adgp", "adgp_ft", "ensemble") if m in table):
+        parts = [f"seed {seed}: {int(np.sum(ensemble[row] > table[other]['log_likelihood'][match]))} of {len(angles)}"
+                 for seed, row, match in _paired_by_seed(table, "adgp_ensemble", other)]
+        lines.append(f"- above {LABELS[other]}: " + ("; ".join(parts) if parts else "no seed paired") + ".")
     return lines
 
 

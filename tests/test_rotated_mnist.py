@@ -733,3 +733,23 @@ def test_the_cost_benchmark_measures_the_studys_own_network():
 
     config = rm.Config()
     assert (cost.TRUNCATION_LEVEL, cost.NUM_UNITS, cost.WIDTH) == (config.truncation_level, config.num_units, config.width)
+
+
+def test_the_adgp_ensemble_check_pairs_each_seed_with_the_same_seeds_single_models():
+    """Records of different models arrive in different seed orders; each count must compare the same seed's rows.
+    Seed 0: the ensemble is above ADGP at both angles and above the fine-tuned ADGP at one; seed 1: above ADGP at
+    none. Pairing by position instead of by seed would give other counts."""
+    from experiments.rotated_mnist import aggregate, ensemble_check_lines
+
+    def record(model, seed, log_likelihood):
+        return {"dataset": "mnist", "model": model, "seed": seed, "log_likelihood": log_likelihood,
+                "accuracy": [0.5, 0.5], "ece": [0.1, 0.1], "entropy": [1.0, 1.0]}
+
+    records = [record("adgp_ensemble", 0, [-1.0, -2.0]), record("adgp_ensemble", 1, [-3.0, -3.0]),
+               record("adgp", 1, [-2.0, -2.5]), record("adgp", 0, [-1.5, -2.5]),
+               record("adgp_ft", 0, [-0.5, -2.5])]
+    lines = ensemble_check_lines(aggregate(records, "mnist"), [0, 90])
+    assert "- above ADGP: seed 0: 2 of 2; seed 1: 0 of 2." in lines
+    assert "- above ADGP + conv fine-tuned: seed 0: 1 of 2." in lines
+    assert not any("Deep ensemble" in line for line in lines)  # no deep-ensemble records: no line
+    assert ensemble_check_lines(aggregate(records[2:], "mnist"), [0, 90]) == []
