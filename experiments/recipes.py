@@ -473,15 +473,131 @@ def figure(decision: Decision, controls: Dict, path: Path) -> None:
     if not plotted:
         ax.text(0.5, 0.5, f"no candidate has all its screened cells yet\n({decision.missing_cells} cells missing)",
                 ha="center", va="center", transform=ax.transAxes, fontsize=9)
-    ax.set_xlabel("UCI: mean NLPD − NN+TS's over the 5 screened sets (lower is better)")
-    ax.set_ylabel("rotated MNIST: test log-likelihood, mean over 45°–180°")
-    ax.set_title(f"Stage-2 recipes: {plotted} of {len(decision.evaluations)} candidates plotted", fontsize=9)
+    _save(fig, ax, path, "UCI: mean NLPD − NN+TS's over the 5 screened sets (lower is better)",
+          "rotated MNIST: test log-likelihood, mean over 45°–180°",
+          f"Stage-2 recipes: {plotted} of {len(decision.evaluations)} candidates plotted")
+
+
+def _save(fig, ax, path: Path, xlabel: str, ylabel: str, title: str) -> None:
+    """Label, legend and write one of the page's figures."""
+    import matplotlib.pyplot as plt
+
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+# ------------------------------------------------------------------------------------------------ the full-size runs
+
+#: Issue 36's full size for the finalists: UCI nine sets × five published splits (protein three) under the screen's
+#: budget, rotated MNIST three seeds with the conv layers fine-tuned (``adgp_ft``) and frozen (``adgp``).
+FULL_SIZE_DATASETS = ("yacht", "bostonHousing", "energy", "concrete", "wine-quality-red", "kin8nm", "power-plant",
+                      "naval-propulsion-plant", "protein-tertiary-structure")
+FULL_SIZE_SPLITS = {"protein-tertiary-structure": 3}  # every other set: 5
+FULL_SIZE_SEEDS = (0, 1, 2)
+FULL_SIZE_MODELS = (("adgp_ft", "fine-tuned"), ("adgp", "frozen"))
+
+
+@dataclass
+class FullSize:
+    """One finalist recipe at full size (far field on): per UCI set, the splits it has and, over those, its mean NLPD
+    minus NN+TS's and whether its mean RMSE is within one SE of NN's; per rotated model and seed, the test
+    log-likelihood averaged over :data:`SHIFT_ANGLES`."""
+
+    recipe: str
+    uci: Dict[str, Dict] = field(default_factory=dict)  # dataset -> splits, nlpd_gap, rmse_within, per_split_gap
+    rotated: Dict[str, Dict[int, float]] = field(default_factory=dict)  # model -> seed -> mean LL over SHIFT_ANGLES
+
+    @property
+    def uci_cells(self) -> int:
+        return sum(len(u["splits"]) for u in self.uci.values())
+
+    def complete_sets(self) -> List[str]:
+        return [d for d, u in self.uci.items() if len(u["splits"]) == FULL_SIZE_SPLITS.get(d, 5)]
+
+
+def full_size(recipe: str, uci: Dict, rotated: Dict[Tuple[str, int], Dict]) -> FullSize:
+    """``recipe``'s full-size records: its UCI method's cells on :data:`FULL_SIZE_DATASETS` (paired with NN and
+    NN+TS on the same splits) and its records folder's rotated-MNIST models on :data:`FULL_SIZE_SEEDS`."""
+    method, result = UCI_METHOD[recipe], FullSize(recipe)
+    for dataset in FULL_SIZE_DATASETS:
+        splits = [k for k in range(FULL_SIZE_SPLITS.get(dataset, 5))
+                  if all((m, dataset, k) in uci for m in (method, "nn", "nn_ts"))]
+        if not splits:
+            continue
+        pick = lambda m, name: np.array([uci[(m, dataset, k)][name] for k in splits])  # noqa: E731
+        nn_rmse = pick("nn", "rmse")
+        se = float(np.std(nn_rmse, ddof=1) / np.sqrt(len(splits))) if len(splits) > 1 else 0.0
+        gaps = pick(method, "nlpd") - pick("nn_ts", "nlpd")
+        result.uci[dataset] = {"splits": splits, "nlpd_gap": float(gaps.mean()), "per_split_gap": dict(zip(splits, gaps.tolist())),
+                               "rmse_within": bool(pick(method, "rmse").mean() <= nn_rmse.mean() + se)}
+    for model, _ in FULL_SIZE_MODELS:
+        for seed in FULL_SIZE_SEEDS:
+            record = rotated.get((model, seed))
+            values = [_at_angle(record, record.get("log_likelihood"), a) for a in SHIFT_ANGLES] if record else [None]
+            if all(v is not None for v in values):
+                result.rotated.setdefault(model, {})[seed] = float(np.mean(values))
+    return result
+
+
+def full_size_markdown(results: Sequence[FullSize]) -> str:
+    """The finalists' full-size table; every count says of how many, and what is missing is named."""
+    expected = sum(FULL_SIZE_SPLITS.get(d, 5) for d in FULL_SIZE_DATASETS)
+    out = [f"**The finalists at full size** (far field on; UCI: {len(FULL_SIZE_DATASETS)} sets × five published splits, "
+           f"protein three, {expected} cells; counts over the sets whose splits are all recorded; rotated MNIST: test "
+           f"log-likelihood averaged over 45°–180°, per seed {', '.join(map(str, FULL_SIZE_SEEDS))})", "",
+           "| recipe | UCI cells | complete sets | NLPD < NN+TS | RMSE within 1 SE of NN | mean NLPD − NN+TS's | "
+           + " | ".join(f"rotated, {label}" for _, label in FULL_SIZE_MODELS) + " |",
+           "|---|---|---|---|---|---|" + "---|" * len(FULL_SIZE_MODELS)]
+    for r in results:
+        done = r.complete_sets()
+        wins = sum(r.uci[d]["nlpd_gap"] < 0 for d in done)
+        within = sum(r.uci[d]["rmse_within"] for d in done)
+        gap = f"{np.mean([r.uci[d]['nlpd_gap'] for d in done]):+.3f}" if done else "—"
+        seeds = []
+        for model, _ in FULL_SIZE_MODELS:
+            got = r.rotated.get(model, {})
+            seeds.append(", ".join(f"{got[s]:.3f}" if s in got else "missing" for s in FULL_SIZE_SEEDS))
+        out.append(f"| {r.recipe} | {r.uci_cells} of {expected} | {len(done)} of {len(FULL_SIZE_DATASETS)} | "
+                   f"{wins} of {len(done)} | {within} of {len(done)} | {gap} | " + " | ".join(seeds) + " |")
+    return "\n".join(out) + "\n"
+
+
+def full_size_figure(results: Sequence[FullSize], path: Path) -> None:
+    """One point per finalist with at least one complete UCI set and one fine-tuned rotated seed: the mean over its
+    complete sets of NLPD − NN+TS's (bars: range over the splits of the per-split mean over those sets) against the
+    fine-tuned ADGP's test log-likelihood averaged over 45°–180° (bars: range over seeds)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.6))
+    ax.axvline(0.0, color="grey", lw=0.8, ls=":", label="NN+TS (UCI)")
+    plotted = []
+    for index, r in enumerate(results):
+        done, seeds = r.complete_sets(), np.array(list(r.rotated.get("adgp_ft", {}).values()))
+        if not done or not seeds.size:
+            continue
+        per_split = [np.mean([r.uci[d]["per_split_gap"][k] for d in done if k in r.uci[d]["per_split_gap"]])
+                     for k in range(5) if any(k in r.uci[d]["per_split_gap"] for d in done)]
+        x, y = float(np.mean([r.uci[d]["nlpd_gap"] for d in done])), float(seeds.mean())
+        ax.errorbar(x, y, xerr=[[x - min(per_split)], [max(per_split) - x]], yerr=[[y - seeds.min()], [seeds.max() - y]],
+                    fmt="o", color=f"C{index}", capsize=3,
+                    label=f"{r.recipe} ({len(done)} of {len(FULL_SIZE_DATASETS)} sets, {seeds.size} of {len(FULL_SIZE_SEEDS)} seeds)")
+        plotted.append(r.recipe)
+    if not plotted:
+        ax.text(0.5, 0.5, "no finalist has a complete UCI set and a rotated seed yet", ha="center", va="center",
+                transform=ax.transAxes, fontsize=9)
+    _save(fig, ax, path, "UCI: mean NLPD − NN+TS's over the complete sets (lower is better)",
+          "rotated MNIST, fine-tuned: test LL, mean 45°–180°",
+          f"Stage-2 finalists at full size: {len(plotted)} of {len(results)} plotted")
 
 
 def report(records, options) -> None:
@@ -493,6 +609,10 @@ def report(records, options) -> None:
     decision = decide(evaluate_all(options, loaded), closed=options.screen_closed)
     shift = shift_table(rotated, controls)
     later = follow_up_markdown(follow_up(rotated, controls))
+    finalists = [full_size(recipe, loaded[0], rotated.get(recipe, {})) for recipe in decision.finalists]
+    if finalists:
+        later += "\n" + full_size_markdown(finalists)
+        full_size_figure(finalists, Path(options.figure).with_name(Path(options.figure).stem + "_full_size.png"))
     sources = ", ".join(f"`{p}`" for p in (Path(options.uci_out) / "records.jsonl", Path(options.rotated_root) / "<recipe>/records.jsonl",
                                           Path(options.controls)))
     doc = Path(options.doc) if options.doc else page_path(options)

@@ -234,3 +234,41 @@ def _options_at_defaults():
     from experiments.harness import cli
 
     return cli.parse("recipes", recipes, ["--report-only", "--quiet"])
+
+
+# ---------------------------------------------------------------------------------------------- the full-size runs
+
+
+def test_the_finalists_full_size_table_counts_only_complete_sets_and_pairs_splits(tmp_path):
+    """Hand-made records: yacht has all five splits of the floor recipe (its NLPD 0.1 below NN+TS's on each, RMSE
+    equal to NN's), energy only splits 0-1 (incomplete: shown in the cells, not counted), kin8nm five splits with
+    NLPD 0.2 above NN+TS's and RMSE far above NN's; power-plant's one split lacks NN+TS. Rotated MNIST: fine-tuned
+    seeds 0 and 2, frozen none."""
+    uci = {}
+
+    def add(dataset, split, rmse, nlpd, nn_rmse=1.0):
+        uci[("adgp_floor", dataset, split)] = {"rmse": rmse, "nlpd": nlpd}
+        uci[("nn", dataset, split)] = {"rmse": nn_rmse + 0.01 * split, "nlpd": 9.0}
+        uci[("nn_ts", dataset, split)] = {"rmse": nn_rmse, "nlpd": 1.0 + split}
+
+    for k in range(5):
+        add("yacht", k, 1.0 + 0.01 * k, 0.9 + k)
+        add("kin8nm", k, 2.0, 1.2 + k)
+    for k in range(2):
+        add("energy", k, 1.0, 1.0 + k)
+    add("power-plant", 0, 1.0, 1.0)
+    del uci[("nn_ts", "power-plant", 0)]  # a split without NN+TS is not paired: power-plant has no cell
+
+    def rotated_record(value):
+        return {"angles": ANGLES, "log_likelihood": [value if a >= 45 else 0.0 for a in ANGLES]}
+
+    rotated = {("adgp_ft", 0): rotated_record(-3.0), ("adgp_ft", 2): rotated_record(-4.0)}
+    result = recipes.full_size("floor", uci, rotated)
+    assert result.uci_cells == 12 and result.complete_sets() == ["yacht", "kin8nm"] and "power-plant" not in result.uci
+    assert result.uci["yacht"]["nlpd_gap"] == pytest.approx(-0.1) and result.uci["kin8nm"]["nlpd_gap"] == pytest.approx(0.2)
+    assert result.uci["yacht"]["rmse_within"] and not result.uci["kin8nm"]["rmse_within"]
+    assert result.rotated == {"adgp_ft": {0: -3.0, 2: -4.0}}
+    row = next(line for line in recipes.full_size_markdown([result]).splitlines() if line.startswith("| floor"))
+    assert row == "| floor | 12 of 43 | 2 of 9 | 1 of 2 | 1 of 2 | +0.050 | -3.000, missing, -4.000 | missing, missing, missing |"
+    recipes.full_size_figure([result], tmp_path / "f.png")
+    assert (tmp_path / "f.png").stat().st_size > 0
