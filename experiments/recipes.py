@@ -202,6 +202,17 @@ def _at_angle(record: Dict, values, angle: int):
     return values[angles.index(angle)] if values is not None and angle in angles and len(values) == len(angles) else None
 
 
+def _shift_mean(record: Optional[Dict]) -> Optional[float]:
+    """A rotated-MNIST record's test log-likelihood averaged over :data:`SHIFT_ANGLES` (None without all of them)."""
+    values = [_at_angle(record, record.get("log_likelihood"), a) for a in SHIFT_ANGLES] if record else [None]
+    return None if any(v is None for v in values) else float(np.mean(values))
+
+
+def _standard_error(values: np.ndarray) -> float:
+    """The standard error of the mean over splits (std with ddof 1 / √n; 0 for one split), as READING defines it."""
+    return float(values.std(ddof=1) / np.sqrt(len(values))) if len(values) > 1 else 0.0
+
+
 def evaluate(candidate: str, uci: Dict, rotated: Dict[str, Dict], controls: Dict) -> Evaluation:
     """The candidate's screened numbers from the records (``uci``: :func:`load_uci`; ``rotated``: recipe ->
     :func:`load_rotated` of its folder; ``controls``: :func:`load_rotated` of the controls)."""
@@ -228,7 +239,7 @@ def evaluate(candidate: str, uci: Dict, rotated: Dict[str, Dict], controls: Dict
             column = {k: np.array([r[k] for r in rows], dtype=np.float64) for k in rows[0]}
             result.uci[dataset] = {
                 "rmse": float(column["rmse"].mean()), "rmse_nn": float(column["rmse_nn"].mean()),
-                "rmse_nn_se": float(column["rmse_nn"].std(ddof=1) / np.sqrt(len(rows))) if len(rows) > 1 else 0.0,
+                "rmse_nn_se": _standard_error(column["rmse_nn"]),
                 "nlpd": float(column["nlpd"].mean()), "nlpd_ts": float(column["nlpd_ts"].mean()),
                 "nlpd_gap_per_split": (column["nlpd"] - column["nlpd_ts"]).tolist(),
             }
@@ -446,12 +457,7 @@ def figure(decision: Decision, controls: Dict, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(6.4, 4.6))
     ax.axvline(0.0, color="grey", lw=0.8, ls=":", label="NN+TS (UCI)")
     for model, style in (("nn_ts_ft", "--"), ("nn_dropout_ft", "-.")):
-        means = []
-        for seed in SCREEN_SEEDS:
-            record = controls.get((model, seed))
-            values = [_at_angle(record, record.get("log_likelihood"), a) for a in SHIFT_ANGLES] if record else [None]
-            if all(v is not None for v in values):
-                means.append(float(np.mean(values)))
+        means = [m for m in (_shift_mean(controls.get((model, seed))) for seed in SCREEN_SEEDS) if m is not None]
         if len(means) == len(SCREEN_SEEDS):
             ax.axhline(float(np.mean(means)), color="grey", lw=0.8, ls=style, label=f"{model} (rotated MNIST)")
     plotted = 0
@@ -533,16 +539,14 @@ def full_size(recipe: str, uci: Dict, rotated: Dict[Tuple[str, int], Dict]) -> F
             continue
         pick = lambda m, name: np.array([uci[(m, dataset, k)][name] for k in splits])  # noqa: E731
         nn_rmse = pick("nn", "rmse")
-        se = float(np.std(nn_rmse, ddof=1) / np.sqrt(len(splits))) if len(splits) > 1 else 0.0
         gaps = pick(method, "nlpd") - pick("nn_ts", "nlpd")
         result.uci[dataset] = {"splits": splits, "nlpd_gap": float(gaps.mean()), "per_split_gap": dict(zip(splits, gaps.tolist())),
-                               "rmse_within": bool(pick(method, "rmse").mean() <= nn_rmse.mean() + se)}
+                               "rmse_within": bool(pick(method, "rmse").mean() <= nn_rmse.mean() + _standard_error(nn_rmse))}
     for model, _ in FULL_SIZE_MODELS:
         for seed in FULL_SIZE_SEEDS:
-            record = rotated.get((model, seed))
-            values = [_at_angle(record, record.get("log_likelihood"), a) for a in SHIFT_ANGLES] if record else [None]
-            if all(v is not None for v in values):
-                result.rotated.setdefault(model, {})[seed] = float(np.mean(values))
+            shifted = _shift_mean(rotated.get((model, seed)))
+            if shifted is not None:
+                result.rotated.setdefault(model, {})[seed] = shifted
     return result
 
 
