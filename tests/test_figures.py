@@ -43,7 +43,10 @@ def test_the_spectra_record_is_what_the_figure_code_gives(tmp_path):
     committed = _committed("figC2")
     assert [(e["series"], e["dimension"]) for e in quantities["spectra"]] == [(e["series"], e["dimension"]) for e in committed["spectra"]]
     for new, old in zip(quantities["spectra"], committed["spectra"]):
-        np.testing.assert_allclose(new["coefficients"], old["coefficients"], rtol=1e-9, atol=1e-30)
+        # The odd coefficients of an even shape function are zero; computed they are round-off (~1e-16 of the
+        # largest), which differs between CPUs. They are held to an absolute tolerance scaled by the largest.
+        scale = np.max(np.abs(old["coefficients"]))
+        np.testing.assert_allclose(new["coefficients"], old["coefficients"], rtol=1e-9, atol=1e-12 * scale)
 
 
 def test_table_summaries():
