@@ -508,6 +508,9 @@ FULL_SIZE_DATASETS = tuple(UCI_DATASETS)  # the nine shared UCI sets
 FULL_SIZE_SPLITS = {"protein-tertiary-structure": 3}  # every other set: 5
 FULL_SIZE_SEEDS = (0, 1, 2)
 FULL_SIZE_MODELS = (("adgp_ft", "fine-tuned"), ("adgp", "frozen"))
+#: The controls each rotated model is held against: the same conv-layer training, i.e. the controls given the extra
+#: epochs for the fine-tuned ADGP and those without them for the frozen one.
+MATCHED_CONTROLS = {"adgp_ft": ("nn_ts_ft", "nn_dropout_ft"), "adgp": ("nn_ts", "nn_dropout")}
 
 
 @dataclass
@@ -519,6 +522,7 @@ class FullSize:
     recipe: str
     uci: Dict[str, Dict] = field(default_factory=dict)  # dataset -> splits, nlpd_gap, rmse_within, per_split_gap
     rotated: Dict[str, Dict[int, float]] = field(default_factory=dict)  # model -> seed -> mean LL over SHIFT_ANGLES
+    shift_wins: Dict[str, Dict[int, int]] = field(default_factory=dict)  # model -> seed -> angles above its matched controls
 
     @property
     def uci_cells(self) -> int:
@@ -528,9 +532,11 @@ class FullSize:
         return [d for d, u in self.uci.items() if len(u["splits"]) == FULL_SIZE_SPLITS.get(d, 5)]
 
 
-def full_size(recipe: str, uci: Dict, rotated: Dict[Tuple[str, int], Dict]) -> FullSize:
+def full_size(recipe: str, uci: Dict, rotated: Dict[Tuple[str, int], Dict], controls: Optional[Dict] = None) -> FullSize:
     """``recipe``'s full-size records: its UCI method's cells on :data:`FULL_SIZE_DATASETS` (paired with NN and
-    NN+TS on the same splits) and its records folder's rotated-MNIST models on :data:`FULL_SIZE_SEEDS`."""
+    NN+TS on the same splits) and its records folder's rotated-MNIST models on :data:`FULL_SIZE_SEEDS`; with the
+    controls' records, per model and seed the angles of :data:`SHIFT_ANGLES` where its test log-likelihood is above
+    both of its :data:`MATCHED_CONTROLS` of the same seed."""
     method, result = UCI_METHOD[recipe], FullSize(recipe)
     for dataset in FULL_SIZE_DATASETS:
         splits = [k for k in range(FULL_SIZE_SPLITS.get(dataset, 5))
@@ -544,9 +550,16 @@ def full_size(recipe: str, uci: Dict, rotated: Dict[Tuple[str, int], Dict]) -> F
                                "rmse_within": bool(pick(method, "rmse").mean() <= nn_rmse.mean() + _standard_error(nn_rmse))}
     for model, _ in FULL_SIZE_MODELS:
         for seed in FULL_SIZE_SEEDS:
-            shifted = _shift_mean(rotated.get((model, seed)))
-            if shifted is not None:
-                result.rotated.setdefault(model, {})[seed] = shifted
+            record = rotated.get((model, seed))
+            shifted = _shift_mean(record)
+            if shifted is None:
+                continue
+            result.rotated.setdefault(model, {})[seed] = shifted
+            matched = [(controls or {}).get((c, seed)) for c in MATCHED_CONTROLS[model]]
+            if all(m is not None for m in matched):
+                at = lambda r, a: _at_angle(r, r.get("log_likelihood"), a)  # noqa: E731
+                result.shift_wins.setdefault(model, {})[seed] = int(sum(
+                    at(record, a) > max(at(m, a) for m in matched) for a in SHIFT_ANGLES))
     return result
 
 
@@ -555,7 +568,9 @@ def full_size_markdown(results: Sequence[FullSize]) -> str:
     expected = sum(FULL_SIZE_SPLITS.get(d, 5) for d in FULL_SIZE_DATASETS)
     out = [f"**The finalists at full size** (far field on; UCI: {len(FULL_SIZE_DATASETS)} sets × five published splits, "
            f"protein three, {expected} cells; counts over the sets whose splits are all recorded; rotated MNIST: test "
-           f"log-likelihood averaged over 45°–180°, per seed {', '.join(map(str, FULL_SIZE_SEEDS))})", "",
+           f"log-likelihood averaged over 45°–180°, per seed {', '.join(map(str, FULL_SIZE_SEEDS))}; in brackets the "
+           f"angles of {len(SHIFT_ANGLES)} from 45° where it is above both NN+TS and MC dropout trained like its conv "
+           f"layers: with the extra epochs for fine-tuned, without them for frozen)", "",
            "| recipe | UCI cells | complete sets | NLPD < NN+TS | RMSE within 1 SE of NN | mean NLPD − NN+TS's | "
            + " | ".join(f"rotated, {label}" for _, label in FULL_SIZE_MODELS) + " |",
            "|---|---|---|---|---|---|" + "---|" * len(FULL_SIZE_MODELS)]
@@ -566,8 +581,9 @@ def full_size_markdown(results: Sequence[FullSize]) -> str:
         gap = f"{np.mean([r.uci[d]['nlpd_gap'] for d in done]):+.3f}" if done else "—"
         seeds = []
         for model, _ in FULL_SIZE_MODELS:
-            got = r.rotated.get(model, {})
-            seeds.append(", ".join(f"{got[s]:.3f}" if s in got else "missing" for s in FULL_SIZE_SEEDS))
+            got, above = r.rotated.get(model, {}), r.shift_wins.get(model, {})
+            seeds.append(", ".join((f"{got[s]:.3f}" + (f" ({above[s]})" if s in above else "")) if s in got else "missing"
+                                   for s in FULL_SIZE_SEEDS))
         out.append(f"| {r.recipe} | {r.uci_cells} of {expected} | {len(done)} of {len(FULL_SIZE_DATASETS)} | "
                    f"{wins} of {len(done)} | {within} of {len(done)} | {gap} | " + " | ".join(seeds) + " |")
     return "\n".join(out) + "\n"
@@ -613,7 +629,7 @@ def report(records, options) -> None:
     decision = decide(evaluate_all(options, loaded), closed=options.screen_closed)
     shift = shift_table(rotated, controls)
     later = follow_up_markdown(follow_up(rotated, controls))
-    finalists = [full_size(recipe, loaded[0], rotated.get(recipe, {})) for recipe in decision.finalists]
+    finalists = [full_size(recipe, loaded[0], rotated.get(recipe, {}), controls) for recipe in decision.finalists]
     if finalists:
         later += "\n" + full_size_markdown(finalists)
         full_size_figure(finalists, Path(options.figure).with_name(Path(options.figure).stem + "_full_size.png"))

@@ -243,7 +243,8 @@ def test_the_finalists_full_size_table_counts_only_complete_sets_and_pairs_split
     """Hand-made records: yacht has all five splits of the floor recipe (its NLPD 0.1 below NN+TS's on each, RMSE
     equal to NN's), energy only splits 0-1 (incomplete: shown in the cells, not counted), kin8nm five splits with
     NLPD 0.2 above NN+TS's and RMSE far above NN's; power-plant's one split lacks NN+TS. Rotated MNIST: fine-tuned
-    seeds 0 and 2, frozen none."""
+    seeds 0 and 2, frozen seed 1; the matched controls of seed 0 (with the extra epochs) lie at −3.5 except NN+TS at
+    45°, −2.5, and those of seed 1 (without) at −5, so the frozen ADGP at −6 wins no angle."""
     uci = {}
 
     def add(dataset, split, rmse, nlpd, nn_rmse=1.0):
@@ -262,13 +263,18 @@ def test_the_finalists_full_size_table_counts_only_complete_sets_and_pairs_split
     def rotated_record(value):
         return {"angles": ANGLES, "log_likelihood": [value if a >= 45 else 0.0 for a in ANGLES]}
 
-    rotated = {("adgp_ft", 0): rotated_record(-3.0), ("adgp_ft", 2): rotated_record(-4.0)}
-    result = recipes.full_size("floor", uci, rotated)
+    rotated = {("adgp_ft", 0): rotated_record(-3.0), ("adgp_ft", 2): rotated_record(-4.0), ("adgp", 1): rotated_record(-6.0)}
+    controls = {("nn_ts_ft", 0): {"angles": ANGLES, "log_likelihood": [-2.5 if a == 45 else -3.5 for a in ANGLES]},
+                ("nn_dropout_ft", 0): rotated_record(-3.5),
+                ("nn_ts", 1): rotated_record(-5.0), ("nn_dropout", 1): rotated_record(-5.0),
+                ("nn_ts_ft", 2): rotated_record(-1.0)}  # seed 2 lacks fine-tuned dropout: no count
+    result = recipes.full_size("floor", uci, rotated, controls)
     assert result.uci_cells == 12 and result.complete_sets() == ["yacht", "kin8nm"] and "power-plant" not in result.uci
     assert result.uci["yacht"]["nlpd_gap"] == pytest.approx(-0.1) and result.uci["kin8nm"]["nlpd_gap"] == pytest.approx(0.2)
     assert result.uci["yacht"]["rmse_within"] and not result.uci["kin8nm"]["rmse_within"]
-    assert result.rotated == {"adgp_ft": {0: -3.0, 2: -4.0}}
+    assert result.rotated == {"adgp_ft": {0: -3.0, 2: -4.0}, "adgp": {1: -6.0}}
+    assert result.shift_wins == {"adgp_ft": {0: 9}, "adgp": {1: 0}}
     row = next(line for line in recipes.full_size_markdown([result]).splitlines() if line.startswith("| floor"))
-    assert row == "| floor | 12 of 43 | 2 of 9 | 1 of 2 | 1 of 2 | +0.050 | -3.000, missing, -4.000 | missing, missing, missing |"
+    assert row == "| floor | 12 of 43 | 2 of 9 | 1 of 2 | 1 of 2 | +0.050 | -3.000 (9), missing, -4.000 | missing, -6.000 (0), missing |"
     recipes.full_size_figure([result], tmp_path / "f.png")
     assert (tmp_path / "f.png").stat().st_size > 0
