@@ -12,7 +12,7 @@ The top level holds what the README and the tutorials type; the rest lives in su
 
 At the top level: :class:`ZonalArcCosine`, :class:`ActivationFeature` (the zonal core's two user-facing classes);
 :func:`build_activated_nn`, :func:`build_activated_dgp`, :func:`activated_gp_layer`, :func:`dgp_from_keras`;
-:class:`TrainingSchedule`, :func:`train_network`, :func:`train_dgp`, :func:`train_two_stage`, :func:`evaluate_elbo`;
+:class:`TrainingSchedule`, :func:`train_network`, :func:`train_dgp`, :func:`train_dgp_with_extractor`, :func:`train_two_stage`, :func:`evaluate_elbo`;
 :func:`predict_y`, :func:`predict_class_probabilities`, :func:`predictive_log_density`, :func:`propagate_means`;
 :func:`save_dgp`, :func:`load_dgp`.
 
@@ -37,7 +37,7 @@ from .deep import (
     propagate_means,
     save_dgp,
 )
-from .training import TrainingSchedule, evaluate_elbo, train_dgp, train_network, train_two_stage
+from .training import TrainingSchedule, evaluate_elbo, train_dgp, train_dgp_with_extractor, train_network, train_two_stage
 from .zonal import ActivationFeature, ZonalArcCosine
 
 __all__ = [
@@ -60,6 +60,7 @@ __all__ = [
     "TrainingSchedule",
     "train_network",
     "train_dgp",
+    "train_dgp_with_extractor",
     "train_two_stage",
     "evaluate_elbo",
     # prediction and saving

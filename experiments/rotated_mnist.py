@@ -66,7 +66,6 @@ and the figure from the records of the newest protocol.
 from __future__ import annotations
 
 import argparse
-import functools
 import hashlib
 import json
 import os
@@ -436,43 +435,12 @@ def finetuned_classifier(config: Config, splits: Splits, seed: int, dropout: flo
     return extractor, head, seconds, info
 
 
-@functools.lru_cache(maxsize=None)
-def _extractor_dgp_class():
-    import tensorflow as tf
-    import tf_keras
-
-    class ExtractorDGP(tf_keras.Model):
-        """The convolutional extractor followed by a DeepGP, trained as one Keras model on the DGP's −ELBO/N of
-        the features (float32 features cast to float64). Its variables are the extractor's and the DGP's layers',
-        so callbacks on the model (:class:`activated_dgp.training.RestoreBest`) see every parameter stage 2 changes."""
-
-        def __init__(self, dgp, extractor):
-            super().__init__()
-            self.dgp_layers, self.likelihood_layer, self.extractor = list(dgp.f_layers), dgp.likelihood_layer, extractor
-            self.deep_gp = dgp
-            self.loss_tracker = tf_keras.metrics.Mean(name="loss", dtype="float64")
-
-        @property
-        def metrics(self):
-            return [self.loss_tracker]  # reset every epoch: the logged loss is the epoch's mean
-
-        def train_step(self, data):
-            x_batch, y_batch = data
-            variables = list(self.deep_gp.trainable_variables) + list(self.extractor.trainable_variables)
-            with tf.GradientTape() as tape:
-                feats = tf.cast(self.extractor(x_batch, training=True), tf.float64)
-                loss = -self.deep_gp.elbo((feats, y_batch)) / self.deep_gp.num_data
-            self.optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
-            self.loss_tracker.update_state(loss)
-            return {"loss": self.loss_tracker.result()}
-
-    return ExtractorDGP
-
-
 def ExtractorDGP(dgp, extractor):
-    """A Keras model of ``extractor`` then ``dgp`` whose fit minimises the DGP's −ELBO/N (the class is built on
-    first use, so importing this module does not import TensorFlow)."""
-    return _extractor_dgp_class()(dgp, extractor)
+    """The conv extractor followed by ``dgp``, fitted on the DGP's −ELBO/N (:class:`activated_dgp.training.ExtractorDGP`;
+    imported on first use, so importing this module does not import TensorFlow)."""
+    from activated_dgp.training.extractor import ExtractorDGP as Model
+
+    return Model(dgp, extractor)
 
 
 def converted_dgp(config: Config, head, train, validation, seed: int):

@@ -23,7 +23,16 @@ import tensorflow_probability as tfp
 import tf_keras
 from scipy.stats import norm
 
-from activated_dgp import build_activated_dgp, build_activated_nn, dgp_from_keras, load_dgp, predictive_log_density, save_dgp
+from activated_dgp import (
+    build_activated_dgp,
+    build_activated_nn,
+    dgp_from_keras,
+    load_dgp,
+    predictive_log_density,
+    save_dgp,
+    train_dgp_with_extractor,
+)
+from activated_dgp.training import TrainingSchedule
 from activated_dgp.deep import (
     ArchitectureConfig,
     DGPCheckpoint,
@@ -41,6 +50,25 @@ from activated_dgp.zonal import register_activation
 BUMP_SOURCE = "def bump(t):\n    return np.sin(3.0 * t) + 0.5 * t * t\n"
 exec(BUMP_SOURCE)  # the same user activation, defined identically here and in the fresh process
 register_activation("bump", bump)  # noqa: F821
+
+EXTRACTOR_SOURCE = """
+def extractor_dgp(seed, n):
+    from activated_dgp import build_activated_dgp
+    from activated_dgp.deep import ArchitectureConfig
+    from activated_dgp.training import ExtractorDGP
+    tf_keras.utils.set_random_seed(seed)
+    g = tf_keras.Sequential([tf_keras.Input((3,)), tf_keras.layers.Dense(2, activation="tanh")])
+    config = ArchitectureConfig(2, num_layers=1, num_units=6, lengthscales=[[1.0, 1.0, 1.0]], likelihood="gaussian")
+    model = ExtractorDGP(build_activated_dgp(config, n, seed=seed), g)
+    model(np.zeros((1, 3), np.float32))  # builds g
+    return model
+
+
+def extractor_moments(model, X):
+    mean, var = model.deep_gp.f_layers[0].predict(model(X), full_cov=False)
+    return np.concatenate([mean.numpy().ravel(), var.numpy().ravel()])
+"""
+exec(EXTRACTOR_SOURCE)  # train_dgp_with_extractor's wrapper, built identically here and in the fresh process
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the subprocess imports this checkout
 
@@ -112,6 +140,16 @@ X = np.load(f"{root}/x.npy")
 out, info = {}, {}
 BUMP
 register_activation("bump", bump)
+EXTRACTOR
+
+# -------- ExtractorDGP: its weights file and tf.train.Checkpoint, loaded into one built with another seed
+Xe = np.load(f"{root}/xe.npy")
+model = extractor_dgp(5, len(Xe))
+model.load_weights(meta["extractor_weights"])
+out["extractor/weights"] = extractor_moments(model, Xe)
+model = extractor_dgp(6, len(Xe))
+tf.train.Checkpoint(model=model).read(meta["extractor_checkpoint"]).assert_existing_objects_matched()
+out["extractor/checkpoint"] = extractor_moments(model, Xe)
 
 # -------- Keras paths: load into a twin built with ANOTHER seed, so an unrestored W shows
 def fresh():
@@ -276,8 +314,20 @@ def fresh_process(tmp_path_factory, interrupt_after):
         if "._" not in path and p.trainable
     }
 
+    # ---- ExtractorDGP (train_dgp_with_extractor's training wrapper): trained, saved as weights and as a checkpoint
+    Xe = rng.normal(size=(N, 3)).astype(np.float32)
+    np.save(root / "xe.npy", Xe)
+    model = extractor_dgp(4, N)  # noqa: F821
+    train_dgp_with_extractor(model.deep_gp, model.extractor, Xe, np.sin(Xe[:, :1]).astype(np.float64),
+                             TrainingSchedule(epochs=3, batch_size=N, ramp_steps=0, learning_rate=0.05), guard=False)
+    meta["extractor_weights"] = str(root / "xdgp.weights.h5")
+    model.save_weights(meta["extractor_weights"])
+    meta["extractor_checkpoint"] = tf.train.Checkpoint(model=model).write(str(root / "xdgp_ckpt" / "x"))
+    expected["extractor/weights"] = expected["extractor/checkpoint"] = extractor_moments(model, Xe)  # noqa: F821
+    extra["extractor_other_seeds"] = [extractor_moments(extractor_dgp(seed, N), Xe) for seed in (5, 6)]  # noqa: F821
+
     (root / "meta.json").write_text(json.dumps(meta))
-    (root / "script.py").write_text(SCRIPT.replace("BUMP\n", BUMP_SOURCE))
+    (root / "script.py").write_text(SCRIPT.replace("BUMP\n", BUMP_SOURCE).replace("EXTRACTOR\n", EXTRACTOR_SOURCE))
     subprocess.run(
         [sys.executable, str(root / "script.py"), str(root)], check=True,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": os.pathsep.join(filter(None, [REPO_ROOT, os.environ.get("PYTHONPATH")]))},
@@ -292,6 +342,16 @@ def fresh_process(tmp_path_factory, interrupt_after):
 
 
 KERAS_PATHS = ["weights_h5", "legacy_h5", "tf_format", "model_checkpoint", "keras_file", "tf_checkpoint", "save_network"]
+
+
+@pytest.mark.parametrize("path", ["weights", "checkpoint"])
+def test_the_extractor_wrapper_round_trips_in_a_fresh_process(fresh_process, path):
+    """train_dgp_with_extractor's ExtractorDGP (extractor and DGP) through a tf-keras weights file and a
+    tf.train.Checkpoint; its .keras / full-model save is a clear error (tests/test_extractor.py)."""
+    expected, loaded, _, extra = fresh_process
+    for other in extra["extractor_other_seeds"]:  # the models loaded into start elsewhere, so a lost weight shows
+        assert np.max(np.abs(other - expected[f"extractor/{path}"])) > 1e-3
+    np.testing.assert_allclose(loaded[f"extractor/{path}"], expected[f"extractor/{path}"], rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("path", KERAS_PATHS)

@@ -110,6 +110,11 @@ class Context:
         return folder
 
 
+def _extractor(width: int):
+    """A feature extractor (Dense 2 → width) for train_dgp_with_extractor's cases."""
+    return tf_keras.Sequential([tf_keras.Input((2,)), tf_keras.layers.Dense(width)])
+
+
 def _schedule(**options):
     return adgp.TrainingSchedule(epochs=1, batch_size=4, **options)
 
@@ -200,6 +205,10 @@ CASES = [
     ("train_dgp", "zero-norm row in W", lambda c: adgp.train_dgp(c.dgp_zero_W, c.X, c.Y, _schedule())),
     ("train_dgp", "initial_epoch beyond the epochs", lambda c: adgp.train_dgp(c.new_dgp(), c.X, c.Y, _schedule(), initial_epoch=3)),
     ("train_dgp", "patience without validation data", lambda c: adgp.train_dgp(c.new_dgp(), c.X, c.Y, _schedule(patience=2))),
+    ("train_dgp_with_extractor", "NaN in X", lambda c: adgp.train_dgp_with_extractor(c.new_dgp(), _extractor(2), c.nan_X, c.Y, _schedule())),
+    ("train_dgp_with_extractor", "features of the wrong width", lambda c: adgp.train_dgp_with_extractor(c.new_dgp(), _extractor(3), c.X, c.Y, _schedule())),
+    ("train_dgp_with_extractor", "extractor not callable", lambda c: adgp.train_dgp_with_extractor(c.new_dgp(), "conv", c.X, c.Y, _schedule())),
+    ("train_dgp_with_extractor", "fewer rows than the DGP's N", lambda c: adgp.train_dgp_with_extractor(c.new_dgp(), _extractor(2), c.X[:6], c.Y[:6], _schedule())),
     ("train_two_stage", "NaN in X", lambda c: adgp.train_two_stage(c.nan_X, c.Y)),
     ("train_two_stage", "unknown likelihood name", lambda c: adgp.train_two_stage(c.X, c.Y, likelihood="poisson")),
     ("train_two_stage", "bernoulli labels 0.5", lambda c: adgp.train_two_stage(c.X, c.Y * 0 + 0.5, likelihood="bernoulli")),

@@ -3,7 +3,8 @@
 restored) → :mod:`~activated_dgp.training.schedule` (:class:`TrainingSchedule`) →
 :mod:`~activated_dgp.training.recipes` (the named stage-2 recipes) → :mod:`~activated_dgp.training.fitters` (stage 1
 :func:`train_network`, stage 2 :func:`train_dgp`, their scores and stage 2's guard) →
-:mod:`~activated_dgp.training.two_stage` (the pipeline :func:`train_two_stage`).
+:mod:`~activated_dgp.training.two_stage` (the pipeline :func:`train_two_stage`); beside it
+:mod:`~activated_dgp.training.extractor` (stage 2 with a feature extractor trained too, :func:`train_dgp_with_extractor`).
 Every name is re-exported here, so ``from activated_dgp.training import …`` keeps working."""
 
 from .callbacks import FitProgress, LearningRateRamp, RestoreBest, without_retracing_warnings
@@ -17,6 +18,7 @@ from .fitters import (
     train_network,
     validation_nlpd,
 )
+from .extractor import ExtractorDGP, extracted_features, train_dgp_with_extractor
 from .recipes import DEFAULT_RECIPE, STAGE2_RECIPES, Stage2Recipe
 from .schedule import TrainingSchedule
 from .two_stage import TwoStageResult, split_validation, train_two_stage
@@ -32,6 +34,9 @@ __all__ = [
     "split_validation",
     "train_network",
     "train_dgp",
+    "train_dgp_with_extractor",
+    "ExtractorDGP",
+    "extracted_features",
     "validation_nlpd",
     "train_two_stage",
     "evaluate_elbo",
