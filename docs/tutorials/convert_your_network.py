@@ -65,14 +65,21 @@ history = train_dgp(dgp, X, Y, TrainingSchedule(epochs=10 if FAST else 100, lear
 
 # %%
 grid = np.linspace(-6, 6, 400)[:, None]
+
+
+def plot_uncertainty(network_curve, mean, variance, network_label, dgp_label):
+    """The data, the network's curve, and the DGP's predictive mean ± 2σ on the grid."""
+    plt.figure(figsize=(8, 3.5))
+    plt.plot(X, Y, "k.", ms=3, label="data")
+    plt.plot(grid, network_curve, "--", label=network_label)
+    plt.plot(grid, mean, label=dgp_label)
+    plt.fill_between(grid[:, 0], mean[:, 0] - 2 * np.sqrt(variance[:, 0]), mean[:, 0] + 2 * np.sqrt(variance[:, 0]), alpha=0.3, label="±2σ")
+    plt.legend()
+    plt.show()
+
+
 mean, variance = predict_y(dgp, grid, num_samples=10, seed=0)
-plt.figure(figsize=(8, 3.5))
-plt.plot(X, Y, "k.", ms=3, label="data")
-plt.plot(grid, network(grid).numpy(), "--", label="network")
-plt.plot(grid, mean, label="converted DGP, mean")
-plt.fill_between(grid[:, 0], mean[:, 0] - 2 * np.sqrt(variance[:, 0]), mean[:, 0] + 2 * np.sqrt(variance[:, 0]), alpha=0.3, label="±2σ")
-plt.legend()
-plt.show()
+plot_uncertainty(network(grid).numpy(), mean, variance, "network", "converted DGP, mean")
 
 # %% [markdown]
 # ## A network with layers that do not convert: keep them as a feature extractor
@@ -101,10 +108,5 @@ print("best step kept by the guard:", extractor_history["best_step"])
 
 # %%
 mean, variance = predict_y(head_conversion.dgp, extractor(grid).numpy().astype(np.float64), num_samples=10, seed=0)
-plt.figure(figsize=(8, 3.5))
-plt.plot(X, Y, "k.", ms=3, label="data")
-plt.plot(grid, whole(grid).numpy(), "--", label="network (tanh extractor + ReLU head)")
-plt.plot(grid, mean, label="head converted, extractor trained with it: mean")
-plt.fill_between(grid[:, 0], mean[:, 0] - 2 * np.sqrt(variance[:, 0]), mean[:, 0] + 2 * np.sqrt(variance[:, 0]), alpha=0.3, label="±2σ")
-plt.legend()
-plt.show()
+plot_uncertainty(whole(grid).numpy(), mean, variance, "network (tanh extractor + ReLU head)",
+                 "head converted, extractor trained with it: mean")
