@@ -86,7 +86,7 @@ plot_uncertainty(network(grid).numpy(), mean, variance, "network", "converted DG
 # Only chains of activated Dense layers convert. Layers in front of them that do not (Conv2D, BatchNormalization,
 # a tanh layer) stay a feature extractor g, and the dense head after them converts on the features g(x). In stage 2
 # `train_dgp_with_extractor` trains g together with the DGP on the ELBO. On rotated MNIST that is what keeps the
-# converted classifier's lead under dataset shift; with g frozen it falls back to MC dropout's level
+# converted classifier's lead under dataset shift; with g frozen it does not beat MC dropout
 # (docs/results/rotated_mnist.md). Here g is a tanh layer, which the converter refuses.
 
 # %%
