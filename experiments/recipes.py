@@ -202,6 +202,12 @@ def _at_angle(record: Dict, values, angle: int):
     return values[angles.index(angle)] if values is not None and angle in angles and len(values) == len(angles) else None
 
 
+def _angles_above(record: Dict, others: Sequence[Dict]) -> int:
+    """The angles of :data:`SHIFT_ANGLES` at which ``record``'s test log-likelihood is above every one of ``others``'."""
+    at = lambda r, a: _at_angle(r, r.get("log_likelihood"), a)  # noqa: E731
+    return int(sum(at(record, a) > max(at(o, a) for o in others) for a in SHIFT_ANGLES))
+
+
 def _shift_mean(record: Optional[Dict]) -> Optional[float]:
     """A rotated-MNIST record's test log-likelihood averaged over :data:`SHIFT_ANGLES` (None without all of them)."""
     values = [_at_angle(record, record.get("log_likelihood"), a) for a in SHIFT_ANGLES] if record else [None]
@@ -325,8 +331,7 @@ def follow_up(rotated: Dict[str, Dict], controls: Dict) -> FollowUp:
         if any(r is None for r in records.values()):
             per_seed[seed] = None
             continue
-        at = {who: {a: _at_angle(r, r.get("log_likelihood"), a) for a in SHIFT_ANGLES} for who, r in records.items()}
-        wins = sum(at["candidate"][a] > max(at["nn_ts_ft"][a], at["nn_dropout_ft"][a]) for a in SHIFT_ANGLES)
+        wins = _angles_above(records["candidate"], [records["nn_ts_ft"], records["nn_dropout_ft"]])
         accuracy = _at_angle(records["candidate"], records["candidate"].get("accuracy"), 0)
         accurate = accuracy >= _at_angle(records["nn"], records["nn"].get("accuracy"), 0) - ACCURACY_MARGIN
         per_seed[seed] = (int(wins), bool(accurate))
@@ -557,9 +562,7 @@ def full_size(recipe: str, uci: Dict, rotated: Dict[Tuple[str, int], Dict], cont
             result.rotated.setdefault(model, {})[seed] = shifted
             matched = [(controls or {}).get((c, seed)) for c in MATCHED_CONTROLS[model]]
             if all(m is not None for m in matched):
-                at = lambda r, a: _at_angle(r, r.get("log_likelihood"), a)  # noqa: E731
-                result.shift_wins.setdefault(model, {})[seed] = int(sum(
-                    at(record, a) > max(at(m, a) for m in matched) for a in SHIFT_ANGLES))
+                result.shift_wins.setdefault(model, {})[seed] = _angles_above(record, matched)
     return result
 
 
