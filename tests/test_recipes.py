@@ -275,6 +275,12 @@ def test_the_finalists_full_size_table_counts_only_complete_sets_and_pairs_split
     assert result.rotated == {"adgp_ft": {0: -3.0, 2: -4.0}, "adgp": {1: -6.0}}
     assert result.shift_wins == {"adgp_ft": {0: 9}, "adgp": {1: 0}}
     row = next(line for line in recipes.full_size_markdown([result]).splitlines() if line.startswith("| floor"))
-    assert row == "| floor | 12 of 43 | 2 of 9 | 1 of 2 | 1 of 2 | +0.050 | -3.000 (9), missing, -4.000 | missing, -6.000 (0), missing |"
+    assert row == "| floor | 12 of 43 | 2 of 9 | 1 of 2 | 1 of 2 | +0.050 | +0.050 | -3.000 (9), missing, -4.000 | missing, -6.000 (0), missing |"
+    # beside a finalist complete on yacht alone, the like-for-like mean is yacht's gap only
+    other = recipes.FullSize("paper", uci={"yacht": {"splits": list(range(5)), "nlpd_gap": 0.3, "rmse_within": True}})
+    rows = recipes.full_size_markdown([result, other]).splitlines()
+    assert "the same mean on the 1 set complete for every finalist" in rows[2]
+    assert next(line for line in rows if line.startswith("| floor")).split(" | ")[6] == "-0.100"
+    assert next(line for line in rows if line.startswith("| paper")).split(" | ")[6] == "+0.300"
     recipes.full_size_figure([result], tmp_path / "f.png")
     assert (tmp_path / "f.png").stat().st_size > 0
