@@ -518,6 +518,11 @@ FULL_SIZE_MODELS = (("adgp_ft", "fine-tuned"), ("adgp", "frozen"))
 MATCHED_CONTROLS = {"adgp_ft": ("nn_ts_ft", "nn_dropout_ft"), "adgp": ("nn_ts", "nn_dropout")}
 
 
+def _full_size_splits(dataset: str) -> int:
+    """The published splits a finalist runs on ``dataset``: :data:`FULL_SIZE_SPLITS`, else five."""
+    return FULL_SIZE_SPLITS.get(dataset, 5)
+
+
 @dataclass
 class FullSize:
     """One finalist recipe at full size (far field on): per UCI set, the splits it has and, over those, its mean NLPD
@@ -534,7 +539,7 @@ class FullSize:
         return sum(len(u["splits"]) for u in self.uci.values())
 
     def complete_sets(self) -> List[str]:
-        return [d for d, u in self.uci.items() if len(u["splits"]) == FULL_SIZE_SPLITS.get(d, 5)]
+        return [d for d, u in self.uci.items() if len(u["splits"]) == _full_size_splits(d)]
 
 
 def full_size(recipe: str, uci: Dict, rotated: Dict[Tuple[str, int], Dict], controls: Optional[Dict] = None) -> FullSize:
@@ -544,7 +549,7 @@ def full_size(recipe: str, uci: Dict, rotated: Dict[Tuple[str, int], Dict], cont
     both of its :data:`MATCHED_CONTROLS` of the same seed."""
     method, result = UCI_METHOD[recipe], FullSize(recipe)
     for dataset in FULL_SIZE_DATASETS:
-        splits = [k for k in range(FULL_SIZE_SPLITS.get(dataset, 5))
+        splits = [k for k in range(_full_size_splits(dataset))
                   if all((m, dataset, k) in uci for m in (method, "nn", "nn_ts"))]
         if not splits:
             continue
@@ -568,7 +573,7 @@ def full_size(recipe: str, uci: Dict, rotated: Dict[Tuple[str, int], Dict], cont
 
 def full_size_markdown(results: Sequence[FullSize]) -> str:
     """The finalists' full-size table; every count says of how many, and what is missing is named."""
-    expected = sum(FULL_SIZE_SPLITS.get(d, 5) for d in FULL_SIZE_DATASETS)
+    expected = sum(map(_full_size_splits, FULL_SIZE_DATASETS))
     shared = [d for d in FULL_SIZE_DATASETS if all(d in r.complete_sets() for r in results)]  # a like-for-like mean
     out = [f"**The finalists at full size** (far field on; UCI: {len(FULL_SIZE_DATASETS)} sets × five published splits, "
            f"protein three, {expected} cells; counts over the sets whose splits are all recorded; rotated MNIST: test "
@@ -612,7 +617,7 @@ def full_size_figure(results: Sequence[FullSize], path: Path) -> None:
         if not done or not seeds.size:
             continue
         per_split = [np.mean([r.uci[d]["per_split_gap"][k] for d in done if k in r.uci[d]["per_split_gap"]])
-                     for k in range(5) if any(k in r.uci[d]["per_split_gap"] for d in done)]
+                     for k in range(max(map(_full_size_splits, done))) if any(k in r.uci[d]["per_split_gap"] for d in done)]
         x, y = float(np.mean([r.uci[d]["nlpd_gap"] for d in done])), float(seeds.mean())
         ax.errorbar(x, y, xerr=[[x - min(per_split)], [max(per_split) - x]], yerr=[[y - seeds.min()], [seeds.max() - y]],
                     fmt="o", color=f"C{index}", capsize=3,

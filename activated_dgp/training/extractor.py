@@ -8,7 +8,6 @@ feature extractor g (e.g. Conv2D layers) converts its head on the features g(x);
 the first does not (docs/results/rotated_mnist.md; Dutordoir et al., 2021, Sec. 5.3, fine-tune the conv layers).
 """
 
-import math
 from typing import Callable, Optional
 
 import gpflow
@@ -22,7 +21,7 @@ from ..far_field import has_far_field, refit_far_field
 from ..prediction import check_dgp
 from ..validation import _rows, check_targets, dgp_input_width
 from .callbacks import LearningRateRamp, RestoreBest, without_retracing_warnings
-from .fitters import GUARD_MIN_STEPS, guard_rows, validation_nlpd
+from .fitters import guard_rows, stage2_stopper, validation_nlpd
 from .schedule import TrainingSchedule
 
 __all__ = ["ExtractorDGP", "extracted_features", "train_dgp_with_extractor"]
@@ -43,6 +42,8 @@ class ExtractorDGP(tf_keras.Model):
     def __init__(self, dgp: gpflux.models.DeepGP, extractor: tf_keras.layers.Layer):
         super().__init__()
         self.deep_gp, self.extractor = dgp, extractor
+        # Keras' weights files walk layers, not tf.Modules: without the DGP's layers listed here a weights file
+        # would load the extractor and silently leave the DGP as built (tests/test_persistence.py)
         self.dgp_layers, self.likelihood_layer = list(dgp.f_layers), dgp.likelihood_layer
         self.loss_tracker = tf_keras.metrics.Mean(name="loss", dtype="float64")
 
@@ -162,19 +163,18 @@ def train_dgp_with_extractor(
 
 
 def _stopper(model, X, Y, schedule, validation_data, validation_samples, seed, guard, steps_per_epoch) -> Optional[RestoreBest]:
-    """Early stopping on the validation NLPD through g, else the guard on the training −ELBO through g."""
+    """:func:`~activated_dgp.training.fitters.stage2_stopper` with the validation NLPD through g, else the guard's
+    training −ELBO through g (on :func:`~activated_dgp.training.guard_rows`, g as it is at each check)."""
     dgp, extractor = model.deep_gp, model.extractor
+    validation_score = None
     if validation_data is not None:
         X_val, Y_val = _check_inputs(validation_data[0], "validation X"), check_targets(validation_data[1], "validation Y")
         if len(X_val) != len(Y_val):
             raise ValueError(f"validation X and Y must have the same N, got {len(X_val)} and {len(Y_val)} rows")
-        score = lambda: validation_nlpd(dgp, extracted_features(extractor, X_val), Y_val, validation_samples, 0)  # noqa: E731
-        return RestoreBest(score, model, every=schedule.validation_every, patience=schedule.patience)
-    if schedule.patience is not None:
-        raise ValueError("the schedule asks for early stopping (patience) but no validation_data was given")
-    if not guard:
-        return None
-    X_rows, Y_rows = guard_rows((X, Y), seed)
-    score = lambda: -elbo_terms(dgp, extracted_features(extractor, X_rows), Y_rows, num_samples=1, seed=seed).elbo  # noqa: E731
-    every = max(schedule.validation_every, math.ceil(GUARD_MIN_STEPS / steps_per_epoch))
-    return RestoreBest(score, model, every=every, label="negative_elbo")
+        validation_score = lambda: validation_nlpd(dgp, extracted_features(extractor, X_val), Y_val, validation_samples, 0)  # noqa: E731
+
+    def guard_score():
+        X_rows, Y_rows = guard_rows((X, Y), seed)
+        return lambda: -elbo_terms(dgp, extracted_features(extractor, X_rows), Y_rows, num_samples=1, seed=seed).elbo
+
+    return stage2_stopper(model, schedule, steps_per_epoch, validation_score, guard_score if guard else None)

@@ -285,23 +285,37 @@ def _num_rows(data) -> int:
     return len(data[0]) if isinstance(data, tuple) else data.num_data
 
 
+def stage2_stopper(
+    module, schedule: TrainingSchedule, steps_per_epoch: int, validation_score: Optional[Callable[[], float]] = None,
+    guard_score: Optional[Callable[[], Callable[[], float]]] = None, guard_min_steps: int = GUARD_MIN_STEPS,
+) -> Optional[RestoreBest]:
+    """Stage 2's :class:`RestoreBest` on ``module``: early stopping on ``validation_score`` (the validation NLPD) when
+    there is one, checked every ``validation_every`` epochs with the schedule's ``patience``; else, when
+    ``guard_score`` (a factory of the training −ELBO score, called only here) is given, the guard on it, checked every
+    ``validation_every`` epochs but at most once per ``guard_min_steps`` steps; else None. A ``patience`` without a
+    validation score is an error. :func:`train_dgp` and :func:`~activated_dgp.training.train_dgp_with_extractor` share it."""
+    if validation_score is not None:
+        return _early_stopping(schedule, validation_score, module)
+    _early_stopping(schedule, None, module)  # a patience without validation data is an error
+    if guard_score is None:
+        return None
+    every = max(schedule.validation_every, math.ceil(guard_min_steps / steps_per_epoch))
+    return RestoreBest(guard_score(), module, every=every, label="negative_elbo")
+
+
 def _stage2_stopper(dgp, data, schedule, validation_data, validation_samples, guard: bool, seed: int, steps_per_epoch: int,
                     guard_min_steps: int = GUARD_MIN_STEPS) -> Optional[RestoreBest]:
-    """Early stopping on the validation NLPD with validation data; else, with ``guard``, a :class:`RestoreBest`
-    on the training −ELBO (:func:`negative_elbo_score` on :func:`guard_rows`), checked every ``validation_every``
-    epochs but at most once per ``guard_min_steps`` steps."""
+    """:func:`stage2_stopper` with the validation NLPD of ``validation_data`` or the guard's −ELBO
+    (:func:`negative_elbo_score` on :func:`guard_rows` of ``data``)."""
+    validation_score = None
     if validation_data is not None:
         X_val, Y_val = _check_data(*validation_data)
-        score = compiled_after_checks(
+        validation_score = compiled_after_checks(
             lambda: validation_nlpd(dgp, X_val, Y_val, validation_samples, 0),
             lambda: _negative_mean(seeded_log_density(dgp, X_val, Y_val, validation_samples, 0)),
         )
-        return _early_stopping(schedule, score, dgp)
-    _early_stopping(schedule, None, dgp)  # a patience without validation data is an error
-    if not guard:
-        return None
-    every = max(schedule.validation_every, math.ceil(guard_min_steps / steps_per_epoch))
-    return RestoreBest(negative_elbo_score(dgp, *guard_rows(data, seed), seed), dgp, every=every, label="negative_elbo")
+    guard_score = (lambda: negative_elbo_score(dgp, *guard_rows(data, seed), seed)) if guard else None
+    return stage2_stopper(dgp, schedule, steps_per_epoch, validation_score, guard_score, guard_min_steps)
 
 
 def _train_dgp(dgp, data, schedule, validation_data, validation_samples, warmup_steps, callbacks, strategy, seed, optimizer, initial_epoch, guard=True,
