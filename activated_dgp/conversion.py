@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Optional, Union
+import warnings
 
 import gpflow
 import gpflux
@@ -43,9 +44,11 @@ __all__ = [
     "dgp_from_keras",
     "set_posterior_mean_weights",
     "posterior_mean_weights",
+    "mean_kl",
     "rescale_kernel_variance",
     "select_kernel_variances",
     "VarianceSelection",
+    "UnrepresentableMean",
 ]
 
 
@@ -78,7 +81,8 @@ class LayerMismatch:
 class ConversionReport:
     """The converted DeepGP; ``exact`` says whether the network was an activated twin (then mean propagation
     is its forward pass to round-off); when data were given, the mismatch between the network's forward pass
-    and the DGP's mean propagation, overall and per GP layer (``layers``, :class:`LayerMismatch`)."""
+    and the DGP's mean propagation, overall and per GP layer (``layers``, :class:`LayerMismatch`); and
+    ``mean_kl``, per GP layer, the KL that the converted means carry into the ELBO (:func:`mean_kl`)."""
 
     dgp: gpflux.models.DeepGP
     exact: bool
@@ -86,16 +90,29 @@ class ConversionReport:
     rms_mismatch: Optional[float] = None
     variance_selection: Optional["VarianceSelection"] = None
     layers: Optional[list] = None
+    mean_kl: Optional[list] = None
+
+
+def _q_mu_for_weights(layer: gpflux.layers.GPLayer, V: np.ndarray) -> tf.Tensor:
+    """The q_μ that gives the layer the posterior-mean weights V (see the module docstring)."""
+    Kmm = gpflow.covariances.Kuu(layer.inducing_variable, layer.kernel, jitter=gpflow.config.default_jitter())
+    V = tf.convert_to_tensor(V, dtype=Kmm.dtype)
+    if not layer.whiten:
+        return tf.linalg.matmul(Kmm, V)
+    q_mu = tf.linalg.matmul(tf.linalg.cholesky(Kmm), V, transpose_a=True)
+    if not bool(tf.reduce_all(tf.math.is_finite(q_mu))):  # TensorFlow's Cholesky fills NaNs instead of raising
+        raise UnrepresentableMean(
+            f"Kuu + εI (ε = {gpflow.config.default_jitter():g}, Kuu's largest diagonal entry "
+            f"{float(tf.reduce_max(tf.linalg.diag_part(Kmm))):.3g}) is not positive definite in float64, so the "
+            "whitened mean cannot be solved: the layer's inducing features are (nearly) linearly dependent, e.g. "
+            "units with (nearly) parallel weights, or more units than the truncated series has independent levels"
+        )
+    return q_mu
 
 
 def set_posterior_mean_weights(layer: gpflux.layers.GPLayer, V: np.ndarray) -> None:
     """Set q_μ so that the layer's posterior mean is Φ(x) V (see the module docstring)."""
-    Kmm = gpflow.covariances.Kuu(layer.inducing_variable, layer.kernel, jitter=gpflow.config.default_jitter())
-    V = tf.convert_to_tensor(V, dtype=Kmm.dtype)
-    if layer.whiten:
-        layer.q_mu.assign(tf.linalg.matmul(tf.linalg.cholesky(Kmm), V, transpose_a=True))
-    else:
-        layer.q_mu.assign(tf.linalg.matmul(Kmm, V))
+    layer.q_mu.assign(_q_mu_for_weights(layer, V))
 
 
 def posterior_mean_weights(layer: gpflux.layers.GPLayer) -> np.ndarray:
@@ -104,6 +121,37 @@ def posterior_mean_weights(layer: gpflux.layers.GPLayer) -> np.ndarray:
     if layer.whiten:
         return tf.linalg.triangular_solve(tf.linalg.cholesky(Kmm), layer.q_mu, lower=True, adjoint=True).numpy()
     return tf.linalg.solve(Kmm, tf.convert_to_tensor(layer.q_mu)).numpy()
+
+
+def mean_kl(layer: gpflux.layers.GPLayer) -> float:
+    """½ Σ_p B_pᵀ (Kuu + εI) B_p = ½ Σ_p μ_pᵀ (Kuu + εI)⁻¹ μ_p (whitened: ½ ‖μ_v‖²): the part of the layer's
+    KL[q(u) ‖ p(u)] that its posterior mean Φ(x) B carries, whatever q_sqrt is. It is half the squared RKHS
+    norm of the mean function, Σ_p ‖Σ_m B_mp g̃_m‖²_H, which for ReLU units grows with the truncation level
+    and the input dimension (Dutordoir et al., 2021, Sec. 3.3 and Fig. 4)."""
+    q_mu = tf.convert_to_tensor(layer.q_mu)
+    if layer.whiten:
+        return 0.5 * float(tf.reduce_sum(tf.square(q_mu)))
+    Kmm = gpflow.covariances.Kuu(layer.inducing_variable, layer.kernel, jitter=gpflow.config.default_jitter())
+    return 0.5 * float(tf.reduce_sum(q_mu * tf.linalg.solve(Kmm, q_mu)))
+
+
+def _warn_if_the_means_kl_dwarfs_the_data(kls: list, num_data: int, plans) -> None:
+    """The ELBO's data term is O(num_data) nats; a converted mean whose KL exceeds that is traded away by
+    stage 2 (it shrinks the means towards the prior), so say so at conversion, naming the layer."""
+    total = float(sum(kls))
+    if not total > num_data:
+        return
+    worst = int(np.argmax(kls))
+    warnings.warn(
+        f"the converted means carry a KL of {total:.3g} nats into the ELBO, {total / num_data:.3g} per data point "
+        f"({kls[worst]:.3g} in GP layer {worst}, input dimension {plans[worst].units.W.shape[1]}, "
+        f"{resolve_activation(plans[worst].units.activation).name} units). Stage 2's ELBO will shrink these means "
+        "away from the network's. The KL is half the squared RKHS norm of the means: a ReLU unit's grows with "
+        "truncation_level and the input dimension, a softplus unit's is bounded (Dutordoir et al., 2021, Fig. 4); "
+        "a lower truncation_level lowers a ReLU layer's at the price of the mismatch (ConversionReport.mean_kl and "
+        ".layers; docs/activated_dgp.md, 'How exact it is').",
+        stacklevel=3,
+    )
 
 
 def set_optimal_output_covariance(dgp: gpflux.models.DeepGP, X, noise_variance: Optional[float] = None) -> np.ndarray:
@@ -145,8 +193,22 @@ def rescale_kernel_variance(layer: gpflux.layers.GPLayer, variance: float) -> No
         raise ValueError(f"the kernel variance must be positive, got {variance!r}")
     weights = posterior_mean_weights(layer)
     kernel = getattr(layer.kernel, "kernel", layer.kernel)
+    previous = float(kernel.variance.numpy())
     kernel.variance.assign(variance)
-    set_posterior_mean_weights(layer, weights)
+    try:
+        layer.q_mu.assign(_q_mu_for_weights(layer, weights))
+    except UnrepresentableMean as error:
+        kernel.variance.assign(previous)
+        raise UnrepresentableMean(
+            f"at kernel variance {variance:.3g} (Kuu ∝ 1/v) the layer's converted mean cannot be represented; it "
+            f"keeps v = {previous:.3g}. {error}"
+        ) from None
+
+
+class UnrepresentableMean(ValueError):
+    """The layer's posterior-mean weights cannot be set: Kuu + εI is not positive definite in float64 (raised by
+    :func:`set_posterior_mean_weights`, :func:`rescale_kernel_variance`, which leaves the layer as it was, and
+    :func:`dgp_from_keras`, which names the layer)."""
 
 
 @dataclass
@@ -195,7 +257,8 @@ def select_kernel_variances(
     is best, for as long as the objective improves (down to 10^−9, up to 10^3): the best v depends on the
     data's noise level (naval's twin, noise 1.6e-4, wants v ≈ 1e-5 per layer; at the old fixed floor 1e-3
     its test NLPD was −2.06 against the network's −2.93, docs/results/stage2.md). Explicit ``candidates``
-    are taken as given.
+    are taken as given. A v at which a layer's converted mean cannot be represented (Kuu ∝ 1/v with too little
+    jitter left to be positive definite: :class:`UnrepresentableMean`) is recorded with −inf and never chosen.
 
     * ``objective="elbo"``: the ELBO on (X, Y) (:func:`activated_dgp.diagnostics.elbo_terms`, at most
       ``max_points`` seeded rows, scaled to the model's N). It resolves the trade-off the converted
@@ -282,7 +345,11 @@ def select_kernel_variances(
 
             def evaluate(v: float) -> bool:
                 nonlocal best, chosen, chosen_noise
-                rescale_kernel_variance(layer, v)
+                try:
+                    rescale_kernel_variance(layer, v)
+                except UnrepresentableMean:  # a v whose Kuu the mean cannot be solved on is not a candidate
+                    evaluations.append((index, v, -np.inf))
+                    return False
                 improved = False
                 noises = entry_noise * noise_factors if joint else None
                 for noise, value in zip(noises if joint else [None], scores(noises)):
@@ -514,6 +581,15 @@ def _architecture(plans, likelihood, whiten: bool, truncation_level: int) -> Arc
         raise ValueError(f"cannot convert the network ({output_dim} outputs): {error}") from None
 
 
+def _most_parallel_units(W: np.ndarray) -> str:
+    """'i and j (cosine c)' for the pair of rows of W (the units' directions) with the largest |cosine|."""
+    unit = W / np.maximum(np.linalg.norm(W, axis=1, keepdims=True), np.finfo(float).tiny)
+    cosines = np.abs(unit @ unit.T)
+    np.fill_diagonal(cosines, -1.0)
+    i, j = np.unravel_index(np.argmax(cosines), cosines.shape)
+    return f"{min(i, j)} and {max(i, j)} (|cosine| {cosines[i, j]:.6f})"
+
+
 def _forward(layers, hidden) -> np.ndarray:
     """The network's own output of a run of its layers, as float64 (a float32 network computes in float32)."""
     for layer in layers:
@@ -582,7 +658,7 @@ def dgp_from_keras(
         q_sqrt_scale=q_sqrt_scale,
     )
     hidden_net, records = hidden_dgp, []
-    for plan, layer in zip(plans, dgp.f_layers):
+    for index, (plan, layer) in enumerate(zip(plans, dgp.f_layers)):
         feature = layer.inducing_variable.inducing_variable
         feature.W.assign(plan.units.W.astype(feature.W.dtype.as_numpy_dtype))
         B, bias, refit = plan.B, plan.bias, plan.units.map != "exact" and hidden_dgp is not None
@@ -599,7 +675,13 @@ def dgp_from_keras(
                 B, bias = B[:-1], B[-1]
         if bias is not None:
             layer.mean_function = gpflow.mean_functions.Constant(np.asarray(bias, dtype=gpflow.default_float()))
-        set_posterior_mean_weights(layer, B)
+        try:
+            set_posterior_mean_weights(layer, B)
+        except UnrepresentableMean as error:
+            raise UnrepresentableMean(
+                f"GP layer {index} (Keras layers {[keras_layer.name for keras_layer in plan.layers]}): {error}. Its most "
+                f"nearly parallel units are {_most_parallel_units(plan.units.W)}; a lower truncation_level also helps."
+            ) from None
         if hidden_dgp is not None:
             local, _ = layer.predict(tf.convert_to_tensor(hidden_net, dtype=gpflow.default_float()), full_cov=False)
             hidden_dgp, _ = layer.predict(hidden_dgp, full_cov=False)
@@ -613,6 +695,8 @@ def dgp_from_keras(
     result = ConversionReport(dgp, exact)
     if select:
         result.variance_selection = select_kernel_variances(dgp, X, Y)
+    result.mean_kl = [mean_kl(layer) for layer in dgp.f_layers]
+    _warn_if_the_means_kl_dwarfs_the_data(result.mean_kl, num_data, plans)
     if X is not None:
         difference = propagate_means(dgp, X)[-1].numpy() - _forward([network], np.asarray(X, dtype=np.float64))
         result.max_abs_mismatch, result.rms_mismatch = _mismatch(difference)

@@ -354,3 +354,109 @@ def test_load_refuses_a_tampered_mean_function_record(tmp_path):
         (tmp_path / "saved" / "config.json").write_text(json.dumps(config))
         with pytest.raises(ValueError, match="corrupt saved dgp: mean functions"):
             load_dgp(tmp_path / "saved")
+
+
+# ------------------------------------------------------------------------------------------------ the converted means' KL
+
+
+@pytest.mark.parametrize("whiten", [True, False], ids=["whitened", "unwhitened"])
+def test_mean_kl_is_the_part_of_gpflows_prior_kl_that_the_mean_carries(whiten, rng):
+    """KL[N(μ, S) ‖ N(0, K)] = ½ μᵀK⁻¹μ + (terms in S alone), so GPflow's own prior KL of each converted layer,
+    minus the same KL with q_μ set to zero, is the report's mean_kl (GPflow's gauss_kl is the independent truth)."""
+    network = sequential(relu_layers())
+    randomise_biases(network, rng)
+    X = rng.normal(size=(40, 2))
+    conversion = dgp_from_keras(network, 40, X=X, whiten=whiten, truncation_level=6)
+    assert len(conversion.mean_kl) == len(conversion.dgp.f_layers)
+    for layer, reported in zip(conversion.dgp.f_layers, conversion.mean_kl):
+        full = float(layer.prior_kl())
+        q_mu = layer.q_mu.numpy()
+        layer.q_mu.assign(np.zeros_like(q_mu))
+        without_mean = float(layer.prior_kl())
+        layer.q_mu.assign(q_mu)
+        assert reported > 0
+        np.testing.assert_allclose(reported, full - without_mean, rtol=1e-6)
+
+
+def test_a_wide_relu_layer_warns_that_its_means_kl_dwarfs_the_data(rng):
+    """A ReLU unit's RKHS norm grows with the level multiplicities N_n^d (Dutordoir et al., 2021, Fig. 4), so in a
+    40-unit second layer (d = 41) the converted means' KL keeps growing with Ñ, while a softplus unit's norm is
+    bounded and its KL levels off. At Ñ = 20 the ReLU layer's KL is above one nat per data point and the
+    conversion says so, naming the layer; below that threshold (Ñ = 2) it says nothing."""
+    import warnings
+
+    X = rng.normal(size=(100, 2))
+
+    def network(activation):
+        return sequential([L.Dense(40, activation), L.Dense(40, activation), L.Dense(1)])
+
+    relu, smooth = network("relu"), network("softplus")
+    with pytest.warns(UserWarning, match=r"GP layer 1, input dimension 41, relu units"):
+        wide = dgp_from_keras(relu, 100, X=X, truncation_level=20)
+    assert wide.mean_kl[1] > 100
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        wider = dgp_from_keras(relu, 100, X=X, truncation_level=40)
+        smooth_kls = [dgp_from_keras(smooth, 100, X=X, truncation_level=level).mean_kl[1] for level in (20, 40)]
+    assert wider.mean_kl[1] > 1e3 * wide.mean_kl[1]
+    np.testing.assert_allclose(smooth_kls[1], smooth_kls[0], rtol=0.01)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        low = dgp_from_keras(relu, 100, X=X, truncation_level=2)
+    assert sum(low.mean_kl) <= 100
+
+
+# ------------------------------------------------------------------------------------------------ a mean Kuu cannot hold
+
+
+def duplicated_unit_network():
+    """[Dense(40, relu), Dense(40, relu), Dense(1)] whose second layer's units come in 20 identical pairs: its
+    inducing features span 20 dimensions fewer than there are, and where Kuu's diagonal times float64's round-off
+    exceeds the jitter ε (≈ 1e17 on the diagonal at Ñ = 20, d = 41) each of the 20 zero eigenvalues of Kuu + εI
+    comes out of the Cholesky with a random sign, so the factorisation fails (20 coin flips, not one)."""
+    network = sequential([L.Dense(40, "relu"), L.Dense(40, "relu"), L.Dense(1)])
+    kernel = network.layers[1].kernel.numpy()
+    kernel[:, 1::2] = kernel[:, 0::2]
+    network.layers[1].kernel.assign(kernel)
+    return network
+
+
+def test_a_mean_kuu_cannot_hold_is_a_clear_error_naming_the_layer_and_the_parallel_units(rng):
+    from activated_dgp.conversion import UnrepresentableMean
+
+    with pytest.raises(UnrepresentableMean, match=r"GP layer 1 \(Keras layers \['dense_\d+', 'dense_\d+'\]\).*units are \d+ "
+                       r"and \d+ \(\|cosine\| 1\.000000\)"):
+        dgp_from_keras(duplicated_unit_network(), 50, X=rng.normal(size=(50, 2)), truncation_level=20)
+
+
+def test_a_kernel_variance_the_mean_cannot_hold_leaves_the_layer_and_is_never_chosen(rng):
+    """Kuu ∝ 1/v: at Ñ = 10 (Kuu's diagonal ≈ 6e6 at v = 1) the duplicated layer converts at v = 1, where ε
+    dominates the round-off, but not at v = 1e-9. Rescaling there raises
+    and leaves the layer as it was; the variance search records such a v with −inf, chooses a v it could solve,
+    and keeps the mean propagation (the network's, measured by the NumPy forward pass written in this file)."""
+    import warnings
+
+    from activated_dgp.conversion import UnrepresentableMean, rescale_kernel_variance, select_kernel_variances
+
+    network = duplicated_unit_network()
+    X = rng.normal(size=(60, 2))
+    Y = numpy_forward(dense_layers(network), X) + 0.1 * rng.normal(size=(60, 1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # the KL warning
+        conversion = dgp_from_keras(network, 60, X=X, truncation_level=10)
+    dgp, layer = conversion.dgp, conversion.dgp.f_layers[1]
+    before = propagate_means(dgp, X)[-1].numpy()
+    q_mu = layer.q_mu.numpy()
+    with pytest.raises(UnrepresentableMean, match=r"at kernel variance 1e-09 .* keeps v = 1"):
+        rescale_kernel_variance(layer, 1e-9)
+    assert float(layer.kernel.kernel.variance.numpy()) == 1.0
+    np.testing.assert_array_equal(layer.q_mu.numpy(), q_mu)
+
+    selection = select_kernel_variances(dgp, X, Y, objective="validation", candidates=[1.0, 1e-3, 1e-6, 1e-9])
+    refused = [v for index, v, value in selection.evaluations if index == 1 and value == -np.inf]
+    assert 1e-9 in refused
+    assert selection.variances[1] not in refused
+    after = propagate_means(dgp, X)[-1].numpy()
+    truth = numpy_forward(dense_layers(network), X)
+    np.testing.assert_allclose(after, before, rtol=1e-6, atol=1e-8 * np.abs(truth).max())
+    assert np.sqrt(np.mean((after - truth) ** 2)) < 0.1 * np.sqrt(np.mean(truth**2))
