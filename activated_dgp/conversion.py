@@ -49,6 +49,7 @@ __all__ = [
     "select_kernel_variances",
     "VarianceSelection",
     "UnrepresentableMean",
+    "split_convertible_head",
 ]
 
 
@@ -562,6 +563,31 @@ def _plans(network) -> list:
                 )
             plan.layers += block.layers
     return plans
+
+
+def split_convertible_head(network: tf_keras.Model):
+    """(g, head): the network as a feature extractor g followed by the longest tail of its chain that
+    :func:`dgp_from_keras` converts, head(g(x)) = network(x) with the same layer objects. g is None when the whole
+    network converts (head is then the network itself). g takes everything in front of the tail: Conv2D and
+    pooling layers, a Flatten, a tanh layer, whatever does not convert. A network with no convertible tail gets the
+    conversion's own error for the whole network."""
+    try:
+        _plans(network)
+        return None, network
+    except ValueError as error:
+        whole_error = error
+    layers = _chain_layers(network)
+    for start in range(1, len(layers)):
+        if not isinstance(layers[start], (tf_keras.layers.Dense, ActivatedLayer)):
+            continue
+        extractor = tf_keras.Sequential([tf_keras.Input(network.input_shape[1:])] + layers[:start], name=f"{network.name}_extractor")
+        head = tf_keras.Sequential([tf_keras.Input(extractor.output_shape[1:])] + layers[start:], name=f"{network.name}_head")
+        try:
+            _plans(head)
+        except ValueError:
+            continue
+        return extractor, head
+    raise whole_error
 
 
 def _architecture(plans, likelihood, whiten: bool, truncation_level: int) -> ArchitectureConfig:

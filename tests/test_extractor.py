@@ -94,3 +94,71 @@ def test_features_and_bad_input_get_clear_errors():
         train_dgp_with_extractor(dgp, extractor, X, Y, TrainingSchedule(epochs=2, patience=2))
     with pytest.raises(NotImplementedError, match="save_dgp"):
         ExtractorDGP(dgp, extractor).save("model.keras")
+
+
+# ------------------------------------------------------------------------------------------------ a CNN through train_two_stage
+
+
+def _cnn(seed=0):
+    """A small regression CNN: Conv2D → MaxPool → Flatten → Dense(12, softplus) → Dense(1), trained briefly on a
+    smooth function of 6×6 images, with a held-out part."""
+    tf_keras.utils.set_random_seed(seed)
+    rng = np.random.default_rng(seed)
+    images = rng.normal(size=(160, 6, 6, 1)).astype(np.float32)
+    targets = np.tanh(images[:, :3].mean(axis=(1, 2, 3)) - images[:, 3:].mean(axis=(1, 2, 3)))[:, None]
+    targets = targets + 0.05 * rng.normal(size=targets.shape)
+    L = tf_keras.layers
+    network = tf_keras.Sequential([tf_keras.Input((6, 6, 1)), L.Conv2D(3, 3, activation="relu"), L.MaxPooling2D(),
+                                   L.Flatten(), L.Dense(12, "softplus"), L.Dense(1)])
+    network.compile(tf_keras.optimizers.Adam(0.01), "mse")
+    network.fit(images[:120], targets[:120], epochs=60, batch_size=32, verbose=0)
+    return network, (images[:120], targets[:120]), (images[120:], targets[120:])
+
+
+def test_split_convertible_head_composes_to_the_network_and_keeps_what_converts():
+    from activated_dgp.conversion import split_convertible_head
+
+    network, (X, _), _ = _cnn()
+    extractor, head = split_convertible_head(network)
+    assert [type(layer).__name__ for layer in extractor.layers] == ["Conv2D", "MaxPooling2D", "Flatten"]
+    assert [type(layer).__name__ for layer in head.layers] == ["Dense", "Dense"]
+    np.testing.assert_array_equal(head(extractor(X)).numpy(), network(X).numpy())  # the same layer objects
+
+    dense = tf_keras.Sequential([tf_keras.Input((3,)), tf_keras.layers.Dense(4, "relu"), tf_keras.layers.Dense(1)])
+    assert split_convertible_head(dense) == (None, dense)
+    inputs = tf_keras.Input((3,))
+    hidden = tf_keras.layers.Dense(5, "relu")(tf_keras.layers.Dense(4, "tanh")(inputs))
+    functional = tf_keras.Model(inputs, tf_keras.layers.Dense(1)(hidden))
+    extractor, head = split_convertible_head(functional)
+    assert [layer.get_config()["activation"] for layer in extractor.layers] == ["tanh"]
+    ends_badly = tf_keras.Sequential([tf_keras.Input((3,)), tf_keras.layers.Dense(4, "relu"), tf_keras.layers.Dense(1, "tanh")])
+    with pytest.raises(ValueError, match="tanh"):
+        split_convertible_head(ends_badly)
+
+
+def test_train_two_stage_on_a_cnn_converts_the_head_on_the_features_and_never_ends_worse():
+    """train_two_stage(network=cnn): the conv layers become a copy g trained with the DGP; the network is left as it
+    was. Before stage 2 (one epoch at a learning rate of 1e-12) the DGP's mean on g(x) is the network's output on held-out images up to the
+    softplus map's mismatch; after it, the held-out NLPD (the one-layer closed form above) is no worse than that
+    start's, because the validation recipe restores its best check."""
+    from activated_dgp import train_two_stage
+
+    network, (X, Y), (X_val, Y_val) = _cnn()
+    weights = [w.copy() for w in network.get_weights()]
+    runs = {}
+    for epochs, rate in ((1, 1e-12), (15, 1e-3)):
+        runs[epochs] = train_two_stage(X, Y, network=network, validation_data=(X_val, Y_val), seed=0,
+                                       dgp_schedule=TrainingSchedule(epochs=epochs, learning_rate=rate, patience=5))
+        assert all(np.array_equal(a, b) for a, b in zip(weights, network.get_weights()))
+    start, fitted = runs[1], runs[15]
+    assert start.recipe == "by_likelihood" and start.extractor is not None  # validation, for a Gaussian
+    assert not any(layer in network.layers for layer in fitted.extractor.layers)
+    mean, _ = start.dgp.f_layers[0].predict(extracted_features(start.extractor, X_val), full_cov=False)
+    scale = np.sqrt(np.mean(network(X_val).numpy() ** 2))
+    assert np.sqrt(np.mean((mean.numpy() - network(X_val).numpy()) ** 2)) < 0.1 * scale
+    assert _nlpd(fitted.dgp, fitted.extractor, X_val, Y_val) <= _nlpd(start.dgp, start.extractor, X_val, Y_val) + 1e-9
+
+    with pytest.raises(ValueError, match="feature extractor"):
+        train_two_stage(X, Y, network=network, warmup_steps=5)
+    with pytest.raises(ValueError, match=r"X must be \[N, 6, 6, 1\]"):
+        train_two_stage(X[:, :5], Y, network=network)

@@ -14,11 +14,16 @@ import tensorflow as tf
 import tf_keras
 
 from ..config import ArchitectureConfig
-from ..conversion import NOISE_FACTORS, check_variance_floor, dgp_from_keras, rescale_kernel_variance, select_kernel_variances
+from ..conversion import (
+    NOISE_FACTORS, check_variance_floor, dgp_from_keras, rescale_kernel_variance, select_kernel_variances,
+    split_convertible_head,
+)
 from ..far_field import add_far_field, far_field_options, refit_far_field
 from ..models import likelihood_name, output_width
 from ..nn import build_activated_nn
 from ..spectra import DEFAULT_ACTIVATION, ZonalActivation
+from ..validation import check_targets
+from .extractor import _check_inputs, extracted_features, train_dgp_with_extractor
 from .fitters import _check_data, evaluate_elbo, train_dgp, train_network
 from .recipes import DEFAULT_RECIPE, Stage2Recipe, stage2_recipe
 from .schedule import TrainingSchedule
@@ -37,6 +42,9 @@ class TwoStageResult:
     kernel_variances: Optional[list] = None  # per layer, after conversion (chosen when kernel_variance="elbo")
     initial_noise_variance: Optional[float] = None
     recipe: Optional[str] = None  # the stage-2 recipe's name (activated_dgp.training.recipes)
+    # the feature extractor g trained with the DGP when the network's first layers do not convert (a copy: the
+    # network is left as it was); predict with the DGP on extracted_features(extractor, X). None otherwise.
+    extractor: Optional[tf_keras.Model] = None
 
 
 def split_validation(X, Y, fraction: float, seed: Optional[int] = None):
@@ -121,7 +129,12 @@ def train_two_stage(
     :param dgp_callbacks: tf-keras callbacks for stage 2; one with a ``set_dgp(dgp)`` method is handed
         the converted DeepGP before stage 2 starts.
     :param network: a network to start from instead of building and training a twin (stage 1 is
-        then skipped).
+        then skipped). When its first layers do not convert (Conv2D, pooling, Flatten, a tanh layer), they become a
+        feature extractor g and the longest convertible tail of Dense layers the DGP
+        (:func:`~activated_dgp.conversion.split_convertible_head`); X is then whatever g takes ([N, ...] images,
+        say), the recipe's selections run on the features g(x), and stage 2 trains a copy of g with the DGP
+        (:func:`~activated_dgp.training.train_dgp_with_extractor`; ``TwoStageResult.extractor``): the paper's
+        fine-tuned conv layers (Sec. 5.3), which on rotated MNIST is what keeps the ADGP's lead under shift.
     :param elbo_samples: passes of :func:`evaluate_elbo` for ``TwoStageResult.initial_elbo`` (the
         converted DGP's ELBO before stage 2); 0 (the default) skips it, leaving ``initial_elbo`` None —
         it costs that many passes over the whole data.
@@ -134,9 +147,23 @@ def train_two_stage(
     """
     far_field = far_field_options(far_field)
     chosen = stage2_recipe(recipe)
-    X, Y = _check_data(X, Y)
+    extractor, head = split_convertible_head(network) if network is not None else (None, None)
+    if extractor is None:
+        X, Y = _check_data(X, Y)
+    else:
+        if warmup_steps or strategy is not None or dgp_callbacks:
+            raise ValueError(
+                f"the network {network.name!r} starts with layers that do not convert, so stage 2 trains them as a feature "
+                "extractor (train_dgp_with_extractor), which takes no warmup_steps, strategy or dgp_callbacks"
+            )
+        X, Y = _check_inputs(X, "X"), check_targets(Y, "Y")
+        expected = tuple(network.input_shape[1:])
+        if len(X.shape[1:]) != len(expected) or any(e is not None and e != g for e, g in zip(expected, X.shape[1:])):
+            raise ValueError(f"X must be [N, {', '.join(map(str, expected))}] for the network {network.name!r}, got shape {X.shape}")
+        if len(X) != len(Y):
+            raise ValueError(f"X and Y must have the same N, got {len(X)} and {len(Y)} rows")
     config = ArchitectureConfig(  # validates the architecture and the likelihood before any training
-        X.shape[1], num_layers=num_layers, num_units=num_units, layer_widths=layer_widths,
+        X.shape[1] if extractor is None else head.input_shape[-1], num_layers=num_layers, num_units=num_units, layer_widths=layer_widths,
         output_dim=output_width(likelihood, Y, num_classes), activation=activation,
         truncation_level=truncation_level, lengthscales=lengthscales, whiten=whiten, likelihood=likelihood,
     )
@@ -156,11 +183,14 @@ def train_two_stage(
     if validation_data is None and validation_fraction > 0:
         (X, Y), validation_data = split_validation(X, Y, validation_fraction, seed)
     if validation_data is not None:
-        validation_data = _check_data(*validation_data)
-        if validation_data[0].shape[1] != X.shape[1] or validation_data[1].shape[1] != Y.shape[1]:
+        if extractor is None:
+            validation_data = _check_data(*validation_data)
+        else:
+            validation_data = _check_inputs(validation_data[0], "validation X"), check_targets(validation_data[1], "validation Y")
+        if validation_data[0].shape[1:] != X.shape[1:] or validation_data[1].shape[1] != Y.shape[1]:
             raise ValueError(
-                f"validation_data must have the widths of (X, Y), {X.shape[1]} and {Y.shape[1]}; got "
-                f"{validation_data[0].shape[1]} and {validation_data[1].shape[1]}"
+                f"validation_data must have the shapes of (X, Y) after N, {X.shape[1:]} and {Y.shape[1]}; got "
+                f"{validation_data[0].shape[1:]} and {validation_data[1].shape[1]}"
             )
     if isinstance(kernel_variance, str) and kernel_variance not in ("elbo", "validation"):
         raise ValueError(f"kernel_variance must be a positive number, 'elbo' or 'validation', got {kernel_variance!r}")
@@ -186,30 +216,46 @@ def train_two_stage(
     if gaussian and not isinstance(noise_variance, (int, float)):
         source = validation_data if (noise_variance in ("validation", "selected") or (noise_variance is None and validation_data is not None)) else (X, Y)
         noise_variance = float(max(np.mean((network(source[0]).numpy() - source[1]) ** 2), 1e-4))
+    if extractor is not None:  # a copy: stage 2 trains g, and the user's network stays as it was
+        original, extractor = extractor, tf_keras.models.clone_model(extractor)
+        extractor.set_weights(original.get_weights())
+    features = X if extractor is None else extracted_features(extractor, X)  # the DGP's inputs
+    validation_features = validation_data
+    if extractor is not None and validation_data is not None:
+        validation_features = extracted_features(extractor, validation_data[0]), validation_data[1]
     conversion = dgp_from_keras(
-        network, len(X), X=X[:2048], likelihood=config.likelihood, whiten=config.whiten, noise_variance=noise_variance or 0.01
+        network if extractor is None else head, len(X), X=features[:2048], likelihood=config.likelihood, whiten=config.whiten, noise_variance=noise_variance or 0.01
     )
     noise_factors = NOISE_FACTORS if select_noise else None
     if kernel_variance == "elbo":
-        select_kernel_variances(conversion.dgp, X, Y, seed=seed or 0, noise_factors=noise_factors, min_variance=kernel_variance_floor)
+        select_kernel_variances(conversion.dgp, features, Y, seed=seed or 0, noise_factors=noise_factors, min_variance=kernel_variance_floor)
     elif kernel_variance == "validation":
         select_kernel_variances(
-            conversion.dgp, *validation_data, objective="validation", seed=seed or 0, noise_factors=noise_factors,
+            conversion.dgp, *validation_features, objective="validation", seed=seed or 0, noise_factors=noise_factors,
             min_variance=kernel_variance_floor,
         )
     elif kernel_variance != 1.0:
         for layer in conversion.dgp.f_layers:
             rescale_kernel_variance(layer, float(kernel_variance))
     if far_field is not None:
-        add_far_field(conversion.dgp, X, **far_field)
+        add_far_field(conversion.dgp, features, **far_field)
     if select_noise:  # the noise stage 2 starts from, as the joint search left it
         noise_variance = float(conversion.dgp.likelihood_layer.likelihood.variance.numpy())
     variances = [float(layer.kernel.kernel.variance.numpy()) for layer in conversion.dgp.f_layers]
-    initial_elbo = evaluate_elbo(conversion.dgp, X, Y, num_samples=elbo_samples) if elbo_samples > 0 else None
+    initial_elbo = evaluate_elbo(conversion.dgp, features, Y, num_samples=elbo_samples) if elbo_samples > 0 else None
     for callback in dgp_callbacks:  # e.g. diagnostics that want to see the converted model
         if hasattr(callback, "set_dgp"):
             callback.set_dgp(conversion.dgp)
     stop_dgp = dgp_schedule is not None and dgp_schedule.patience is not None
+    if extractor is not None:  # trains g with the DGP and refits the far field to the final features
+        dgp_history = train_dgp_with_extractor(
+            conversion.dgp, extractor, X, Y, dgp_schedule, validation_data=validation_data if stop_dgp else None,
+            seed=seed or 0,
+        )
+        return TwoStageResult(
+            network, conversion.dgp, network_history, dgp_history, conversion.max_abs_mismatch, initial_elbo,
+            variances, noise_variance if gaussian else None, chosen.name, extractor,
+        )
     dgp_history = train_dgp(
         conversion.dgp, X, Y, dgp_schedule, validation_data=validation_data if stop_dgp else None,
         warmup_steps=warmup_steps, callbacks=dgp_callbacks, strategy=strategy, seed=seed or 0,

@@ -115,7 +115,9 @@ plot_uncertainty(network(grid).numpy(), mean, variance, "network", "converted DG
 # a tanh layer) stay a feature extractor g, and the dense head after them converts on the features g(x). In stage 2
 # `train_dgp_with_extractor` trains g together with the DGP on the ELBO. On rotated MNIST that is what keeps the
 # converted classifier's lead under dataset shift; with g frozen it does not beat MC dropout
-# (docs/results/rotated_mnist.md). Here g is a tanh layer, which the converter refuses.
+# (docs/results/rotated_mnist.md). Here g is a tanh layer, which the converter refuses. Below, the two steps by
+# hand; `train_two_stage(X, Y, network=whole)` does the same split (`split_convertible_head`), trains a copy of g
+# with the default recipe, and returns it as `result.extractor`.
 
 # %%
 from activated_dgp import train_dgp_with_extractor
