@@ -182,3 +182,51 @@ def test_repeated_fits_do_not_warn_about_retracing():
         tf.get_logger().removeHandler(handler)
     assert ours == []
     assert theirs, "the control loop should trigger TensorFlow's retracing warning"
+
+
+def _poison_at(dgp, epoch):
+    """A Keras callback that, at the start of ``epoch`` (0-based), writes NaN into the first GP layer's q_mu through
+    its unconstrained variable (gpflow's assign refuses NaN), so the next step's second-layer inputs are NaN and the
+    activated layer's CheckNumerics raises inside the step; and that keeps a copy of that q_mu at every epoch end."""
+    import tf_keras
+
+    class Poison(tf_keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.snapshots = {0: dgp.f_layers[0].q_mu.numpy().copy()}
+
+        def on_epoch_end(self, done, logs=None):
+            self.snapshots[done + 1] = dgp.f_layers[0].q_mu.numpy().copy()
+
+        def on_epoch_begin(self, current, logs=None):
+            if current == epoch:
+                variable = dgp.f_layers[0].q_mu.unconstrained_variable
+                variable.assign(np.full(variable.shape, np.nan))
+
+    return Poison()
+
+
+def test_a_step_that_raises_on_a_nan_ends_the_fit_at_the_best_check_with_a_warning():
+    """A NaN met inside a step (not in a parameter at an epoch end) used to unwind out of train_dgp as TensorFlow's
+    InvalidArgumentError with nothing restored. Now the fit stops in that epoch, the best check's parameters come
+    back (equal to the copy the callback took after that epoch), the history says why, and a warning says so."""
+    X, Y, dgp = _converted(num_layers=2)
+    poison = _poison_at(dgp, epoch=2)
+    schedule = TrainingSchedule(epochs=4, batch_size=32, learning_rate=1e-3, ramp_steps=0)
+    with pytest.warns(UserWarning, match=r"non-finite value in epoch 3 .* best check"):
+        history = train_dgp(dgp, X, Y, schedule, callbacks=[poison])
+    assert "NaN" in history["error"]
+    assert len(history["loss"]) == 2  # the epochs that finished
+    steps = schedule.steps_per_epoch(len(X))
+    assert history["restored"] and history["diverged_step"] == 3 * steps
+    best_epoch = history["best_step"] // steps
+    assert best_epoch in (0, 1, 2)
+    np.testing.assert_array_equal(dgp.f_layers[0].q_mu.numpy(), poison.snapshots[best_epoch])
+    assert all(np.all(np.isfinite(v.numpy())) for v in dgp.variables if v.dtype.is_floating)
+
+
+def test_without_a_check_to_go_back_to_the_nan_is_a_named_error():
+    X, Y, dgp = _converted(num_layers=2)
+    schedule = TrainingSchedule(epochs=3, batch_size=32, learning_rate=1e-3, ramp_steps=0)
+    with pytest.raises(FloatingPointError, match=r"non-finite value in epoch 2 and has no check to go back to"):
+        train_dgp(dgp, X, Y, schedule, callbacks=[_poison_at(dgp, epoch=1)], guard=False)

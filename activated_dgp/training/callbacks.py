@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import warnings
 from typing import Callable, Optional
 
 import numpy as np
 import tensorflow as tf
 import tf_keras
 
-__all__ = ["FitProgress", "LearningRateRamp", "RestoreBest", "without_retracing_warnings"]
+__all__ = ["FitProgress", "LearningRateRamp", "RestoreBest", "fit_keeping_the_best", "without_retracing_warnings"]
 
 
 class FitProgress(tf_keras.callbacks.Callback):
@@ -75,6 +76,44 @@ class LearningRateRamp(tf_keras.callbacks.Callback):
         step = int(self.model.optimizer.iterations.numpy()) + 1
         if step <= self.steps:
             self.model.optimizer.learning_rate.assign(self.target * step / self.steps)
+
+
+def _what_tensorflow_said(message: str) -> str:
+    """The line of a graph-execution error that says what failed (not "Graph execution error:", the node's
+    traceback or the op's name)."""
+    lines = [line.strip() for line in message.splitlines() if line.strip() and not line.startswith((" ", "\t"))]
+    said = [line for line in lines if not line.startswith(("Graph execution error", "Detected at node", "File "))]
+    return said[-1] if said else message.strip()
+
+
+def fit_keeping_the_best(model: tf_keras.Model, data, stopper: Optional["RestoreBest"], callbacks, **fit_kwargs) -> dict:
+    """``model.fit(data, callbacks=callbacks, **fit_kwargs)``'s history, for data already checked to be finite.
+
+    A step that raises on a non-finite value (TensorFlow's ``CheckNumerics``: a NaN from a Cholesky of a Kuu that
+    training made singular, say) ends the fit there instead of unwinding through the caller. The stopper records the
+    divergence and restores its best check (:meth:`RestoreBest.abort`), the history keeps the epochs that finished,
+    its ``"error"`` holds TensorFlow's message, and a warning says so. Without a stopper to go back to the error is
+    raised as a ``FloatingPointError`` that says where and why."""
+    progress = tf_keras.callbacks.History()
+    try:
+        model.fit(data, callbacks=[progress] + list(callbacks), **fit_kwargs)
+    except tf.errors.InvalidArgumentError as error:
+        message = _what_tensorflow_said(str(error.message))
+        epoch = len(progress.epoch) + fit_kwargs.get("initial_epoch", 0) + 1
+        if stopper is None or stopper._best_values is None:
+            raise FloatingPointError(
+                f"the fit met a non-finite value in epoch {epoch} and has no check to go back to (no validation data and "
+                f"no guard): {message}"
+            ) from error
+        stopper.abort()
+        best = stopper.best_epoch
+        warnings.warn(
+            f"the fit met a non-finite value in epoch {epoch} and stopped there; the parameters of its best check "
+            f"(epoch {best}) were restored. TensorFlow said: {message}",
+            stacklevel=3,
+        )
+        return {**progress.history, "error": message}
+    return dict(progress.history)
 
 
 class RestoreBest(tf_keras.callbacks.Callback):
@@ -166,6 +205,18 @@ class RestoreBest(tf_keras.callbacks.Callback):
             self._check(self.epochs_run, self._finite())  # the final state competes too
         if self._best_values is not None:
             self.restored = self.diverged_epoch is not None or self.best_epoch != self.epochs_run
+            for variable, value in self._best_values:
+                variable.assign(value)
+
+    def abort(self) -> None:
+        """The fit raised inside an epoch (a step met a non-finite value: a Cholesky that failed, say) and Keras
+        will not call ``on_train_end``: record the divergence in the epoch that was running and restore the best
+        check, as at the end of a fit that diverged."""
+        self.diverged_epoch = self.epochs_run + 1
+        self.checks.append((self.diverged_epoch, float("nan")))
+        self._variables = None
+        if self._best_values is not None:
+            self.restored = True
             for variable, value in self._best_values:
                 variable.assign(value)
 

@@ -20,7 +20,7 @@ from ..diagnostics import elbo_terms
 from ..far_field import has_far_field, refit_far_field
 from ..prediction import check_dgp
 from ..validation import _rows, check_targets, dgp_input_width
-from .callbacks import LearningRateRamp, RestoreBest, without_retracing_warnings
+from .callbacks import LearningRateRamp, RestoreBest, fit_keeping_the_best, without_retracing_warnings
 from .fitters import guard_rows, stage2_stopper, validation_nlpd
 from .schedule import TrainingSchedule
 
@@ -152,8 +152,7 @@ def train_dgp_with_extractor(
     batch = min(schedule.batch_size, len(X))
     data = tf.data.Dataset.from_tensor_slices((X, Y)).shuffle(len(X), seed=seed, reshuffle_each_iteration=True).batch(batch)
     with without_retracing_warnings():
-        history = model.fit(data, epochs=schedule.epochs, callbacks=callbacks, verbose=schedule.keras_verbose)
-    record = dict(history.history)
+        record = fit_keeping_the_best(model, data, stopper, callbacks, epochs=schedule.epochs, verbose=schedule.keras_verbose)
     if stopper is not None:
         record.update(stopper.summary(steps_per_epoch))
         record["check_objective"] = stopper.label

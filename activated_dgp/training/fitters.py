@@ -21,7 +21,7 @@ from ..models import network_loss, output_width
 from ..prediction import check_dgp, predictive_log_density, seeded_log_density
 from ..streaming import ArraySource, CsvSource, DatasetSource, as_source, data_errors, global_batches
 from ..validation import check_matrix, check_targets, dgp_input_width
-from .callbacks import LearningRateRamp, RestoreBest, without_retracing_warnings
+from .callbacks import LearningRateRamp, RestoreBest, fit_keeping_the_best, without_retracing_warnings
 from .schedule import TrainingSchedule
 
 __all__ = [
@@ -366,10 +366,11 @@ def _fit_elbo(
     ramp = [LearningRateRamp(schedule.learning_rate, schedule.ramp_steps)] if ramped else []
     callbacks = ramp + schedule.callbacks() + list(extra) + ([stopper] if stopper is not None else [])
     fit = dict(epochs=schedule.epochs, callbacks=callbacks, verbose=schedule.keras_verbose, initial_epoch=initial_epoch)
-    if isinstance(data, tuple):
+    if isinstance(data, tuple):  # in memory, checked finite: a non-finite value is the fit's own
         with without_retracing_warnings():
-            history = model.fit({"inputs": data[0], "targets": data[1]}, batch_size=schedule.batch_size, **fit)
-        return dict(history.history)
+            return fit_keeping_the_best(
+                model, {"inputs": data[0], "targets": data[1]}, stopper, fit.pop("callbacks"), batch_size=schedule.batch_size, **fit
+            )
     if strategy is not None:
         dataset = distributed_dataset(data, schedule.batch_size, strategy, seed)
     else:

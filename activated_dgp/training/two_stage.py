@@ -188,10 +188,10 @@ def train_two_stage(
         else:
             validation_data = _check_inputs(validation_data[0], "validation X"), check_targets(validation_data[1], "validation Y")
         if validation_data[0].shape[1:] != X.shape[1:] or validation_data[1].shape[1] != Y.shape[1]:
-            raise ValueError(
-                f"validation_data must have the shapes of (X, Y) after N, {X.shape[1:]} and {Y.shape[1]}; got "
-                f"{validation_data[0].shape[1:]} and {validation_data[1].shape[1]}"
-            )
+            def widths(A, B):
+                return f"{A.shape[1] if A.ndim == 2 else A.shape[1:]} and {B.shape[1]}"
+
+            raise ValueError(f"validation_data must have the widths of (X, Y), {widths(X, Y)}; got {widths(*validation_data)}")
     if isinstance(kernel_variance, str) and kernel_variance not in ("elbo", "validation"):
         raise ValueError(f"kernel_variance must be a positive number, 'elbo' or 'validation', got {kernel_variance!r}")
     if kernel_variance_floor is not None:

@@ -22,6 +22,7 @@ from activated_dgp import TrainingSchedule, dgp_from_keras, predict_y, propagate
 
 FAST = os.environ.get("ADGP_TUTORIAL_FAST") == "1"
 rng = np.random.default_rng(0)
+tf_keras.utils.set_random_seed(0)  # the networks' initial weights: the same run every time
 X = rng.uniform(-2, 2, size=(300, 1))
 Y = np.sin(3 * X) + 0.1 * rng.normal(size=X.shape)
 
