@@ -247,21 +247,16 @@ def train_two_stage(
         if hasattr(callback, "set_dgp"):
             callback.set_dgp(conversion.dgp)
     stop_dgp = dgp_schedule is not None and dgp_schedule.patience is not None
+    validation = validation_data if stop_dgp else None
     if extractor is not None:  # trains g with the DGP and refits the far field to the final features
-        dgp_history = train_dgp_with_extractor(
-            conversion.dgp, extractor, X, Y, dgp_schedule, validation_data=validation_data if stop_dgp else None,
-            seed=seed or 0,
+        dgp_history = train_dgp_with_extractor(conversion.dgp, extractor, X, Y, dgp_schedule, validation_data=validation, seed=seed or 0)
+    else:
+        dgp_history = train_dgp(
+            conversion.dgp, X, Y, dgp_schedule, validation_data=validation, warmup_steps=warmup_steps, callbacks=dgp_callbacks,
+            strategy=strategy, seed=seed or 0,
         )
-        return TwoStageResult(
-            network, conversion.dgp, network_history, dgp_history, conversion.max_abs_mismatch, initial_elbo,
-            variances, noise_variance if gaussian else None, chosen.name, extractor,
-        )
-    dgp_history = train_dgp(
-        conversion.dgp, X, Y, dgp_schedule, validation_data=validation_data if stop_dgp else None,
-        warmup_steps=warmup_steps, callbacks=dgp_callbacks, strategy=strategy, seed=seed or 0,
-    )
-    if far_field is not None and len(conversion.dgp.f_layers) > 1:  # stage 2 moved the hidden representations
-        refit_far_field(conversion.dgp, X)
+        if far_field is not None and len(conversion.dgp.f_layers) > 1:  # stage 2 moved the hidden representations
+            refit_far_field(conversion.dgp, X)
     return TwoStageResult(
         network,
         conversion.dgp,
@@ -272,4 +267,5 @@ def train_two_stage(
         variances,
         noise_variance if gaussian else None,
         chosen.name,
+        extractor,
     )
