@@ -146,11 +146,24 @@ def test_train_two_stage_on_a_cnn_converts_the_head_on_the_features_and_never_en
     network, (X, Y), (X_val, Y_val) = _cnn()
     weights = [w.copy() for w in network.get_weights()]
     runs = {}
+
+    class Seen(tf_keras.callbacks.Callback):  # dgp_callbacks reach the extractor's fit, and set_dgp gets the DGP
+        dgp, epochs = None, 0
+
+        def set_dgp(self, dgp):
+            self.dgp = dgp
+
+        def on_epoch_end(self, epoch, logs=None):
+            self.epochs += 1
+
+    seen = Seen()
     for epochs, rate in ((1, 1e-12), (15, 1e-3)):
         runs[epochs] = train_two_stage(X, Y, network=network, validation_data=(X_val, Y_val), seed=0,
-                                       dgp_schedule=TrainingSchedule(epochs=epochs, learning_rate=rate, patience=5))
+                                       dgp_schedule=TrainingSchedule(epochs=epochs, learning_rate=rate, patience=5),
+                                       dgp_callbacks=[seen] if epochs == 15 else ())
         assert all(np.array_equal(a, b) for a, b in zip(weights, network.get_weights()))
     start, fitted = runs[1], runs[15]
+    assert seen.dgp is fitted.dgp and seen.epochs >= 1
     assert start.recipe == "by_likelihood" and start.extractor is not None  # validation, for a Gaussian
     assert not any(layer in network.layers for layer in fitted.extractor.layers)
     mean, _ = start.dgp.f_layers[0].predict(extracted_features(start.extractor, X_val), full_cov=False)

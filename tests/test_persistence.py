@@ -150,6 +150,9 @@ out["extractor/weights"] = extractor_moments(model, Xe)
 model = extractor_dgp(6, len(Xe))
 tf.train.Checkpoint(model=model).read(meta["extractor_checkpoint"]).assert_existing_objects_matched()
 out["extractor/checkpoint"] = extractor_moments(model, Xe)
+model = extractor_dgp(7, len(Xe))
+model.load_weights(meta["extractor_model_checkpoint"])
+out["extractor/model_checkpoint"] = extractor_moments(model, Xe)
 
 # -------- Keras paths: load into a twin built with ANOTHER seed, so an unrestored W shows
 def fresh():
@@ -318,13 +321,16 @@ def fresh_process(tmp_path_factory, interrupt_after):
     Xe = rng.normal(size=(N, 3)).astype(np.float32)
     np.save(root / "xe.npy", Xe)
     model = extractor_dgp(4, N)  # noqa: F821
+    meta["extractor_model_checkpoint"] = str(root / "xdgp_mc.weights.h5")  # written by Keras after every epoch
     train_dgp_with_extractor(model.deep_gp, model.extractor, Xe, np.sin(Xe[:, :1]).astype(np.float64),
-                             TrainingSchedule(epochs=3, batch_size=N, ramp_steps=0, learning_rate=0.05), guard=False)
+                             TrainingSchedule(epochs=3, batch_size=N, ramp_steps=0, learning_rate=0.05), guard=False,
+                             callbacks=[tf_keras.callbacks.ModelCheckpoint(meta["extractor_model_checkpoint"], save_weights_only=True)])
     meta["extractor_weights"] = str(root / "xdgp.weights.h5")
     model.save_weights(meta["extractor_weights"])
     meta["extractor_checkpoint"] = tf.train.Checkpoint(model=model).write(str(root / "xdgp_ckpt" / "x"))
     expected["extractor/weights"] = expected["extractor/checkpoint"] = extractor_moments(model, Xe)  # noqa: F821
-    extra["extractor_other_seeds"] = [extractor_moments(extractor_dgp(seed, N), Xe) for seed in (5, 6)]  # noqa: F821
+    expected["extractor/model_checkpoint"] = expected["extractor/weights"]  # no guard: the last epoch is the result
+    extra["extractor_other_seeds"] = [extractor_moments(extractor_dgp(seed, N), Xe) for seed in (5, 6, 7)]  # noqa: F821
 
     (root / "meta.json").write_text(json.dumps(meta))
     (root / "script.py").write_text(SCRIPT.replace("BUMP\n", BUMP_SOURCE).replace("EXTRACTOR\n", EXTRACTOR_SOURCE))
@@ -344,10 +350,11 @@ def fresh_process(tmp_path_factory, interrupt_after):
 KERAS_PATHS = ["weights_h5", "legacy_h5", "tf_format", "model_checkpoint", "keras_file", "tf_checkpoint", "save_network"]
 
 
-@pytest.mark.parametrize("path", ["weights", "checkpoint"])
+@pytest.mark.parametrize("path", ["weights", "checkpoint", "model_checkpoint"])
 def test_the_extractor_wrapper_round_trips_in_a_fresh_process(fresh_process, path):
-    """train_dgp_with_extractor's ExtractorDGP (extractor and DGP) through a tf-keras weights file and a
-    tf.train.Checkpoint; its .keras / full-model save is a clear error (tests/test_extractor.py)."""
+    """train_dgp_with_extractor's ExtractorDGP (extractor and DGP) through a tf-keras weights file, a
+    tf.train.Checkpoint and Keras' ModelCheckpoint passed to the fit as a callback; its .keras / full-model save is a
+    clear error (tests/test_extractor.py)."""
     expected, loaded, _, extra = fresh_process
     for other in extra["extractor_other_seeds"]:  # the models loaded into start elsewhere, so a lost weight shows
         assert np.max(np.abs(other - expected[f"extractor/{path}"])) > 1e-3

@@ -8,7 +8,7 @@ feature extractor g (e.g. Conv2D layers) converts its head on the features g(x);
 the first does not (docs/results/rotated_mnist.md; Dutordoir et al., 2021, Sec. 5.3, fine-tune the conv layers).
 """
 
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import gpflow
 import gpflux
@@ -115,6 +115,7 @@ def train_dgp_with_extractor(
     validation_samples: int = 16,
     seed: int = 0,
     guard: bool = True,
+    callbacks: Sequence[tf_keras.callbacks.Callback] = (),
 ) -> dict:
     """Stage 2 over the DGP's parameters and the extractor g's: maximise the ELBO of the DGP on the inputs g(x)
     (:class:`ExtractorDGP`) with Adam at ``schedule.learning_rate`` (the schedule's ramp and callbacks too), on
@@ -130,7 +131,9 @@ def train_dgp_with_extractor(
     training −ELBO on a fixed seeded subset of the training inputs (:func:`~activated_dgp.training.guard_rows`)
     with one fixed draw, through g as it is at each check. A far-field residual on the output layer is refitted to
     the final features (:func:`activated_dgp.far_field.refit_far_field`). Returns the Keras history with the
-    checks' summary (``best_step``, ``restored``, …; ``check_objective`` names the score).
+    checks' summary (``best_step``, ``restored``, …; ``check_objective`` names the score). ``callbacks``: more
+    tf-keras callbacks for the fit of the :class:`ExtractorDGP` (``ModelCheckpoint`` with ``save_weights_only``, say),
+    run before the early-stopping check.
     """
     schedule = schedule or TrainingSchedule()
     if not callable(extractor):
@@ -148,7 +151,7 @@ def train_dgp_with_extractor(
     stopper = _stopper(model, X, Y, schedule, validation_data, validation_samples, seed, guard, steps_per_epoch)
     model.compile(tf_keras.optimizers.Adam(schedule.learning_rate))
     ramp = [LearningRateRamp(schedule.learning_rate, schedule.ramp_steps)] if schedule.ramp_steps > 0 else []
-    callbacks = ramp + schedule.callbacks() + ([stopper] if stopper is not None else [])
+    callbacks = ramp + schedule.callbacks() + list(callbacks) + ([stopper] if stopper is not None else [])
     batch = min(schedule.batch_size, len(X))
     data = tf.data.Dataset.from_tensor_slices((X, Y)).shuffle(len(X), seed=seed, reshuffle_each_iteration=True).batch(batch)
     with without_retracing_warnings():

@@ -127,7 +127,8 @@ def train_two_stage(
         :data:`~activated_dgp.training.recipes.DEFAULT_VALIDATION_FRACTION`, any other holds out nothing (options
         that read one, set explicitly under a recipe that does not, need ``validation_data`` or a fraction).
     :param dgp_callbacks: tf-keras callbacks for stage 2; one with a ``set_dgp(dgp)`` method is handed
-        the converted DeepGP before stage 2 starts.
+        the converted DeepGP before stage 2 starts. With a feature extractor they are callbacks of the
+        :class:`~activated_dgp.training.ExtractorDGP`'s fit.
     :param network: a network to start from instead of building and training a twin (stage 1 is
         then skipped). When its first layers do not convert (Conv2D, pooling, Flatten, a tanh layer), they become a
         feature extractor g and the longest convertible tail of Dense layers the DGP
@@ -151,10 +152,10 @@ def train_two_stage(
     if extractor is None:
         X, Y = _check_data(X, Y)
     else:
-        if warmup_steps or strategy is not None or dgp_callbacks:
+        if warmup_steps or strategy is not None:
             raise ValueError(
                 f"the network {network.name!r} starts with layers that do not convert, so stage 2 trains them as a feature "
-                "extractor (train_dgp_with_extractor), which takes no warmup_steps, strategy or dgp_callbacks"
+                "extractor (train_dgp_with_extractor), which takes no warmup_steps or strategy"
             )
         X, Y = _check_inputs(X, "X"), check_targets(Y, "Y")
         expected = tuple(network.input_shape[1:])
@@ -249,7 +250,9 @@ def train_two_stage(
     stop_dgp = dgp_schedule is not None and dgp_schedule.patience is not None
     validation = validation_data if stop_dgp else None
     if extractor is not None:  # trains g with the DGP and refits the far field to the final features
-        dgp_history = train_dgp_with_extractor(conversion.dgp, extractor, X, Y, dgp_schedule, validation_data=validation, seed=seed or 0)
+        dgp_history = train_dgp_with_extractor(
+            conversion.dgp, extractor, X, Y, dgp_schedule, validation_data=validation, seed=seed or 0, callbacks=dgp_callbacks
+        )
     else:
         dgp_history = train_dgp(
             conversion.dgp, X, Y, dgp_schedule, validation_data=validation, warmup_steps=warmup_steps, callbacks=dgp_callbacks,
