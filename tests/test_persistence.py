@@ -153,6 +153,12 @@ out["extractor/checkpoint"] = extractor_moments(model, Xe)
 model = extractor_dgp(7, len(Xe))
 model.load_weights(meta["extractor_model_checkpoint"])
 out["extractor/model_checkpoint"] = extractor_moments(model, Xe)
+from activated_dgp.training import TrainingSchedule, train_dgp_with_extractor
+model = extractor_dgp(8, len(Xe))
+history = train_dgp_with_extractor(model.deep_gp, model.extractor, Xe, np.sin(Xe[:, :1]).astype(np.float64),
+                                   TrainingSchedule(epochs=3, batch_size=len(Xe), ramp_steps=0, learning_rate=0.05), guard=False,
+                                   callbacks=[tf_keras.callbacks.BackupAndRestore(meta["extractor_backup"])])
+out["extractor/backup"], info["extractor_backup_epochs_run"] = extractor_moments(model, Xe), len(history["loss"])
 
 # -------- Keras paths: load into a twin built with ANOTHER seed, so an unrestored W shows
 def fresh():
@@ -330,6 +336,16 @@ def fresh_process(tmp_path_factory, interrupt_after):
     meta["extractor_checkpoint"] = tf.train.Checkpoint(model=model).write(str(root / "xdgp_ckpt" / "x"))
     expected["extractor/weights"] = expected["extractor/checkpoint"] = extractor_moments(model, Xe)  # noqa: F821
     expected["extractor/model_checkpoint"] = expected["extractor/weights"]  # no guard: the last epoch is the result
+    # an interrupted train_dgp_with_extractor with Keras' BackupAndRestore, resumed in the fresh process (one batch
+    # per epoch, so the shuffle order cannot differ between the runs)
+    meta["extractor_backup"] = str(root / "xdgp_backup")
+    interrupted = extractor_dgp(4, N)  # noqa: F821
+    try:
+        train_dgp_with_extractor(interrupted.deep_gp, interrupted.extractor, Xe, np.sin(Xe[:, :1]).astype(np.float64),
+                                 TrainingSchedule(epochs=3, batch_size=N, ramp_steps=0, learning_rate=0.05), guard=False,
+                                 callbacks=[tf_keras.callbacks.BackupAndRestore(meta["extractor_backup"]), interrupt_after(1)])
+    except KeyboardInterrupt:
+        extra["extractor_interrupted"] = extractor_moments(interrupted, Xe)  # noqa: F821
     extra["extractor_other_seeds"] = [extractor_moments(extractor_dgp(seed, N), Xe) for seed in (5, 6, 7)]  # noqa: F821
 
     (root / "meta.json").write_text(json.dumps(meta))
@@ -367,6 +383,16 @@ def test_every_keras_saving_path_restores_W_in_a_fresh_process(fresh_process, pa
     assert np.max(np.abs(extra["W_trained"] - extra["W_init"])) > 1e-2  # training moved W, so losing it would show
     np.testing.assert_array_equal(loaded[f"keras_W/{path}"], expected[f"keras_W/{path}"])
     np.testing.assert_array_equal(loaded[f"keras/{path}"], expected[f"keras/{path}"])
+
+
+def test_the_extractor_fit_resumes_from_backup_and_restore_in_a_fresh_process(fresh_process):
+    """train_dgp_with_extractor(callbacks=[BackupAndRestore]) interrupted after epoch 1 of 3 here, resumed in the
+    fresh process from a model built with another seed: it runs epochs 2 and 3 only and ends where the
+    uninterrupted fit ended (Adam's state restored too; float round-off of the resumed graph aside)."""
+    expected, loaded, info, extra = fresh_process
+    assert info["extractor_backup_epochs_run"] == 2
+    assert np.max(np.abs(extra["extractor_interrupted"] - expected["extractor/weights"])) > 1e-3
+    np.testing.assert_allclose(loaded["extractor/backup"], expected["extractor/weights"], rtol=1e-6, atol=1e-9)
 
 
 def test_backup_and_restore_resumes_the_interrupted_fit(fresh_process):

@@ -147,6 +147,7 @@ def train_dgp_with_extractor(
                          "the ELBO must be scaled by the true N")
     _check_widths(dgp, extractor, X)
     model = ExtractorDGP(dgp, extractor)
+    model(X[:1])  # built before the fit: Keras' BackupAndRestore restores into a built model only
     steps_per_epoch = schedule.steps_per_epoch(len(X))
     stopper = _stopper(model, X, Y, schedule, validation_data, validation_samples, seed, guard, steps_per_epoch)
     model.compile(tf_keras.optimizers.Adam(schedule.learning_rate))
