@@ -197,7 +197,7 @@ def rescale_kernel_variance(layer: gpflux.layers.GPLayer, variance: float) -> No
     previous = float(kernel.variance.numpy())
     kernel.variance.assign(variance)
     try:
-        layer.q_mu.assign(_q_mu_for_weights(layer, weights))
+        set_posterior_mean_weights(layer, weights)
     except UnrepresentableMean as error:
         kernel.variance.assign(previous)
         raise UnrepresentableMean(

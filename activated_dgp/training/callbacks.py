@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import warnings
 from typing import Callable, Optional
 
 import numpy as np
 import tensorflow as tf
 import tf_keras
+
+from ..streaming import DATA_ERROR
 
 __all__ = ["FitProgress", "LearningRateRamp", "RestoreBest", "fit_keeping_the_best", "without_retracing_warnings"]
 
@@ -78,6 +81,10 @@ class LearningRateRamp(tf_keras.callbacks.Callback):
             self.model.optimizer.learning_rate.assign(self.target * step / self.steps)
 
 
+# what tf.debugging.assert_all_finite (CheckNumerics) says when a tensor inside a step is not finite
+_NON_FINITE = re.compile(r"Tensor had (NaN|Inf) values")
+
+
 def _what_tensorflow_said(message: str) -> str:
     """The line of a graph-execution error that says what failed (not "Graph execution error:", the node's
     traceback or the op's name)."""
@@ -87,7 +94,8 @@ def _what_tensorflow_said(message: str) -> str:
 
 
 def fit_keeping_the_best(model: tf_keras.Model, data, stopper: Optional["RestoreBest"], callbacks, **fit_kwargs) -> dict:
-    """``model.fit(data, callbacks=callbacks, **fit_kwargs)``'s history, for data already checked to be finite.
+    """``model.fit(data, callbacks=callbacks, **fit_kwargs)``'s history, for data already checked to be finite
+    (a streaming source checks its blocks itself and raises its own error, which passes through).
 
     A step that raises on a non-finite value (TensorFlow's ``CheckNumerics``: a NaN from a Cholesky of a Kuu that
     training made singular, say) ends the fit there instead of unwinding through the caller. The stopper records the
@@ -98,9 +106,11 @@ def fit_keeping_the_best(model: tf_keras.Model, data, stopper: Optional["Restore
     try:
         model.fit(data, callbacks=[progress] + list(callbacks), **fit_kwargs)
     except tf.errors.InvalidArgumentError as error:
+        if not _NON_FINITE.search(str(error.message)) or DATA_ERROR in str(error.message):
+            raise  # a shape error, or a stream's bad data (streaming.data_errors names it): not the fit's divergence
         message = _what_tensorflow_said(str(error.message))
         epoch = len(progress.epoch) + fit_kwargs.get("initial_epoch", 0) + 1
-        if stopper is None or stopper._best_values is None:
+        if stopper is None or not stopper.has_best:
             raise FloatingPointError(
                 f"the fit met a non-finite value in epoch {epoch} and has no check to go back to (no validation data and "
                 f"no guard): {message}"
@@ -203,10 +213,18 @@ class RestoreBest(tf_keras.callbacks.Callback):
         self._variables = None  # the next fit (or prime) lists them afresh
         if self.diverged_epoch is None and self.checks and self.checks[-1][0] != self.epochs_run and self.epochs_run > 0:
             self._check(self.epochs_run, self._finite())  # the final state competes too
-        if self._best_values is not None:
+        if self.has_best:
             self.restored = self.diverged_epoch is not None or self.best_epoch != self.epochs_run
-            for variable, value in self._best_values:
-                variable.assign(value)
+            self._restore_best()
+
+    @property
+    def has_best(self) -> bool:
+        """Whether a check has been scored, so there are parameters to go back to."""
+        return self._best_values is not None
+
+    def _restore_best(self) -> None:
+        for variable, value in self._best_values:
+            variable.assign(value)
 
     def abort(self) -> None:
         """The fit raised inside an epoch (a step met a non-finite value: a Cholesky that failed, say) and Keras
@@ -215,10 +233,9 @@ class RestoreBest(tf_keras.callbacks.Callback):
         self.diverged_epoch = self.epochs_run + 1
         self.checks.append((self.diverged_epoch, float("nan")))
         self._variables = None
-        if self._best_values is not None:
+        if self.has_best:
             self.restored = True
-            for variable, value in self._best_values:
-                variable.assign(value)
+            self._restore_best()
 
     def summary(self, steps_per_epoch: int) -> dict:
         return {

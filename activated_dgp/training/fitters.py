@@ -365,11 +365,11 @@ def _fit_elbo(
         model.compile(optimizer, jit_compile=schedule.jit_compile)
     ramp = [LearningRateRamp(schedule.learning_rate, schedule.ramp_steps)] if ramped else []
     callbacks = ramp + schedule.callbacks() + list(extra) + ([stopper] if stopper is not None else [])
-    fit = dict(epochs=schedule.epochs, callbacks=callbacks, verbose=schedule.keras_verbose, initial_epoch=initial_epoch)
-    if isinstance(data, tuple):  # in memory, checked finite: a non-finite value is the fit's own
+    fit = dict(epochs=schedule.epochs, verbose=schedule.keras_verbose, initial_epoch=initial_epoch)
+    if isinstance(data, tuple):  # in memory (checked finite); a stream checks its own blocks
         with without_retracing_warnings():
             return fit_keeping_the_best(
-                model, {"inputs": data[0], "targets": data[1]}, stopper, fit.pop("callbacks"), batch_size=schedule.batch_size, **fit
+                model, {"inputs": data[0], "targets": data[1]}, stopper, callbacks, batch_size=schedule.batch_size, **fit
             )
     if strategy is not None:
         dataset = distributed_dataset(data, schedule.batch_size, strategy, seed)
@@ -377,8 +377,7 @@ def _fit_elbo(
         batches = global_batches(data, schedule.batch_size, seed=seed)
         dataset = batches.map(lambda x, y: {"inputs": x, "targets": y}).prefetch(2)
     with data_errors(), without_retracing_warnings():
-        history = model.fit(dataset, steps_per_epoch=_steps_per_epoch(schedule, data, strategy), **fit)
-    return dict(history.history)
+        return fit_keeping_the_best(model, dataset, stopper, callbacks, steps_per_epoch=_steps_per_epoch(schedule, data, strategy), **fit)
 
 
 def evaluate_elbo(dgp: gpflux.models.DeepGP, X, Y, *, num_samples: int = 1, batch_size: int = 1024) -> float:
