@@ -84,6 +84,8 @@ def add_options(parser) -> None:
     parser.add_argument("--dataset", action="append", help="name(s), repeatable or comma list; 'all' = the nine UCI sets; default boston-embedded")
     parser.add_argument("--method", action="append", help=f"method(s) from {', '.join(METHOD_ORDER)}, or 'all' (default: {', '.join(DEFAULT_METHODS)})")
     parser.add_argument("--splits", type=int, default=5, help="number of splits per dataset (default 5)")
+    parser.add_argument("--first-split", type=int, default=0, metavar="K",
+                        help="run splits K..splits-1 only, e.g. to share one dataset's splits between machines (default 0)")
     parser.add_argument("--fixed-splits", action="store_true", help="(the default where the data has them) use the published splits index_train_k/index_test_k")
     parser.add_argument("--random-splits", action="store_true", help="seeded random 90/10 splits even where published splits exist")
     parser.add_argument("--budget", choices=sorted(BUDGETS), default="small", help="iteration budget (experiments/uci_methods.py BUDGETS); 'converged' stops every fit on a validation part")
@@ -199,13 +201,16 @@ def cells(options) -> List[Dict]:
     if unknown:
         raise ValueError(f"unknown method(s) {unknown}; choose from {list(METHOD_ORDER)}")
     limits = _max_splits(options.max_splits)
+    first = getattr(options, "first_split", 0)
+    if not 0 <= first < options.splits:
+        raise ValueError(f"--first-split {first} is outside the splits 0..{options.splits - 1} that --splits {options.splits} runs")
     protocol = _budget(options).key()
     if options.rescore:
         return []
     dims = {name: _dataset(name, options.data_dir).input_dim for name in datasets}  # fail early on bad data
     return [
         {"dataset": name, "method": method, "split": split, "protocol": protocol}
-        for split in range(options.splits)
+        for split in range(first, options.splits)
         for name in datasets
         if split < limits.get(name, options.splits)
         for method in methods

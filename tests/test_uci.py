@@ -294,6 +294,25 @@ def test_resume_after_interruption(tmp_path, monkeypatch):
     assert calls == [] and (tmp_path / "records.jsonl").read_text().splitlines() == lines
 
 
+def test_first_split_runs_only_the_later_splits_and_a_bad_one_is_named(tmp_path, monkeypatch):
+    import experiments.uci_methods as methods
+
+    ran = []
+    real = methods.run_method
+
+    def recording(method, *args):
+        ran.append(method)
+        return real(method, *args)
+
+    monkeypatch.setattr(methods, "run_method", recording)
+    _run(tmp_path, "--method", "nn", "--splits", "3", "--first-split", "2")
+    records = [json.loads(line) for line in (tmp_path / "records.jsonl").read_text().splitlines()]
+    assert [r["split"] for r in records] == [2] and ran == ["nn"]
+    for bad in ("3", "-1"):
+        with pytest.raises(ValueError, match=f"--first-split {bad} is outside the splits 0..2"):
+            _run(tmp_path, "--method", "nn", "--splits", "3", "--first-split", bad)
+
+
 def test_adgp_interrupted_after_stage_1_resumes_from_the_saved_network(tmp_path, monkeypatch):
     """Interrupt an ADGP cell after stage 1, resume in a clean state (no in-process cache): the network is
     loaded from its checkpoint, not trained again, and the record equals that of an uninterrupted run."""
