@@ -366,7 +366,37 @@ def claims(records: Sequence[Dict]) -> List[str]:
     line = _mean_gain_claim(records, datasets, "lla_neuralef", "nn", "LLA NeuralEF's NLPD gain over NN (NN's mean NLPD − LLA NeuralEF's, shared splits)")
     if line:
         lines.append(line)
+    for other, text in (("ensemble", "ADGP ensemble NLPD − the network ensemble's"), ("dgp", "ADGP ensemble NLPD − classic DGP's")):
+        line = _paired_difference_claim(records, datasets, "adgp_ensemble", other, text)
+        if line:
+            lines.append(line)
     return lines
+
+
+def _paired_difference_claim(records: Sequence[Dict], datasets: Sequence[str], method: str, other: str, text: str) -> Optional[str]:
+    """Whether a win is larger than the split-to-split noise. Per dataset, over the k splits both methods have, the
+    mean of the per-split differences Δ_s = NLPD_method,s − NLPD_other,s and its paired standard error
+    sd(Δ)/√k (ddof 1; none for k = 1). The datasets are then sorted by whether the mean difference lies more than one
+    paired SE below zero (``method`` better), more than one above (``other`` better), or within one SE."""
+    parts, below, above, within = [], [], [], []
+    for d in datasets:
+        by_split = {m: {r["split"]: r["nlpd"] for r in records if r["dataset"] == d and r["method"] == m} for m in (method, other)}
+        shared = sorted(set(by_split[method]) & set(by_split[other]))
+        if not shared:
+            continue
+        deltas = np.array([by_split[method][s] - by_split[other][s] for s in shared])
+        mean = float(deltas.mean())
+        if len(shared) < 2:
+            parts.append(f"{d} {mean:+.4f} (1 split, no SE)")
+            continue
+        se = float(deltas.std(ddof=1) / np.sqrt(len(shared)))
+        parts.append(f"{d} {mean:+.4f} ± {se:.4f} ({len(shared)})")
+        (below if mean < -se else above if mean > se else within).append(d)
+    if not parts:
+        return None
+    groups = "; ".join(f"{label}: {', '.join(names) if names else 'none'}" for label, names in (
+        ("more than one paired SE below", below), ("more than one paired SE above", above), ("within one SE", within)))
+    return f"- {text} (mean of paired split differences ± paired SE, shared splits): " + ", ".join(parts) + f". {groups}"
 
 
 def _mean_gain_claim(records: Sequence[Dict], datasets: Sequence[str], method: str, other: str, text: str) -> Optional[str]:

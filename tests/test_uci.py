@@ -741,3 +741,33 @@ def test_the_lla_gain_claim_is_the_difference_of_split_means_over_shared_splits(
     line = next(l for l in claims(records) if l.startswith("- LLA NeuralEF's NLPD gain over NN"))
     # yacht: (0.5 + 0.3)/2 − (0.4 + 0.35)/2 = 0.025 over 2 shared splits; energy: 1.0 − 1.25 = −0.25 over 1
     assert line.endswith("yacht +0.02500 (2), energy -0.25000 (1)")
+
+
+def test_the_adgp_ensemble_difference_claim_is_the_paired_mean_and_se_over_shared_splits():
+    """Paired differences per split, their mean and sd/√k computed here with the statistics module; a split only one
+    method has is left out, and each dataset is sorted by where its mean lies against one paired SE."""
+    import statistics
+
+    from experiments.uci import claims
+
+    def record(method, split, nlpd, dataset):
+        return {"dataset": dataset, "method": method, "split": split, "rmse": 0.1, "nlpd": nlpd, "num_train": 9,
+                "num_test": 1, "input_dim": 6, "seconds": 1.0, "budget": {"name": "t"}, "rmse_original": 0.1,
+                "nlpd_original": nlpd, "extra": {}}
+
+    values = {  # dataset: (ADGP ensemble per split, network ensemble per split)
+        "yacht": ([0.1, 0.3, 0.2], [0.5, 0.6, 0.9]),  # clearly below
+        "energy": ([1.0, 2.0, 1.5], [0.9, 2.2, 1.3]),  # within one SE
+        "concrete": ([0.9, 0.8], [0.1, 0.2]),  # clearly above
+    }
+    records = [record(m, s, v, d) for d, (a, e) in values.items() for m, vs in (("adgp_ensemble", a), ("ensemble", e))
+               for s, v in enumerate(vs)]
+    records += [record("ensemble", 7, -50.0, "yacht"), record("adgp_ensemble", 0, 3.0, "wine-quality-red"),
+                record("ensemble", 0, 2.5, "wine-quality-red")]
+    line = next(l for l in claims(records) if l.startswith("- ADGP ensemble NLPD − the network ensemble's"))
+    for d, (a, e) in values.items():
+        deltas = [x - y for x, y in zip(a, e)]
+        mean, se = statistics.fmean(deltas), statistics.stdev(deltas) / len(deltas) ** 0.5
+        assert f"{d} {mean:+.4f} ± {se:.4f} ({len(deltas)})" in line
+    assert "wine-quality-red +0.5000 (1 split, no SE)" in line
+    assert line.endswith("more than one paired SE below: yacht; more than one paired SE above: concrete; within one SE: energy")
