@@ -753,3 +753,29 @@ def test_the_adgp_ensemble_check_pairs_each_seed_with_the_same_seeds_single_mode
     assert "- above ADGP + conv fine-tuned: seed 0: 1 of 2." in lines
     assert not any("Deep ensemble" in line for line in lines)  # no deep-ensemble records: no line
     assert ensemble_check_lines(aggregate(records[2:], "mnist"), [0, 90]) == []
+
+
+def test_the_committed_controls_got_exactly_the_default_recipes_stage2_epochs():
+    """Issue 36: in every seed of the committed records, each fine-tuned control (NN, NN+TS, MC dropout) ran the
+    same extra conv-layer epochs, optimiser, learning rate and minibatch as the fine-tuned ADGP's stage 2, both the
+    controls study's own ADGP and the default classification recipe's (``paper``) ADGP of the recipe study, and
+    its recorded per-epoch losses show that every one of those epochs was run."""
+    def records(path):
+        return [json.loads(line) for line in (REPO / "docs" / "results" / path).read_text().splitlines() if line.strip()]
+
+    controls = records("rotated_mnist_controls/records.jsonl")
+    paper = {r["seed"]: r for r in records("rotated_mnist_recipes/paper/records.jsonl") if r["model"] == "adgp_ft"}
+    adgp = {r["seed"]: r for r in controls if r["model"] == "adgp_ft"}
+    assert sorted(adgp) == sorted(paper) == [0, 1, 2]
+    checked = 0
+    for record in controls:
+        if record["model"] not in ("nn_ft", "nn_ts_ft", "nn_dropout_ft"):
+            continue
+        seed = record["seed"]
+        for reference in (adgp[seed], paper[seed]):
+            schedule = reference["stage2_schedule"]
+            assert record["extra"] == schedule
+            assert len(reference["elbo_loss"]) == schedule["epochs"]
+        assert len(record["extra_loss"]) == record["extra"]["epochs"] == record["config"]["dgp_epochs"]
+        checked += 1
+    assert checked == 9  # three controls × three seeds
