@@ -30,6 +30,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np  # noqa: E402
 
+from experiments.harness.statistics import standard_error  # noqa: E402
+
 METHODS = ("points", "eigenfunctions")
 
 
@@ -87,7 +89,7 @@ def table(rows) -> str:
 
     def stat(values):
         values = np.asarray(values)
-        se = values.std(ddof=1) / np.sqrt(len(values)) if len(values) > 1 else 0.0
+        se = standard_error(values, single=0.0)
         return f"{values.mean():.3f} ± {se:.3f}"
 
     for name, M, method in keys:

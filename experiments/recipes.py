@@ -31,6 +31,7 @@ import numpy as np  # noqa: E402
 
 from activated_dgp.data.uci import UCI_DATASETS  # noqa: E402
 from experiments.harness.blocks import write_block  # noqa: E402
+from experiments.harness.statistics import standard_error  # noqa: E402
 from experiments.harness.store import ResultStore  # noqa: E402
 from experiments.harness.study import page_path  # noqa: E402
 
@@ -214,11 +215,6 @@ def _shift_mean(record: Optional[Dict]) -> Optional[float]:
     return None if any(v is None for v in values) else float(np.mean(values))
 
 
-def _standard_error(values: np.ndarray) -> float:
-    """The standard error of the mean over splits (std with ddof 1 / √n; 0 for one split), as READING defines it."""
-    return float(values.std(ddof=1) / np.sqrt(len(values))) if len(values) > 1 else 0.0
-
-
 def evaluate(candidate: str, uci: Dict, rotated: Dict[str, Dict], controls: Dict) -> Evaluation:
     """The candidate's screened numbers from the records (``uci``: :func:`load_uci`; ``rotated``: recipe ->
     :func:`load_rotated` of its folder; ``controls``: :func:`load_rotated` of the controls)."""
@@ -245,7 +241,7 @@ def evaluate(candidate: str, uci: Dict, rotated: Dict[str, Dict], controls: Dict
             column = {k: np.array([r[k] for r in rows], dtype=np.float64) for k in rows[0]}
             result.uci[dataset] = {
                 "rmse": float(column["rmse"].mean()), "rmse_nn": float(column["rmse_nn"].mean()),
-                "rmse_nn_se": _standard_error(column["rmse_nn"]),
+                "rmse_nn_se": standard_error(column["rmse_nn"], single=0.0),
                 "nlpd": float(column["nlpd"].mean()), "nlpd_ts": float(column["nlpd_ts"].mean()),
                 "nlpd_gap_per_split": (column["nlpd"] - column["nlpd_ts"]).tolist(),
             }
@@ -557,7 +553,7 @@ def full_size(recipe: str, uci: Dict, rotated: Dict[Tuple[str, int], Dict], cont
         nn_rmse = pick("nn", "rmse")
         gaps = pick(method, "nlpd") - pick("nn_ts", "nlpd")
         result.uci[dataset] = {"splits": splits, "nlpd_gap": float(gaps.mean()), "per_split_gap": dict(zip(splits, gaps.tolist())),
-                               "rmse_within": bool(pick(method, "rmse").mean() <= nn_rmse.mean() + _standard_error(nn_rmse))}
+                               "rmse_within": bool(pick(method, "rmse").mean() <= nn_rmse.mean() + standard_error(nn_rmse, single=0.0))}
     for model, _ in FULL_SIZE_MODELS:
         for seed in FULL_SIZE_SEEDS:
             record = rotated.get((model, seed))

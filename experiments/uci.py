@@ -33,6 +33,7 @@ import numpy as np  # noqa: E402
 
 from experiments.harness.artifacts import atomic_write_text  # noqa: E402
 from experiments.harness.blocks import write_block  # noqa: E402
+from experiments.harness.statistics import standard_error  # noqa: E402
 from experiments.harness.store import ResultStore  # noqa: E402
 from experiments.harness.study import records_path  # noqa: E402
 
@@ -201,7 +202,7 @@ def cells(options) -> List[Dict]:
     if unknown:
         raise ValueError(f"unknown method(s) {unknown}; choose from {list(METHOD_ORDER)}")
     limits = _max_splits(options.max_splits)
-    first = getattr(options, "first_split", 0)
+    first = options.first_split
     if not 0 <= first < options.splits:
         raise ValueError(f"--first-split {first} is outside the splits 0..{options.splits - 1} that --splits {options.splits} runs")
     protocol = _budget(options).key()
@@ -264,7 +265,7 @@ def summarise(records: Sequence[Dict]) -> List[Dict]:
         for metric in METRICS:
             values = np.array([r[metric] for r in group], dtype=np.float64)
             row[f"{metric}_mean"] = float(values.mean())
-            row[f"{metric}_se"] = float(values.std(ddof=1) / np.sqrt(len(values))) if len(values) > 1 else float("nan")
+            row[f"{metric}_se"] = standard_error(values)
         for metric in ("rmse", "nlpd"):
             values = np.array([r[metric] for r in group])
             row[f"{metric}_q25"], row[f"{metric}_median"], row[f"{metric}_q75"] = (float(q) for q in np.quantile(values, [0.25, 0.5, 0.75]))
@@ -380,16 +381,16 @@ def _paired_difference_claim(records: Sequence[Dict], datasets: Sequence[str], m
     paired SE below zero (``method`` better), more than one above (``other`` better), or within one SE."""
     parts, below, above, within = [], [], [], []
     for d in datasets:
-        by_split = {m: {r["split"]: r["nlpd"] for r in records if r["dataset"] == d and r["method"] == m} for m in (method, other)}
-        shared = sorted(set(by_split[method]) & set(by_split[other]))
+        shared = sorted(_shared_splits(records, d, (method, other)))
         if not shared:
             continue
-        deltas = np.array([by_split[method][s] - by_split[other][s] for s in shared])
+        nlpd = {(r["method"], r["split"]): r["nlpd"] for r in records if r["dataset"] == d and r["method"] in (method, other)}
+        deltas = np.array([nlpd[method, s] - nlpd[other, s] for s in shared])
         mean = float(deltas.mean())
         if len(shared) < 2:
             parts.append(f"{d} {mean:+.4f} (1 split, no SE)")
             continue
-        se = float(deltas.std(ddof=1) / np.sqrt(len(shared)))
+        se = standard_error(deltas)
         parts.append(f"{d} {mean:+.4f} ± {se:.4f} ({len(shared)})")
         (below if mean < -se else above if mean > se else within).append(d)
     if not parts:
@@ -525,7 +526,7 @@ def far_field_markdown(records: Sequence[Dict]) -> List[str]:
             continue
         on, off, rmse_on, rmse_off = (np.array(column) for column in zip(*pairs))
         diff = on - off
-        se = float(np.std(diff, ddof=1) / np.sqrt(len(diff))) if len(diff) > 1 else float("nan")
+        se = standard_error(diff)
         same = bool(np.all(np.abs(diff) <= ROUNDING))  # equal up to floating-point rounding
         ok = same or float(np.mean(diff)) <= (se if np.isfinite(se) else 0.0)
         kept += ok
