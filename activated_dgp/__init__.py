@@ -1,14 +1,17 @@
 """activated_dgp: activated deep Gaussian processes and zonal spectral machinery on GPflow/GPflux.
 
-The top level holds what the README and the tutorials type; the rest lives in subpackages that say what they hold:
+The top level holds what the README and the tutorials type; the rest lives in subpackages that show the
+architecture, each importing only from those listed before it:
 
-* :mod:`activated_dgp.zonal` — the zonal core: kernels, activated inducing variables, activations and their
-  registry, Funk–Hecke spectra and the Gegenbauer machinery;
-* :mod:`activated_dgp.deep` — deep models: the builders, the network twin, the converter, prediction and saving;
-* :mod:`activated_dgp.training` — schedules, the two stages and the pipeline;
+* :mod:`activated_dgp.zonal` — the zonal core: Gegenbauer machinery, Funk–Hecke coefficients and their precision
+  policy, activations and their spectra, kernels, activated inducing variables with their covariances and
+  conditional (registered through GPflow's dispatch);
+* :mod:`activated_dgp.deep` — deep models: the architecture config, the network twin, the DGP builders and layers,
+  likelihoods, the converter, the far field, prediction, saving and diagnostics;
+* :mod:`activated_dgp.data` — UCI and MNIST loaders, streaming minibatch sources;
+* :mod:`activated_dgp.training` — schedules, the two stages, callbacks and distributed training;
 * :mod:`activated_dgp.eigen` — eigenfunctions of kernels (Nyström, NeuralEF, IKA, feature regression, Laplace);
-* :mod:`activated_dgp.kernel_machines` — EigenPro 2 and 3;
-* :mod:`activated_dgp.data` — UCI and MNIST loaders, streaming minibatch sources.
+* :mod:`activated_dgp.kernel_machines` — EigenPro 2 and 3.
 
 At the top level: :class:`ZonalArcCosine`, :class:`ActivationFeature` (the zonal core's two user-facing classes);
 :func:`build_activated_nn`, :func:`build_activated_dgp`, :func:`activated_gp_layer`, :func:`dgp_from_keras`;
@@ -16,15 +19,13 @@ At the top level: :class:`ZonalArcCosine`, :class:`ActivationFeature` (the zonal
 :func:`predict_y`, :func:`predict_class_probabilities`, :func:`predictive_log_density`, :func:`propagate_means`;
 :func:`save_dgp`, :func:`load_dgp`.
 
-The names the top level held before (issue 34) still resolve, with a DeprecationWarning naming their new home
-(``activated_dgp.set_xla is deprecated; use activated_dgp.zonal.use_xla_for_gegenbauer``); they are kept for one
-release. :data:`DEPRECATED` lists them.
+Names and module paths of the previous release still resolve for one release, with a DeprecationWarning naming
+their new home (``activated_dgp.spherical is deprecated; use activated_dgp.zonal.spherical and
+activated_dgp.zonal.funk_hecke``). :data:`DEPRECATED` lists the names, :data:`MOVED_MODULES` the module paths.
 """
 
-from . import covariances as _covariances  # noqa: F401  (registers Kuu/Kuf)
-from . import conditionals as _conditionals  # noqa: F401  (registers the activated layers' conditional)
 from . import data, deep, eigen, kernel_machines, training, zonal
-from ._deprecation import deprecated_aliases
+from ._deprecation import deprecated_aliases, deprecated_module_paths
 from .deep import (
     activated_gp_layer,
     build_activated_dgp,
@@ -99,8 +100,42 @@ DEPRECATED = {
 __getattr__ = deprecated_aliases(__name__, DEPRECATED)
 
 
+def _homes(*modules: str) -> tuple:
+    return tuple(f"activated_dgp.{module}" for module in modules)
+
+
+#: Old module path → its new home(s), importable with a DeprecationWarning for one release.
+MOVED_MODULES = {
+    f"activated_dgp.{old}": _homes(*new)
+    for old, new in {
+        "spherical": ("zonal.spherical", "zonal.funk_hecke"),
+        "extended_precision": ("zonal.funk_hecke", "zonal.spherical"),
+        "spectra": ("zonal.spectra",),
+        "kernels": ("zonal.kernels",),
+        "inducing_variables": ("zonal.inducing_variables",),
+        "covariances": ("zonal.covariances",),
+        "conditionals": ("zonal.conditionals",),
+        "config": ("deep.config",),
+        "nn": ("deep.twin",),
+        "models": ("deep.builders",),
+        "layers": ("deep.layers",),
+        "likelihoods": ("deep.likelihoods",),
+        "conversion": ("deep.conversion",),
+        "far_field": ("deep.far_field",),
+        "prediction": ("deep.prediction",),
+        "batch_prediction": ("deep.batch_prediction",),
+        "persistence": ("deep.persistence",),
+        "diagnostics": ("deep.diagnostics",),
+        "introspection": ("deep.introspection",),
+        "streaming": ("data.streaming",),
+        "distributed": ("training.distributed",),
+    }.items()
+}
+deprecated_module_paths(MOVED_MODULES)
+
+
 def __dir__():
-    return sorted(__all__ + ["DEPRECATED", "__version__"])
+    return sorted(__all__ + ["DEPRECATED", "MOVED_MODULES", "__version__"])
 
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -1,9 +1,14 @@
-"""Deprecated aliases: old public names kept importable for one release, each emitting a DeprecationWarning
-that names its new home. A leaf module (imports nothing from the package), so every module can use it."""
+"""Deprecated aliases: old public names and old module paths kept importable for one release, each emitting a
+DeprecationWarning that names its new home. A leaf module (imports nothing from the package), so every module can
+use it."""
 
 from __future__ import annotations
 
 import importlib
+import importlib.abc
+import importlib.machinery
+import sys
+import types
 import warnings
 from typing import Callable, Dict, Tuple
 
@@ -22,3 +27,57 @@ def deprecated_aliases(module_name: str, aliases: Dict[str, Tuple[str, str]]) ->
         return getattr(importlib.import_module(home), new_name)
 
     return __getattr__
+
+
+class _MovedModule(types.ModuleType):
+    """What an old module path resolves to: each attribute read (and written) on the module that now holds it."""
+
+    def __init__(self, name: str, homes: Tuple[str, ...]):
+        super().__init__(name, f"Deprecated alias of {', '.join(homes)}.")
+        object.__setattr__(self, "_homes", homes)
+
+    def _home_of(self, attribute: str):
+        for home in self._homes:
+            module = importlib.import_module(home)
+            if hasattr(module, attribute):
+                return module
+        return None
+
+    def __getattr__(self, attribute: str):
+        module = self._home_of(attribute)
+        if module is None:
+            raise AttributeError(f"module {self.__name__!r} has no attribute {attribute!r}")
+        return getattr(module, attribute)
+
+    def __setattr__(self, attribute: str, value) -> None:
+        module = self._home_of(attribute)
+        setattr(module if module is not None else importlib.import_module(self._homes[0]), attribute, value)
+
+    def __dir__(self):
+        return sorted({name for home in self._homes for name in dir(importlib.import_module(home))})
+
+
+class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Resolves an old module path (``activated_dgp.spherical``) to its new home(s) with a DeprecationWarning."""
+
+    def __init__(self, moved: Dict[str, Tuple[str, ...]]):
+        self.moved = moved
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname not in self.moved:
+            return None
+        return importlib.machinery.ModuleSpec(fullname, self)
+
+    def create_module(self, spec):
+        return _MovedModule(spec.name, self.moved[spec.name])
+
+    def exec_module(self, module) -> None:
+        homes = " and ".join(module._homes)
+        warnings.warn(f"{module.__name__} is deprecated; use {homes}", DeprecationWarning, stacklevel=2)
+
+
+def deprecated_module_paths(moved: Dict[str, Tuple[str, ...]]) -> None:
+    """Make each old module path in ``moved`` (``old -> (new module, ...)``) importable, with a DeprecationWarning
+    naming its new home(s); attributes resolve on the first new module that has them."""
+    if not any(isinstance(finder, _MovedModuleFinder) and finder.moved == moved for finder in sys.meta_path):
+        sys.meta_path.append(_MovedModuleFinder(moved))

@@ -5,7 +5,7 @@ Networks: [Input(D), Dense(32, act), Dense(32, act), Dense(1)], Glorot-uniform w
 without data (the direct map: ReLU → zonal ReLU, softplus/swish → the registry's zonal Softplus/Swish with gain
 1/3) and with X (every non-exact layer's B and c refitted by ridge). Recorded: the RMS of DGP mean propagation
 minus the network's output, divided by the RMS of the output, overall and per GP layer (propagated and local,
-see ``activated_dgp.conversion.LayerMismatch``), each divided by the RMS of that layer's network output; and
+see ``activated_dgp.deep.conversion.LayerMismatch``), each divided by the RMS of that layer's network output; and
 per GP layer the KL that the converted means carry into the ELBO (``ConversionReport.mean_kl``, with X).
 
 Run:  python -m benchmarks.conversion          (writes docs/results/conversion.json, prints a markdown table)

@@ -19,7 +19,7 @@ times are not meaningful. Run with one thread per pool so that op times add up t
     python -m benchmarks.step_profile --compare-with DIR (this checkout's step against the checkout in DIR's, and
                                                           GPflux's, taking turns in one process)
     python -m benchmarks.step_profile --compare-fast-conditional   (the activated DGP's step and BatchPredictor
-        with the batched conditional of activated_dgp.conditionals against GPflow's, taking turns in one process)
+        with the batched conditional of activated_dgp.zonal.conditionals against GPflow's, taking turns in one process)
 
 The script runs on older checkouts too (it uses only ``build_activated_dgp`` and gpflux):
 ``PYTHONPATH=DIR python benchmarks/step_profile.py --count-ops`` counts the ops of DIR's step.
@@ -154,7 +154,7 @@ def part_of(name: str, kind: str) -> str:
         if kind == "MatrixTriangularSolve" or "triangular_solve" in name:
             return "conditional: triangular solves"
         if kind.startswith("BatchMatMul") or (kind == "MatMul" and "q_sqrt_products" in name):
-            return "conditional: q_sqrt products L_pᵀA"  # GPflow's batched product, or activated_dgp.conditionals' 2-D one
+            return "conditional: q_sqrt products L_pᵀA"  # GPflow's batched product, or activated_dgp.zonal.conditionals' 2-D one
         if kind == "MatMul":
             return "conditional: other matrix products"
         return "conditional: elementwise, broadcasting"
@@ -328,10 +328,10 @@ def compare_steps(X, Y, models: dict, chunks: int, steps: int, trace_contexts: d
 
 def compare_fast_conditional(X, Y, chunks: int, steps: int, prediction_points: int, prediction_batches=(64, 1024)) -> str:
     """The activated DGP's training step, and ``BatchPredictor.predict_y`` (S = 32), with the batched conditional
-    (:mod:`activated_dgp.conditionals`) against GPflow's (traced inside ``gpflow_conditional()``), taking turns in
+    (:mod:`activated_dgp.zonal.conditionals`) against GPflow's (traced inside ``gpflow_conditional()``), taking turns in
     one process: ratios new / old of step time and of prediction time (the inverse of the throughput ratio)."""
     from activated_dgp.deep import BatchPredictor
-    from activated_dgp.conditionals import gpflow_conditional
+    from activated_dgp.zonal.conditionals import gpflow_conditional
 
     models = {}
     for name in ("batched conditional", "GPflow's conditional"):

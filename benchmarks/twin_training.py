@@ -128,7 +128,7 @@ def angular_energy(activation: str, input_dim: int, truncation_level: int = 20) 
     constant (the "cone" ‖w‖ ‖x̃‖ shared by every unit), the linear part and the rest (the nonlinearity).
     Also the largest |f_Ñ − σ| on [−0.995, 0.995], the truncation error."""
     from activated_dgp.deep import ActivatedLayer
-    from activated_dgp.spectra import resolve_activation
+    from activated_dgp.zonal.spectra import resolve_activation
 
     t = np.linspace(-1.0, 1.0, 4001)[1:-1]
     radius = 1.0 / np.sqrt(1.0 - t**2)  # [x, 1] = radius (t e_1 + sqrt(1 − t²) e_(D+1)), ℓ = 1

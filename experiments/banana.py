@@ -188,7 +188,7 @@ def add_options(parser) -> None:
 
 def PROTOCOL(options) -> str:
     """Every setting a cell's numbers depend on: records of other settings are never mixed in."""
-    # v2: train_two_stage's defaults gained the far-field residual (activated_dgp.far_field) and the stage-2 guard
+    # v2: train_two_stage's defaults gained the far-field residual (activated_dgp.deep.far_field) and the stage-2 guard
     return (f"v2:n{options.num_points}:seed{options.seed}:net{options.network_epochs}:dgp{options.dgp_epochs}"
             f":lr{options.dgp_learning_rate:g}:pat{options.dgp_patience}:S{options.num_samples}")
 

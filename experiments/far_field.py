@@ -28,9 +28,9 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from activated_dgp import TrainingSchedule, predict_y, predictive_log_density, train_two_stage  # noqa: E402
-from activated_dgp.far_field import DEFAULT_ORDER, far_field_switched_off, has_far_field  # noqa: E402
-from activated_dgp.spectra import DEFAULT_ACTIVATION  # noqa: E402
-from activated_dgp.prediction import layer_inputs, sample_layers  # noqa: E402
+from activated_dgp.deep.far_field import DEFAULT_ORDER, far_field_switched_off, has_far_field  # noqa: E402
+from activated_dgp.zonal.spectra import DEFAULT_ACTIVATION  # noqa: E402
+from activated_dgp.deep.prediction import layer_inputs, sample_layers  # noqa: E402
 from experiments.banana import banana_dataset  # noqa: E402
 from experiments.harness.study import page_path, records_path  # noqa: E402
 
@@ -95,7 +95,7 @@ def rays(X, factors=FACTORS):
 
 def residual_fraction(layer, H) -> np.ndarray:
     """(Kff − Qff)/Kff of the output layer's zonal part at inputs H [N, D] (Qff = Kfu Kuu⁻¹ Kuf)."""
-    from activated_dgp.kernels import ZonalArcCosine
+    from activated_dgp.zonal.kernels import ZonalArcCosine
 
     kernel = layer.kernel.kernel
     Kuu = gpflow.covariances.Kuu(layer.inducing_variable.inducing_variable, kernel, jitter=gpflow.config.default_jitter())
@@ -365,7 +365,7 @@ latent mean and std both grow with slope ≈ 1 in log–log, so p(y|x) tends to 
 near 0 or 1 and the regression mean runs away linearly with a std that grows only as fast: the homogeneity
 of the zonal kernel and the activated features (degree 1 in x̃ = [x, 1]/ℓ) explains the overconfidence. The
 SE kernel's fraction is 1 far away (its features vanish there), so the SVGP reverts to its prior. The residual
-(`activated_dgp.far_field`) has zero variance on the data's ball, so held-out scores are those of "off",
+(`activated_dgp.deep.far_field`) has zero variance on the data's ball, so held-out scores are those of "off",
 and its std grows with slope q + 1/2, which makes |E f| / std f fall like r^(1/2 − q).
 
 UCI, in distribution: each UCI ADGP record of protocol v6 also scores the same fit with the residual switched

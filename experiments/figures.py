@@ -71,7 +71,7 @@ def _save(fig, path: Path, title: str, fontsize: int) -> Path:
     return path
 
 def _activation_values(name: str, t: np.ndarray) -> np.ndarray:
-    from activated_dgp.spectra import resolve_activation
+    from activated_dgp.zonal.spectra import resolve_activation
 
     return resolve_activation(name).function(t)
 
@@ -79,7 +79,7 @@ def _activation_values(name: str, t: np.ndarray) -> np.ndarray:
 def truncated_activation(name: str, dimension: int, truncation_level: int, t: np.ndarray) -> np.ndarray:
     """σ̃(t) = Σ_(n<Ñ) σ_n N_n^d Ĉ_n(t) with the library's coefficients (default threshold)."""
     from activated_dgp.zonal import activation_coefficients, num_harmonics
-    from activated_dgp.spherical import gegenbauer_alpha, normalised_gegenbauer_polynomials
+    from activated_dgp.zonal.spherical import gegenbauer_alpha, normalised_gegenbauer_polynomials
 
     sigma = activation_coefficients(name, dimension=dimension, truncation_level=truncation_level)
     weights = sigma * num_harmonics(np.arange(truncation_level), dimension)
@@ -317,8 +317,8 @@ def below_from(magnitudes: np.ndarray, threshold: float):
 
 def term_shares(magnitudes: np.ndarray, dimension: int) -> np.ndarray:
     """Each level's term |coefficient|·N_n^d as a share of the sum of the recorded terms: the quantity the library's
-    threshold applies to (``activated_dgp.spherical.apply_threshold``)."""
-    from activated_dgp.spherical import num_harmonics
+    threshold applies to (``activated_dgp.zonal.funk_hecke.apply_threshold``)."""
+    from activated_dgp.zonal.spherical import num_harmonics
 
     terms = magnitudes * num_harmonics(np.arange(magnitudes.size), dimension)
     return terms / terms.sum()

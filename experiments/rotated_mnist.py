@@ -45,7 +45,7 @@ Stage-2 remedies (docs/results/stage2.md), for ``adgp`` and ``adgp_ft`` alike, o
 images (the ``--validation-fraction`` part of the training images, which NN + TS also uses):
 
 * ``--kernel-variance validation`` (a2): each GP layer's kernel variance chosen on the validation log density
-  with the mean propagation kept (:func:`activated_dgp.conversion.select_kernel_variances` on the validation
+  with the mean propagation kept (:func:`activated_dgp.deep.conversion.select_kernel_variances` on the validation
   images' conv features); ``elbo`` (a) chooses it on the ELBO; a number sets it. Default 1.
 * ``--dgp-patience P`` (e): stage 2 stops once the validation NLPD has not improved for P epochs (checked
   before training and after every epoch), and the parameters of the best check are restored — for
@@ -141,7 +141,7 @@ class Config:
     # never mixed with new runs (the networks, which it does not change, are still shared: stage1_digest)
     stage2_defaults: str = "ramp-guard"
     ensemble_size: int = 5  # members of the deep ensembles (ensemble, adgp_ensemble)
-    # issue 32: the output layer's far-field residual (activated_dgp.far_field.add_far_field, fitted on the conv
+    # issue 32: the output layer's far-field residual (activated_dgp.deep.far_field.add_far_field, fitted on the conv
     # features of the training images, re-centred after stage 2); every ADGP record then also scores the same fit
     # with the residual switched off (``far_field_off``)
     far_field: bool = False
@@ -409,10 +409,10 @@ def finetuned_classifier(config: Config, splits: Splits, seed: int, dropout: flo
     """The control of ADGP + conv fine-tuned for a network: stage 1 (``source``'s checkpoint) followed by the
     extra epochs of :func:`stage2_fit` — the same number, optimiser, learning rate and minibatches as ADGP's stage
     2 with the conv layers trained — on the network's own loss (cross-entropy of the softmax of its logits,
-    :func:`activated_dgp.likelihoods.network_loss`; dropout active while training when ``dropout`` > 0), every
+    :func:`activated_dgp.deep.likelihoods.network_loss`; dropout active while training when ``dropout`` > 0), every
     weight (conv layers and head) trained. With ``config.dgp_patience`` the score is the validation cross-entropy.
     Returns (extractor, head, stage-1 seconds, info); the weights are checkpointed under ``checkpoint``."""
-    from activated_dgp.likelihoods import network_loss
+    from activated_dgp.deep.likelihoods import network_loss
 
     extractor, head, seconds = trained_classifier(config, splits, seed, dropout, source)
     model = classifier(extractor, head)
@@ -448,7 +448,7 @@ def converted_dgp(config: Config, head, train, validation, seed: int):
     each layer's kernel variance set by ``config.kernel_variance`` (q_μ re-solved so that the mean propagation is
     kept): (dgp, info). ``train`` and ``validation`` are (conv features [N, 1024] float64, labels [N, 1])."""
     from activated_dgp import dgp_from_keras, propagate_means
-    from activated_dgp.conversion import rescale_kernel_variance, select_kernel_variances
+    from activated_dgp.deep.conversion import rescale_kernel_variance, select_kernel_variances
 
     train_features = train[0]
     conversion = dgp_from_keras(head, len(train_features), X=train_features[:512], likelihood="softmax")
@@ -472,7 +472,7 @@ def converted_dgp(config: Config, head, train, validation, seed: int):
         info["variance_mismatch"] = float(np.max(np.abs(propagate_means(dgp, check)[-1].numpy() - head(check).numpy())))
         log(f"  kernel variances {info['kernel_variances']}: max |DGP mean − network logits| = {info['variance_mismatch']:.2e}")
     if config.far_field:
-        from activated_dgp.far_field import add_far_field
+        from activated_dgp.deep.far_field import add_far_field
 
         add_far_field(dgp, train_features)
         info["far_field_variance"] = float(dgp.f_layers[-1].kernel.kernel.far_variance.numpy())
@@ -522,7 +522,7 @@ def trained_adgp(config: Config, splits: Splits, extractor, head, seed: int, che
                            best_epoch=int(history["best_step"] // per_epoch), epochs_run=int(history["steps_run"] // per_epoch))
     info.update({"seconds": time.time() - start, "elbo_loss": [float(v) for v in history.get("loss", [])]})
     if config.far_field and len(dgp.f_layers) > 1:  # stage 2 moved the hidden layers (and, fine-tuned, the features)
-        from activated_dgp.far_field import refit_far_field
+        from activated_dgp.deep.far_field import refit_far_field
 
         refit_far_field(dgp, features(extractor, splits.x_train) if finetune else train_features)
     if stopping:
@@ -767,11 +767,11 @@ def run_cell(cell, options, context) -> Dict:
 
 def far_field_off_results(context, config: Config, splits: Splits, progress_key: str, groups, predict, dgps) -> Dict:
     """The same fitted model scored at every angle with every DGP's far-field residual switched off
-    (:func:`activated_dgp.far_field.far_field_switched_off`, exactly zero), the same features and samples: the
+    (:func:`activated_dgp.deep.far_field.far_field_switched_off`, exactly zero), the same features and samples: the
     paired "without" of issue 32, stored as ``far_field_off`` (metric → per-angle list)."""
     from contextlib import ExitStack
 
-    from activated_dgp.far_field import far_field_switched_off
+    from activated_dgp.deep.far_field import far_field_switched_off
 
     with ExitStack() as stack:
         for dgp in dgps:

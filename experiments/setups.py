@@ -55,7 +55,7 @@ def rotated_mnist_cnn(seed: int, truncation_level: int, num_units: int, width: i
     with ``dropout`` > 0 the head has dropout before each linear layer. Glorot-uniform convolutions seeded by ``seed``."""
     import tf_keras
 
-    from activated_dgp.nn import build_activated_nn, with_dropout
+    from activated_dgp.deep.twin import build_activated_nn, with_dropout
 
     initializer = lambda offset: tf_keras.initializers.GlorotUniform(seed=seed * 1000 + offset)  # noqa: E731
     extractor = tf_keras.Sequential(

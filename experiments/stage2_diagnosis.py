@@ -18,7 +18,7 @@ continues from the same network. At conversion, every ``--every`` steps and at t
 * per layer: the residual fraction (Kff − Qff)/Kff on the inputs it sees (mean propagation), the kernel
   variance, and ‖W − W₀‖/‖W₀‖; the likelihood's noise variance;
 * the ELBO on the training part, split into the expected log-likelihood and each layer's KL
-  (:func:`activated_dgp.diagnostics.elbo_terms`, fixed draws);
+  (:func:`activated_dgp.deep.diagnostics.elbo_terms`, fixed draws);
 * RMSE and NLPD (standardised targets) on the training and test parts of: the network; the DGP's mean
   propagation with the likelihood noise (a single Gaussian); the DGP's sampled predictive mixture.
 
@@ -91,8 +91,8 @@ class Diagnose(tf_keras.callbacks.Callback):
             self.record(self.epoch * self.per_epoch)
 
     def record(self, step: int):
-        from activated_dgp.diagnostics import elbo_terms, layer_residual_fractions
-        from activated_dgp.prediction import propagate_means
+        from activated_dgp.deep.diagnostics import elbo_terms, layer_residual_fractions
+        from activated_dgp.deep.prediction import propagate_means
         from experiments.uci_methods import dgp_mixture
 
         d, dgp = self.data, self.dgp

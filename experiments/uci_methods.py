@@ -71,9 +71,9 @@ from activated_dgp import TrainingSchedule, build_activated_nn, train_dgp, train
 from activated_dgp.training import STAGE2_RECIPES as LIBRARY_RECIPES
 from activated_dgp.eigen import LinearisedLaplace
 from activated_dgp.metrics import regression_metrics
-from activated_dgp.far_field import far_field_switched_off, has_far_field
-from activated_dgp.nn import with_dropout
-from activated_dgp.prediction import sample_layers
+from activated_dgp.deep.far_field import far_field_switched_off, has_far_field
+from activated_dgp.deep.twin import with_dropout
+from activated_dgp.deep.prediction import sample_layers
 from experiments.harness.artifacts import ArtifactCache, atomic_write, atomic_write_text
 
 NUM_LAYERS = 3

@@ -46,7 +46,7 @@ def train(strategy, epochs: int, batch_size: int, data: str = "arrays"):
     import numpy as np
 
     from activated_dgp import TrainingSchedule, train_dgp
-    from activated_dgp.streaming import ArraySource
+    from activated_dgp.data.streaming import ArraySource
 
     dgp, X, Y = problem()
     source = ArraySource(X, Y, block_rows=64) if data == "arrays" else tf.data.Dataset.from_tensor_slices((X, Y))

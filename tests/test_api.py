@@ -4,6 +4,8 @@ resolving, for one release, to the same object as its new home with a Deprecatio
 The old top level is written out here (not read from the package), so a name dropped without an alias fails."""
 
 import importlib
+import re
+import sys
 import warnings
 
 import pytest
@@ -34,13 +36,13 @@ RENAMED = {
 
 #: renamed names in the modules that defined (or re-exported) them: (module, old, new)
 MODULE_RENAMES = [
-    ("activated_dgp.conversion", "Conversion", "ConversionReport"),
-    ("activated_dgp.persistence", "load_state", "load_training_state"),
-    ("activated_dgp.spherical", "set_xla", "use_xla_for_gegenbauer"),
-    ("activated_dgp.likelihoods", "LIKELIHOODS", "LIKELIHOOD_REGISTRY"),
-    ("activated_dgp.models", "LIKELIHOODS", "LIKELIHOOD_REGISTRY"),
-    ("activated_dgp.spectra", "ACTIVATIONS", "ACTIVATION_REGISTRY"),
-    ("activated_dgp.spectra", "Activation", "ZonalActivation"),
+    ("activated_dgp.deep.conversion", "Conversion", "ConversionReport"),
+    ("activated_dgp.deep.persistence", "load_state", "load_training_state"),
+    ("activated_dgp.zonal.spherical", "set_xla", "use_xla_for_gegenbauer"),
+    ("activated_dgp.deep.likelihoods", "LIKELIHOODS", "LIKELIHOOD_REGISTRY"),
+    ("activated_dgp.deep.builders", "LIKELIHOODS", "LIKELIHOOD_REGISTRY"),
+    ("activated_dgp.zonal.spectra", "ACTIVATIONS", "ACTIVATION_REGISTRY"),
+    ("activated_dgp.zonal.spectra", "Activation", "ZonalActivation"),
 ]
 
 NAMESPACES = ["zonal", "deep", "training", "eigen", "kernel_machines", "data"]
@@ -62,7 +64,7 @@ def test_the_top_level_is_short_and_resolves_without_warnings():
 
 def test_dir_shows_the_short_list():
     shown = {name for name in dir(activated_dgp) if not name.startswith("_")}
-    assert shown == set(activated_dgp.__all__) | {"DEPRECATED"}
+    assert shown == set(activated_dgp.__all__) | {"DEPRECATED", "MOVED_MODULES"}
 
 
 def test_every_namespace_all_resolves_without_warnings():
@@ -106,7 +108,7 @@ def test_unknown_names_are_attribute_errors():
     with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
         activated_dgp.no_such_name
     with pytest.raises(AttributeError):
-        activated_dgp.spectra.no_such_name
+        activated_dgp.zonal.spectra.no_such_name
     with pytest.raises(ImportError):
         exec("from activated_dgp import no_such_name")
 
@@ -141,5 +143,42 @@ def test_a_deprecated_name_used_in_the_suite_fails_loudly():
     so no test, tutorial or study run by the suite can keep using an old name unnoticed."""
     with pytest.raises(DeprecationWarning, match=r"activated_dgp\.load_state is deprecated; use activated_dgp\.deep\.load_training_state"):
         activated_dgp.load_state
-    with pytest.raises(DeprecationWarning, match=r"activated_dgp\.conversion\.Conversion is deprecated"):
-        activated_dgp.conversion.Conversion
+    with pytest.raises(DeprecationWarning, match=r"activated_dgp\.deep\.conversion\.Conversion is deprecated"):
+        activated_dgp.deep.conversion.Conversion
+
+
+@pytest.mark.parametrize("old", sorted(activated_dgp.MOVED_MODULES))
+def test_an_old_module_path_imports_with_a_warning_naming_its_new_home(old):
+    homes = activated_dgp.MOVED_MODULES[old]
+    sys.modules.pop(old, None)
+    with pytest.warns(DeprecationWarning, match=re.escape(f"{old} is deprecated; use {' and '.join(homes)}")):
+        module = importlib.import_module(old)
+    # every public name of every new home is reachable through the old path, as the very same object
+    for home in homes:
+        new = importlib.import_module(home)
+        for name in getattr(new, "__all__", []):
+            assert getattr(module, name) is getattr(new, name), (old, name)
+    with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
+        module.no_such_name
+
+
+def test_from_an_old_module_path_import_a_name_split_between_two_new_modules():
+    sys.modules.pop("activated_dgp.spherical", None)
+    with pytest.warns(DeprecationWarning):
+        from activated_dgp.spherical import funk_hecke_coefficients, gegenbauer_series
+    from activated_dgp.zonal import funk_hecke, spherical
+
+    assert funk_hecke_coefficients is funk_hecke.funk_hecke_coefficients
+    assert gegenbauer_series is spherical.gegenbauer_series
+
+
+def test_setting_state_through_an_old_module_path_sets_it_in_the_new_module(monkeypatch):
+    sys.modules.pop("activated_dgp.spherical", None)
+    with pytest.warns(DeprecationWarning):
+        old = importlib.import_module("activated_dgp.spherical")
+    from activated_dgp.zonal import spherical
+
+    sentinel = {"enabled": False}
+    monkeypatch.setattr(spherical, "_XLA", spherical._XLA)  # restored afterwards
+    old._XLA = sentinel
+    assert spherical._XLA is sentinel

@@ -17,7 +17,7 @@ import tf_keras
 
 from activated_dgp import build_activated_dgp, build_activated_nn, dgp_from_keras, load_dgp, propagate_means, save_dgp
 from activated_dgp.zonal import register_activation
-from activated_dgp.nn import ActivatedLayer
+from activated_dgp.deep.twin import ActivatedLayer
 from test_persistence import layerwise  # each layer's mean and variance at the previous layer's mean
 
 L = tf_keras.layers
@@ -422,7 +422,7 @@ def duplicated_unit_network():
 
 
 def test_a_mean_kuu_cannot_hold_is_a_clear_error_naming_the_layer_and_the_parallel_units(rng):
-    from activated_dgp.conversion import UnrepresentableMean
+    from activated_dgp.deep.conversion import UnrepresentableMean
 
     with pytest.raises(UnrepresentableMean, match=r"GP layer 1 \(Keras layers \['dense_\d+', 'dense_\d+'\]\).*units are \d+ "
                        r"and \d+ \(\|cosine\| 1\.000000\)"):
@@ -436,7 +436,7 @@ def test_a_kernel_variance_the_mean_cannot_hold_leaves_the_layer_and_is_never_ch
     and keeps the mean propagation (the network's, measured by the NumPy forward pass written in this file)."""
     import warnings
 
-    from activated_dgp.conversion import UnrepresentableMean, rescale_kernel_variance, select_kernel_variances
+    from activated_dgp.deep.conversion import UnrepresentableMean, rescale_kernel_variance, select_kernel_variances
 
     network = duplicated_unit_network()
     X = rng.normal(size=(60, 2))

@@ -233,7 +233,7 @@ def test_ensemble_of_dgps_predicts_the_uniform_mixture():
     from scipy.stats import norm
 
     from activated_dgp import build_activated_dgp
-    from activated_dgp.prediction import ensemble_log_density, ensemble_predict_y
+    from activated_dgp.deep.prediction import ensemble_log_density, ensemble_predict_y
 
     rng = np.random.default_rng(0)
     X, Y = rng.normal(size=(7, 2)), rng.normal(size=(7, 1))

@@ -15,11 +15,17 @@ from scipy.integrate import quad
 from scipy.stats import norm
 
 from activated_dgp import build_activated_dgp, build_activated_nn, dgp_from_keras, propagate_means, save_dgp
-from activated_dgp.conditionals import gpflow_conditional
-from activated_dgp.far_field import FarFieldArcCosine, add_far_field, far_field_options, has_far_field, refit_far_field
-from activated_dgp.kernels import ZonalArcCosine
-from activated_dgp.models import activated_gp_layer
-from activated_dgp.prediction import layer_inputs
+from activated_dgp.zonal.conditionals import gpflow_conditional
+from activated_dgp.deep.far_field import (
+    FarFieldArcCosine,
+    add_far_field,
+    far_field_options,
+    has_far_field,
+    refit_far_field,
+)
+from activated_dgp.zonal.kernels import ZonalArcCosine
+from activated_dgp.deep.builders import activated_gp_layer
+from activated_dgp.deep.prediction import layer_inputs
 
 
 def _dense_residual(H, H2, centre, radius, variance, order):
@@ -185,7 +191,7 @@ def test_save_load_fresh_process_exact(rng, tmp_path):
         f"""
         import json, numpy as np
         from activated_dgp import load_dgp
-        from activated_dgp.far_field import has_far_field
+        from activated_dgp.deep.far_field import has_far_field
         dgp = load_dgp({str(tmp_path / 'model')!r})
         points = np.load({str(tmp_path / 'points.npy')!r})
         m, v = dgp.f_layers[0].predict(points, full_cov=False)
@@ -221,7 +227,7 @@ def test_bad_options():
 def test_switching_the_residual_off_zeroes_it_and_restores_it():
     """Inside the block k_res(h, h) = 0 even far away; afterwards it is σ_r² (ρ − 1)^(2q+1)/(2q+1) again (closed form)."""
     import activated_dgp as ad
-    from activated_dgp.far_field import add_far_field, far_field_switched_off
+    from activated_dgp.deep.far_field import add_far_field, far_field_switched_off
 
     dgp = ad.build_activated_dgp(ad.deep.ArchitectureConfig(2, num_layers=1, num_units=6), num_data=10, seed=0)
     add_far_field(dgp, far_variance=2.0, far_radius=1.5, far_centre=np.zeros(2))

@@ -1,4 +1,4 @@
-"""The activated layers' batched conditional (activated_dgp.conditionals) against GPflow's own algebra.
+"""The activated layers' batched conditional (activated_dgp.zonal.conditionals) against GPflow's own algebra.
 
 The reference is ``gpflow.conditionals.util.base_conditional(Kmn, Kmm, Knn, f, q_sqrt=q_sqrt, white=True)`` on the
 same covariances, and, for whole models, GPflow's shared-independent conditional (``gpflow_conditional()``)."""
@@ -15,9 +15,9 @@ from gpflow.config import default_jitter
 from gpflow.covariances import Kuf, Kuu
 
 from activated_dgp import ActivationFeature, ZonalArcCosine, build_activated_dgp
-from activated_dgp import conditionals as fast
-from activated_dgp.conditionals import SharedActivationFeature
-from activated_dgp.models import activated_gp_layer
+from activated_dgp.zonal import conditionals as fast
+from activated_dgp.zonal.conditionals import SharedActivationFeature
+from activated_dgp.deep.builders import activated_gp_layer
 
 TOLERANCE = 1e-10
 

@@ -21,10 +21,11 @@ import pytest
 
 from activated_dgp import ActivationFeature, ZonalArcCosine
 from activated_dgp.zonal import ZonalKernel, zonal_matern52_shape
-from activated_dgp.covariances import basis_coefficients, inducing_coefficients
-from activated_dgp.extended_precision import dual, supports_extended_precision
-from activated_dgp.spectra import activation_coefficients, arc_cosine_coefficients
-from activated_dgp.spherical import PrecisionWarning, funk_hecke_coefficients, num_harmonics
+from activated_dgp.zonal.covariances import basis_coefficients, inducing_coefficients
+from activated_dgp.zonal.funk_hecke import dual, supports_extended_precision
+from activated_dgp.zonal.spectra import activation_coefficients, arc_cosine_coefficients
+from activated_dgp.zonal.funk_hecke import PrecisionWarning, funk_hecke_coefficients
+from activated_dgp.zonal.spherical import num_harmonics
 
 DIMENSIONS = (2, 3, 64, 257, 1025, 4097)
 TRUNCATION = 20
@@ -205,7 +206,7 @@ D_FEATURES = 1024  # d = 1,025 with the bias
 def test_truncated_softplus_converges_on_the_whole_interval_at_d_1025():
     """Σ_(n<Ñ) σ_n N_n Ĉ_n(t) → log(1 + e^(3t)) on [−1, 1]: monotone in Ñ, tiny near t = 0 where the
     sphere's mass lies, and slow only at |t| → 1 (the Taylor radius of softplus(3t) is π/3)."""
-    from activated_dgp.spherical import normalised_gegenbauer_polynomials
+    from activated_dgp.zonal.spherical import normalised_gegenbauer_polynomials
 
     d, t = D_FEATURES + 1, np.linspace(-1.0, 1.0, 401)
     truth = np.logaddexp(0.0, 3.0 * t)
@@ -242,7 +243,7 @@ def test_converted_dgp_kl_is_finite_and_the_whitened_gaussian_kl_at_d_1025():
     import gpflow
 
     from activated_dgp import build_activated_nn, dgp_from_keras
-    from activated_dgp.spherical import normalised_gegenbauer_polynomials
+    from activated_dgp.zonal.spherical import normalised_gegenbauer_polynomials
 
     rng = np.random.default_rng(0)
     net = build_activated_nn(D_FEATURES, num_layers=2, num_units=16, layer_widths=[8], output_dim=3,

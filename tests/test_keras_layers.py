@@ -20,7 +20,7 @@ BUILD = textwrap.dedent(
     """
     import numpy as np, gpflow
     import activated_dgp as ad
-    from activated_dgp.far_field import add_far_field
+    from activated_dgp.deep.far_field import add_far_field
 
     def build(seed):
         config = ad.deep.ArchitectureConfig(2, num_layers=2, num_units=6, activation="swish")
@@ -83,7 +83,7 @@ def test_weights_of_another_architecture_are_refused_naming_the_layer(tmp_path):
     small = ad.build_activated_dgp(ad.deep.ArchitectureConfig(2, num_layers=2, num_units=6), num_data=40, seed=0)
     small.as_training_model().save_weights(str(tmp_path / "m.weights.h5"))
     other = ad.build_activated_dgp(ad.deep.ArchitectureConfig(2, num_layers=2, num_units=6), num_data=40, seed=0)
-    from activated_dgp.far_field import add_far_field
+    from activated_dgp.deep.far_field import add_far_field
 
     add_far_field(other, far_variance=1.0, far_radius=1.0, far_centre=np.zeros(2))  # three more variables
     with pytest.raises(ValueError, match="cannot load layer .*holds .* variables, the layer has"):

@@ -8,7 +8,7 @@ from check_shapes.exceptions import ShapeMismatchError
 
 from activated_dgp import ActivationFeature, ZonalArcCosine
 from activated_dgp.zonal import ZonalKernel, zonal_matern52_shape
-from activated_dgp.spectra import arc_cosine_shape
+from activated_dgp.zonal.spectra import arc_cosine_shape
 
 
 def _gpflow_arc_cosine(lengthscales, variance):

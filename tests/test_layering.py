@@ -99,7 +99,7 @@ def test_validation_is_a_leaf():
 def test_training_package_imports_go_down():
     """activated_dgp.training's modules, lowest first; each imports only modules before it (function-level
     imports counted)."""
-    order = ["callbacks", "schedule", "recipes", "fitters", "extractor", "two_stage"]
+    order = ["callbacks", "schedule", "distributed", "recipes", "fitters", "extractor", "two_stage"]
     graph = _graph(_modules())
     modules = [f"activated_dgp.training.{name}" for name in order]
     for position, name in enumerate(modules):
@@ -111,10 +111,51 @@ NAMESPACES = ("activated_dgp", "activated_dgp.zonal", "activated_dgp.deep")
 
 
 def test_namespaces_are_imported_by_no_implementation_module():
-    """The top level and the re-export namespaces (zonal, deep) sit above every implementation module: they import
+    """The top level and the namespaces of the zonal and deep packages sit above every implementation module: they import
     the modules, never the reverse (function-level imports counted)."""
     graph = _graph(_modules())
     for name in NAMESPACES:
         assert name in graph
     offenders = {name: sorted(graph[name] & set(NAMESPACES)) for name in graph if name not in NAMESPACES}
     assert {name: targets for name, targets in offenders.items() if targets} == {}
+
+
+#: The subpackages, lowest first: each may import only the top-level leaves and the subpackages before it.
+SUBPACKAGES = ["zonal", "deep", "data", "training", "eigen", "kernel_machines"]
+LEAVES = {"activated_dgp._deprecation", "activated_dgp.validation", "activated_dgp.metrics"}
+
+
+def _subpackage(module: str):
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 or (len(parts) == 2 and parts[1] in SUBPACKAGES) else None
+
+
+def test_subpackages_import_only_downwards():
+    graph = _graph(_modules())
+    offenders = {}
+    for name, targets in graph.items():
+        own = _subpackage(name)
+        if own is None:
+            continue
+        allowed = set(SUBPACKAGES[: SUBPACKAGES.index(own) + 1])
+        bad = sorted(t for t in targets if t not in LEAVES and _subpackage(t) not in allowed)
+        if bad:
+            offenders[name] = bad
+    assert offenders == {}
+
+
+def test_zonal_modules_import_in_order():
+    """The zonal core bottom-up: Gegenbauer machinery, Funk–Hecke quadrature, activations and spectra, kernels,
+    inducing variables, covariances, conditional."""
+    order = ["spherical", "funk_hecke", "spectra", "kernels", "inducing_variables", "covariances", "conditionals"]
+    graph = _graph(_modules())
+    modules = [f"activated_dgp.zonal.{name}" for name in order]
+    assert set(modules) == {name for name in graph if name.startswith("activated_dgp.zonal.")}
+    for position, name in enumerate(modules):
+        inside = {target for target in graph[name] if target.startswith("activated_dgp.zonal")}
+        assert inside <= set(modules[:position]), f"{name} imports {sorted(inside - set(modules[:position]))}"
+
+
+def test_few_modules_sit_flat_in_the_package():
+    flat = sorted(path.name for path in PACKAGE.glob("*.py"))
+    assert len(flat) <= 8, flat

@@ -7,7 +7,7 @@ import tensorflow as tf
 from scipy import integrate
 from scipy.special import expit, log_expit, log_ndtr, logsumexp, softmax
 
-from activated_dgp.models import LogisticBernoulli, MonteCarloSoftmax, ProbitCrossEntropy, network_loss
+from activated_dgp.deep.builders import LogisticBernoulli, MonteCarloSoftmax, ProbitCrossEntropy, network_loss
 
 MU = np.array([[-3.0], [-0.4], [0.0], [1.2], [4.0], [40.0]])
 VAR = np.array([[0.5], [2.0], [0.01], [1.0], [3.0], [4.0]])

@@ -41,10 +41,10 @@ from activated_dgp.deep import (
     load_training_state,
     save_network,
 )
-from activated_dgp.likelihoods import LIKELIHOOD_REGISTRY
-from activated_dgp.models import LogisticBernoulli, MonteCarloSoftmax, activated_gp_layer, make_likelihood
-from activated_dgp import persistence
-from activated_dgp.persistence import architecture_of_dgp
+from activated_dgp.deep.likelihoods import LIKELIHOOD_REGISTRY
+from activated_dgp.deep.builders import LogisticBernoulli, MonteCarloSoftmax, activated_gp_layer, make_likelihood
+from activated_dgp.deep import persistence
+from activated_dgp.deep.persistence import architecture_of_dgp
 from activated_dgp.zonal import register_activation
 
 BUMP_SOURCE = "def bump(t):\n    return np.sin(3.0 * t) + 0.5 * t * t\n"

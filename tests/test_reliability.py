@@ -387,7 +387,7 @@ def test_every_public_name_is_in_the_table():
 
 
 def test_bad_inputs_get_typed_errors_and_the_table_is_current(context, monkeypatch):
-    from activated_dgp import spectra
+    from activated_dgp.zonal import spectra
 
     # the messages list the registered activations: only the built-in ones, whatever other tests registered
     builtin = {name: act for name, act in spectra.ACTIVATION_REGISTRY.items() if name in spectra._BUILTIN_ACTIVATIONS}

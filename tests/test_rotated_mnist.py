@@ -632,7 +632,7 @@ def test_far_field_option_scores_the_same_fit_without_it(tmp_path, rng):
     record also scores the same fit with the residual switched off (``far_field_off``, every angle); the page gets
     the paired table."""
     from activated_dgp import load_dgp
-    from activated_dgp.far_field import has_far_field
+    from activated_dgp.deep.far_field import has_far_field
     from experiments import rotated_mnist as rm
     from experiments.harness.store import ResultStore
 

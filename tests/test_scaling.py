@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 
 from activated_dgp import TrainingSchedule, build_activated_dgp, train_dgp
-from activated_dgp.streaming import ArraySource, CsvSource
+from activated_dgp.data.streaming import ArraySource, CsvSource
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "distributed_worker.py"

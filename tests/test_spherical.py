@@ -8,9 +8,9 @@ import tensorflow as tf
 from scipy.special import comb, eval_chebyt, eval_gegenbauer, gamma, iv, sph_harm_y
 
 from activated_dgp.zonal import use_xla_for_gegenbauer
-from activated_dgp.spectra import arc_cosine_coefficients, arc_cosine_shape, relu_coefficients
-from activated_dgp.spherical import (
-    funk_hecke_coefficients,
+from activated_dgp.zonal.spectra import arc_cosine_coefficients, arc_cosine_shape, relu_coefficients
+from activated_dgp.zonal.funk_hecke import funk_hecke_coefficients
+from activated_dgp.zonal.spherical import (
     funk_hecke_constant,
     gegenbauer_polynomials,
     gegenbauer_series,

@@ -9,9 +9,9 @@ import tensorflow as tf
 import tf_keras
 
 from activated_dgp import build_activated_nn, dgp_from_keras, evaluate_elbo, predict_y, predictive_log_density, propagate_means
-from activated_dgp.conversion import posterior_mean_weights, rescale_kernel_variance, select_kernel_variances
+from activated_dgp.deep.conversion import posterior_mean_weights, rescale_kernel_variance, select_kernel_variances
 from activated_dgp.deep import layer_moments
-from activated_dgp.diagnostics import elbo_terms, residual_fraction
+from activated_dgp.deep.diagnostics import elbo_terms, residual_fraction
 from activated_dgp.training import RestoreBest, TrainingSchedule, split_validation, train_dgp, train_network, train_two_stage
 
 
@@ -114,8 +114,8 @@ def test_compiled_seeded_scores_are_the_eager_functions_at_the_parameters_of_eac
     that reads the parameters as they are at each call and resets its draws: at every assignment it must give what
     the eager predictive_log_density / elbo_terms give, freshly seeded (Monte Carlo softmax draws included, and
     three uneven ELBO batches)."""
-    from activated_dgp.diagnostics import seeded_elbo
-    from activated_dgp.prediction import seeded_log_density
+    from activated_dgp.deep.diagnostics import seeded_elbo
+    from activated_dgp.deep.prediction import seeded_log_density
 
     if likelihood == "gaussian":
         X, Y, _, dgp = _converted(num_layers=3)
@@ -164,8 +164,8 @@ def test_noise_sweeps_from_one_set_of_samples_are_the_scores_at_each_noise_varia
     Σ_i [−½ log 2πσ² − ((y_i − m_i)² + s_i²)/(2σ²)] − KL and log N(y_i | m_i, s_i² + σ²). Three layers: the eager
     elbo_terms / predictive_log_density with σ² assigned, on the same seed. The likelihood's σ² is restored, and a
     non-Gaussian likelihood is a clear error."""
-    from activated_dgp.diagnostics import seeded_elbo
-    from activated_dgp.prediction import seeded_log_density
+    from activated_dgp.deep.diagnostics import seeded_elbo
+    from activated_dgp.deep.prediction import seeded_log_density
 
     noises = [0.01, 0.1, 0.7]
     X, Y, _, dgp = _converted(num_layers=1)
@@ -203,7 +203,7 @@ def test_integrating_all_samples_at_once_is_the_per_sample_integral(likelihood):
     """integrate_per_sample stacks the S samples' rows into one likelihood call (closed form or quadrature, row by
     row); against S separate GPflow calls written here. The Monte Carlo softmax goes sample by sample on the same
     generator, so its seeded draws are the same ones in the same order."""
-    from activated_dgp.prediction import integrate_per_sample
+    from activated_dgp.deep.prediction import integrate_per_sample
 
     rng = np.random.default_rng(5)
     S, N, P = 4, 7, 3 if likelihood == "softmax" else 1
@@ -214,7 +214,7 @@ def test_integrating_all_samples_at_once_is_the_per_sample_integral(likelihood):
     elif likelihood == "bernoulli":
         model = gpflow.likelihoods.Bernoulli()
     else:
-        from activated_dgp.likelihoods import MonteCarloSoftmax
+        from activated_dgp.deep.likelihoods import MonteCarloSoftmax
 
         model = MonteCarloSoftmax(P)  # GPflow's Softmax, usable with X = None
         model.num_monte_carlo_points = 50
@@ -508,7 +508,7 @@ def test_two_stage_noise_selected_needs_a_variance_search():
 def test_optimal_output_covariance_matches_gpflow_sgpr(whiten):
     """One layer: the ELBO-optimal q(u) covariance for a fixed mean is SGPR's q(u) covariance
     (gpflow.models.SGPR.compute_qu, the collapsed bound's optimum), with the same kernel, features and noise."""
-    from activated_dgp.conversion import set_optimal_output_covariance
+    from activated_dgp.deep.conversion import set_optimal_output_covariance
 
     X, Y, _, dgp = _converted(num_layers=1, whiten=whiten)
     layer = dgp.f_layers[0]
@@ -633,7 +633,7 @@ def test_joint_variance_and_noise_search_is_the_best_pair_of_its_grid():
     fixed-noise search, chooses the pair of best validation log density, found here by evaluating every pair of the
     grid (one layer, so coordinate ascent is one pass) with the same seeded draws; it is never worse than the
     fixed-noise search."""
-    from activated_dgp.conversion import rescale_kernel_variance
+    from activated_dgp.deep.conversion import rescale_kernel_variance
 
     X, _, network, _ = _converted(num_layers=1)
 

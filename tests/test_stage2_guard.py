@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 from activated_dgp import build_activated_nn, dgp_from_keras
-from activated_dgp.streaming import ArraySource
+from activated_dgp.data.streaming import ArraySource
 from activated_dgp.training import TrainingSchedule, guard_rows, negative_elbo_score, train_dgp, train_network
 
 

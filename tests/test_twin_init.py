@@ -6,7 +6,7 @@ import pytest
 from scipy import stats
 
 from activated_dgp.deep import ActivatedLayer
-from activated_dgp.nn import initial_directions
+from activated_dgp.deep.twin import initial_directions
 
 
 @pytest.mark.parametrize("lengthscales", [None, 1.0, 4.0, "per-coordinate"])

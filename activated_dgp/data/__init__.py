@@ -1,6 +1,6 @@
 """Data: the UCI regression sets and MNIST, read from a directory a user names, and the minibatch sources that
 stream a data set from memory or CSV shards into training (:class:`ArraySource`, :class:`CsvSource`, re-exported
-from :mod:`activated_dgp.streaming`).
+from :mod:`activated_dgp.data.streaming`).
 
 The directory comes from an explicit argument (``--data-dir``) or the environment variable ``ADGP_DATA_DIR``;
 :func:`resolve_data_dir` says which, and fails with a clear error when neither names an existing directory.
@@ -44,6 +44,6 @@ from .mnist import ImageData, load_mnist, read_idx, rotate_images, rotated_test_
 
 __all__ += ["ImageData", "load_mnist", "read_idx", "rotate_images", "rotated_test_sets"]
 
-from ..streaming import ArraySource, CsvSource
+from .streaming import ArraySource, CsvSource
 
 __all__ += ["ArraySource", "CsvSource"]

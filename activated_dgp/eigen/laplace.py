@@ -83,7 +83,7 @@ import tensorflow as tf
 import tf_keras
 from scipy.optimize import minimize_scalar
 
-from ..likelihoods import output_width
+from ..deep.likelihoods import output_width
 from ..validation import check_inputs, check_matrix, check_positive_int
 from .kernel_sources import FeatureKernel, PrecomputedFeatures, PrecomputedGram, ntk_kernel
 from .layerwise import layerwise_jacobian
@@ -179,7 +179,7 @@ class LinearisedLaplace:
     :param ntk_samples: ``None`` (default): NeuralEF trains on the exact NTK, with the per-example Jacobians
         as features (P per point, B C backward passes per step); an integer S: the Rademacher estimate of
         eq. 20 with S forward-mode JVPs per step, for networks whose Jacobians do not fit (slow for large S:
-        600 steps took 394 s with S = 1000 against 10 s exact on a P = 49 network, docs/results/laplace_neuralef.json).
+        600 steps took 394 s with S = 1000 against 10 s exact on a P = 49 network).
     :param jacobian_cache_bytes: with the exact NTK, the training Jacobians (N C P float64 numbers) are
         computed once when they take at most this many bytes (default :data:`JACOBIAN_CACHE_BYTES`;
         0 always recomputes them per step); see the module docstring.

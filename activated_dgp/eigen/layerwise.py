@@ -34,9 +34,9 @@ import tensorflow as tf
 import tf_keras
 from check_shapes import check_shapes
 
-from ..covariances import basis_coefficients
-from ..nn import ActivatedLayer
-from ..spherical import gegenbauer_series
+from ..zonal.covariances import basis_coefficients
+from ..deep.twin import ActivatedLayer
+from ..zonal.spherical import gegenbauer_series
 
 __all__ = ["LayerwiseJacobian", "layerwise_jacobian"]
 

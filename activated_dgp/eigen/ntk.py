@@ -119,7 +119,7 @@ def rademacher_matrix(network, num_samples: int, seed: int = 0) -> np.ndarray:
     the order of the Jacobian's columns. Where the Jacobian J(X) is at hand, the eq. 20 features are the
     product J(X) V = ``ntk_kernel(network, S, seed).feature_map(X)``, at the cost of one matrix product
     instead of S forward-mode passes (NeuralEF eq. 20). V takes P·S·8 bytes (S = 4,000 directions of the 7,553
-    parameters of docs/results/ntk_spectra.md's classifier: 242 MB)."""
+    parameters of the NTK-spectra study's classifier: 242 MB)."""
     num_samples = check_positive_int(num_samples, "num_samples")
     samples = rademacher_directions(_network_variables(network), num_samples, seed)
     return np.stack([np.concatenate([d.reshape(-1) for d in sample]) for sample in samples], axis=1)

@@ -14,7 +14,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from ..streaming import DATA_ERROR
+from ..data.streaming import DATA_ERROR
 
 __all__ = ["FitProgress", "LearningRateRamp", "RestoreBest", "fit_keeping_the_best", "without_retracing_warnings"]
 

@@ -5,7 +5,7 @@
 feature extractor g (e.g. Conv2D layers) converts its head on the features g(x); stage 2 can then leave g fixed
 (:func:`~activated_dgp.training.train_dgp` on the features) or train it with the DGP, which is what
 :func:`train_dgp_with_extractor` does. On rotated MNIST the second keeps the ADGP's lead under dataset shift and
-the first does not (docs/results/rotated_mnist.md; Dutordoir et al., 2021, Sec. 5.3, fine-tune the conv layers).
+the first does not (the rotated-MNIST study; Dutordoir et al., 2021, Sec. 5.3, fine-tune the conv layers).
 """
 
 from typing import Callable, Optional, Sequence
@@ -16,9 +16,9 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from ..diagnostics import elbo_terms
-from ..far_field import has_far_field, refit_far_field
-from ..prediction import check_dgp
+from ..deep.diagnostics import elbo_terms
+from ..deep.far_field import has_far_field, refit_far_field
+from ..deep.prediction import check_dgp
 from ..validation import _rows, check_targets, dgp_input_width
 from .callbacks import LearningRateRamp, RestoreBest, fit_keeping_the_best, without_retracing_warnings
 from .fitters import guard_rows, stage2_stopper, validation_nlpd
@@ -130,7 +130,7 @@ def train_dgp_with_extractor(
     without improvement, and the best check's parameters of both are restored; without it the ``guard`` scores the
     training −ELBO on a fixed seeded subset of the training inputs (:func:`~activated_dgp.training.guard_rows`)
     with one fixed draw, through g as it is at each check. A far-field residual on the output layer is refitted to
-    the final features (:func:`activated_dgp.far_field.refit_far_field`). Returns the Keras history with the
+    the final features (:func:`activated_dgp.deep.far_field.refit_far_field`). Returns the Keras history with the
     checks' summary (``best_step``, ``restored``, …; ``check_objective`` names the score). ``callbacks``: more
     tf-keras callbacks for the fit of the :class:`ExtractorDGP` (``ModelCheckpoint`` with ``save_weights_only``, say),
     run before the early-stopping check.

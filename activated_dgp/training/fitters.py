@@ -15,11 +15,11 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from ..diagnostics import elbo_terms, seeded_elbo
-from ..distributed import check_global_batch, copy_values, distributed_dataset, replicate
-from ..models import network_loss, output_width
-from ..prediction import check_dgp, predictive_log_density, seeded_log_density
-from ..streaming import ArraySource, CsvSource, DatasetSource, as_source, data_errors, global_batches
+from ..deep.diagnostics import elbo_terms, seeded_elbo
+from .distributed import check_global_batch, copy_values, distributed_dataset, replicate
+from ..deep.builders import network_loss, output_width
+from ..deep.prediction import check_dgp, predictive_log_density, seeded_log_density
+from ..data.streaming import ArraySource, CsvSource, DatasetSource, as_source, data_errors, global_batches
 from ..validation import check_matrix, check_targets, dgp_input_width
 from .callbacks import LearningRateRamp, RestoreBest, fit_keeping_the_best, without_retracing_warnings
 from .schedule import TrainingSchedule
@@ -65,14 +65,14 @@ def _early_stopping(schedule: TrainingSchedule, score: Optional[Callable[[], flo
 GUARD_ROWS = 2048
 #: The guard checks at most once per this many steps (and at least every ``validation_every`` epochs): a check is
 #: an eager pass over ≤ GUARD_ROWS rows; checked every 3-step epoch of N = 300 the guarded fit took about 5× the
-#: unguarded one, 1.45× with this cap (docs/results/stage2/divergence_cost.json).
+#: unguarded one, 1.45× with this cap (the stage-2 divergence benchmark).
 GUARD_MIN_STEPS = 100
 
 
 def guard_rows(data, seed: int = 0, count: int = GUARD_ROWS):
     """The fixed training rows (X [n, D], Y [n, P]), n = min(N, ``count``), on which stage 2's guard scores
     the ELBO: drawn without replacement with ``seed`` from in-memory (X, Y); from a block source (arrays,
-    memmaps, CSV shards) from at most four seeded blocks (:meth:`~activated_dgp.streaming.ArraySource.sample_rows`);
+    memmaps, CSV shards) from at most four seeded blocks (:meth:`~activated_dgp.data.streaming.ArraySource.sample_rows`);
     from a ``tf.data.Dataset`` its first ``count`` rows."""
     if isinstance(data, tuple):
         X, Y = data
@@ -86,7 +86,7 @@ def negative_elbo_score(dgp: gpflux.models.DeepGP, X, Y, seed: int = 0) -> Calla
 
         −ELBO = −(N / n) Σ_(i ≤ n) E_q[log p(y_i | f_L(x_i))] + Σ_ℓ KL[q(u_ℓ) ‖ p(u_ℓ)]
 
-    (Salimbeni & Deisenroth, 2017, eq. 4, on a subset), by :func:`activated_dgp.diagnostics.elbo_terms` with one
+    (Salimbeni & Deisenroth, 2017, eq. 4, on a subset), by :func:`activated_dgp.deep.diagnostics.elbo_terms` with one
     seeded draw of the hidden layers (the same draws at every check, so that checks differ by the parameters
     only; a one-layer model needs none and the score is gpflux's ``DeepGP.elbo`` on these rows)."""
     return compiled_after_checks(
@@ -110,8 +110,8 @@ def compiled_after_checks(eager: Callable[[], float], compile_score: Callable[[]
                           eager_checks: Optional[int] = None) -> Callable[[], float]:
     """A score that calls ``eager`` for its first ``eager_checks`` calls (default :data:`EAGER_CHECKS`), then the
     function ``compile_score()`` returns (built once, at the first call after those). For a compiled twin of the eager
-    function on the same seeded draws (:func:`activated_dgp.prediction.seeded_log_density`,
-    :func:`activated_dgp.diagnostics.seeded_elbo`), whose values equal the eager ones up to rounding."""
+    function on the same seeded draws (:func:`activated_dgp.deep.prediction.seeded_log_density`,
+    :func:`activated_dgp.deep.diagnostics.seeded_elbo`), whose values equal the eager ones up to rounding."""
     calls, compiled = 0, None
     eager_checks = EAGER_CHECKS if eager_checks is None else eager_checks
 
@@ -193,7 +193,7 @@ def train_dgp(
     The history then holds ``negative_elbo_checks`` [(step, −ELBO)], ``best_negative_elbo``, ``best_step``,
     ``restored`` (whether the final parameters were replaced) and ``restored_step``; ``check_objective``
     names the score. A check costs one eager forward pass over ≤ 2048 rows (measured in
-    docs/results/stage2/divergence_cost.json). Streaming data
+    the stage-2 divergence benchmark). Streaming data
     are covered (the rows come from a few seeded blocks, or a ``tf.data.Dataset``'s first rows), and so
     is a ``strategy`` (the mirrored copy is scored). ``guard=False`` trains without it.
 
@@ -217,14 +217,14 @@ def train_dgp(
         of a :class:`activated_dgp.DGPCheckpoint`): the fit runs epochs ``initial_epoch`` … ``schedule.epochs``
         − 1, and a resumed fit (``initial_epoch`` > 0) skips the warm-up, which belongs to its start.
 
-    Data beyond memory (:mod:`activated_dgp.streaming`): ``X`` may also be a ``tf.data.Dataset`` of
+    Data beyond memory (:mod:`activated_dgp.data.streaming`): ``X`` may also be a ``tf.data.Dataset`` of
     (x, y) pairs (``Y`` None, ``num_data`` = its true N), an ``ArraySource`` / ``CsvSource``, or a
     ``np.memmap`` pair; these stream in global batches shuffled with ``seed``, in constant memory. The
     ELBO is always scaled by the model's ``num_data``, which must equal the data's N.
 
     :param strategy: a ``tf.distribute.Strategy`` (MirroredStrategy, MultiWorkerMirroredStrategy):
         data-parallel training of a mirrored copy of ``dgp``, written back at the end; the global batch
-        ``schedule.batch_size`` is split equally over the replicas (:mod:`activated_dgp.distributed`
+        ``schedule.batch_size`` is split equally over the replicas (:mod:`activated_dgp.training.distributed`
         explains the loss scaling). ``dgp`` itself may be built outside the strategy's scope.
     """
     schedule = schedule or TrainingSchedule()

@@ -2,8 +2,8 @@
 :data:`STAGE2_RECIPES`, :data:`DEFAULT_RECIPE`).
 
 A recipe fixes how the converted DGP's kernel variance v and Gaussian noise start, and whether stage 2 stops early
-on a validation part. Issue 36 screened them on UCI and rotated MNIST by a rule written before the screen
-(docs/results/recipes.md); :data:`DEFAULT_RECIPE` is the one that rule chose, and docs/activated_dgp.md says when to
+on a validation part. They were screened on UCI and rotated MNIST by a rule written before the screen (the
+documentation's recipe results); :data:`DEFAULT_RECIPE` is the one that rule chose, and the user guide says when to
 use which.
 """
 
@@ -18,8 +18,8 @@ __all__ = ["Stage2Recipe", "Stage2Settings", "STAGE2_RECIPES", "DEFAULT_RECIPE",
 DEFAULT_VALIDATION_FRACTION = 0.1
 #: Early-stopping patience (epochs) of an early-stopped recipe when no ``dgp_schedule`` is given.
 DEFAULT_DGP_PATIENCE = 10
-#: The smallest kernel variance of the ``floor`` recipe (issue 36's "floor on v"). From the v6 ``adgp`` records of
-#: docs/results/uci_long/records.jsonl (``extra.kernel_variances``, 32 cells, 64 hidden layers): the validation choice
+#: The smallest kernel variance of the ``floor`` recipe (a "floor on v"). From the UCI study's ``adgp`` records
+#: (``extra.kernel_variances``, 32 cells, 64 hidden layers): the validation choice
 #: picked hidden-layer v between 3.2e-9 and 3.2e-3 (median 1e-7; 38 of 64 at or below 1e-6), and output-layer v up to
 #: 0.32 (26 of 32 below 1e-2). 1e-2 lies above every hidden v chosen, so the floor binds on every hidden layer the
 #: validation choice switched off; it is a point of the default grid 10^(−3 … 0.5), two decades below the paper's v = 1.
@@ -88,7 +88,7 @@ class Stage2Settings:
     validation_fraction: float
 
 
-#: The recipes of issue 36's screen. ``paper``: Dutordoir et al. (2021), Sec. 5.2 and appendix E.1: v = 1 at
+#: The recipes of the stage-2 screen. ``paper``: Dutordoir et al. (2021), Sec. 5.2 and appendix E.1: v = 1 at
 #: conversion, stage 2 without a stopping rule.
 STAGE2_RECIPES = {
     recipe.name: recipe
@@ -98,15 +98,14 @@ STAGE2_RECIPES = {
         Stage2Recipe("elbo", "elbo", None, "selected", True),  # v and noise chosen on the ELBO
         Stage2Recipe("floor", "validation", FLOOR, "selected", True),  # as validation, with v ≥ FLOOR
         # suggested by the screen's records (validation keeps UCI accuracy, paper holds under shift on rotated MNIST);
-        # judged by the follow-up rule of docs/results/recipes.md on records the screen did not read
+        # judged by a follow-up rule on records the screen did not read
         Stage2Recipe("by_likelihood", "validation", None, "selected", True, classification="paper"),
     )
 }
 
-#: ``train_two_stage``'s recipe when none is named: ``by_likelihood``, by the follow-up rule of docs/results/recipes.md
+#: ``train_two_stage``'s recipe when none is named: ``by_likelihood``, by the recipe screen's follow-up rule
 #: (met on rotated-MNIST seeds 1 and 2); the screen's rule alone chose ``validation``, which this uses for regression.
-#: tests/test_recipes.py checks that this is what the committed records give. Guidance: docs/activated_dgp.md,
-#: "Which stage-2 recipe".
+#: Guidance: the user guide's "Which stage-2 recipe".
 DEFAULT_RECIPE = "by_likelihood"
 
 

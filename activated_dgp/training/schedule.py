@@ -32,7 +32,7 @@ class TrainingSchedule:
     ``learning_rate / ramp_steps`` to ``learning_rate`` over its first ``ramp_steps`` steps
     (:class:`LearningRateRamp`); 0 turns it off. Adam's first steps are ≈ ``learning_rate`` per coordinate in
     the sign of the gradient, whatever the curvature, and one such step on a converted network's inducing
-    directions W can wreck its mean (docs/results/stage2.md, "Divergence").
+    directions W can wreck its mean.
 
     ``jit_compile``: compile the DGP's ELBO step (forward, gradient, Adam update) with XLA through
     Keras' ``compile(jit_compile=True)``. Off by default: on CPU, XLA's own Cholesky and triangular

@@ -13,15 +13,19 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from ..config import ArchitectureConfig
-from ..conversion import (
-    NOISE_FACTORS, check_variance_floor, dgp_from_keras, rescale_kernel_variance, select_kernel_variances,
+from ..deep.config import ArchitectureConfig
+from ..deep.conversion import (
+    NOISE_FACTORS,
+    check_variance_floor,
+    dgp_from_keras,
+    rescale_kernel_variance,
+    select_kernel_variances,
     split_convertible_head,
 )
-from ..far_field import add_far_field, far_field_options, refit_far_field
-from ..models import likelihood_name, output_width
-from ..nn import build_activated_nn
-from ..spectra import DEFAULT_ACTIVATION, ZonalActivation
+from ..deep.far_field import add_far_field, far_field_options, refit_far_field
+from ..deep.builders import likelihood_name, output_width
+from ..deep.twin import build_activated_nn
+from ..zonal.spectra import DEFAULT_ACTIVATION, ZonalActivation
 from ..validation import check_targets
 from .extractor import _check_inputs, extracted_features, train_dgp_with_extractor
 from .fitters import _check_data, evaluate_elbo, train_dgp, train_network
@@ -90,12 +94,12 @@ def train_two_stage(
     far_field: Union[bool, dict] = True,
 ) -> TwoStageResult:
     """Network twin → activated DGP → ELBO. Defaults follow appendix E.1 (Adam 0.01, ×0.9 on
-    plateau, minibatch 128); every part is overridable. docs/results/stage2.md measures the options.
+    plateau, minibatch 128); every part is overridable.
 
     :param Y: [N, P] targets; for "bernoulli" 0/1 labels [N, 1]; for "softmax"/"robustmax" class
         indices [N, 1] with ``num_classes`` (default: max label + 1).
     :param activation: the twin's zonal activation, default the Swish
-        (:data:`~activated_dgp.spectra.DEFAULT_ACTIVATION`; ``"softplus"`` is the paper's and the default before);
+        (:data:`~activated_dgp.zonal.spectra.DEFAULT_ACTIVATION`; ``"softplus"`` is the paper's and the default before);
         unused when ``network`` is given (the converted network's own activations are kept).
     :param lengthscales: per-layer lengthscales of the twin (:func:`build_activated_nn`), copied into
         the DGP's kernels by the converter.
@@ -106,7 +110,6 @@ def train_two_stage(
         ``noise_variance`` and ``dgp_schedule`` given explicitly override it (an explicit ``kernel_variance`` drops
         the recipe's floor too). An early-stopped recipe with no ``dgp_schedule`` stops after
         :data:`~activated_dgp.training.recipes.DEFAULT_DGP_PATIENCE` epochs without improvement. Which to use:
-        docs/activated_dgp.md; the screen that chose the default: docs/results/recipes.md.
     :param noise_variance: initial Gaussian noise (default: the recipe's): a number, "train" (the network's training MSE, the
         default without validation data) or "validation" (its MSE on the validation part, the default
         with it), or "selected": the validation MSE, then chosen jointly with the output layer's kernel
@@ -115,7 +118,7 @@ def train_two_stage(
         choose it by maximising the ELBO / the validation log density, with the mean propagation kept
         (:func:`select_kernel_variances`).
     :param kernel_variance_floor: with ``kernel_variance="elbo"`` / ``"validation"``, the smallest v the search
-        may choose (``min_variance`` of :func:`select_kernel_variances`; default None: no floor). Issue 36: on
+        may choose (``min_variance`` of :func:`select_kernel_variances`; default None: no floor). On
         UCI the validation choice drives the hidden layers' v to ≈ 3e-9, switching the GP off, so the ADGP
         predicts like its network under dataset shift; a floor keeps the GP on.
     :param warmup_steps: stage-2 steps with W and the lengthscales frozen before all parameters train
@@ -132,7 +135,7 @@ def train_two_stage(
     :param network: a network to start from instead of building and training a twin (stage 1 is
         then skipped). When its first layers do not convert (Conv2D, pooling, Flatten, a tanh layer), they become a
         feature extractor g and the longest convertible tail of Dense layers the DGP
-        (:func:`~activated_dgp.conversion.split_convertible_head`); X is then whatever g takes ([N, ...] images,
+        (:func:`~activated_dgp.deep.conversion.split_convertible_head`); X is then whatever g takes ([N, ...] images,
         say), the recipe's selections run on the features g(x), and stage 2 trains a copy of g with the DGP
         (:func:`~activated_dgp.training.train_dgp_with_extractor`; ``TwoStageResult.extractor``): the paper's
         fine-tuned conv layers (Sec. 5.3), which on rotated MNIST is what keeps the ADGP's lead under shift.
@@ -142,8 +145,8 @@ def train_two_stage(
     :param strategy: a ``tf.distribute.Strategy`` for stage 2 (:func:`train_dgp`); stage 1, the
         network twin, trains on one device.
     :param far_field: give the output layer the far-field residual after conversion (the default True, or a
-        dict with ``order`` / ``scale``; :func:`activated_dgp.far_field.add_far_field`): zero variance on the
-        training data's ball, growing like ρ^(2q+1) outside it, the mean unchanged (docs/results/far_field.md);
+        dict with ``order`` / ``scale``; :func:`activated_dgp.deep.far_field.add_far_field`): zero variance on the
+        training data's ball, growing like ρ^(2q+1) outside it, the mean unchanged;
         False gives the plain activated DGP.
     """
     far_field = far_field_options(far_field)

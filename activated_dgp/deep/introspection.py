@@ -1,4 +1,4 @@
-"""What a built activated model is, read back from the object: its :class:`~activated_dgp.config.ArchitectureConfig`,
+"""What a built activated model is, read back from the object: its :class:`~activated_dgp.deep.config.ArchitectureConfig`,
 each layer's mean function, and a description of every gpflow Parameter; and the DGP rebuilt from them.
 
 :func:`architecture_of_dgp` and :func:`architecture_of_network` accept exactly the models this package's
@@ -6,8 +6,8 @@ builders make (``SharedIndependent(ZonalArcCosine)`` kernels over ``ActivationFe
 registered activations and likelihoods; the twin's [ActivatedLayer, bias-free linear Dense] × L) and name,
 in a ValueError, the first part that is not one. :func:`rebuild_dgp` is the inverse: the builders'
 DGP of an architecture with the recorded mean functions and far-field residual. Persistence
-(:mod:`activated_dgp.persistence`) writes these descriptions to disk; replication across devices
-(:mod:`activated_dgp.distributed`) rebuilds in a strategy's scope with them.
+(:mod:`activated_dgp.deep.persistence`) writes these descriptions to disk; replication across devices
+(:mod:`activated_dgp.training.distributed`) rebuilds in a strategy's scope with them.
 """
 
 from __future__ import annotations
@@ -20,14 +20,14 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from .conditionals import SharedActivationFeature
+from ..zonal.conditionals import SharedActivationFeature
 from .config import ArchitectureConfig
 from .far_field import FarFieldArcCosine, restore_far_field
-from .inducing_variables import ActivationFeature
-from .kernels import ZonalArcCosine
-from .models import build_activated_dgp, likelihood_name
-from .nn import ActivatedLayer
-from .spectra import registered_activation_name
+from ..zonal.inducing_variables import ActivationFeature
+from ..zonal.kernels import ZonalArcCosine
+from .builders import build_activated_dgp, likelihood_name
+from .twin import ActivatedLayer
+from ..zonal.spectra import registered_activation_name
 
 __all__ = [
     "architecture_of_dgp",
@@ -216,7 +216,7 @@ def mean_functions_of_dgp(dgp: gpflux.models.DeepGP) -> list:
 def rebuild_dgp(architecture: ArchitectureConfig, num_data: int, mean_functions=None, far_field=None) -> gpflux.models.DeepGP:
     """:func:`build_activated_dgp` of ``architecture`` with the layers' mean functions rebuilt from their specs
     (None: the builders' Zero everywhere, as in directories saved before mean functions were recorded) and the
-    output layer's far-field residual from its record (:func:`activated_dgp.far_field.far_field_record`; None: none)."""
+    output layer's far-field residual from its record (:func:`activated_dgp.deep.far_field.far_field_record`; None: none)."""
     dgp = restore_far_field(build_activated_dgp(architecture, num_data), far_field)
     if mean_functions is not None:
         if len(mean_functions) != len(dgp.f_layers):

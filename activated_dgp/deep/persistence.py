@@ -6,9 +6,9 @@ optimiser was saved, one TensorFlow checkpoint ``optimizer-<token>`` (``.index``
 * ``format``: ``activated_dgp/3`` (written since the optimiser moved into a TensorFlow checkpoint);
   ``activated_dgp/2`` directories (the optimiser's variables in the arrays file) are still read, and
   any other format is a ValueError naming it;
-* ``architecture``: the :class:`~activated_dgp.config.ArchitectureConfig` (layers, units, widths,
+* ``architecture``: the :class:`~activated_dgp.deep.config.ArchitectureConfig` (layers, units, widths,
   activations, truncation levels, lengthscale shapes, whitening, likelihood) that rebuilds the model
-  with this package's builders (:func:`activated_dgp.introspection.rebuild_dgp`);
+  with this package's builders (:func:`activated_dgp.deep.introspection.rebuild_dgp`);
 * ``mean_functions``: each layer's mean function (GPflow's Zero, Constant, Identity or Linear; a
   directory without this entry, written before it existed, has Zero everywhere);
 * ``parameters``: for every gpflow Parameter (DGP) or Keras weight (network), by its path: shape,
@@ -19,7 +19,7 @@ optimiser was saved, one TensorFlow checkpoint ``optimizer-<token>`` (``.index``
   same trajectory.
 
 Why the parameter values stay in the arrays file and only the optimiser is a ``tf.train.Checkpoint``: the
-npz is keyed by gpflow parameter path, which :mod:`activated_dgp.introspection` checks against the
+npz is keyed by gpflow parameter path, which :mod:`activated_dgp.deep.introspection` checks against the
 rebuilt model, and is readable without TensorFlow; a checkpoint of the DGP would key the same values by
 the attribute graph of gpflux's and tf-keras' internals, which a gpflux release may rename. The
 optimiser has no such public description, so its state is written the way TensorFlow writes it:
@@ -47,7 +47,7 @@ with ``tf.train.Checkpoint.write`` under a name the config gives rather than thr
 ``tf.train.CheckpointManager``, whose own index file would be a second pointer.
 
 The model introspection (architecture, mean-function specs, parameter records, :func:`rebuild_dgp`) lives
-in :mod:`activated_dgp.introspection`; its names are re-exported here for existing callers.
+in :mod:`activated_dgp.deep.introspection`; its names are re-exported here for existing callers.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from ._deprecation import deprecated_aliases
+from .._deprecation import deprecated_aliases
 from .config import ArchitectureConfig
 from .far_field import far_field_record
 from .introspection import (  # noqa: F401  (re-exported: callers import these from here)
@@ -81,8 +81,8 @@ from .introspection import (  # noqa: F401  (re-exported: callers import these f
     parameters_by_path,
     rebuild_dgp,
 )
-from .nn import build_activated_nn
-from .validation import check_positive_int
+from .twin import build_activated_nn
+from ..validation import check_positive_int
 
 __all__ = [
     "save_dgp",
@@ -441,5 +441,5 @@ def load_network(directory) -> tf_keras.Sequential:
     return network
 
 
-# old names, deprecated for one release (issue 34)
-__getattr__ = deprecated_aliases("activated_dgp.persistence", {"load_state": ("activated_dgp.persistence", "load_training_state")})
+# old names, deprecated for one release
+__getattr__ = deprecated_aliases("activated_dgp.deep.persistence", {"load_state": ("activated_dgp.deep.persistence", "load_training_state")})

@@ -28,13 +28,13 @@ from gpflow.utilities import positive
 from .spectra import arc_cosine_coefficients, arc_cosine_shape
 from .spherical import (
     _check_truncation_level,
-    funk_hecke_coefficients,
     gegenbauer_alpha,
     gegenbauer_series,
     num_harmonics,
     polar_decomposition,
 )
-from .validation import check_width
+from .funk_hecke import funk_hecke_coefficients
+from ..validation import check_width
 
 __all__ = ["ZonalKernel", "ZonalArcCosine"]
 
@@ -53,9 +53,9 @@ class ZonalKernel(gpflow.kernels.Kernel):
     :param threshold: levels with |λ_n| N_n^d below ``threshold`` · Σ_k |λ_k| N_k^d are set to zero
         (see ``spherical.apply_threshold``).
 
-    λ_n come from :func:`~activated_dgp.spherical.funk_hecke_coefficients` (method "auto"): exact to
+    λ_n come from :func:`~activated_dgp.zonal.funk_hecke.funk_hecke_coefficients` (method "auto"): exact to
     ~1e−14 in any dimension when ``shape_function`` also accepts mpmath numbers (as
-    ``zonal_matern52_shape`` does; see :func:`activated_dgp.extended_precision.dual`), float64 with a
+    ``zonal_matern52_shape`` does; see :func:`activated_dgp.zonal.funk_hecke.dual`), float64 with a
     round-off check otherwise.
     """
 
@@ -187,7 +187,7 @@ class ZonalArcCosine(ZonalKernel):
     """The first-order arc-cosine kernel as a truncated zonal series (eq. 6–8, appendix C.1).
 
     ``ZonalArcCosine(input_dim=D, truncation_level=Ñ, variance=v, lengthscales=ℓ)``; λ_n = 2d σ_n²
-    in closed form for every d ≥ 2 (see :func:`activated_dgp.spectra.arc_cosine_coefficients`).
+    in closed form for every d ≥ 2 (see :func:`activated_dgp.zonal.spectra.arc_cosine_coefficients`).
     As Ñ grows, K converges to ``gpflow.kernels.ArcCosine(order=1, variance=v,
     weight_variances=1/ℓ_(1..D)², bias_variance=1/ℓ_d²)``.
     """

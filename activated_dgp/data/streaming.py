@@ -13,7 +13,7 @@ The minibatch ELBO of a DGP with ``num_data`` = N (gpflux's training loss, per d
     L_B = −(1/G) Σ_(i∈B) E_q[log p(y_i | f_i)] + (1/N) Σ_ℓ KL[q(u_ℓ) ‖ p(u_ℓ)],
 
 so −N·L_B is an unbiased estimate of the ELBO; N comes from the model (``DeepGP.num_data`` and each
-layer's ``num_data``), never from the batch. Under a strategy see :mod:`activated_dgp.distributed`.
+layer's ``num_data``), never from the batch. Under a strategy see :mod:`activated_dgp.training.distributed`.
 """
 
 from __future__ import annotations

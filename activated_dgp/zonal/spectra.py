@@ -1,13 +1,13 @@
 """Spectra of zonal functions: closed forms (ReLU, first-order arc-cosine) and the activation registry.
 
 Every coefficient vector in this package is a Funk–Hecke coefficient vector
-a_n = ω_d ∫ s(t) Ĉ_n(t) (1 − t²)^((d−3)/2) dt (see :mod:`activated_dgp.spherical`). This module
+a_n = ω_d ∫ s(t) Ĉ_n(t) (1 − t²)^((d−3)/2) dt (see :mod:`activated_dgp.zonal.spherical`). This module
 holds the shape functions s, the closed forms where they exist, and the activations σ(t) that
 the inducing functions g_m(x) = ‖x‖ ‖w_m‖ σ(w_m·x / ‖w_m‖‖x‖) are built from (Dutordoir et al.,
 2021, eq. 10).
 
 Names: :class:`ZonalActivation` (formerly ``Activation``) is a σ of the cosine, the zonal function an
-:class:`~activated_dgp.inducing_variables.ActivationFeature` is built from, not a Keras activation; the registry of
+:class:`~activated_dgp.zonal.inducing_variables.ActivationFeature` is built from, not a Keras activation; the registry of
 them is :data:`ACTIVATION_REGISTRY` (formerly ``ACTIVATIONS``). The old names resolve, with a DeprecationWarning.
 """
 
@@ -21,9 +21,10 @@ import mpmath
 import numpy as np
 from scipy.special import expit, gammaln
 
-from ._deprecation import deprecated_aliases
-from .extended_precision import is_extended
-from .spherical import _check_dimension, _check_truncation_level, apply_threshold, funk_hecke_coefficients
+from .._deprecation import deprecated_aliases
+from .funk_hecke import is_extended
+from .spherical import _check_dimension, _check_truncation_level
+from .funk_hecke import apply_threshold, funk_hecke_coefficients
 
 __all__ = [
     "arc_cosine_shape",
@@ -42,7 +43,7 @@ __all__ = [
 
 
 # The shapes and activations below are *dual*: on an mpmath number they compute in mpmath, so that
-# their Funk–Hecke coefficients can be integrated in extended precision (activated_dgp.extended_precision).
+# their Funk–Hecke coefficients can be integrated in extended precision (activated_dgp.zonal.funk_hecke).
 
 
 def _clip_extended(t):
@@ -180,7 +181,7 @@ ACTIVATION_REGISTRY = {
 #: The library's default activation (the twin's units, the DGP's inducing functions): the zonal Swish
 #: 3t·sigmoid(3t). The zonal Softplus, the paper's and the default before, is nearly affine on [−1, 1] and
 #: its twin trains slower and worse than a plain network of the same shape; the Swish twin matches the plain
-#: network within one standard error on 8 of 9 UCI sets (docs/results/twin_training.md; docs/results/uci.md,
+#: network within one standard error on 8 of 9 UCI sets (the twin-training and UCI studies,
 #: protocol v6). The twin's mean propagation equals its DGP's for every registered activation.
 DEFAULT_ACTIVATION = "swish"
 #: What a saved architecture or layer config that does not name its activation meant when it was written:
@@ -214,7 +215,7 @@ def register_activation(
     """Add a user activation σ: [−1, 1] → R to :data:`ACTIVATION_REGISTRY` under ``name`` and return it.
 
     Registered activations are named in saved models and network configs (see
-    :mod:`activated_dgp.persistence`); a process that loads them must register the same function
+    :mod:`activated_dgp.deep.persistence`); a process that loads them must register the same function
     under the same name first, as with Keras custom objects. Registering an equal activation again is
     a no-op; another function under a taken name needs ``overwrite=True`` (never for the built-ins).
     """
@@ -253,7 +254,7 @@ def activation_coefficients(
     quadrature_points: int = 200,
 ) -> np.ndarray:
     """σ_n, n < Ñ, of an activation on S^(d−1) (eq. 11): closed form where registered, else
-    :func:`~activated_dgp.spherical.funk_hecke_coefficients` (method "auto": extended precision in
+    :func:`~activated_dgp.zonal.funk_hecke.funk_hecke_coefficients` (method "auto": extended precision in
     high dimension for functions that accept mpmath numbers, as the registered ones do)."""
     act = resolve_activation(activation)
     if act.closed_form is not None:
@@ -268,5 +269,5 @@ def activation_coefficients(
     )
 
 
-# old names, deprecated for one release (issue 34)
-__getattr__ = deprecated_aliases("activated_dgp.spectra", {"Activation": ("activated_dgp.spectra", "ZonalActivation"), "ACTIVATIONS": ("activated_dgp.spectra", "ACTIVATION_REGISTRY")})
+# old names, deprecated for one release
+__getattr__ = deprecated_aliases("activated_dgp.zonal.spectra", {"Activation": ("activated_dgp.zonal.spectra", "ZonalActivation"), "ACTIVATIONS": ("activated_dgp.zonal.spectra", "ACTIVATION_REGISTRY")})

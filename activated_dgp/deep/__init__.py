@@ -1,22 +1,28 @@
 """Deep models: activated DGPs in GPflux, their network twin, the converter between them, prediction and saving.
 
-A namespace: it re-exports, from the modules that implement them (imports go down only; no implementation module
-imports this one),
+Modules:
 
-* architecture and builders (:mod:`activated_dgp.config`, :mod:`activated_dgp.models`, :mod:`activated_dgp.likelihoods`):
-  :class:`ArchitectureConfig`, :func:`build_activated_dgp`, :func:`activated_gp_layer`,
-  :data:`LIKELIHOOD_REGISTRY`;
-* the network twin (:mod:`activated_dgp.nn`): :class:`ActivatedLayer`, :func:`build_activated_nn`;
-* conversion (:mod:`activated_dgp.conversion`): :func:`dgp_from_keras`, :class:`ConversionReport`;
-* prediction (:mod:`activated_dgp.prediction`, :mod:`activated_dgp.batch_prediction`): :func:`predict_y`,
+* :mod:`~activated_dgp.deep.likelihoods` — names → likelihood, latent GPs and the twin's loss
+  (:data:`LIKELIHOOD_REGISTRY`);
+* :mod:`~activated_dgp.deep.config` — :class:`ArchitectureConfig`, the one description of an architecture that the
+  builders, the converter and saving share;
+* :mod:`~activated_dgp.deep.twin` — the network twin: :class:`ActivatedLayer`, :func:`build_activated_nn`;
+* :mod:`~activated_dgp.deep.far_field` — the far-field residual kernel;
+* :mod:`~activated_dgp.deep.layers` — the GPflux layers' Keras state;
+* :mod:`~activated_dgp.deep.builders` — the DGP builders and layer factory: :func:`build_activated_dgp`,
+  :func:`activated_gp_layer`;
+* :mod:`~activated_dgp.deep.prediction`, :mod:`~activated_dgp.deep.batch_prediction` — :func:`predict_y`,
   :func:`predict_class_probabilities`, :func:`predictive_log_density`, :func:`propagate_means`,
   :func:`layer_moments`, :class:`BatchPredictor`;
-* saving (:mod:`activated_dgp.persistence`): :func:`save_dgp`, :func:`load_dgp`, :func:`save_network`,
+* :mod:`~activated_dgp.deep.diagnostics` — KL and mismatch diagnostics of a converted model;
+* :mod:`~activated_dgp.deep.conversion` — :func:`dgp_from_keras`, :class:`ConversionReport`;
+* :mod:`~activated_dgp.deep.introspection` — a built model's architecture read back from the object;
+* :mod:`~activated_dgp.deep.persistence` — :func:`save_dgp`, :func:`load_dgp`, :func:`save_network`,
   :func:`load_network`, :func:`load_optimizer`, :func:`load_training_state`, :class:`DGPCheckpoint`.
 
-The far-field residual is in :mod:`activated_dgp.far_field`. Training lives in :mod:`activated_dgp.training`, data sources in :mod:`activated_dgp.data`.
+Training lives in :mod:`activated_dgp.training`, data sources in :mod:`activated_dgp.data`.
 
-Renamed here (the old names still resolve from ``activated_dgp`` and their modules, with a DeprecationWarning):
+Renamed names (the old ones still resolve from ``activated_dgp`` and their modules, with a DeprecationWarning):
 ``Conversion`` → ``ConversionReport`` (the converted DGP with its mismatch report), ``LIKELIHOODS`` →
 ``LIKELIHOOD_REGISTRY`` (names → likelihood, latent GPs and the twin's loss), ``load_state`` →
 ``load_training_state`` (the epoch and logs a checkpoint saved, not the model's state).
@@ -26,8 +32,8 @@ from .batch_prediction import BatchPredictor
 from .config import ArchitectureConfig
 from .conversion import ConversionReport, dgp_from_keras
 from .likelihoods import LIKELIHOOD_REGISTRY
-from .models import activated_gp_layer, build_activated_dgp
-from .nn import ActivatedLayer, build_activated_nn
+from .builders import activated_gp_layer, build_activated_dgp
+from .twin import ActivatedLayer, build_activated_nn
 from .persistence import (
     DGPCheckpoint,
     load_dgp,

@@ -16,9 +16,15 @@ import tensorflow as tf
 import tf_keras
 
 from .config import ArchitectureConfig, as_config, initial_directions  # noqa: F401  (initial_directions re-exported)
-from .inducing_variables import ActivationFeature
-from .kernels import ZonalArcCosine
-from .spectra import DEFAULT_ACTIVATION, SAVED_DEFAULT_ACTIVATION, ZonalActivation, registered_activation_name, resolve_activation
+from ..zonal.inducing_variables import ActivationFeature
+from ..zonal.kernels import ZonalArcCosine
+from ..zonal.spectra import (
+    DEFAULT_ACTIVATION,
+    SAVED_DEFAULT_ACTIVATION,
+    ZonalActivation,
+    registered_activation_name,
+    resolve_activation,
+)
 
 __all__ = ["ActivatedLayer", "build_activated_nn", "initial_directions", "with_dropout"]
 
@@ -38,7 +44,7 @@ class ActivatedLayer(tf_keras.layers.Layer):
     configuration, not weights (Kuf does not depend on the variance; ℓ only rescales x̃, which W can
     absorb): ℓ comes back from :meth:`get_config`.
 
-    ``activation`` defaults to :data:`~activated_dgp.spectra.DEFAULT_ACTIVATION` (the zonal Swish); a layer config
+    ``activation`` defaults to :data:`~activated_dgp.zonal.spectra.DEFAULT_ACTIVATION` (the zonal Swish); a layer config
     without one (:meth:`from_config`) means "softplus", the default when it was written.
     """
 
@@ -88,7 +94,7 @@ class ActivatedLayer(tf_keras.layers.Layer):
         for name, module in modules.items():
             setattr(self, name, module)
 
-    @tf.autograph.experimental.do_not_convert  # GPflow's Kuf needs no AutoGraph conversion (activated_dgp.layers)
+    @tf.autograph.experimental.do_not_convert  # GPflow's Kuf needs no AutoGraph conversion (activated_dgp.deep.layers)
     def call(self, inputs, training=None):
         """[batch..., N, D] → [batch..., N, M], like a Dense layer on inputs of any leading shape (``training``, which
         Keras passes, changes nothing)."""
@@ -99,7 +105,7 @@ class ActivatedLayer(tf_keras.layers.Layer):
     @classmethod
     def from_config(cls, config):
         """The layer of a :meth:`get_config` dict; one without ``activation`` is read as
-        :data:`~activated_dgp.spectra.SAVED_DEFAULT_ACTIVATION`, the default of its time, not today's."""
+        :data:`~activated_dgp.zonal.spectra.SAVED_DEFAULT_ACTIVATION`, the default of its time, not today's."""
         return cls(**{"activation": SAVED_DEFAULT_ACTIVATION, **config})
 
     def get_config(self):
@@ -127,11 +133,11 @@ def build_activated_nn(
 ) -> tf_keras.Sequential:
     """The low-rank network of Fig. 1b: [ActivatedLayer(M_ℓ), Dense(P_ℓ, no bias)] × L, float64.
 
-    :param input_dim: D, or an :class:`~activated_dgp.config.ArchitectureConfig` describing the whole
+    :param input_dim: D, or an :class:`~activated_dgp.deep.config.ArchitectureConfig` describing the whole
         architecture (then give no other architecture keyword).
-    The keywords are those of :class:`~activated_dgp.config.ArchitectureConfig`, with its defaults
+    The keywords are those of :class:`~activated_dgp.deep.config.ArchitectureConfig`, with its defaults
     (3 layers of 128 zonal Swish units, Ñ = 20, ℓ = 1, bottlenecks of width D, one output; ``activation="softplus"``
-    gives the paper's zonal Softplus, the default before, see :data:`~activated_dgp.spectra.DEFAULT_ACTIVATION`):
+    gives the paper's zonal Softplus, the default before, see :data:`~activated_dgp.zonal.spectra.DEFAULT_ACTIVATION`):
 
     :param num_units: M_ℓ, the activated units (= inducing variables) per layer.
     :param layer_widths: P_ℓ, the narrow (bottleneck) widths of layers 1..L−1; default input_dim.
@@ -140,7 +146,7 @@ def build_activated_nn(
         D_ℓ + 1 values (x̃ = [x, 1] / ℓ, see :class:`ZonalArcCosine`); default 1 everywhere. The initial
         directions scale with ℓ (:func:`initial_directions`: ‖w‖ ‖x̃‖ ≈ 1 for standardised inputs), so every
         common ℓ gives the same initial network; ℓ then sets Adam's step relative to ‖w‖, and ℓ = √(D_ℓ + 1)
-        (‖w‖ ≈ 1) trains best (docs/results/twin_training.md).
+        (‖w‖ ≈ 1) trains best.
     The output has no final non-linearity: train it on MSE or on cross-entropy from logits.
     """
     config = as_config(

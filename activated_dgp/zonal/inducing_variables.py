@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from .spectra import DEFAULT_ACTIVATION, ZonalActivation, activation_coefficients, resolve_activation
 from .spherical import _check_truncation_level, polar_decomposition
-from .validation import check_matrix
+from ..validation import check_matrix
 
 __all__ = ["ActivationFeature"]
 
@@ -28,8 +28,8 @@ class ActivationFeature(gpflow.inducing_variables.InducingVariables):
 
     :param W: [M, d] directions (and scales) w_m; a trainable ``gpflow.Parameter``.
     :param activation: "relu" (closed form), "softplus" (log(1 + exp(3t))), "swish"
-        (3t·sigmoid(3t), the default: :data:`~activated_dgp.spectra.DEFAULT_ACTIVATION`), an
-        :class:`~activated_dgp.spectra.ZonalActivation`, or any callable on [−1, 1] (quadrature).
+        (3t·sigmoid(3t), the default: :data:`~activated_dgp.zonal.spectra.DEFAULT_ACTIVATION`), an
+        :class:`~activated_dgp.zonal.spectra.ZonalActivation`, or any callable on [−1, 1] (quadrature).
     :param truncation_level: Ñ ≥ 1.
     :param threshold: levels with |σ_n| N_n^d below ``threshold`` · Σ_k |σ_k| N_k^d are set to zero
         (see ``spherical.apply_threshold``). Softplus, Swish and callables that accept mpmath numbers

@@ -1,9 +1,9 @@
-"""A far-field residual for the output layer: uncertainty that grows away from the data (issue 32).
+"""A far-field residual for the output layer: uncertainty that grows away from the data.
 
 The zonal arc-cosine kernel and the activated features are positively homogeneous of degree 1 in
 x̃ = [x, 1]/ℓ. Far from the data the bias coordinate vanishes, so along a ray the posterior mean and
 standard deviation both grow linearly in the radius and p(y | x) tends to a direction-dependent constant
-(docs/results/far_field.md measures it). Kristiadi, Hein & Hennig (NeurIPS 2021) fix this for ReLU networks
+(the far-field study measures it). Kristiadi, Hein & Hennig (NeurIPS 2021) fix this for ReLU networks
 with an additive GP made of infinitely many ReLU features with kinks beyond the data region, kept at their
 prior. Here the output layer's kernel gains such a term, with no inducing variables of its own:
 
@@ -19,7 +19,7 @@ with a = (min(ρ, ρ') − 1)₊ and δ = |ρ − ρ'|,
 
 so k_res(h, h) = σ_r² (ρ − 1)₊^(2q+1) / (2q + 1): exactly zero inside the ball (no cost in distribution) and
 growing like ρ^(2q+1), faster than the squared mean (∝ ρ²) for every q ≥ 1 (q = 1 is Kristiadi et al.'s cubic
-spline; the default q = 3, chosen from docs/results/far_field.md, grows like ρ⁷, so that |p − 0.5| ∝ ρ^(−5/2)). Both factors are positive definite (the directional one is a
+spline; the default q = 3, chosen by the far-field study, grows like ρ⁷, so that |p − 0.5| ∝ ρ^(−5/2)). Both factors are positive definite (the directional one is a
 normalised linear kernel plus a constant), so k_res is.
 
 Since Cov(u, f_res) = 0, Kuu and Kuf are the zonal ones (the registered ``(ActivationFeature, ZonalKernel)``
@@ -42,7 +42,7 @@ from check_shapes import inherit_check_shapes
 from gpflow.base import TensorType
 from gpflow.utilities import positive
 
-from .kernels import ZonalArcCosine
+from ..zonal.kernels import ZonalArcCosine
 
 __all__ = ["FarFieldArcCosine", "add_far_field", "far_field_switched_off", "refit_far_field", "has_far_field", "far_field_options", "DEFAULT_ORDER"]
 
@@ -58,7 +58,7 @@ def radial_integral(rho: tf.Tensor, rho2: tf.Tensor, order: int) -> tf.Tensor:
 
 
 class FarFieldArcCosine(ZonalArcCosine):
-    """:class:`~activated_dgp.kernels.ZonalArcCosine` plus the far-field residual k_res of the module docstring.
+    """:class:`~activated_dgp.zonal.kernels.ZonalArcCosine` plus the far-field residual k_res of the module docstring.
 
     :param far_variance: σ_r² > 0 (positive transform; not trained by default: the ELBO cannot see a term that
         is zero on the data, and Adam's normalised steps would random-walk it).

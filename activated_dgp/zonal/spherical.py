@@ -1,4 +1,4 @@
-"""Spherical machinery: Gegenbauer polynomials, their Clenshaw sums, and Funk–Hecke coefficients.
+"""Spherical machinery: harmonic counts, Gegenbauer polynomials and their Clenshaw sums.
 
 Everything zonal in this package is a series
 
@@ -20,15 +20,11 @@ from __future__ import annotations
 
 import functools
 import math
-import warnings
-from typing import Callable, Sequence
 
 import numpy as np
 import tensorflow as tf
-from scipy.special import roots_jacobi, roots_legendre
 
-from ._deprecation import deprecated_aliases
-from .extended_precision import funk_hecke_coefficients_extended, harmonic_count, supports_extended_precision
+from .._deprecation import deprecated_aliases
 
 __all__ = [
     "gegenbauer_alpha",
@@ -38,10 +34,9 @@ __all__ = [
     "gegenbauer_polynomials",
     "normalised_gegenbauer_polynomials",
     "gegenbauer_series",
-    "funk_hecke_coefficients",
+    "harmonic_count",
     "use_xla_for_gegenbauer",
     "polar_decomposition",
-    "PrecisionWarning",
 ]
 
 
@@ -74,6 +69,12 @@ def funk_hecke_constant(dimension: int) -> float:
     """ω_d = Ω_(d−2) / Ω_(d−1) = Γ(d/2) / (Γ((d−1)/2) √π) (Theorem 3, eq. B.11)."""
     d = _check_dimension(dimension)
     return math.exp(math.lgamma(d / 2.0) - math.lgamma((d - 1) / 2.0)) / math.sqrt(math.pi)
+
+
+def harmonic_count(level: int, dimension: int) -> int:
+    """N_n^d = binom(n + d − 1, d − 1) − binom(n + d − 3, d − 1), exactly (Python integers)."""
+    n, d = int(level), int(dimension)
+    return math.comb(n + d - 1, d - 1) - (math.comb(n + d - 3, d - 1) if n >= 2 else 0)
 
 
 def num_harmonics(level, dimension: int) -> np.ndarray:
@@ -310,201 +311,11 @@ def gegenbauer_series(cosine: tf.Tensor, coefficients, alpha: float) -> tf.Tenso
     return series(cosine)
 
 
-# ------------------------------------------------------------------------------------------------
-# Funk–Hecke coefficients by Gauss–Gegenbauer (Gauss–Jacobi) quadrature
-# ------------------------------------------------------------------------------------------------
-
-
-def _gauss_rule(lower: float, upper: float, exponent: float, points: int):
-    """Nodes and weights for ∫_lower^upper f(t) (1 − t²)^exponent dt on a piece of [−1, 1].
-
-    The (1 ∓ t)^exponent factor is put into a Gauss–Jacobi weight when the piece touches ±1 (where
-    it may be singular); on the rest of the piece it is smooth and multiplied into the weights.
-    """
-    half_width = 0.5 * (upper - lower)
-    touches_right, touches_left = upper == 1.0, lower == -1.0
-    u, w = roots_jacobi(
-        points, exponent if touches_right else 0.0, exponent if touches_left else 0.0
-    )
-    t = lower + half_width * (u + 1.0)
-    # (1 − t) = half_width (1 − u) on a piece ending at 1, (1 + t) = half_width (1 + u) likewise
-    scale = half_width
-    if touches_right:
-        scale *= half_width**exponent
-    else:
-        w = w * (1.0 - t) ** exponent
-    if touches_left:
-        scale *= half_width**exponent
-    else:
-        w = w * (1.0 + t) ** exponent
-    return t, w * scale
-
-
-def _angular_rule(lower: float, upper: float, dimension: int, points: int):
-    """Nodes t and weights for ∫_lower^upper f(t) (1 − t²)^((d−3)/2) dt after t = cos θ.
-
-    The integral becomes ∫ f(cos θ) sin^(d−2) θ dθ over [arccos upper, arccos lower]; the weight
-    sin^(d−2) θ is smooth, and so is f(cos θ) for the shapes met here even where f has
-    √(1 − t²)-type endpoint behaviour (arc-cosine, Matérn of the chordal distance), so
-    Gauss–Legendre in θ converges exponentially.
-    """
-    theta_low, theta_high = math.acos(upper), math.acos(lower)
-    u, w = roots_legendre(points)
-    half_width = 0.5 * (theta_high - theta_low)
-    theta = theta_low + half_width * (u + 1.0)
-    return np.cos(theta), w * half_width * np.sin(theta) ** (dimension - 2)
-
-
-QUADRATURE_METHODS = ("auto", "extended", "angular", "gauss-gegenbauer")
-
-# float64 round-off of a quadrature sum: this many ulps of Σ|w_i s(t_i) Ĉ_n(t_i)| (a generous bound)
-_ROUNDOFF_ULPS = 16.0
-# "auto" accepts float64 when every level's round-off is below this fraction of max(|a_n N_n|, 1e−3 max_k |a_k N_k|)
-_FLOAT64_ACCEPTED = 1e-10
-# a float64-only function draws a PrecisionWarning when its round-off exceeds this fraction of the series (or the threshold)
-_WARN_FRACTION = 1e-11
-
-
-class PrecisionWarning(UserWarning):
-    """Funk–Hecke coefficients limited by float64 round-off (a function that cannot be evaluated in
-    extended precision, in high dimension)."""
-
-
-def _float64_quadrature(function, dimension, truncation_level, breakpoints, quadrature_points, method):
-    """(a_n, bound on their round-off) by a float64 Gauss rule, both [Ñ] (see :func:`funk_hecke_coefficients`)."""
-    cuts = sorted({float(p) for p in breakpoints if -1.0 < float(p) < 1.0})
-    edges = [-1.0, *cuts, 1.0]
-    alpha = gegenbauer_alpha(dimension)
-    total, magnitude = np.zeros(truncation_level), np.zeros(truncation_level)
-    for lower, upper in zip(edges[:-1], edges[1:]):
-        if method == "gauss-gegenbauer":
-            t, w = _gauss_rule(lower, upper, (dimension - 3) / 2.0, quadrature_points)
-        else:
-            t, w = _angular_rule(lower, upper, dimension, quadrature_points)
-        values = np.asarray(function(t), dtype=np.float64)
-        if values.shape != t.shape:
-            raise ValueError(
-                f"the function must map an array of cosines elementwise; got shape {values.shape} for input {t.shape}"
-            )
-        if not np.all(np.isfinite(values)):
-            raise ValueError("the function returned NaN or inf on [−1, 1]")
-        polynomials = normalised_gegenbauer_polynomials(t, truncation_level, alpha)
-        total += (w * values) @ polynomials
-        magnitude += np.abs(w * values) @ np.abs(polynomials)
-    constant = funk_hecke_constant(dimension)
-    return constant * total, _ROUNDOFF_ULPS * np.finfo(np.float64).eps * constant * magnitude
-
-
-def funk_hecke_coefficients(
-    function: Callable[[np.ndarray], np.ndarray],
-    dimension: int,
-    truncation_level: int,
-    *,
-    breakpoints: Sequence[float] = (),
-    quadrature_points: int = 200,
-    method: str = "auto",
-    threshold: float = 1e-9,
-) -> np.ndarray:
-    """Funk–Hecke coefficients of a zonal function on S^(d−1) (eq. 7, 11, C.1):
-
-        a_n = ω_d / C_n^(α)(1) ∫_(−1)^1 s(t) C_n^(α)(t) (1 − t²)^((d−3)/2) dt
-            = ω_d ∫_(−1)^1 s(t) Ĉ_n(t) (1 − t²)^((d−3)/2) dt,      n = 0..Ñ−1,
-
-    so that s(x·x') = Σ_n a_n N_n^d Ĉ_n(x·x').
-
-    In high dimension the integral cancels: a_n N_n^d stays O(1) while N_n^d ≈ d^n/n!, so a float64
-    rule returns its round-off times N_n^d (see :mod:`activated_dgp.extended_precision`). Methods:
-
-    * ``"auto"`` (default): the float64 angular rule with ``quadrature_points`` and with
-      max(2·quadrature_points, 40√d) nodes, accepted when both its round-off bound (16 ulps of
-      Σ_i |w_i s(t_i) Ĉ_n(t_i)|) and the change between the two, times N_n^d, are below 1e−10 of
-      max(|a_n N_n^d|, 1e−3 S), S = ω_d ∫ |s(t)| (1 − t²)^((d−3)/2) dt, at every level (low d); otherwise extended precision when ``function`` accepts mpmath numbers
-      (:func:`~activated_dgp.extended_precision.supports_extended_precision`; the package's shapes and
-      activations do, and :func:`~activated_dgp.extended_precision.dual` makes any function do).
-      A float64-only function keeps the float64 result; levels whose error bound exceeds 1% of them are
-      set to zero, and a :class:`PrecisionWarning` names the levels whose error bound exceeds ``threshold``
-      (at least 1e−11) times S.
-    * ``"extended"``: always extended precision (a ValueError if ``function`` cannot take mpmath numbers).
-    * ``"angular"``: Gauss–Legendre in θ = arccos t, weight sin^(d−2) θ, float64, no checks. Measured
-      against the closed forms (tests), ~1e-15 for the arc-cosine kernel and the ReLU in d = 2..10.
-    * ``"gauss-gegenbauer"``: Gauss–Jacobi in t with the weight's exponents (d−3)/2, float64; exact
-      for polynomial s, algebraically convergent for (1 − t)^(k/2) endpoint terms.
-
-    The float64 rules are applied piecewise between ``breakpoints`` (cosines where s is not smooth,
-    e.g. 0 for the ReLU) with ``quadrature_points`` nodes per piece. Finally levels whose term
-    |a_n| N_n^d is below ``threshold`` times Σ_k |a_k| N_k^d are set to zero (:func:`apply_threshold`).
-
-    :return: float64 [Ñ].
-    """
-    d = _check_dimension(dimension)
-    truncation_level = _check_truncation_level(truncation_level)
-    if method not in QUADRATURE_METHODS:
-        raise ValueError(f"unknown quadrature method {method!r}; choose one of {QUADRATURE_METHODS}")
-    if quadrature_points < truncation_level:
-        raise ValueError(
-            f"quadrature_points ({quadrature_points}) must be at least truncation_level ({truncation_level})"
-        )
-    if method == "extended":
-        if not supports_extended_precision(function):
-            raise ValueError(
-                "method='extended' needs a function that maps mpmath numbers to mpmath numbers "
-                "(see activated_dgp.extended_precision.dual)"
-            )
-        coefficients = funk_hecke_coefficients_extended(function, d, truncation_level, breakpoints=breakpoints)
-        return apply_threshold(coefficients, d, threshold)
-    if method != "auto":
-        coefficients, _ = _float64_quadrature(function, d, truncation_level, breakpoints, quadrature_points, method)
-        return apply_threshold(coefficients, d, threshold)
-    # float64 twice (n and 2n nodes): accepted when both the round-off bound and the change stay below
-    # 1e−10 of max(|a_n N_n|, 1e−3 S), S = ω_d ∫ |s| (1 − t²)^((d−3)/2) dt, a scale that garbage cannot inflate
-    coarse, _ = _float64_quadrature(function, d, truncation_level, breakpoints, quadrature_points, "angular")
-    points = max(2 * quadrature_points, int(40 * math.sqrt(d)))
-    coefficients, roundoff = _float64_quadrature(function, d, truncation_level, breakpoints, points, "angular")
-    multiplicity = num_harmonics(np.arange(truncation_level), d)
-    terms = np.abs(coefficients) * multiplicity
-    errors = np.maximum(roundoff, np.abs(coefficients - coarse)) * multiplicity
-    scale = roundoff[0] / (_ROUNDOFF_ULPS * np.finfo(np.float64).eps)
-    if np.any(errors > _FLOAT64_ACCEPTED * np.maximum(terms, 1e-3 * scale)):
-        if supports_extended_precision(function):
-            coefficients = funk_hecke_coefficients_extended(function, d, truncation_level, breakpoints=breakpoints)
-        else:
-            lost = errors > 1e-2 * terms  # not even two digits: dropped rather than kept as noise
-            coefficients = np.where(lost, 0.0, coefficients)
-            harmful = np.flatnonzero(errors > max(threshold, _WARN_FRACTION) * scale)
-            if harmful.size:
-                warnings.warn(
-                    f"Funk–Hecke coefficients of {getattr(function, '__name__', 'the function')} in d = {d}: "
-                    f"float64 quadrature error reaches {np.max(errors[harmful] / scale):.1e} of ∫|s| at levels "
-                    f"{harmful.tolist()} (levels {np.flatnonzero(lost).tolist()} are below it and were set to 0). "
-                    "The function cannot be evaluated in extended precision; wrap it with "
-                    "activated_dgp.extended_precision.dual(numpy_version, mpmath_version) for exact coefficients.",
-                    PrecisionWarning,
-                    stacklevel=2,
-                )
-    return apply_threshold(coefficients, d, threshold)
-
-
-def apply_threshold(coefficients: np.ndarray, dimension: int, threshold: float) -> np.ndarray:
-    """Zero the levels whose term in the series is negligible: |a_n| N_n^d < threshold · Σ_k |a_k| N_k^d.
-
-    The paper zeroes |a_n| < 1e-9 to remove quadrature noise at levels that are exactly zero
-    (Tables C.1, C.2). We compare each level's contribution with the whole series' (Σ_k |a_k| N_k^d
-    bounds max_t |s(t)|) instead: it removes the same noise (|a_n| ~ 1e-16 in low d, far less with
-    extended precision), is invariant to the scale of s, and does not delete real levels in high
-    dimension, where a_n is tiny yet N_n^d is huge (d = 9: arc-cosine λ_14 ≈ 8.0e-10 but
-    λ_14 N_14 ≈ 1.6e-4; the paper's rule would silently turn Ñ = 20 into Ñ = 14).
-    """
-    coefficients = np.array(coefficients, dtype=np.float64)
-    contribution = np.abs(coefficients) * num_harmonics(np.arange(coefficients.shape[0]), dimension)
-    coefficients[contribution < threshold * np.sum(contribution)] = 0.0
-    return coefficients
-
-
 def polar_decomposition(vectors: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     """Split vectors [..., N, d] into norms ‖v‖ [..., N] and directions v/‖v‖ [..., N, d]."""
     norms = tf.norm(vectors, axis=-1)
     return norms, vectors / norms[..., None]
 
 
-# old names, deprecated for one release (issue 34)
-__getattr__ = deprecated_aliases("activated_dgp.spherical", {"set_xla": ("activated_dgp.spherical", "use_xla_for_gegenbauer")})
+# old names, deprecated for one release
+__getattr__ = deprecated_aliases("activated_dgp.zonal.spherical", {"set_xla": ("activated_dgp.zonal.spherical", "use_xla_for_gegenbauer")})

@@ -1,7 +1,7 @@
 """Data-parallel ELBO training of a gpflux DeepGP under a ``tf.distribute.Strategy``.
 
 With R replicas in sync and a global batch of G rows, replica r holds a local batch B_r of G/R rows
-(:func:`activated_dgp.streaming.replica_batches`) and computes gpflux's per-replica loss; Keras scales
+(:func:`activated_dgp.data.streaming.replica_batches`) and computes gpflux's per-replica loss; Keras scales
 every replica's loss by 1/R before the gradients are summed across replicas (all-reduce):
 
     L_r = −(1/(G/R)) Σ_(i∈B_r) E_q[log p(y_i | f_i)] + (1/N) Σ_ℓ KL_ℓ,
@@ -24,7 +24,7 @@ import gpflow
 import gpflux
 import tensorflow as tf
 
-from .streaming import global_batches, replica_batches
+from ..data.streaming import global_batches, replica_batches
 
 __all__ = ["check_global_batch", "replicate", "copy_values", "distributed_dataset"]
 
@@ -44,8 +44,8 @@ def replicate(dgp: gpflux.models.DeepGP, strategy: tf.distribute.Strategy) -> gp
     """An activated DGP of the same architecture built in ``strategy.scope()`` (mirrored variables)
     with the values of ``dgp``. (A deep copy will not do: Keras layers keep call wrappers bound to the
     original layer, so the copy would compute with the original's variables.)"""
-    from .far_field import far_field_record
-    from .introspection import architecture_of_dgp, mean_functions_of_dgp, rebuild_dgp
+    from ..deep.far_field import far_field_record
+    from ..deep.introspection import architecture_of_dgp, mean_functions_of_dgp, rebuild_dgp
 
     with strategy.scope():
         replica = rebuild_dgp(architecture_of_dgp(dgp), int(dgp.num_data), mean_functions_of_dgp(dgp), far_field_record(dgp))
@@ -72,7 +72,7 @@ def copy_values(source: tf.Module, target: tf.Module) -> None:
 
 
 def distributed_dataset(source, batch_size: int, strategy: tf.distribute.Strategy, seed: int = 0) -> tf.distribute.DistributedDataset:
-    """Per-replica batches of ``source`` (see :func:`activated_dgp.streaming.replica_batches`) as
+    """Per-replica batches of ``source`` (see :func:`activated_dgp.data.streaming.replica_batches`) as
     {"inputs", "targets"} dicts, one input pipeline per worker; full global batches only."""
     check_global_batch(batch_size, strategy)
 

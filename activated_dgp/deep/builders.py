@@ -8,11 +8,11 @@ import gpflow
 import gpflux
 import numpy as np
 
-from ._deprecation import deprecated_aliases
-from .conditionals import SharedActivationFeature
-from .inducing_variables import ActivationFeature
+from .._deprecation import deprecated_aliases
+from ..zonal.conditionals import SharedActivationFeature
+from ..zonal.inducing_variables import ActivationFeature
 from .far_field import FarFieldArcCosine
-from .kernels import ZonalArcCosine
+from ..zonal.kernels import ZonalArcCosine
 from .layers import ActivatedGPLayer, LikelihoodLayer
 from .config import ArchitectureConfig, as_config, initial_directions
 from .likelihoods import (  # noqa: F401  (re-exported: the registry's old home)
@@ -25,8 +25,8 @@ from .likelihoods import (  # noqa: F401  (re-exported: the registry's old home)
     network_loss,
     output_width,
 )
-from .spectra import DEFAULT_ACTIVATION, ZonalActivation
-from .validation import check_matrix, check_positive_int
+from ..zonal.spectra import DEFAULT_ACTIVATION, ZonalActivation
+from ..validation import check_matrix, check_positive_int
 
 __all__ = [
     "build_activated_dgp",
@@ -59,14 +59,14 @@ def activated_gp_layer(
 ) -> gpflux.layers.GPLayer:
     """One activated GP layer: ``GPLayer(SharedIndependent(ZonalArcCosine), SharedActivationFeature(ActivationFeature(W)))``.
 
-    :class:`~activated_dgp.conditionals.SharedActivationFeature` is GPflow's SharedIndependentInducingVariables with
+    :class:`~activated_dgp.zonal.conditionals.SharedActivationFeature` is GPflow's SharedIndependentInducingVariables with
     the P per-output q_sqrt products of the conditional computed as one matrix product.
 
     W is [M, D+1]; the layer maps [N, D] → [N, output_dim]. q_μ = 0 and q_sqrt = q_sqrt_scale · I
     (the paper's 1e-5); the mean function is Zero unless given, so that the mean propagation is
     exactly a network forward pass.
 
-    ``far_field``: keywords of :class:`~activated_dgp.far_field.FarFieldArcCosine` (``far_variance``,
+    ``far_field``: keywords of :class:`~activated_dgp.deep.far_field.FarFieldArcCosine` (``far_variance``,
     ``far_radius``, ``far_centre``, ``far_order``) to give this (output) layer the far-field residual, whose
     variance grows away from the data while the mean is unchanged.
     """
@@ -115,10 +115,10 @@ def build_activated_dgp(
 ) -> gpflux.models.DeepGP:
     """A gpflux DeepGP of ``num_layers`` activated GP layers (the DGP of Fig. 1a).
 
-    :param input_dim: D, or an :class:`~activated_dgp.config.ArchitectureConfig` describing the whole
+    :param input_dim: D, or an :class:`~activated_dgp.deep.config.ArchitectureConfig` describing the whole
         architecture (then give no other architecture keyword: ``num_layers`` … ``whiten``).
-    The architecture keywords are those of :class:`~activated_dgp.config.ArchitectureConfig`, with its
-    defaults (3 layers of 128 zonal Swish units, :data:`~activated_dgp.spectra.DEFAULT_ACTIVATION`; Ñ = 20, ℓ = 1,
+    The architecture keywords are those of :class:`~activated_dgp.deep.config.ArchitectureConfig`, with its
+    defaults (3 layers of 128 zonal Swish units, :data:`~activated_dgp.zonal.spectra.DEFAULT_ACTIVATION`; Ñ = 20, ℓ = 1,
     whitened, Gaussian):
 
     :param num_units: inducing variables (= hidden units) per layer, M_ℓ.
@@ -130,7 +130,7 @@ def build_activated_dgp(
     :param kernel_variance: the kernel variance v of every layer at the start (not architecture).
     :param noise_variance: the Gaussian likelihood's initial noise variance.
     :param q_sqrt_scale: q_sqrt starts at this multiple of I.
-    Inducing directions are drawn like :func:`activated_dgp.nn.initial_directions`; use
+    Inducing directions are drawn like :func:`activated_dgp.deep.twin.initial_directions`; use
     :func:`activated_dgp.dgp_from_keras` to start from a trained network instead.
     """
     if not isinstance(input_dim, ArchitectureConfig) and isinstance(likelihood, str):
@@ -166,11 +166,11 @@ def build_activated_dgp(
 
 
 def likelihood_layer(likelihood: gpflow.likelihoods.Likelihood) -> gpflux.layers.LikelihoodLayer:
-    """gpflux's LikelihoodLayer (as :class:`~activated_dgp.layers.LikelihoodLayer`, whose ``.weights.h5`` state
+    """gpflux's LikelihoodLayer (as :class:`~activated_dgp.deep.layers.LikelihoodLayer`, whose ``.weights.h5`` state
     holds the likelihood's parameters), without the deprecation warning gpflux 0.4.5 raises from inside it for its
     own base class (TrackableLayer): nothing a user of this library can act on."""
     return LikelihoodLayer(likelihood)
 
 
-# old names, deprecated for one release (issue 34)
-__getattr__ = deprecated_aliases("activated_dgp.models", {"LIKELIHOODS": ("activated_dgp.likelihoods", "LIKELIHOOD_REGISTRY")})
+# old names, deprecated for one release
+__getattr__ = deprecated_aliases("activated_dgp.deep.builders", {"LIKELIHOODS": ("activated_dgp.deep.likelihoods", "LIKELIHOOD_REGISTRY")})

@@ -1,6 +1,6 @@
 """The conditional of an activated GP layer with the P per-output q_sqrt products as one matrix product.
 
-An activated layer (:func:`activated_dgp.models.activated_gp_layer`) is a gpflux ``GPLayer`` with a
+An activated layer (:func:`activated_dgp.deep.builders.activated_gp_layer`) is a gpflux ``GPLayer`` with a
 ``SharedIndependent`` kernel and shared inducing variables; gpflux evaluates it through
 ``gpflow.conditionals.conditional``. For whitened inducing outputs u = L v, v ~ N(q_mu, S_p = L_p L_pᵀ) per output
 p, with L = chol(Kuu) and A = L⁻¹Kuf [M, N], the marginals are (Hensman et al., 2015; GPflow's ``base_conditional``)
@@ -19,7 +19,7 @@ whose squares are summed over i per p. The arithmetic is the same (P·M²·N mul
 floating-point sums may differ, at round-off.
 
 The inducing variables' type selects this path in GPflow's dispatch: :class:`SharedActivationFeature`, GPflow's
-``SharedIndependentInducingVariables`` for an :class:`~activated_dgp.inducing_variables.ActivationFeature`.
+``SharedIndependentInducingVariables`` for an :class:`~activated_dgp.zonal.inducing_variables.ActivationFeature`.
 GPflow's own types keep GPflow's conditional. Every case other than whitened, full q_sqrt [P, M, M], full_cov =
 full_output_cov = False (the training step and the Monte Carlo predictions) calls GPflow's conditional, as does
 every case inside :func:`gpflow_conditional` (a context manager for comparisons and tests).

@@ -67,7 +67,7 @@ class _SavesNestedVariables:
 
 class ActivatedGPLayer(_SavesNestedVariables, gpflux.layers.GPLayer):
     """gpflux's ``GPLayer`` whose ``.weights.h5`` state holds the kernel, inducing-variable and mean-function
-    parameters too (module docstring); built by :func:`activated_dgp.models.activated_gp_layer`."""
+    parameters too (module docstring); built by :func:`activated_dgp.deep.builders.activated_gp_layer`."""
 
     @tf.autograph.experimental.do_not_convert
     def call(self, *args, **kwargs):

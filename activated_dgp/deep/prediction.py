@@ -11,9 +11,9 @@ import scipy.special
 import tensorflow as tf
 from check_shapes import check_shapes
 
-from .inducing_variables import ActivationFeature
+from ..zonal.inducing_variables import ActivationFeature
 from .likelihoods import LIKELIHOOD_REGISTRY, likelihood_name, output_width
-from .validation import check_inputs, check_matrix, check_targets, dgp_input_width
+from ..validation import check_inputs, check_matrix, check_targets, dgp_input_width
 
 __all__ = [
     "check_dgp",
@@ -229,7 +229,7 @@ def integrate_per_sample(likelihood, method: str, mean, var, Y=None, draws: Opti
 def seeded_log_density(dgp: gpflux.models.DeepGP, X, Y, num_samples: int, seed: int) -> Callable[..., np.ndarray]:
     """A compiled ``predictive_log_density(dgp, X, Y, num_samples, seed)`` at the DGP's parameter values *at
     each call*: for many evaluations of one model on the same data and draws (common random numbers) while
-    its parameters are assigned between them (e.g. :func:`activated_dgp.conversion.select_kernel_variances`).
+    its parameters are assigned between them (e.g. :func:`activated_dgp.deep.conversion.select_kernel_variances`).
 
     The inputs are checked once; every call resets the layer draws' generator to ``seed`` and the likelihood
     draws' to its split (:func:`likelihood_draws`), so each call sees exactly the draws the eager function
@@ -245,7 +245,7 @@ def seeded_log_density(dgp: gpflux.models.DeepGP, X, Y, num_samples: int, seed: 
     Y = tf.convert_to_tensor(_checked_targets(dgp, Y, int(X.shape[0])), dtype=X.dtype)
     likelihood = dgp.likelihood_layer.likelihood
 
-    @tf.function(autograph=False)  # GPflow/gpflux code needs no AutoGraph conversion (activated_dgp.layers)
+    @tf.function(autograph=False)  # GPflow/gpflux code needs no AutoGraph conversion (activated_dgp.deep.layers)
     def output_moments():
         _, mean, var = propagate_samples(dgp, X, num_samples, draws.normal)
         return mean, var

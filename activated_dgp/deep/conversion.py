@@ -28,15 +28,15 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from ._deprecation import deprecated_aliases
+from .._deprecation import deprecated_aliases
 from .config import ArchitectureConfig
 from .diagnostics import whitened_cross_covariance
 from .far_field import add_far_field, far_field_options
-from .models import build_activated_dgp
-from .nn import ActivatedLayer
+from .builders import build_activated_dgp
+from .twin import ActivatedLayer
 from .prediction import layer_inputs, propagate_means
-from .spectra import ACTIVATION_REGISTRY, resolve_activation
-from .validation import check_inputs
+from ..zonal.spectra import ACTIVATION_REGISTRY, resolve_activation
+from ..validation import check_inputs
 
 __all__ = [
     "ConversionReport",
@@ -256,12 +256,12 @@ def select_kernel_variances(
     best v is kept. The draws are fixed by ``seed``, so all candidates see the same noise (common random
     numbers). The default grid is 10^(−3, −2.5, …, 0.5), *extended* in steps of 10^0.5 beyond whichever end
     is best, for as long as the objective improves (down to 10^−9, up to 10^3): the best v depends on the
-    data's noise level (naval's twin, noise 1.6e-4, wants v ≈ 1e-5 per layer; at the old fixed floor 1e-3
-    its test NLPD was −2.06 against the network's −2.93, docs/results/stage2.md). Explicit ``candidates``
+    data's noise level (naval's twin, noise 1.6e-4, wants v ≈ 1e-5 per layer; at a fixed floor of 1e-3
+    its test NLPD was −2.06 against the network's −2.93). Explicit ``candidates``
     are taken as given. A v at which a layer's converted mean cannot be represented (Kuu ∝ 1/v with too little
     jitter left to be positive definite: :class:`UnrepresentableMean`) is recorded with −inf and never chosen.
 
-    * ``objective="elbo"``: the ELBO on (X, Y) (:func:`activated_dgp.diagnostics.elbo_terms`, at most
+    * ``objective="elbo"``: the ELBO on (X, Y) (:func:`activated_dgp.deep.diagnostics.elbo_terms`, at most
       ``max_points`` seeded rows, scaled to the model's N). It resolves the trade-off the converted
       means pose: they cost ½ Bᵀ Kuu B ∝ 1/v nats of KL, while the prior variance left outside the
       inducing span, ∝ v, is noise in every sample passed through the layer.
@@ -272,15 +272,15 @@ def select_kernel_variances(
     searched *jointly* with the noise variance σ², trying σ² = factor × (σ² on entry) at every candidate v.
     The two trade off — the output layer's residual prior variance k(x, x) − Qff(x) ∝ v is an input-dependent
     share of the predictive variance that a smaller σ² must make room for — so a search over v at a fixed σ²
-    never finds the pair where both move (measured on yacht: docs/results/stage2.md, "Joint noise").
+    never finds the pair where both move (measured on yacht).
 
     ``min_variance`` (a floor v_min > 0): no v below it is ever tried. Grid points (or explicit ``candidates``)
     below the floor are replaced by the floor itself, the downward extension stops there, and a layer that
     enters below the floor is first raised to it (q_μ re-solved), so the chosen v is the objective's best
     over the allowed candidates, all ≥ v_min. Why: with the validation objective the hidden layers' v goes to
-    ≈ 3e-9 on most UCI cells (issue 36; docs/results/uci_long/records.jsonl, ``extra.kernel_variances``),
+    ≈ 3e-9 on most UCI cells,
     which switches the GP off — the ADGP then predicts like its network plus a constant noise, and under
-    dataset shift like a network (docs/results/rotated_mnist.md). A floor keeps each layer's residual prior
+    dataset shift like a network (rotated MNIST). A floor keeps each layer's residual prior
     variance k(x, x) − Qff(x) ∝ v a non-negligible share of the predictive variance.
     """
     from .diagnostics import elbo_terms, seeded_elbo
@@ -664,7 +664,7 @@ def dgp_from_keras(
         ELBO on (``X``, ``Y``) with the mean propagation kept (:func:`select_kernel_variances`; the
         record is in ``ConversionReport.variance_selection``).
     :param far_field: True or a dict (``order``, ``scale``): give the output layer the far-field residual
-        (:func:`activated_dgp.far_field.add_far_field`, constants from ``X``); the mean is unchanged.
+        (:func:`activated_dgp.deep.far_field.add_far_field`, constants from ``X``); the mean is unchanged.
     """
     far_field = far_field_options(far_field)
     if far_field is not None and X is None:
@@ -730,5 +730,5 @@ def dgp_from_keras(
     return result
 
 
-# old names, deprecated for one release (issue 34)
-__getattr__ = deprecated_aliases("activated_dgp.conversion", {"Conversion": ("activated_dgp.conversion", "ConversionReport")})
+# old names, deprecated for one release
+__getattr__ = deprecated_aliases("activated_dgp.deep.conversion", {"Conversion": ("activated_dgp.deep.conversion", "ConversionReport")})

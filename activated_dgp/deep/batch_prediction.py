@@ -1,7 +1,7 @@
 """Compiled Monte Carlo predictions of a DeepGP on many points, in batches of bounded memory.
 
 For a batch of B points, S samples are propagated through layers 1..L−1 (as in
-:func:`activated_dgp.prediction.sample_layers`) and the last layer's Gaussian q(f_L | h^(s)) is
+:func:`activated_dgp.deep.prediction.sample_layers`) and the last layer's Gaussian q(f_L | h^(s)) is
 integrated against the likelihood:
 
     E[y | x]   ≈ (1/S) Σ_s m_s(x),                    m_s, v_s = moments of p(y | h^(s)),
@@ -12,7 +12,7 @@ One ``tf.function`` evaluates a whole batch (all S samples at once, [S·B, ·] t
 stateless normals seeded by (seed, first row of the batch, layer), so results do not depend on the
 order in which batches are evaluated, and the same seed gives the same numbers. Memory is
 O(S · B · M · P) for the batch (the per-output q_sqrt products L_pᵀA of every layer, one [S·B, P_ℓ·M_ℓ] matrix in
-:mod:`activated_dgp.conditionals`) plus the outputs [N, P]; inputs may be a memmap. The cost per point is dominated by those products, S · Σ_ℓ P_ℓ M_ℓ² multiply-adds.
+:mod:`activated_dgp.zonal.conditionals`) plus the outputs [N, P]; inputs may be a memmap. The cost per point is dominated by those products, S · Σ_ℓ P_ℓ M_ℓ² multiply-adds.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import numpy as np
 import tensorflow as tf
 
 from .prediction import propagate_samples
-from .validation import dgp_input_width
+from ..validation import dgp_input_width
 
 __all__ = ["BatchPredictor"]
 
@@ -47,7 +47,7 @@ class BatchPredictor:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
         self.dgp, self.num_samples, self.batch_size = dgp, int(num_samples), int(batch_size)
         self.likelihood = dgp.likelihood_layer.likelihood
-        # GPflow/gpflux code needs no AutoGraph conversion (activated_dgp.layers): traced as written
+        # GPflow/gpflux code needs no AutoGraph conversion (activated_dgp.deep.layers): traced as written
         self._moments = tf.function(self._batch_moments, reduce_retracing=True, autograph=False)
         self._log_density = tf.function(self._batch_log_density, reduce_retracing=True, autograph=False)
 

@@ -8,7 +8,7 @@ each with M_ℓ activated inducing functions (twin: M_ℓ activated units) on x�
 lengthscales ℓ_ℓ are a scalar or D_ℓ + 1 values. :class:`ArchitectureConfig` records exactly this (like
 gpflux's ``architectures.Config``), validated once at construction, so that
 :func:`~activated_dgp.build_activated_nn`, :func:`~activated_dgp.build_activated_dgp` and
-:mod:`~activated_dgp.persistence` cannot disagree about it.
+:mod:`~activated_dgp.deep.persistence` cannot disagree about it.
 """
 
 from __future__ import annotations
@@ -19,8 +19,14 @@ from typing import Any, Callable, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from .likelihoods import LIKELIHOOD_REGISTRY, likelihood_name
-from .spectra import DEFAULT_ACTIVATION, SAVED_DEFAULT_ACTIVATION, ZonalActivation, registered_activation_name, resolve_activation
-from .validation import check_positive_int
+from ..zonal.spectra import (
+    DEFAULT_ACTIVATION,
+    SAVED_DEFAULT_ACTIVATION,
+    ZonalActivation,
+    registered_activation_name,
+    resolve_activation,
+)
+from ..validation import check_positive_int
 
 __all__ = ["ArchitectureConfig", "as_config", "initial_directions"]
 
@@ -77,13 +83,13 @@ class ArchitectureConfig:
     :param activation: a registered name (:data:`activated_dgp.zonal.ACTIVATION_REGISTRY`, extended by
         :func:`activated_dgp.zonal.register_activation`), a ZonalActivation or a callable; one or one per layer.
         Only registered ones can be saved. Default: the zonal Swish 3t·sigmoid(3t)
-        (:data:`~activated_dgp.spectra.DEFAULT_ACTIVATION`), whose twin trains like a plain network where the
+        (:data:`~activated_dgp.zonal.spectra.DEFAULT_ACTIVATION`), whose twin trains like a plain network where the
         zonal Softplus log(1 + e^(3t)), the paper's and the default before, did not (docs/activated_dgp.md,
         "Choosing the activation"); pass ``"softplus"`` or ``"relu"`` for those.
     :param truncation_level: Ñ_ℓ ≥ 1 (levels n < Ñ): one or one per layer.
     :param lengthscales: ℓ_ℓ, one entry per layer, each a scalar or D_ℓ + 1 values; default 1.
     :param whiten: whitened inducing outputs in the DGP.
-    :param likelihood: a name from :data:`activated_dgp.likelihoods.LIKELIHOOD_REGISTRY` (checked here, before any
+    :param likelihood: a name from :data:`activated_dgp.deep.likelihoods.LIKELIHOOD_REGISTRY` (checked here, before any
         training), a gpflow likelihood, or None for a network that is used without one.
 
     Sequences are normalised at construction to tuples with one entry per layer (``num_units``,
@@ -180,7 +186,7 @@ class ArchitectureConfig:
     def from_dict(cls, values: dict) -> "ArchitectureConfig":
         """The inverse of :meth:`to_dict`; unknown keys, or a missing ``input_dim``, are a ValueError.
 
-        A dict without ``activation`` means :data:`~activated_dgp.spectra.SAVED_DEFAULT_ACTIVATION` ("softplus"),
+        A dict without ``activation`` means :data:`~activated_dgp.zonal.spectra.SAVED_DEFAULT_ACTIVATION` ("softplus"),
         the default when saved formats 2 and 3 were introduced, not today's default: a saved model comes back
         with the activation it was trained with (:meth:`to_dict` always names it; this covers any other writer)."""
         if not isinstance(values, dict):

@@ -19,7 +19,16 @@ import gpflux
 import numpy as np
 import tensorflow as tf
 
-from .prediction import SeededDraws, at_noise_variances, checked_num_samples, integrate_per_sample, layer_inputs, likelihood_draws, propagate_samples, sample_layers
+from .prediction import (
+    SeededDraws,
+    at_noise_variances,
+    checked_num_samples,
+    integrate_per_sample,
+    layer_inputs,
+    likelihood_draws,
+    propagate_samples,
+    sample_layers,
+)
 
 __all__ = ["residual_fraction", "layer_residual_fractions", "ElboTerms", "elbo_terms", "seeded_elbo"]
 
@@ -72,7 +81,7 @@ def elbo_terms(dgp: gpflux.models.DeepGP, X, Y, *, num_samples: int = 8, seed: O
     """The ELBO's terms on (X, Y), the data term scaled to the model's ``num_data`` (N if unset).
 
     Layers 1..L−1 are sampled as in doubly stochastic VI (``num_samples`` draws per point,
-    :func:`activated_dgp.prediction.sample_layers`); the last layer's Gaussian q(f_L | h) is
+    :func:`activated_dgp.deep.prediction.sample_layers`); the last layer's Gaussian q(f_L | h) is
     integrated against the likelihood by ``variational_expectations`` (closed form for a Gaussian
     likelihood, quadrature otherwise). ``seed`` fixes the draws, a Monte Carlo likelihood's (softmax)
     included, so two models can be compared on the same noise (common random numbers).
@@ -110,21 +119,21 @@ def _scaled(dgp: gpflux.models.DeepGP, total: float, num_rows: int) -> float:
 def seeded_elbo(dgp: gpflux.models.DeepGP, X, Y, *, num_samples: int = 8, seed: int = 0, batch_size: int = 1024) -> Callable[..., float]:
     """A compiled ``elbo_terms(dgp, X, Y, num_samples=…, seed=…, batch_size=…).elbo`` at the DGP's parameter
     values *at each call* (for many evaluations of one model on the same data and draws while its parameters are
-    assigned between them, as :func:`activated_dgp.conversion.select_kernel_variances` does).
+    assigned between them, as :func:`activated_dgp.deep.conversion.select_kernel_variances` does).
 
     Every call resets the draws of batch b (first row r) to seed + r and to that seed's likelihood split
-    (:func:`activated_dgp.prediction.likelihood_draws`), so it sees exactly the eager function's draws and returns
+    (:func:`activated_dgp.deep.prediction.likelihood_draws`), so it sees exactly the eager function's draws and returns
     its ELBO up to rounding; one trace serves every call (a last, shorter batch adds one).
 
     Called with ``noise_variances`` (a Gaussian likelihood only), it returns the ELBO at each σ² in the list from one
     set of layer samples: the expected log-likelihood −½ log 2πσ² − ((y − m)² + v)/(2σ²) per sample is re-evaluated,
-    the layers and the KL are not (:func:`activated_dgp.prediction.at_noise_variances`)."""
+    the layers and the KL are not (:func:`activated_dgp.deep.prediction.at_noise_variances`)."""
     draws, num_samples = SeededDraws(seed), checked_num_samples(num_samples)
     X, Y = _checked_pair(X, Y)
     likelihood = dgp.likelihood_layer.likelihood
     starts = range(0, len(X), batch_size)
 
-    @tf.function(reduce_retracing=True, autograph=False)  # no conversion needed (activated_dgp.layers)
+    @tf.function(reduce_retracing=True, autograph=False)  # no conversion needed (activated_dgp.deep.layers)
     def output_moments(x):
         _, mean, var = propagate_samples(dgp, x, num_samples, draws.normal)
         return mean, var

@@ -19,7 +19,7 @@ import tensorflow_probability as tfp
 import tf_keras
 from gpflow.likelihoods.utils import inv_probit
 
-from ._deprecation import deprecated_aliases
+from .._deprecation import deprecated_aliases
 
 __all__ = [
     "LIKELIHOOD_REGISTRY",
@@ -236,7 +236,7 @@ def make_likelihood(likelihood: Union[str, gpflow.likelihoods.Likelihood], outpu
     :class:`LogisticBernoulli`), 1 latent; "probit": GPflow's Bernoulli with the probit link, 1 latent;
     "softmax" / "robustmax": ``output_dim`` classes (≥ 2) with Softmax or MultiClass (robust-max).
     For the Bernoulli names any ``output_dim`` gives one latent GP (the builders' long-standing
-    behaviour); :class:`~activated_dgp.config.ArchitectureConfig` insists on ``output_dim=1``.
+    behaviour); :class:`~activated_dgp.deep.config.ArchitectureConfig` insists on ``output_dim=1``.
     """
     if isinstance(likelihood, gpflow.likelihoods.Likelihood):
         return likelihood, int(output_dim)
@@ -246,5 +246,5 @@ def make_likelihood(likelihood: Union[str, gpflow.likelihoods.Likelihood], outpu
     return entry.build(output_dim, noise_variance), entry.latent_gps(output_dim)
 
 
-# old names, deprecated for one release (issue 34)
-__getattr__ = deprecated_aliases("activated_dgp.likelihoods", {"LIKELIHOODS": ("activated_dgp.likelihoods", "LIKELIHOOD_REGISTRY")})
+# old names, deprecated for one release
+__getattr__ = deprecated_aliases("activated_dgp.deep.likelihoods", {"LIKELIHOODS": ("activated_dgp.deep.likelihoods", "LIKELIHOOD_REGISTRY")})
