@@ -200,6 +200,22 @@ def test_metrics_against_a_hand_computed_example():
         accuracy(p, [0, 1, 2, 3, 4])
 
 
+def test_expected_calibration_error_against_a_dense_binning_loop():
+    """The ECE against equal-width bins ((b−1)/B, b/B] counted one by one in the test."""
+    rng = np.random.default_rng(3)
+    logits = rng.normal(scale=3.0, size=(400, 4))
+    p = np.exp(logits - logits.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    y = rng.integers(0, 4, size=400)
+    for bins in (1, 10, 15):
+        confidence, correct, total = p.max(1), (p.argmax(1) == y), 0.0
+        for b in range(bins):
+            inside = ((confidence > b / bins) | (b == 0)) & (confidence <= (b + 1) / bins)
+            if inside.any():
+                total += inside.sum() / len(y) * abs(correct[inside].mean() - confidence[inside].mean())
+        assert expected_calibration_error(p, y, num_bins=bins) == pytest.approx(total, abs=1e-12)
+
+
 def test_temperature_scaling_finds_the_nll_minimum(rng):
     from scipy.special import log_softmax
 

@@ -225,3 +225,22 @@ def test_batch_predictor_agrees_with_eager_monte_carlo():
     eager_mean, eager_var = predict_y(dgp, X, samples, seed=2)
     np.testing.assert_allclose(mean, eager_mean, atol=5 * np.sqrt(2 * var.max() / samples))
     np.testing.assert_allclose(var, eager_var, rtol=0.15)
+
+
+def test_npy_rows_read_any_window_exactly_and_refuse_what_they_cannot_stream(tmp_path):
+    from activated_dgp.data.streaming import NpyRows
+
+    values = np.random.default_rng(0).normal(size=(37, 3))
+    np.save(tmp_path / "v.npy", values)
+    rows = NpyRows(tmp_path / "v.npy")
+    assert rows.shape == (37, 3) and len(rows) == 37
+    for window in (slice(0, 5), slice(30, 37), slice(35, 99), slice(10, 10)):
+        np.testing.assert_array_equal(rows[window], values[window])
+    np.save(tmp_path / "f.npy", np.asfortranarray(values))
+    with pytest.raises(ValueError, match="C-ordered matrix"):
+        NpyRows(tmp_path / "f.npy")
+    np.save(tmp_path / "c.npy", values[None])
+    with pytest.raises(ValueError, match=r"shape \(1, 37, 3\)"):
+        NpyRows(tmp_path / "c.npy")
+    with pytest.raises(FileNotFoundError, match="no such .npy file"):
+        NpyRows(tmp_path / "missing.npy")

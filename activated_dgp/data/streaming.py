@@ -134,19 +134,22 @@ class ArraySource(_BlockSource):
 
 
 class NpyRows:
-    """Rows of a 2-D C-ordered ``.npy`` file read on demand (``rows[start:stop]`` → ndarray); ``shape``, ``ndim``."""
+    """Rows of a 2-D C-ordered ``.npy`` file read on demand (``rows[start:stop]`` → ndarray); ``shape``, ``ndim``.
+
+    ``np.load(mmap_mode="r")`` reads the header (shape, dtype, data offset) without touching the data; the rows
+    are then read with plain file reads, so that, unlike slicing the memmap, whose touched pages stay resident,
+    the process's resident memory stays O(one window) however many windows are read."""
 
     def __init__(self, path):
         self.path = Path(path)
         if not self.path.is_file():
             raise FileNotFoundError(f"no such .npy file: {path}")
-        with open(self.path, "rb") as handle:
-            version = np.lib.format.read_magic(handle)
-            shape, fortran, self.dtype = np.lib.format._read_array_header(handle, version)
-            self.offset = handle.tell()
-        if len(shape) != 2 or fortran:
-            raise ValueError(f"{path} must hold a C-ordered matrix [N, D], got shape {shape}{' (Fortran order)' if fortran else ''}")
-        self.shape, self.ndim = tuple(shape), 2
+        mapped = np.load(self.path, mmap_mode="r", allow_pickle=False)
+        if mapped.ndim != 2 or not mapped.flags.c_contiguous:
+            order = " (Fortran order)" if mapped.ndim == 2 else ""
+            raise ValueError(f"{path} must hold a C-ordered matrix [N, D], got shape {mapped.shape}{order}")
+        self.shape, self.ndim, self.dtype, self.offset = tuple(mapped.shape), 2, mapped.dtype, int(mapped.offset)
+        del mapped
 
     def __len__(self) -> int:
         return self.shape[0]
