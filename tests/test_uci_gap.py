@@ -1,0 +1,193 @@
+"""The UCI "gap" splits (regression under covariate shift): the loader against the split rule recomputed from
+data.txt, its bad-input errors, and the study's option (cells keyed apart from the published splits' cells)."""
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from activated_dgp.data import load_uci
+from activated_dgp.data.uci import load_regression_dataset, load_uci_folder
+
+
+def _shared_data() -> Path:
+    """$ADGP_DATA_DIR when it holds the gap splits, else ../shared/data beside the checkout (as tests/test_uci.py)."""
+    candidates = [Path(os.environ["ADGP_DATA_DIR"])] if os.environ.get("ADGP_DATA_DIR") else []
+    candidates.append(Path(__file__).resolve().parents[2] / "shared" / "data")
+    return next((c for c in candidates if (c / "uci_gap").is_dir()), candidates[-1])
+
+
+SHARED = _shared_data()
+needs_shared = pytest.mark.skipif(not (SHARED / "uci_gap").is_dir(), reason=f"shared gap splits not found at {SHARED / 'uci_gap'}")
+
+
+def fake_data_dir(root: Path, folder: str = "yacht", rows: int = 60, features: int = 2, seed: int = 0) -> Path:
+    """A data directory with uci/<folder> (random rows, the target last) and uci_gap/<folder>, whose split k holds out
+    the middle third of the rows in a stable sort by feature k."""
+    rng = np.random.default_rng(seed)
+    data = np.column_stack([rng.normal(size=(rows, features)), rng.normal(size=rows)])
+    uci, gap = root / "uci" / folder, root / "uci_gap" / folder
+    uci.mkdir(parents=True), gap.mkdir(parents=True)
+    np.savetxt(uci / "data.txt", data)
+    (uci / "index_features.txt").write_text(" ".join(map(str, range(features))) + "\n")
+    (uci / "index_target.txt").write_text(f"{features}\n")
+    third = int(round(rows / 3))
+    for k in range(features):
+        order = np.argsort(data[:, k], kind="stable")
+        np.savetxt(gap / f"index_train_{k}.txt", np.concatenate([order[:third], order[rows - third:]]), fmt="%d")
+        np.savetxt(gap / f"index_test_{k}.txt", order[third:rows - third], fmt="%d")
+    (gap / "n_splits.txt").write_text(f"{features}\n")
+    return root
+
+
+@needs_shared
+@pytest.mark.parametrize("name", ["yacht", "energy"])
+def test_gap_splits_are_the_middle_third_of_the_rows_sorted_by_each_feature(name):
+    """Recomputed from data.txt: with N rows and a = round(N/3), split k's test rows carry exactly the values at sorted
+    positions a..N−a−1 of feature k; every row strictly inside the test rows' range of feature k is a test row and
+    every row outside it a training row; rows tied at an end of the range may fall either way."""
+    folder = SHARED / "uci" / name
+    raw = np.loadtxt(folder / "data.txt", ndmin=2)
+    features = np.loadtxt(folder / "index_features.txt", dtype=int, ndmin=1)
+    target = int(np.loadtxt(folder / "index_target.txt", dtype=int))
+    dataset = load_uci(name, SHARED, splits="gap")
+    np.testing.assert_array_equal(dataset.X, raw[:, features])
+    np.testing.assert_array_equal(dataset.y[:, 0], raw[:, target])
+    assert dataset.split_protocol == "gap" and len(dataset.splits) == len(features)
+    n = len(raw)
+    a = int(round(n / 3))
+    for k, split in enumerate(dataset.splits):
+        x = raw[:, features[k]]
+        assert len(split.test) == n - 2 * a
+        assert np.array_equal(np.sort(np.concatenate([split.train, split.test])), np.arange(n))  # a partition
+        np.testing.assert_array_equal(np.sort(x[split.test]), np.sort(x)[a:n - a])
+        low, high = x[split.test].min(), x[split.test].max()
+        assert not np.any((x[split.train] > low) & (x[split.train] < high))  # no training row inside the gap
+        rank = np.empty(n, int)
+        rank[np.argsort(x, kind="stable")] = np.arange(n)
+        untied = (x != low) & (x != high)
+        in_test = np.isin(np.arange(n), split.test)
+        np.testing.assert_array_equal(in_test[untied], ((rank >= a) & (rank < n - a))[untied])
+    published = load_uci(name, SHARED)
+    np.testing.assert_array_equal(published.X, dataset.X)  # the same rows, other splits
+    assert len(published.splits) == 20 and published.split_protocol == "published"
+
+
+def test_bad_gap_input_names_the_file(tmp_path):
+    root = fake_data_dir(tmp_path / "data")
+    dataset = load_uci("yacht", root, splits="gap")
+    assert len(dataset.splits) == 2 and len(dataset.splits[0].test) == 60 - 2 * 20
+    with pytest.raises(ValueError, match=r"2 gap splits \(0\.\.1\) in '.*uci_gap/yacht'; split 2 asked for"):
+        dataset.split(2)
+    with pytest.raises(ValueError, match="unknown split protocol 'middle'"):
+        load_uci("yacht", root, splits="middle")
+    with pytest.raises(FileNotFoundError, match=r"no gap split folder '.*uci_gap/energy'"):
+        (root / "uci" / "energy").mkdir()
+        load_uci("energy", root, splits="gap")
+    with pytest.raises(ValueError, match="has no gap splits"):
+        load_regression_dataset("boston-embedded", root, splits="gap")
+    gap = root / "uci_gap" / "yacht"
+    (gap / "index_test_1.txt").write_text("3\n60\n")
+    with pytest.raises(ValueError, match=r"index_test_1\.txt'?: row indices \[60\] exceed the 60 rows"):
+        load_uci("yacht", root, splits="gap")
+    (gap / "n_splits.txt").write_text("1\n")
+    with pytest.raises(ValueError, match=r"n_splits\.txt'?: 1 gap splits for the 2 features"):
+        load_uci("yacht", root, splits="gap")
+    for path in gap.iterdir():
+        path.unlink()
+    with pytest.raises(FileNotFoundError, match=r"missing split count file '.*uci_gap/yacht/n_splits\.txt'"):
+        load_uci("yacht", root, splits="gap")
+    with pytest.raises(FileNotFoundError, match="published split folder"):  # a split folder that is not there
+        load_uci_folder(root / "uci" / "yacht", split_folder=tmp_path / "nowhere")
+
+
+def _options(*argv):
+    from experiments import uci
+    from experiments.harness import cli
+
+    return cli.parse("uci", uci, ["--quiet", *argv])
+
+
+def test_a_gap_cell_is_keyed_apart_from_the_published_cell(tmp_path):
+    """The same (dataset, method, split) under the gap splits has another protocol key, so a published record
+    never counts as its result (the store still lists it as pending); --splits-kind gap moves --out's default."""
+    from experiments import uci
+    from experiments.harness.store import ResultStore, pending
+
+    root = fake_data_dir(tmp_path / "data")
+    (root / "uci" / "yacht" / "index_train_0.txt").write_text("\n".join(map(str, range(50))))  # a published split
+    (root / "uci" / "yacht" / "index_test_0.txt").write_text("\n".join(map(str, range(50, 60))))
+    common = ["--dataset", "yacht", "--method", "nn", "--data-dir", str(root), "--splits", "1"]
+    gap_options = _options("--splits-kind", "gap", *common)
+    published_options = _options(*common)
+    assert gap_options.out == uci.GAP_OUT and published_options.out == uci.DEFAULT_OUT
+    assert _options("--out", "x", "--splits-kind", "gap").out == Path("x")
+    [gap_cell], [published_cell] = uci.cells(gap_options), uci.cells(published_options)
+    store = ResultStore(tmp_path / "records.jsonl", uci.KEY)
+    assert store.key(gap_cell) != store.key(published_cell)
+    assert gap_cell["protocol"] == uci.GAP_PREFIX + published_cell["protocol"]
+    store.append({**published_cell, "rmse": 1.0})
+    assert pending(store, [gap_cell]) == [gap_cell] and pending(store, [published_cell]) == []
+    assert uci.record_kind(gap_cell) == "gap" and uci.record_kind(published_cell) == "published"
+
+
+def test_gap_split_counts_default_to_every_feature_and_four_on_naval(tmp_path):
+    from experiments import uci
+
+    root = fake_data_dir(tmp_path / "data", "naval-propulsion-plant", rows=60, features=6)
+    fake_data_dir(root, "yacht", rows=45, features=3, seed=1)
+    options = _options("--splits-kind", "gap", "--dataset", "yacht,naval", "--data-dir", str(root), "--method", "nn")
+    assert uci.split_counts(options, ["yacht", "naval-propulsion-plant"]) == {"yacht": 3, "naval-propulsion-plant": 4}
+    everything = _options("--splits-kind", "gap", "--dataset", "naval", "--data-dir", str(root), "--max-splits", "naval=6")
+    assert uci.split_counts(everything, ["naval-propulsion-plant"]) == {"naval-propulsion-plant": 6}
+    later = uci.cells(_options("--splits-kind", "gap", "--dataset", "yacht,naval", "--data-dir", str(root), "--method", "nn",
+                               "--first-split", "3"))
+    assert [(c["dataset"], c["split"]) for c in later] == [("naval-propulsion-plant", 3)]
+    with pytest.raises(ValueError, match=r"--first-split 4 is outside the gap splits 0\.\.3"):
+        uci.cells(_options("--splits-kind", "gap", "--dataset", "yacht,naval", "--data-dir", str(root), "--first-split", "4"))
+    with pytest.raises(ValueError, match="needs --dataset"):
+        uci.cells(_options("--splits-kind", "gap", "--data-dir", str(root)))
+    with pytest.raises(ValueError, match="has no gap splits"):
+        uci.cells(_options("--splits-kind", "gap", "--dataset", "boston-embedded", "--data-dir", str(root)))
+    with pytest.raises(ValueError, match="not of --splits-kind gap"):
+        uci.cells(_options("--splits-kind", "gap", "--dataset", "yacht", "--random-splits", "--data-dir", str(root)))
+
+
+def test_shift_diagnostics_against_scipy(rng):
+    """The mixture's σ from scipy's second moments of its components; the |z| > 3 share counted by hand."""
+    from scipy.stats import norm
+
+    from experiments.uci_methods import shift_diagnostics
+
+    means, variances = rng.normal(size=(4, 7)), rng.uniform(0.1, 2.0, size=(4, 7))
+    second = np.mean([norm(means[s], np.sqrt(variances[s])).moment(2) for s in range(4)], axis=0)
+    sigma = np.sqrt(second - means.mean(0) ** 2)
+    z = np.array([0.0, 2.9, -3.1, 3.5, 1.0, -0.5, 10.0])  # three beyond 3
+    y = means.mean(0) + z * sigma
+    result = shift_diagnostics(y[:, None], means, variances)
+    assert result["test_std"] == pytest.approx(sigma.mean(), rel=1e-12)
+    assert result["z_above_3"] == pytest.approx(3 / 7)
+
+
+def test_a_gap_run_end_to_end_writes_gap_records_and_its_page(tmp_path):
+    """Two tiny NN cells on the fake gap splits: records with the gap protocol and split kind, the test part the
+    middle third, and the page <out>.md with its generated block; a report of an empty gap store says so."""
+    from experiments import uci
+    from experiments.harness import blocks
+
+    root = fake_data_dir(tmp_path / "data")
+    out = tmp_path / "runs" / "uci_gap"
+    uci.main(["--splits-kind", "gap", "--dataset", "yacht", "--method", "nn", "--budget", "tiny", "--data-dir", str(root),
+              "--out", str(out), "--quiet"])
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    assert sorted(r["split"] for r in records) == [0, 1]
+    for r in records:
+        assert r["split_kind"] == "gap" and r["protocol"].startswith(uci.GAP_PREFIX)
+        assert (r["num_train"], r["num_test"]) == (40, 20) and 0 <= r["z_above_3"] <= 1 and r["test_std"] > 0
+    block = blocks.read_block(tmp_path / "runs" / "uci_gap.md", "uci")
+    assert "**Best test NLPD per set**" in block and "| yacht | 2 | **NN**" in block and "MISSING" in block
+    empty = tmp_path / "empty" / "uci_gap"
+    uci.main(["--splits-kind", "gap", "--report-only", "--out", str(empty), "--quiet"])
+    assert "No gap-split records yet" in blocks.read_block(tmp_path / "empty" / "uci_gap.md", "uci")
