@@ -135,3 +135,38 @@ def test_kron_rejects_unsupported_networks(rng):
         LinearisedLaplace(model, method="kron", variables=[mlp(2, 1, seed=9).trainable_variables[0]])
     with pytest.raises(ValueError, match="subnetwork"):
         LinearisedLaplace(model, method="neuralef", variables=model.trainable_variables[:2])
+
+
+@pytest.mark.parametrize("method", ["exact", "diagonal", "kron"])
+def test_optimize_prior_precision_marglik_on_a_linear_gaussian_model_matches_the_closed_form_evidence(method, rng):
+    """A linear model y = x w + b + ε: at w = the Bayesian linear regression mean m(α*) for the maximiser α* (on a
+    fine grid) of the closed-form evidence log N(y | 0, σ² I + Φ Φᵀ/α), the Laplace evidence is exact (exact and
+    kron: the GGN is ΦᵀΦ/σ², kron exactly so for one output; diagonal with orthogonal centred columns) and has its
+    maximum at α* too."""
+    from test_laplace import blr_log_evidence
+
+    N, noise = 50, 0.1
+    X = rng.normal(size=(N, 2))
+    X = X - X.mean(0)
+    X = X @ np.linalg.inv(np.linalg.cholesky(X.T @ X / N).T)  # orthonormal, centred columns: ΦᵀΦ is diagonal
+    Y = X @ np.array([[0.6], [-0.3]]) + 0.2 + np.sqrt(noise) * rng.normal(size=(N, 1))
+    Phi = np.hstack([X, np.ones((N, 1))])
+    grid = np.logspace(-3, 3, 6001)
+    evidence = blr_log_evidence(Phi, Y[:, 0], noise, grid)
+    best = int(np.argmax(evidence))
+    assert 0 < best < len(grid) - 1
+    alpha = grid[best]
+    mean = np.linalg.solve(Phi.T @ Phi / noise + alpha * np.eye(3), Phi.T @ Y[:, 0] / noise)
+    model = tf_keras.Sequential([tf_keras.Input((2,), dtype="float64"), tf_keras.layers.Dense(1, dtype="float64")])
+    model.layers[-1].set_weights([mean[:2, None], mean[2:]])
+    la = LinearisedLaplace(model, noise_variance=noise, prior_precision=1.0, method=method, verbose=0).fit(X, Y)
+    delta = la.optimize_prior_precision(method="marglik")
+    assert la.prior_precision == delta
+    assert abs(np.log(delta / alpha)) < 2 * np.log(grid[1] / grid[0])
+    np.testing.assert_allclose(la.log_evidence, evidence[best], rtol=1e-8)
+    with pytest.raises(ValueError, match="val_data"):
+        la.optimize_prior_precision(method="gridsearch")
+    with pytest.raises(ValueError, match="unknown prior-precision method"):
+        la.optimize_prior_precision(method="cv")
+    chosen = la.optimize_prior_precision("gridsearch", val_data=(X[:10], Y[:10]), grid=[0.1, 1.0, 10.0])
+    assert chosen in (0.1, 1.0, 10.0) and la.validation_nll.shape == (3,)
