@@ -71,7 +71,9 @@ diagonal) maximises the Laplace evidence over δ,
 (MacKay 1992; Immer et al. 2021, eq. 5; Daxberger et al. 2021), m the number of parameters in the
 posterior (those of the last layer for ``last_layer``), with θ_MAP fixed; by a grid over log δ refined
 by a bounded scalar search. ``"validation"`` picks δ from ``prior_precision_grid`` by the validation
-negative log predictive density; ``fit`` then needs ``validation_data=(X_val, Y_val)``.
+negative log predictive density; ``fit`` then needs ``validation_data=(X_val, Y_val)``. After ``fit``,
+:meth:`LinearisedLaplace.optimize_prior_precision` (``"marglik"`` or ``"gridsearch"``, laplace-torch's names) does
+either again; for ``kron`` the e_j are the products a_i g_j of the Kronecker factors' eigenvalues.
 
 Predictives (``predict_y``): Gaussian N(μ, J Σ Jᵀ + σ² I) exactly; Bernoulli by the probit
 approximation (default, MacKay 1992) or Monte Carlo; softmax by Monte Carlo over the Gaussian latent
