@@ -418,6 +418,6 @@ def test_default_float_is_respected_and_float64_only_parts_refuse_others():
     network = adgp.build_activated_nn(2, num_layers=2, num_units=4, truncation_level=4, seed=0)
     assert network(X.astype(np.float32)).dtype == tf.float32
     assert adgp.dgp_from_keras(network, 10, X=X).max_abs_mismatch < 1e-4
-    for make in (lambda: adgp.eigen.Nystrom(2), lambda: adgp.kernel_machines.EigenPro2(gpflow.kernels.SquaredExponential()), lambda: adgp.eigen.FeatureRidge(np.sin, 0.1)):
+    for make in (lambda: adgp.eigen.NeuralEF(2, input_dim=2), lambda: adgp.kernel_machines.EigenPro2(gpflow.kernels.SquaredExponential()), lambda: adgp.eigen.FeatureRidge(np.sin, 0.1)):
         with pytest.raises(TypeError, match="float64"):
             make()

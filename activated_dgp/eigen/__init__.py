@@ -21,6 +21,7 @@ from .cnn_gp import cnn_forward, cnn_gp_features, sample_cnn_weights
 from .nystrom import Nystrom
 from .ntk import jacobian_features, jacobian_function, jacobian_kernel, ntk_gram, rademacher_matrix
 from .laplace import LinearisedLaplace
+from .laplace_factory import Laplace
 
 __all__ = [
     "EigenApproximation",
@@ -35,6 +36,7 @@ __all__ = [
     "as_kernel_source",
     "Nystrom",
     "LinearisedLaplace",
+    "Laplace",
     "jacobian_function",
     "jacobian_features",
     "jacobian_kernel",

@@ -71,13 +71,15 @@ def random_data_filters(X, n: int, seed: int = 0, normalise: bool = False) -> np
 
 
 def kmeans_filters(X, n: int, seed: int = 0, iterations: int = 25, normalise: bool = False) -> np.ndarray:
-    """n filters = k-means centroids of X [N, D] (Lloyd's algorithm, k-means++ seeding; IKA §4.3.2).
-
-    Empty clusters are re-seeded with the point farthest from its centroid. The paper normalises
-    the centroids to unit length (its data are unit-norm patches): ``normalise=True``.
+    """n filters = k-means centroids of X [N, D] (IKA §4.3.2): scikit-learn's ``KMeans`` (Lloyd's algorithm,
+    greedy k-means++ seeding from ``random_state=seed``, one initialisation, at most ``iterations`` Lloyd steps;
+    ``iterations=0`` keeps the k-means++ seeds). The paper normalises the centroids to unit length (its data are
+    unit-norm patches): ``normalise=True``.
 
     :returns: W [n, D], float64.
     """
+    from sklearn.cluster import KMeans, kmeans_plusplus
+
     X = as_float64_matrix(X, "the inputs")
     N = X.shape[0]
     n = int(n)
@@ -85,36 +87,11 @@ def kmeans_filters(X, n: int, seed: int = 0, iterations: int = 25, normalise: bo
         raise ValueError(f"cannot make n = {n} k-means filters from N = {N} points")
     if int(iterations) < 0:
         raise ValueError(f"iterations must be ≥ 0, got {iterations}")
-    rng = np.random.default_rng(seed)
-    squared_norms = np.einsum("nd,nd->n", X, X)
-
-    def squared_distances(C):
-        return np.maximum(squared_norms[:, None] - 2.0 * X @ C.T + np.einsum("kd,kd->k", C, C)[None, :], 0.0)
-
-    # k-means++ seeding
-    centroids = np.empty((n, X.shape[1]))
-    centroids[0] = X[rng.integers(N)]
-    closest = squared_distances(centroids[:1])[:, 0]
-    for i in range(1, n):
-        total = closest.sum()
-        index = rng.choice(N, p=closest / total) if total > 0 else rng.integers(N)
-        centroids[i] = X[index]
-        closest = np.minimum(closest, squared_distances(centroids[i : i + 1])[:, 0])
-    for _ in range(int(iterations)):
-        distances = squared_distances(centroids)
-        assignment = np.argmin(distances, axis=1)
-        counts = np.bincount(assignment, minlength=n)
-        sums = np.zeros_like(centroids)
-        np.add.at(sums, assignment, X)
-        new = np.where(counts[:, None] > 0, sums / np.maximum(counts, 1)[:, None], centroids)
-        empty = np.flatnonzero(counts == 0)
-        if empty.size:
-            farthest = np.argsort(distances[np.arange(N), assignment])[::-1][: empty.size]
-            new[empty] = X[farthest]
-        if np.allclose(new, centroids, rtol=0.0, atol=1e-12):
-            centroids = new
-            break
-        centroids = new
+    if int(iterations) == 0:
+        centroids, _ = kmeans_plusplus(X, n, random_state=seed)
+    else:
+        centroids = KMeans(n, init="k-means++", n_init=1, max_iter=int(iterations), tol=0.0, random_state=seed).fit(X).cluster_centers_
+    centroids = np.asarray(centroids, dtype=np.float64)
     return _normalise_rows(centroids) if normalise else centroids
 
 
@@ -172,13 +149,17 @@ class IKA(EigenApproximation):
 
     :param num_eigenpairs: k ≤ n.
     :param basis: a callable X [N, D] → B [N, n] (NumPy or TensorFlow), e.g. :func:`activation_basis`.
+    :param kernel: optional, anything :func:`as_kernel_source` accepts; may instead be given to ``fit`` (the
+        convention of :class:`Nystrom` and :class:`NeuralEF`).
     """
 
-    def __init__(self, num_eigenpairs: int, basis: Callable, name: Optional[str] = None):
+    def __init__(self, num_eigenpairs: int, basis: Callable, name: Optional[str] = None, kernel=None):
         super().__init__(num_eigenpairs, name=name)
         if not callable(basis):
             raise ValueError(f"the basis must be callable X [N, D] → B [N, n], got {type(basis).__name__}")
         self.basis = basis
+        # the kernel is not part of a checkpoint (the fit's state is the basis and F): give it again after restoring
+        self._source = None if kernel is None else as_kernel_source(kernel)
         self._weights = tf.Variable(
             np.zeros((0, self.num_eigenpairs)), dtype=tf.float64, shape=tf.TensorShape(None), trainable=False, name="weights"
         )
@@ -196,16 +177,20 @@ class IKA(EigenApproximation):
             raise ValueError(f"the basis returned shape {tuple(B.shape)}, expected {expected}")
         return B
 
-    def fit(self, X_samples, kernel) -> "IKA":
+    def fit(self, X_samples, kernel=None) -> "IKA":
         """Solve M̃ f = λ P̃ f on the samples Y [S, D] (float64) and keep the top k eigenpairs.
 
         If P̃ is ill-conditioned (condition number > 1e10, or not positive definite) jitter
         ε = 1e-10 · tr(P̃)/n (enlarged to lift a negative eigenvalue) is added to its diagonal; a warning
         says so only when the jitter changed the kept eigenpairs (:meth:`_warn_if_degraded`).
         Raises ValueError for non-finite samples, a basis output that is not [S, n], n < k, or
-        S < n.
+        S < n, or no kernel (here or in the constructor).
         """
-        source = as_kernel_source(kernel)
+        if kernel is not None:
+            self._source = as_kernel_source(kernel)
+        if self._source is None:
+            raise ValueError("no kernel: pass one to fit(X, kernel) or to the constructor")
+        source = self._source
         X = X_samples.numpy() if isinstance(X_samples, (tf.Tensor, tf.Variable)) else np.asarray(X_samples)
         if X.dtype.kind not in "biuf":
             raise ValueError(f"the samples must be numeric, got dtype {X.dtype}")

@@ -21,8 +21,6 @@ import gpflow
 import numpy as np
 import tensorflow as tf
 
-from .base import require_float64
-
 __all__ = [
     "KernelSource", "GPflowKernel", "PrecomputedGram", "FeatureKernel", "PrecomputedFeatures", "nngp_kernel", "ntk_kernel",
     "rademacher_directions",
@@ -41,15 +39,19 @@ class KernelSource(abc.ABC):
 
 
 class GPflowKernel(KernelSource):
-    """Any ``gpflow.kernels.Kernel`` (ZonalArcCosine included)."""
+    """Any ``gpflow.kernels.Kernel`` (ZonalArcCosine included). The kernel is evaluated in the dtype of its
+    parameters (float64, or float32 for a kernel made under ``gpflow.config.set_default_float(np.float32)``),
+    and its Gram matrix is returned as float64."""
 
     def __init__(self, kernel: gpflow.kernels.Kernel):
-        require_float64("a gpflow kernel as an eigen-module kernel source")
         self.kernel = kernel
+        parameters = list(kernel.parameters)
+        self.dtype = parameters[0].dtype if parameters else tf.float64
 
     def gram(self, A, B=None):
-        A = tf.convert_to_tensor(A, dtype=tf.float64)
-        return self.kernel(A) if B is None else self.kernel(A, tf.convert_to_tensor(B, dtype=tf.float64))
+        A = tf.cast(tf.convert_to_tensor(A), self.dtype)
+        K = self.kernel(A) if B is None else self.kernel(A, tf.cast(tf.convert_to_tensor(B), self.dtype))
+        return tf.cast(K, tf.float64)
 
 
 class PrecomputedGram(KernelSource):

@@ -18,6 +18,13 @@ with J(x) = ∂_θ g(x, θ_MAP) [C, P] and Λ_i = −∂²_ff log p(y_i | f) at 
   θ_MAP (Kristiadi et al. 2020; Daxberger et al. 2021). With a Gaussian likelihood and a linear last
   layer this is Bayesian linear regression on the penultimate features.
 * ``"diagonal"``: Σ⁻¹ ≈ diag(Σ_i J_iᵀ Λ_i J_i) + δ I (the diagonal GGN).
+* ``"kron"``: Σ⁻¹ ≈ blockdiag_l(A_l ⊗ G_l) + δ I, the Kronecker-factored GGN of each Dense layer (KFAC; Martens &
+  Grosse 2015, Ritter et al. 2018), A_l = E[ã ãᵀ] of the layer's bias-augmented inputs and G_l = Σ_i E_iᵀ Λ_i E_i of
+  its back-propagated output signals, inverted through the factors' eigendecompositions (:mod:`.kfac`); for a
+  chain of Dense layers.
+
+``variables=`` restricts exact, diagonal and kron to a subnetwork: some of the model's trainable variables (whole
+layers for kron), the others fixed at θ_MAP.
 
 For a chain of Dense and ``ActivatedLayer`` layers (the library's twins, :func:`~activated_dgp.build_activated_nn`)
 the parameter methods compute the test covariances layer by layer without forming J (:mod:`.layerwise`): J(x) V
@@ -64,7 +71,9 @@ diagonal) maximises the Laplace evidence over δ,
 (MacKay 1992; Immer et al. 2021, eq. 5; Daxberger et al. 2021), m the number of parameters in the
 posterior (those of the last layer for ``last_layer``), with θ_MAP fixed; by a grid over log δ refined
 by a bounded scalar search. ``"validation"`` picks δ from ``prior_precision_grid`` by the validation
-negative log predictive density; ``fit`` then needs ``validation_data=(X_val, Y_val)``.
+negative log predictive density; ``fit`` then needs ``validation_data=(X_val, Y_val)``. After ``fit``,
+:meth:`LinearisedLaplace.optimize_prior_precision` (``"marglik"`` or ``"gridsearch"``, laplace-torch's names) does
+either again; for ``kron`` the e_j are the products a_i g_j of the Kronecker factors' eigenvalues.
 
 Predictives (``predict_y``): Gaussian N(μ, J Σ Jᵀ + σ² I) exactly; Bernoulli by the probit
 approximation (default, MacKay 1992) or Monte Carlo; softmax by Monte Carlo over the Gaussian latent
@@ -95,12 +104,13 @@ from .laplace_likelihoods import (
     output_hessians,
     predictive_probabilities,
 )
+from .kfac import KroneckerFactors, check_kron_layers
 from .neuralef import NeuralEF
 from .ntk import jacobian_function, jacobian_kernel
 
 __all__ = ["LinearisedLaplace", "METHODS", "JACOBIAN_CACHE_BYTES"]
 
-METHODS = ("exact", "last_layer", "diagonal", "neuralef", "eigenfunctions")
+METHODS = ("exact", "last_layer", "diagonal", "kron", "neuralef", "eigenfunctions")
 PRIOR_PRECISION_SEARCHES = ("marginal_likelihood", "validation")
 _EIGEN_METHODS = ("neuralef", "eigenfunctions")
 #: the largest training-Jacobian array (N C P float64 numbers, in bytes) that ``method="neuralef"`` computes
@@ -137,6 +147,24 @@ def _last_dense_variables(model) -> list:
     if not layers:
         raise ValueError("method='last_layer' needs a tf-keras Dense layer in the model; none was found")
     return list(layers[-1].trainable_variables)
+
+
+def _variable_indices(model, variables, method: str) -> list:
+    """The positions of ``variables`` in ``model.trainable_variables`` (a subnetwork), checked."""
+    if method not in ("exact", "diagonal", "kron"):
+        raise ValueError(f"variables= (a subnetwork) is for methods exact, diagonal and kron, not {method!r}")
+    position = {v.ref(): i for i, v in enumerate(model.trainable_variables)}
+    variables = list(variables)
+    if not variables:
+        raise ValueError("variables= must name at least one of the model's trainable variables")
+    indices = []
+    for v in variables:
+        if not hasattr(v, "ref") or v.ref() not in position:
+            raise ValueError(f"variables= must hold the model's trainable variables; {getattr(v, 'name', v)!r} is not one of them")
+        indices.append(position[v.ref()])
+    if len(set(indices)) != len(indices):
+        raise ValueError("variables= names a variable twice")
+    return sorted(indices)
 
 
 class _OutputSelector(tf.Module):
@@ -189,6 +217,8 @@ class LinearisedLaplace:
         mc for softmax); ``num_samples`` and ``seed`` for "mc".
     :param batch_size: points per Jacobian evaluation (its Jacobians take batch_size · C · P · 8 bytes).
     :param max_parameters: the largest P (or last-layer size) for which exact/last_layer form P × P.
+    :param variables: for exact, diagonal and kron, the trainable variables of the subnetwork the posterior covers
+        (default: all of them); the others stay at θ_MAP.
     :param prior_precision_grid: the δ values ``"validation"`` tries (default 10^−4 … 10^4, 33 values).
     :param verbose: 1 prints progress of long fits, 0 is silent.
     """
@@ -213,6 +243,7 @@ class LinearisedLaplace:
         max_parameters: int = 5000,
         prior_precision_grid: Optional[Sequence[float]] = None,
         verbose: int = 1,
+        variables: Optional[Sequence[tf.Variable]] = None,
     ):
         if not isinstance(model, tf_keras.Model):
             raise ValueError(f"model must be a tf-keras Model, got {type(model).__name__}")
@@ -226,7 +257,7 @@ class LinearisedLaplace:
             if prior_precision not in PRIOR_PRECISION_SEARCHES:
                 raise ValueError(f"prior_precision must be a positive number or one of {PRIOR_PRECISION_SEARCHES}, got {prior_precision!r}")
             if prior_precision == "marginal_likelihood" and method in _EIGEN_METHODS:
-                raise ValueError(f"prior_precision='marginal_likelihood' is for exact, last_layer and diagonal, not {method!r}")
+                raise ValueError(f"prior_precision='marginal_likelihood' is for exact, last_layer, diagonal and kron, not {method!r}")
         else:
             prior_precision = _positive(prior_precision, "prior_precision")
         predictive = PREDICTIVES[likelihood][0] if predictive is None else predictive
@@ -261,7 +292,13 @@ class LinearisedLaplace:
         self.max_parameters = check_positive_int(max_parameters, "max_parameters")
         self.prior_precision_grid = grid
         self.verbose = int(verbose)
-        self.variables = _last_dense_variables(model) if method == "last_layer" else list(model.trainable_variables)
+        self.variable_indices = None if variables is None else _variable_indices(model, variables, method)
+        if method == "last_layer":
+            self.variables = _last_dense_variables(model)
+        elif variables is None:
+            self.variables = list(model.trainable_variables)
+        else:
+            self.variables = [model.trainable_variables[i] for i in self.variable_indices]
         self.num_parameters = int(sum(np.prod(v.shape) for v in self.variables))
         if method in ("exact", "last_layer") and self.num_parameters > self.max_parameters:
             raise ValueError(
@@ -273,6 +310,9 @@ class LinearisedLaplace:
         # methods' covariances, and the Jacobians of the NTK that the eigen methods learn
         self._layerwise = layerwise_jacobian(model, self.variables)
         self._layerwise_covariance = self._layerwise is not None and method not in _EIGEN_METHODS
+        if method == "kron":
+            check_kron_layers(self._layerwise, model)
+        self.kron: Optional[KroneckerFactors] = None  # the Kronecker factors, for method kron
         self.input_dim = self.num_outputs = None
         self.prior_precision: Optional[float] = None
         self.log_evidence: Optional[float] = None
@@ -423,7 +463,12 @@ class LinearisedLaplace:
         Lambda = output_hessians(self.likelihood, F_map, self.noise_variance)
         self._log(f"GGN of method {self.method!r} over {X.shape[0]} points ({self.num_outputs} outputs)")
         ggn = None
-        if self._layerwise_covariance and self.method == "diagonal":
+        if self.method == "kron":
+            self.kron = KroneckerFactors(self._layerwise)
+            for rows in self._progress_batches(X.shape[0], "Kronecker factors"):
+                self.kron.accumulate(X[rows], Lambda[rows])
+            ggn = self.kron.finalise().eigenvalues()
+        elif self._layerwise_covariance and self.method == "diagonal":
             ggn = sum(self._layerwise.ggn_diagonal(X[rows], Lambda[rows]) for rows in self._progress_batches(X.shape[0], "GGN (layer-wise)"))
         for rows, F in self._feature_batches(X, "GGN") if ggn is None else ():
             # Λ_i F_i first, then one product: a three-operand np.einsum loops over b, c, d, p and q at once
@@ -434,7 +479,7 @@ class LinearisedLaplace:
             else:
                 term = F.reshape(-1, F.shape[2]).T @ weighted.reshape(-1, F.shape[2])
             ggn = term if ggn is None else ggn + term
-        if self.method == "diagonal":
+        if self.method in ("diagonal", "kron"):
             self.ggn_eigenvalues, self.ggn_eigenvectors = ggn, None
         else:
             values, vectors = np.linalg.eigh(0.5 * (ggn + ggn.T))
@@ -455,9 +500,9 @@ class LinearisedLaplace:
 
     def log_marginal_likelihood(self, prior_precision: Optional[float] = None) -> float:
         """The Laplace evidence at δ (default: the fitted one), see the module docstring; exact,
-        last_layer and diagonal only."""
+        last_layer, diagonal and kron only."""
         if self.method in _EIGEN_METHODS:
-            raise ValueError(f"the Laplace evidence is available for exact, last_layer and diagonal, not {self.method!r}")
+            raise ValueError(f"the Laplace evidence is available for exact, last_layer, diagonal and kron, not {self.method!r}")
         if self.input_dim is None:
             raise ValueError("the LinearisedLaplace approximation is not fitted yet (call fit first)")
         delta = _positive(self.prior_precision if prior_precision is None else prior_precision, "prior_precision")
@@ -468,6 +513,38 @@ class LinearisedLaplace:
             + 0.5 * m * np.log(delta)
             - 0.5 * np.sum(np.log(self.ggn_eigenvalues + delta))
         )
+
+    def optimize_prior_precision(self, method: str = "marglik", val_data: Optional[Tuple] = None, grid: Optional[Sequence[float]] = None) -> float:
+        """Choose δ again after ``fit`` (laplace-torch's name and methods), set it and return it:
+
+        * ``"marglik"``: maximise the Laplace evidence of the module docstring over log δ (exact, last_layer,
+          diagonal, kron), as ``prior_precision="marginal_likelihood"`` does;
+        * ``"gridsearch"``: the δ of ``grid`` (default ``prior_precision_grid``) with the smallest negative log
+          predictive density on ``val_data=(X_val, Y_val)``, as ``prior_precision="validation"`` does.
+        """
+        if self.input_dim is None:
+            raise ValueError("the LinearisedLaplace approximation is not fitted yet (call fit first)")
+        if method == "marglik":
+            if val_data is not None or grid is not None:
+                raise ValueError("method='marglik' takes no val_data or grid")
+            if self.method in _EIGEN_METHODS:
+                raise ValueError(f"method='marglik' is for exact, last_layer, diagonal and kron, not {self.method!r}")
+            self.prior_precision = self._maximise_evidence()
+        elif method == "gridsearch":
+            if not isinstance(val_data, (tuple, list)) or len(val_data) != 2:
+                raise ValueError("method='gridsearch' needs val_data=(X_val, Y_val)")
+            if grid is not None:
+                grid = np.asarray(grid, dtype=np.float64)
+                if grid.ndim != 1 or grid.size == 0 or not np.all(np.isfinite(grid) & (grid > 0)):
+                    raise ValueError("grid must be a non-empty list of positive numbers")
+                self.prior_precision_grid = grid
+            X_val = self._check_X(val_data[0], "X_val")
+            self.prior_precision = self._select_by_validation(X_val, self._check_Y(val_data[1], X_val.shape[0], "Y_val"))
+        else:
+            raise ValueError(f"unknown prior-precision method {method!r}; use 'marglik' or 'gridsearch'")
+        if self.method not in _EIGEN_METHODS:
+            self.log_evidence = self.log_marginal_likelihood()
+        return self.prior_precision
 
     def _maximise_evidence(self) -> float:
         log_grid = np.linspace(np.log(1e-8), np.log(1e8), 161)
@@ -530,6 +607,8 @@ class LinearisedLaplace:
 
     def _latent_covariance(self, X: np.ndarray, delta: float) -> np.ndarray:
         """J(X) Σ J(X)ᵀ [N, C, C] at prior precision δ, in batches (layer-wise where the network allows)."""
+        if self.method == "kron":
+            return np.concatenate([self.kron.covariance(X[rows], delta) for rows in self._batches(X.shape[0])], axis=0)
         if self._layerwise_covariance and self.ggn_eigenvectors is None:
             variances = 1.0 / (self.ggn_eigenvalues + delta)
             return np.concatenate([self._layerwise.covariance(X[rows], variances) for rows in self._batches(X.shape[0])], axis=0)
@@ -591,6 +670,7 @@ class LinearisedLaplace:
             log_evidence=self.log_evidence,
             log_likelihood_at_map=self._log_likelihood,
             parameter_norm2=getattr(self, "_theta_norm2", None),
+            variable_indices=self.variable_indices,
         )
         try:
             text = json.dumps(config, indent=1)
@@ -600,6 +680,8 @@ class LinearisedLaplace:
         arrays = {"ggn_eigenvalues": self.ggn_eigenvalues}
         if self.ggn_eigenvectors is not None:
             arrays["ggn_eigenvectors"] = self.ggn_eigenvectors
+        if self.kron is not None:
+            arrays.update(self.kron.arrays())
         if self.validation_nll is not None:
             arrays["validation_nll"], arrays["prior_precision_grid"] = self.validation_nll, self.prior_precision_grid
         np.savez(os.path.join(directory, _ARRAYS), **arrays)
@@ -623,6 +705,7 @@ class LinearisedLaplace:
             prior_precision=config["prior_precision_setting"],
             eigenfunctions=eigenfunctions,
             verbose=verbose,
+            variables=None if config.get("variable_indices") is None else [model.trainable_variables[i] for i in config["variable_indices"]],
             **{name: config[name] for name in _SETTINGS},
         )
         fingerprint = float(np.sum(laplace._parameter_vector() ** 2))
@@ -634,6 +717,8 @@ class LinearisedLaplace:
         with np.load(os.path.join(directory, _ARRAYS)) as arrays:
             laplace.ggn_eigenvalues = arrays["ggn_eigenvalues"]
             laplace.ggn_eigenvectors = arrays["ggn_eigenvectors"] if "ggn_eigenvectors" in arrays else None
+            if laplace.method == "kron":
+                laplace.kron = KroneckerFactors.from_arrays(laplace._layerwise, arrays)
             if "validation_nll" in arrays:
                 laplace.validation_nll = arrays["validation_nll"]
                 laplace.prior_precision_grid = arrays["prior_precision_grid"]

@@ -90,7 +90,12 @@ class Nystrom(EigenApproximation):
     :param solver: "eigh" (full LAPACK eigendecomposition, O(N³)), "lanczos" (top k only by ARPACK,
         O(N² k) per restart; no check of the smallest eigenvalue) or "auto" (Lanczos from N = 3,000
         landmarks when k ≤ N / 10, else eigh). Both give the same eigenpairs to round-off.
+
+    Nyström computes in float64 whatever ``gpflow.default_float()`` is: a float32 GPflow kernel is evaluated in
+    float32 (its Gram matrix then carries float32 round-off, about 1e-7 relative) and decomposed in float64.
     """
+
+    requires_float64_default = False  # the Gram matrix is cast to float64 and decomposed there
 
     def __init__(self, num_eigenpairs: int, kernel=None, name: Optional[str] = None, solver: str = "auto"):
         super().__init__(num_eigenpairs, name=name)
