@@ -34,6 +34,7 @@ import tensorflow as tf  # noqa: E402
 import tf_keras  # noqa: E402
 
 from activated_dgp import TrainingSchedule, evaluate_elbo, predict_class_probabilities, train_two_stage  # noqa: E402
+from activated_dgp.training import stage2_recipe  # noqa: E402
 
 LAYERS = (1, 3)
 NUM_UNITS = 100
@@ -132,9 +133,7 @@ def run_configuration(
         X,
         Y,
         likelihood="bernoulli",
-        num_layers=num_layers,
-        num_units=num_units,
-        activation="softplus",
+        architecture=dict(num_layers=num_layers, num_units=num_units, activation="softplus"),
         network_schedule=ProgressSchedule(epochs=network_epochs, label="stage 1 (network, cross-entropy)", every=every_network if progress else 0),
         dgp_schedule=ProgressSchedule(
             epochs=dgp_epochs,
@@ -144,8 +143,7 @@ def run_configuration(
             every=every_dgp if progress else 0,
         ),
         seed=seed,
-        elbo_samples=1 if num_layers == 1 else 8,
-        recipe="paper",  # the recipe its records were made with
+        recipe=stage2_recipe("paper", elbo_samples=1 if num_layers == 1 else 8),  # the recipe its records were made with
     )
     seconds = time.perf_counter() - start
     network = lambda Z: network_probabilities(result.network, Z)  # noqa: E731

@@ -28,6 +28,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from activated_dgp import TrainingSchedule, predict_y, predictive_log_density, train_two_stage  # noqa: E402
+from activated_dgp.training import stage2_recipe  # noqa: E402
 from activated_dgp.deep.far_field import DEFAULT_ORDER, far_field_switched_off, has_far_field  # noqa: E402
 from activated_dgp.zonal.spectra import DEFAULT_ACTIVATION  # noqa: E402
 from activated_dgp.deep.prediction import layer_inputs, sample_layers  # noqa: E402
@@ -189,10 +190,10 @@ def run_cell(cell, options, context=None) -> dict:
         record.update(run_svgp(X, Y, X_test, Y_test, likelihood, options, seed))
     else:
         result = train_two_stage(
-            X, Y, likelihood=likelihood, num_layers=cell["layers"], num_units=options.num_units, activation=options.activation, seed=seed,
-            network_schedule=TrainingSchedule(epochs=options.network_epochs),
+            X, Y, likelihood=likelihood, architecture=dict(num_layers=cell["layers"], num_units=options.num_units, activation=options.activation),
+            seed=seed, network_schedule=TrainingSchedule(epochs=options.network_epochs),
             dgp_schedule=TrainingSchedule(epochs=options.dgp_epochs, learning_rate=0.01),
-            far_field=dict(order=options.far_order), recipe="paper",  # the recipe its records were made with
+            recipe=stage2_recipe("paper", far_field=dict(order=options.far_order)),  # the recipe its records were made with
         )
         assert has_far_field(result.dgp)
         kernel = result.dgp.f_layers[-1].kernel.kernel

@@ -229,6 +229,7 @@ def run_cell(cell, options, context) -> dict:
     import tensorflow as tf
 
     from activated_dgp import train_two_stage
+    from activated_dgp.training import stage2_recipe
     from experiments.uci_methods import protocol_schedule
 
     data, view = split_data(cell["dataset"], cell["split"], options.data_dir)
@@ -242,8 +243,8 @@ def run_cell(cell, options, context) -> dict:
     start = time.perf_counter()
     tf.random.set_seed(data.seed)
     result = train_two_stage(view.X_fit, view.y_fit, network=network, validation_data=(view.X_val, view.y_val), dgp_schedule=schedule,
-                             noise_variance=settings.pop("noise_variance", "train"), seed=data.seed, dgp_callbacks=[diagnose],
-                             recipe="paper", **settings)  # the variants are spelled out on the paper's recipe
+                             seed=data.seed, callbacks=[diagnose],  # the variants are spelled out on the paper's recipe
+                             recipe=stage2_recipe("paper", noise_variance=settings.pop("noise_variance", "train"), **settings))
     seconds = time.perf_counter() - start
     diagnose.record(result.dgp_history.get("best_step", diagnose.epoch * diagnose.per_epoch))
     diagnose.trace[-1]["final"] = True

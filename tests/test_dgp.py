@@ -58,7 +58,7 @@ def test_converted_dgp_elbo_improves_and_variances_are_positive(rng):
     X = rng.uniform(-2, 2, size=(256, 2))
     Y = np.sin(2 * X[:, :1]) * np.cos(X[:, 1:]) + 0.05 * rng.normal(size=(256, 1))
     result = train_two_stage(
-        X, Y, num_layers=2, num_units=32,
+        X, Y, architecture=dict(num_layers=2, num_units=32),
         network_schedule=TrainingSchedule(epochs=30), dgp_schedule=TrainingSchedule(epochs=15), seed=0, recipe="paper",
     )
     assert result.conversion_mismatch < 1e-8

@@ -142,6 +142,7 @@ def test_train_two_stage_on_a_cnn_converts_the_head_on_the_features_and_never_en
     softplus map's mismatch; after it, the held-out NLPD (the one-layer closed form above) is no worse than that
     start's, because the validation recipe restores its best check."""
     from activated_dgp import train_two_stage
+    from activated_dgp.training import stage2_recipe
 
     network, (X, Y), (X_val, Y_val) = _cnn()
     weights = [w.copy() for w in network.get_weights()]
@@ -160,7 +161,7 @@ def test_train_two_stage_on_a_cnn_converts_the_head_on_the_features_and_never_en
     for epochs, rate in ((1, 1e-12), (15, 1e-3)):
         runs[epochs] = train_two_stage(X, Y, network=network, validation_data=(X_val, Y_val), seed=0,
                                        dgp_schedule=TrainingSchedule(epochs=epochs, learning_rate=rate, patience=5),
-                                       dgp_callbacks=[seen] if epochs == 15 else ())
+                                       callbacks=[seen] if epochs == 15 else ())
         assert all(np.array_equal(a, b) for a, b in zip(weights, network.get_weights()))
     start, fitted = runs[1], runs[15]
     assert seen.dgp is fitted.dgp and seen.epochs >= 1
@@ -172,6 +173,6 @@ def test_train_two_stage_on_a_cnn_converts_the_head_on_the_features_and_never_en
     assert _nlpd(fitted.dgp, fitted.extractor, X_val, Y_val) <= _nlpd(start.dgp, start.extractor, X_val, Y_val) + 1e-9
 
     with pytest.raises(ValueError, match="feature extractor"):
-        train_two_stage(X, Y, network=network, warmup_steps=5)
+        train_two_stage(X, Y, network=network, recipe=stage2_recipe(warmup_steps=5))
     with pytest.raises(ValueError, match=r"X must be \[N, 6, 6, 1\]"):
         train_two_stage(X[:, :5], Y, network=network)

@@ -248,7 +248,7 @@ def test_train_two_stage_default_has_the_residual():
     rng = np.random.default_rng(3)
     X = rng.uniform(-2.0, 2.0, size=(60, 1))
     Y = np.sin(3.0 * X) + 0.1 * rng.normal(size=X.shape)
-    result = train_two_stage(X, Y, num_layers=1, num_units=8, seed=0, recipe="paper",
+    result = train_two_stage(X, Y, architecture=dict(num_layers=1, num_units=8), seed=0, recipe="paper",
                              network_schedule=TrainingSchedule(epochs=10, batch_size=60, verbose=0),
                              dgp_schedule=TrainingSchedule(epochs=2, batch_size=60, verbose=0))
     assert has_far_field(result.dgp)

@@ -12,7 +12,7 @@ from activated_dgp import build_activated_nn, dgp_from_keras, evaluate_elbo, pre
 from activated_dgp.deep.conversion import posterior_mean_weights, rescale_kernel_variance, select_kernel_variances
 from activated_dgp.deep import layer_moments
 from activated_dgp.deep.diagnostics import elbo_terms, residual_fraction
-from activated_dgp.training import RestoreBest, TrainingSchedule, split_validation, train_dgp, train_network, train_two_stage
+from activated_dgp.training import RestoreBest, TrainingSchedule, split_validation, train_dgp, stage2_recipe, train_network, train_two_stage
 
 
 def _data(n=80, d=3, seed=0):
@@ -420,8 +420,9 @@ def test_two_stage_with_validation_options_and_errors():
     X, Y = _data(90)
     schedule = TrainingSchedule(epochs=4, batch_size=32, patience=2)
     result = train_two_stage(
-        X, Y, num_layers=2, num_units=8, truncation_level=6, network_schedule=schedule, dgp_schedule=schedule,
-        validation_fraction=0.2, kernel_variance="validation", noise_variance="validation", warmup_steps=3, seed=0,
+        X, Y, architecture=dict(num_layers=2, num_units=8, truncation_level=6), network_schedule=schedule, dgp_schedule=schedule,
+        recipe=stage2_recipe(validation_fraction=0.2, kernel_variance="validation", noise_variance="validation", warmup_steps=3),
+        seed=0,
     )
     (X_fit, _), (X_val, Y_val) = split_validation(X, Y, 0.2, 0)
     expected_noise = float(np.mean((result.network(X_val).numpy() - Y_val) ** 2))
@@ -429,9 +430,9 @@ def test_two_stage_with_validation_options_and_errors():
     assert result.initial_noise_variance == pytest.approx(max(expected_noise, 1e-4), rel=1e-6)
     assert len(result.kernel_variances) == 2 and result.dgp.num_data == len(X_fit)
     with pytest.raises(ValueError, match="validation"):
-        train_two_stage(X, Y, num_layers=1, num_units=4, noise_variance="validation", recipe="paper")  # reads no validation part
+        train_two_stage(X, Y, architecture=dict(num_layers=1, num_units=4), recipe=stage2_recipe("paper", noise_variance="validation"))  # reads no validation part
     with pytest.raises(ValueError, match="kernel_variance"):
-        train_two_stage(X, Y, num_layers=1, num_units=4, kernel_variance="largest")
+        train_two_stage(X, Y, architecture=dict(num_layers=1, num_units=4), recipe=stage2_recipe(kernel_variance="largest"))
     with pytest.raises(ValueError, match="likelihood"):
         train_two_stage(X, Y, likelihood="poisson")
     with pytest.raises(ValueError, match="patience"):
@@ -499,9 +500,10 @@ def test_joint_noise_search_picks_the_closed_form_best_noise_and_keeps_the_forwa
 def test_two_stage_noise_selected_needs_a_variance_search():
     X, Y = _data(90)
     with pytest.raises(ValueError, match="selected"):
-        train_two_stage(X, Y, num_layers=1, num_units=4, validation_fraction=0.2, noise_variance="selected", recipe="paper")
+        train_two_stage(X, Y, architecture=dict(num_layers=1, num_units=4),
+                        recipe=stage2_recipe("paper", validation_fraction=0.2, noise_variance="selected"))
     with pytest.raises(ValueError, match="noise_variance"):
-        train_two_stage(X, Y, num_layers=1, num_units=4, noise_variance="loudest")
+        train_two_stage(X, Y, architecture=dict(num_layers=1, num_units=4), recipe=stage2_recipe(noise_variance="loudest"))
 
 
 @pytest.mark.parametrize("whiten", [True, False])

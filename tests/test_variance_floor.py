@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from activated_dgp import build_activated_nn, dgp_from_keras
 from activated_dgp.deep.conversion import rescale_kernel_variance, select_kernel_variances
-from activated_dgp.training import TrainingSchedule, train_network, train_two_stage
+from activated_dgp.training import TrainingSchedule, stage2_recipe, train_network, train_two_stage
 
 
 def _one_layer_wanting_a_tiny_variance(seed=0):
@@ -81,14 +81,15 @@ def test_bad_floor_is_a_clear_error(bad):
     with pytest.raises(ValueError, match="min_variance"):
         select_kernel_variances(dgp, X, Y, objective="validation", min_variance=bad)
     with pytest.raises(ValueError, match="kernel_variance_floor"):
-        train_two_stage(X, Y, num_layers=1, num_units=4, kernel_variance="validation", validation_fraction=0.2,
-                        kernel_variance_floor=bad)
+        train_two_stage(X, Y, architecture=dict(num_layers=1, num_units=4),
+                        recipe=stage2_recipe("validation", validation_fraction=0.2, kernel_variance_floor=bad))
 
 
 def test_floor_with_a_fixed_kernel_variance_is_a_clear_error():
     X, Y, _ = _one_layer_wanting_a_tiny_variance()
     with pytest.raises(ValueError, match="kernel_variance_floor.*'elbo' or 'validation'"):
-        train_two_stage(X, Y, num_layers=1, num_units=4, kernel_variance=1.0, kernel_variance_floor=1e-2)
+        train_two_stage(X, Y, architecture=dict(num_layers=1, num_units=4),
+                        recipe=stage2_recipe(kernel_variance=1.0, kernel_variance_floor=1e-2))
 
 
 def test_train_two_stage_passes_the_floor():
@@ -98,9 +99,10 @@ def test_train_two_stage_passes_the_floor():
     X = rng.normal(size=(80, 2))
     Y = np.sin(X[:, :1]) + 0.01 * rng.normal(size=(80, 1))
     result = train_two_stage(
-        X, Y, num_layers=2, num_units=8, truncation_level=6, recipe="floor", kernel_variance_floor=0.05,
+        X, Y, architecture=dict(num_layers=2, num_units=8, truncation_level=6),
+        recipe=stage2_recipe("floor", kernel_variance_floor=0.05, far_field=False),
         seed=0, network_schedule=TrainingSchedule(epochs=3, batch_size=32),
-        dgp_schedule=TrainingSchedule(epochs=2, batch_size=32, patience=1), far_field=False,
+        dgp_schedule=TrainingSchedule(epochs=2, batch_size=32, patience=1),
     )
     assert result.recipe == "floor" and len(result.kernel_variances) == 2 and min(result.kernel_variances) >= 0.05 * (1 - 1e-12)
     assert result.dgp_history["best_validation"] is not None and np.isfinite(result.dgp_history["best_validation"])

@@ -19,7 +19,7 @@ from .fitters import (
     validation_nlpd,
 )
 from .extractor import ExtractorDGP, extracted_features, train_dgp_with_extractor
-from .recipes import DEFAULT_RECIPE, STAGE2_RECIPES, Stage2Recipe
+from .recipes import DEFAULT_RECIPE, STAGE2_RECIPES, Stage2Recipe, stage2_recipe
 from .schedule import TrainingSchedule
 from .two_stage import TwoStageResult, split_validation, train_two_stage
 
@@ -28,6 +28,7 @@ __all__ = [
     "TrainingSchedule",
     "Stage2Recipe",
     "STAGE2_RECIPES",
+    "stage2_recipe",
     "DEFAULT_RECIPE",
     "RestoreBest",
     "LearningRateRamp",

@@ -6,7 +6,8 @@ MSE or cross-entropy, convert it to an activated DGP, then optimise the ELBO ove
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Sequence, Union
+import warnings
+from typing import Optional, Sequence, Union
 
 import gpflux
 import numpy as np
@@ -25,7 +26,6 @@ from ..deep.conversion import (
 from ..deep.far_field import add_far_field, far_field_options, refit_far_field
 from ..deep.builders import likelihood_name, output_width
 from ..deep.twin import build_activated_nn
-from ..zonal.spectra import DEFAULT_ACTIVATION, ZonalActivation
 from ..validation import check_targets
 from .extractor import _check_inputs, extracted_features, train_dgp_with_extractor
 from .fitters import _check_data, evaluate_elbo, train_dgp, train_network
@@ -64,93 +64,125 @@ def split_validation(X, Y, fraction: float, seed: Optional[int] = None):
     return (X[fit], Y[fit]), (X[val], Y[val])
 
 
+#: ``train_two_stage``'s keywords of the previous release and where each now lives.
+_MOVED_KEYWORDS = {
+    **{name: "architecture" for name in ("num_classes", "num_layers", "num_units", "layer_widths", "activation",
+                                         "truncation_level", "lengthscales", "whiten")},
+    **{name: "recipe" for name in ("noise_variance", "kernel_variance", "kernel_variance_floor", "warmup_steps",
+                                   "validation_fraction", "elbo_samples", "far_field")},
+    "dgp_callbacks": "callbacks",
+}
+
+
+def _architecture(architecture, X_width: int, likelihood, Y, num_classes=None, **legacy) -> ArchitectureConfig:
+    """The stage-1 twin's (and so the DGP's) architecture: an :class:`ArchitectureConfig` whose input width must be the
+    data's, or a dict of its keywords (without ``input_dim``); the output width and likelihood come from
+    ``likelihood`` and Y (a softmax's class count from ``output_dim`` when given, else the largest label + 1)."""
+    if architecture is None:
+        options = dict(legacy)
+    elif isinstance(architecture, ArchitectureConfig):
+        if legacy:
+            raise ValueError(f"give the architecture once: architecture= together with {sorted(legacy)}")
+        if architecture.input_dim != X_width:
+            raise ValueError(f"architecture.input_dim is {architecture.input_dim}, but the inputs are {X_width} wide")
+        options = {name: getattr(architecture, name) for name in ("num_layers", "num_units", "layer_widths", "activation",
+                                                                  "truncation_level", "lengthscales", "whiten")}
+        if architecture.output_dim != 1:
+            options["output_dim"] = architecture.output_dim
+    elif isinstance(architecture, dict):
+        if legacy:
+            raise ValueError(f"give the architecture once: architecture= together with {sorted(legacy)}")
+        options = dict(architecture)
+        if "input_dim" in options or "likelihood" in options:
+            raise ValueError("architecture= takes neither input_dim (the data's width) nor likelihood (train_two_stage's own)")
+    else:
+        raise ValueError(f"architecture must be an ArchitectureConfig or a dict of its keywords, got {type(architecture).__name__}")
+    if "output_dim" in options:
+        num_classes = options.pop("output_dim")
+    return ArchitectureConfig(  # validates the architecture and the likelihood before any training
+        X_width, output_dim=output_width(likelihood, Y, num_classes), likelihood=likelihood, **options
+    )
+
+
 def train_two_stage(
     X,
     Y,
     *,
     likelihood: str = "gaussian",
-    num_classes: Optional[int] = None,
-    num_layers: int = 3,
-    num_units: Union[int, Sequence[int]] = 128,
-    layer_widths: Optional[Sequence[int]] = None,
-    activation: Union[str, ZonalActivation, Callable] = DEFAULT_ACTIVATION,
-    truncation_level: Union[int, Sequence[int]] = 20,
-    lengthscales: Optional[Sequence] = None,
-    whiten: bool = True,
+    network: Optional[tf_keras.Model] = None,
+    architecture: Union[None, ArchitectureConfig, dict] = None,
+    recipe: Union[str, Stage2Recipe] = DEFAULT_RECIPE,
     network_schedule: Optional[TrainingSchedule] = None,
     dgp_schedule: Optional[TrainingSchedule] = None,
-    recipe: Union[str, Stage2Recipe] = DEFAULT_RECIPE,
-    noise_variance: Union[None, float, str] = None,
-    kernel_variance: Union[None, float, str] = None,
-    kernel_variance_floor: Optional[float] = None,
-    warmup_steps: int = 0,
     validation_data=None,
-    validation_fraction: Optional[float] = None,
     seed: Optional[int] = None,
-    elbo_samples: int = 0,
-    network: Optional[tf_keras.Model] = None,
-    dgp_callbacks: Sequence[tf_keras.callbacks.Callback] = (),
+    callbacks: Sequence[tf_keras.callbacks.Callback] = (),
     strategy: Optional[tf.distribute.Strategy] = None,
-    far_field: Union[bool, dict] = True,
+    **deprecated,
 ) -> TwoStageResult:
-    """Network twin → activated DGP → ELBO. Defaults follow appendix E.1 (Adam 0.01, ×0.9 on
-    plateau, minibatch 128); every part is overridable.
+    """Network twin → activated DGP → ELBO (Dutordoir et al., 2021, Sec. 5.1, appendix E.1): train a network twin
+    on MSE or cross-entropy (or start from ``network``), convert it to an activated DGP whose mean propagation is the
+    network's forward pass, then optimise the ELBO over all DGP parameters. Defaults follow appendix E.1 (Adam 0.01,
+    ×0.9 on plateau, minibatch 128).
 
-    :param Y: [N, P] targets; for "bernoulli" 0/1 labels [N, 1]; for "softmax"/"robustmax" class
-        indices [N, 1] with ``num_classes`` (default: max label + 1).
-    :param activation: the twin's zonal activation, default the Swish
-        (:data:`~activated_dgp.zonal.spectra.DEFAULT_ACTIVATION`; ``"softplus"`` is the paper's and the default before);
-        unused when ``network`` is given (the converted network's own activations are kept).
-    :param lengthscales: per-layer lengthscales of the twin (:func:`build_activated_nn`), copied into
-        the DGP's kernels by the converter.
-    :param recipe: the stage-2 recipe (:data:`~activated_dgp.training.recipes.STAGE2_RECIPES`: "paper",
-        "validation", "elbo", "floor", or "by_likelihood": validation for a Gaussian likelihood, paper otherwise;
-        ``TwoStageResult.recipe`` names the one used; default :data:`~activated_dgp.training.recipes.DEFAULT_RECIPE`): the start of
-        v and the noise and whether stage 2 stops early. ``kernel_variance``, ``kernel_variance_floor``,
-        ``noise_variance`` and ``dgp_schedule`` given explicitly override it (an explicit ``kernel_variance`` drops
-        the recipe's floor too). An early-stopped recipe with no ``dgp_schedule`` stops after
-        :data:`~activated_dgp.training.recipes.DEFAULT_DGP_PATIENCE` epochs without improvement. Which to use:
-    :param noise_variance: initial Gaussian noise (default: the recipe's): a number, "train" (the network's training MSE, the
-        default without validation data) or "validation" (its MSE on the validation part, the default
-        with it), or "selected": the validation MSE, then chosen jointly with the output layer's kernel
-        variance by the ``kernel_variance`` search (``noise_factors`` of :func:`select_kernel_variances`).
-    :param kernel_variance: each layer's kernel variance at conversion (default: the recipe's), or "elbo" / "validation" to
-        choose it by maximising the ELBO / the validation log density, with the mean propagation kept
-        (:func:`select_kernel_variances`).
-    :param kernel_variance_floor: with ``kernel_variance="elbo"`` / ``"validation"``, the smallest v the search
-        may choose (``min_variance`` of :func:`select_kernel_variances`; default None: no floor). On
-        UCI the validation choice drives the hidden layers' v to ≈ 3e-9, switching the GP off, so the ADGP
-        predicts like its network under dataset shift; a floor keeps the GP on.
-    :param warmup_steps: stage-2 steps with W and the lengthscales frozen before all parameters train
-        (:func:`train_dgp`).
-    :param validation_data: (X_val, Y_val) for early stopping of each stage whose schedule sets a
-        ``patience`` (best parameters restored), and for ``noise_variance="validation"``; or
-        ``validation_fraction`` of (X, Y) is held out (seeded by ``seed``). Default: without ``validation_data``, a
-        recipe that reads a validation part holds out
-        :data:`~activated_dgp.training.recipes.DEFAULT_VALIDATION_FRACTION`, any other holds out nothing (options
-        that read one, set explicitly under a recipe that does not, need ``validation_data`` or a fraction).
-    :param dgp_callbacks: tf-keras callbacks for stage 2; one with a ``set_dgp(dgp)`` method is handed
-        the converted DeepGP before stage 2 starts. With a feature extractor they are callbacks of the
-        :class:`~activated_dgp.training.ExtractorDGP`'s fit.
-    :param network: a network to start from instead of building and training a twin (stage 1 is
+    :param X: [N, D] inputs (or whatever ``network``'s first layers take, e.g. [N, H, W, C] images).
+    :param Y: [N, P] targets; for "bernoulli" 0/1 labels [N, 1]; for "softmax"/"robustmax" class indices [N, 1].
+    :param likelihood: a name of :data:`~activated_dgp.deep.LIKELIHOOD_REGISTRY` ("gaussian", "bernoulli", "softmax",
+        "robustmax").
+    :param network: a trained tf-keras network to start from instead of building and training a twin (stage 1 is
         then skipped). When its first layers do not convert (Conv2D, pooling, Flatten, a tanh layer), they become a
         feature extractor g and the longest convertible tail of Dense layers the DGP
-        (:func:`~activated_dgp.deep.conversion.split_convertible_head`); X is then whatever g takes ([N, ...] images,
-        say), the recipe's selections run on the features g(x), and stage 2 trains a copy of g with the DGP
-        (:func:`~activated_dgp.training.train_dgp_with_extractor`; ``TwoStageResult.extractor``): the paper's
-        fine-tuned conv layers (Sec. 5.3), which on rotated MNIST is what keeps the ADGP's lead under shift.
-    :param elbo_samples: passes of :func:`evaluate_elbo` for ``TwoStageResult.initial_elbo`` (the
-        converted DGP's ELBO before stage 2); 0 (the default) skips it, leaving ``initial_elbo`` None —
-        it costs that many passes over the whole data.
-    :param strategy: a ``tf.distribute.Strategy`` for stage 2 (:func:`train_dgp`); stage 1, the
-        network twin, trains on one device.
-    :param far_field: give the output layer the far-field residual after conversion (the default True, or a
-        dict with ``order`` / ``scale``; :func:`activated_dgp.deep.far_field.add_far_field`): zero variance on the
-        training data's ball, growing like ρ^(2q+1) outside it, the mean unchanged;
-        False gives the plain activated DGP.
+        (:func:`~activated_dgp.deep.conversion.split_convertible_head`); stage 2 trains a copy of g with the DGP
+        (:func:`~activated_dgp.training.train_dgp_with_extractor`; ``TwoStageResult.extractor``), the paper's
+        fine-tuned conv layers (Sec. 5.3).
+    :param architecture: the twin's architecture when no ``network`` is given: an
+        :class:`~activated_dgp.deep.ArchitectureConfig` (its ``input_dim`` must be the data's) or a dict of its
+        keywords, e.g. ``dict(num_layers=2, num_units=64, activation="softplus")``; for a softmax likelihood
+        ``output_dim`` is the class count (default: the largest label + 1). Default: ArchitectureConfig's defaults
+        (3 layers of 128 zonal Swish units, Ñ = 20).
+    :param recipe: the stage-2 recipe, a name of :data:`~activated_dgp.training.recipes.STAGE2_RECIPES` ("paper",
+        "validation", "elbo", "floor", or "by_likelihood": validation for a Gaussian likelihood, paper otherwise) or a
+        :class:`~activated_dgp.training.Stage2Recipe`, e.g. ``stage2_recipe("validation", kernel_variance_floor=1e-2)``:
+        the start of v and the noise, whether stage 2 stops early, the validation fraction, warm-up, far field.
+        ``TwoStageResult.recipe`` names the one used.
+    :param network_schedule: stage 1's :class:`TrainingSchedule` (default: appendix E.1's).
+    :param dgp_schedule: stage 2's :class:`TrainingSchedule` (default: appendix E.1's; an early-stopped recipe stops
+        after :data:`~activated_dgp.training.recipes.DEFAULT_DGP_PATIENCE` epochs without improvement).
+    :param validation_data: (X_val, Y_val) for early stopping of each stage whose schedule sets a ``patience`` (best
+        parameters restored) and for the recipe's validation choices; without it a recipe that reads a validation
+        part holds out its ``validation_fraction`` of (X, Y), seeded by ``seed``.
+    :param seed: seeds the twin's initialisation, the validation split, the conversion's selections and stage 2.
+    :param callbacks: tf-keras callbacks for stage 2; one with a ``set_dgp(dgp)`` method is handed the converted
+        DeepGP before stage 2 starts. With a feature extractor they are callbacks of the
+        :class:`~activated_dgp.training.ExtractorDGP`'s fit.
+    :param strategy: a ``tf.distribute.Strategy`` for stage 2 (:func:`train_dgp`); stage 1 trains on one device.
+
+    The keywords of the previous release (``num_layers``, ``kernel_variance``, ``dgp_callbacks``, …) still work for
+    one release, with a DeprecationWarning naming where each now lives.
     """
+    legacy_architecture, legacy_recipe = {}, {}
+    for name, value in deprecated.items():
+        if name not in _MOVED_KEYWORDS:
+            raise TypeError(f"train_two_stage() got an unexpected keyword argument {name!r}")
+        home = _MOVED_KEYWORDS[name]
+        where = {
+            "architecture": "activated_dgp.deep.ArchitectureConfig (architecture=)",
+            "recipe": "activated_dgp.training.stage2_recipe (recipe=)",
+            "callbacks": "activated_dgp.train_two_stage(callbacks=)",
+        }[home]
+        warnings.warn(f"activated_dgp.train_two_stage({name}=) is deprecated; use {where}", DeprecationWarning, stacklevel=2)
+        if home == "architecture":
+            legacy_architecture[name] = value
+        elif home == "recipe":
+            legacy_recipe[name] = value
+        else:
+            if callbacks:
+                raise ValueError("give the stage-2 callbacks once: callbacks= or dgp_callbacks=")
+            callbacks = value
+    chosen = stage2_recipe(recipe, **legacy_recipe)
+    far_field, warmup_steps, elbo_samples = chosen.far_field, chosen.warmup_steps, chosen.elbo_samples
+    dgp_callbacks = callbacks
     far_field = far_field_options(far_field)
-    chosen = stage2_recipe(recipe)
     extractor, head = split_convertible_head(network) if network is not None else (None, None)
     if extractor is None:
         X, Y = _check_data(X, Y)
@@ -166,17 +198,10 @@ def train_two_stage(
             raise ValueError(f"X must be [N, {', '.join(map(str, expected))}] for the network {network.name!r}, got shape {X.shape}")
         if len(X) != len(Y):
             raise ValueError(f"X and Y must have the same N, got {len(X)} and {len(Y)} rows")
-    config = ArchitectureConfig(  # validates the architecture and the likelihood before any training
-        X.shape[1] if extractor is None else head.input_shape[-1], num_layers=num_layers, num_units=num_units, layer_widths=layer_widths,
-        output_dim=output_width(likelihood, Y, num_classes), activation=activation,
-        truncation_level=truncation_level, lengthscales=lengthscales, whiten=whiten, likelihood=likelihood,
-    )
+    config = _architecture(architecture, X.shape[1] if extractor is None else head.input_shape[-1], likelihood, Y, **legacy_architecture)
     gaussian = likelihood_name(config.likelihood) == "gaussian"
     chosen = chosen.for_likelihood(gaussian)
-    settings = chosen.resolve(
-        gaussian=gaussian, kernel_variance=kernel_variance, kernel_variance_floor=kernel_variance_floor,
-        noise_variance=noise_variance, dgp_schedule=dgp_schedule, validation_fraction=validation_fraction,
-    )
+    settings = chosen.resolve(gaussian=gaussian, dgp_schedule=dgp_schedule)
     kernel_variance, kernel_variance_floor, noise_variance = settings.kernel_variance, settings.kernel_variance_floor, settings.noise_variance
     dgp_schedule, validation_fraction = settings.dgp_schedule, settings.validation_fraction
     if isinstance(noise_variance, str) and noise_variance not in ("train", "validation", "selected"):
