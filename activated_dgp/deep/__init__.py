@@ -8,7 +8,8 @@ Modules:
   builders, the converter and saving share;
 * :mod:`~activated_dgp.deep.twin` — the network twin: :class:`ActivatedLayer`, :func:`build_activated_nn`;
 * :mod:`~activated_dgp.deep.far_field` — the far-field residual kernel;
-* :mod:`~activated_dgp.deep.layers` — the GPflux layers' Keras state;
+* :mod:`~activated_dgp.deep.layers` — the GPflux layers' Keras state: :class:`LikelihoodLayer` (gpflux's, whose
+  ``.weights.h5`` state keeps the likelihood's parameters; use it when stacking a ``gpflux.models.DeepGP`` by hand);
 * :mod:`~activated_dgp.deep.builders` — the DGP builders and layer factory: :func:`build_activated_dgp`,
   :func:`activated_gp_layer`;
 * :mod:`~activated_dgp.deep.prediction`, :mod:`~activated_dgp.deep.batch_prediction` — :func:`predict_y`,
@@ -31,6 +32,7 @@ Renamed names (the old ones still resolve from ``activated_dgp`` and their modul
 from .batch_prediction import BatchPredictor
 from .config import ArchitectureConfig
 from .conversion import ConversionReport, dgp_from_keras
+from .layers import LikelihoodLayer
 from .likelihoods import LIKELIHOOD_REGISTRY
 from .builders import activated_gp_layer, build_activated_dgp
 from .twin import ActivatedLayer, build_activated_nn
@@ -49,6 +51,7 @@ __all__ = [
     "ArchitectureConfig",
     "build_activated_dgp",
     "activated_gp_layer",
+    "LikelihoodLayer",
     "LIKELIHOOD_REGISTRY",
     "ActivatedLayer",
     "build_activated_nn",

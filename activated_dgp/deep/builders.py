@@ -13,7 +13,7 @@ from ..zonal.conditionals import SharedActivationFeature
 from ..zonal.inducing_variables import ActivationFeature
 from .far_field import FarFieldArcCosine
 from ..zonal.kernels import ZonalArcCosine
-from .layers import ActivatedGPLayer, LikelihoodLayer
+from .layers import ActivatedGPLayer, DeepGPModel, LikelihoodLayer
 from .config import ArchitectureConfig, as_config, initial_directions
 from .likelihoods import (  # noqa: F401  (re-exported: the registry's old home)
     LIKELIHOOD_REGISTRY,
@@ -162,7 +162,7 @@ def build_activated_dgp(
         )
         for index, spec in enumerate(config.layers())
     ]
-    return gpflux.models.DeepGP(layers, likelihood_layer(likelihood), num_data=num_data)
+    return gpflux.models.DeepGP(layers, likelihood_layer(likelihood), num_data=num_data, default_model_class=DeepGPModel)
 
 
 def likelihood_layer(likelihood: gpflow.likelihoods.Likelihood) -> gpflux.layers.LikelihoodLayer:

@@ -14,6 +14,10 @@ A plain MLP converts the same way, one GP layer per run of activated Dense units
 it (:func:`dgp_from_keras`): a linear layer's bias c becomes the GP layer's Constant mean function, so its
 mean is Φ(x) B + c, and units followed directly by more units get B = I. Dense units map to the closest
 zonal activation (ReLU exactly up to the truncation, softplus and swish approximately).
+
+A classifier's output nonlinearity is its likelihood's link, not part of the mean: a network ending in softmax
+(or sigmoid) converts to a DGP whose output layer's mean is the network's logits, with the softmax (or logistic
+Bernoulli) likelihood, p(y = c | f) = softmax(f)_c (:func:`head_likelihood`).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from .diagnostics import whitened_cross_covariance
 from .far_field import add_far_field, far_field_options
 from .builders import build_activated_dgp
 from .twin import ActivatedLayer
+from .likelihoods import likelihood_name
 from .prediction import layer_inputs, propagate_means
 from ..zonal.spectra import ACTIVATION_REGISTRY, resolve_activation
 from ..validation import check_inputs
@@ -50,6 +55,8 @@ __all__ = [
     "VarianceSelection",
     "UnrepresentableMean",
     "split_convertible_head",
+    "head_likelihood",
+    "resolve_head_likelihood",
 ]
 
 
@@ -92,6 +99,7 @@ class ConversionReport:
     variance_selection: Optional["VarianceSelection"] = None
     layers: Optional[list] = None
     mean_kl: Optional[list] = None
+    head: Optional[str] = None  # the likelihood the network's output nonlinearity became ("softmax", "bernoulli"), or None
 
 
 def _q_mu_for_weights(layer: gpflux.layers.GPLayer, V: np.ndarray) -> tf.Tensor:
@@ -382,7 +390,8 @@ def select_kernel_variances(
 SUPPORTED = (
     "dgp_from_keras converts a chain (Sequential or functional, one input, one output) of Dense layers, with or "
     "without bias, whose activations are relu, softplus, swish or a registered activation (on the Dense or as a "
-    "following Activation/ReLU layer), ActivatedLayer twins, and Dropout (skipped)"
+    "following Activation/ReLU layer), ActivatedLayer twins, and Dropout (skipped); the output may end in a "
+    "classifier head (a final Dense with softmax or sigmoid, or a Softmax / Activation layer), which becomes the likelihood"
 )
 #: Inference-time identities, skipped at conversion.
 _SKIPPED = (
@@ -522,6 +531,80 @@ def _blocks(layers) -> list:
     return blocks
 
 
+#: Output nonlinearities of classifier heads, as the likelihood whose link they are: a final Dense(C, "softmax")
+#: or Dense(1, "sigmoid"), or a final Softmax / Activation layer, converts to the logits (its pre-activation)
+#: with this likelihood.
+_HEAD_ACTIVATIONS = (
+    (tf_keras.activations.softmax, "softmax"), (tf.nn.softmax, "softmax"),
+    (tf_keras.activations.sigmoid, "bernoulli"), (tf.nn.sigmoid, "bernoulli"),
+)
+#: The registered likelihoods each head's network can be converted with (the twin of "robustmax" is trained on
+#: softmax cross-entropy too, :data:`~activated_dgp.deep.likelihoods.LIKELIHOOD_REGISTRY`).
+_HEAD_LIKELIHOODS = {"softmax": ("softmax", "robustmax"), "bernoulli": ("bernoulli",)}
+
+
+def _head_of(layer) -> Optional[str]:
+    """The likelihood whose link the layer's output nonlinearity is ("softmax", "bernoulli"), or None."""
+    if type(layer) is tf_keras.layers.Softmax:
+        return "softmax" if layer.get_config()["axis"] in (-1, 1) else None
+    if type(layer) in (tf_keras.layers.Dense, tf_keras.layers.Activation):
+        return next((name for function, name in _HEAD_ACTIVATIONS if layer.activation is function), None)
+    return None
+
+
+def _logit_chain(network):
+    """(layers, head): the network's chain with a classifier head's output nonlinearity removed, so that the chain
+    computes the logits, and the likelihood it becomes (None for a network without one). A final Dense with softmax
+    or sigmoid is replaced by a linear copy with the same weights; a final Softmax / Activation layer is left out.
+    Softmax needs C ≥ 2 outputs, sigmoid one (a multi-label sigmoid head has no registered likelihood)."""
+    layers = _chain_layers(network)
+    last = max((i for i, layer in enumerate(layers) if not isinstance(layer, _SKIPPED)), default=None)
+    if last is None:
+        return layers, None
+    layer = layers[last]
+    head = _head_of(layer)
+    if head is None:
+        return layers, None
+    width = layer.output_shape[-1]
+    if (head == "softmax" and not width >= 2) or (head == "bernoulli" and width != 1):
+        _fail(last, layer, f"a {'softmax' if head == 'softmax' else 'sigmoid'} output over {width} units has no "
+              "registered likelihood (softmax needs C ≥ 2 classes, sigmoid one logit)")
+    if type(layer) is tf_keras.layers.Dense:
+        logits = tf_keras.layers.Dense.from_config({**layer.get_config(), "activation": "linear"})
+        logits.build((None, layer.kernel.shape[0]))
+        logits.set_weights(layer.get_weights())
+        return layers[:last] + [logits] + layers[last + 1:], head
+    return layers[:last] + layers[last + 1:], head
+
+
+def head_likelihood(network: tf_keras.Model) -> Optional[str]:
+    """The registered likelihood a classifier network's output nonlinearity stands for: "softmax" for a final
+    Dense(C, "softmax"), Softmax or Activation("softmax") layer, "bernoulli" (logistic link) for a final
+    Dense(1, "sigmoid") or Activation("sigmoid"); None for any other network (its output is the mean itself)."""
+    return _logit_chain(network)[1]
+
+
+def resolve_head_likelihood(head: Optional[str], likelihood):
+    """The likelihood of the converted DGP: the head's when none was given, the given one when it fits the head;
+    a ValueError naming both when they conflict (a softmax head with a Gaussian likelihood, say)."""
+    if likelihood is None:
+        return head or "gaussian"
+    if head is None:
+        return likelihood
+    try:
+        name = likelihood_name(likelihood)
+    except ValueError:
+        name = type(likelihood).__name__
+    if name not in _HEAD_LIKELIHOODS[head]:
+        output = "softmax" if head == "softmax" else "sigmoid"
+        raise ValueError(
+            f"the network ends in a {output} output, whose likelihood is {' or '.join(map(repr, _HEAD_LIKELIHOODS[head]))}, "
+            f"but likelihood={name!r} was given: pass likelihood={head!r} (or None, which follows the head), or give "
+            f"the network a linear output (logits) and pass the likelihood"
+        )
+    return likelihood
+
+
 @dataclass
 class _Plan:
     """One GP layer: units (W, activation, gain) and its posterior-mean weights B [M, P] and bias c [P] (or None)."""
@@ -537,7 +620,7 @@ def _plans(network) -> list:
     """The GP layers of a network: each activated block with the linear blocks after it (composed:
     x K₁ + b₁ then K₂ + b₂ is x K₁K₂ + b₁K₂ + b₂) as B = gain · K and c; with no linear block after it
     (another activated block, or the output) B = gain · I, so the layer outputs the units themselves."""
-    layers = _chain_layers(network)
+    layers, _ = _logit_chain(network)
     blocks = _blocks(layers)
     if len(network.input_shape) != 2:
         raise ValueError(f"cannot convert {network.name!r}: its input shape {network.input_shape} is not [N, D]. {SUPPORTED}")
@@ -633,7 +716,7 @@ def dgp_from_keras(
     *,
     X=None,
     Y=None,
-    likelihood: Union[str, gpflow.likelihoods.Likelihood] = "gaussian",
+    likelihood: Union[None, str, gpflow.likelihoods.Likelihood] = None,
     whiten: bool = True,
     kernel_variance: Union[float, str] = 1.0,
     noise_variance: float = 0.01,
@@ -658,7 +741,13 @@ def dgp_from_keras(
         were supported: no Constant mean is added.)
         Weights of a float32 network are cast to float64.
     :param X: inputs on which to report the forward-pass mismatch (and refit the layers that are not exact).
-    :param likelihood: as in :func:`build_activated_dgp`; the last layer's width must match it.
+    :param likelihood: as in :func:`build_activated_dgp`; the last layer's width must match it. Default None:
+        the classifier head's likelihood (:func:`head_likelihood`), else "gaussian". A classifier head as Keras
+        tutorials write it converts: a final Dense(C, "softmax") or Dense(1, "sigmoid"), or a final Softmax /
+        Activation("softmax" | "sigmoid") layer. Its nonlinearity is dropped from the mean — the output layer's
+        mean is the network's pre-activation logits — and becomes the likelihood: softmax → "softmax" (or
+        "robustmax"), sigmoid → "bernoulli" (the logistic link). A likelihood that conflicts with the head is a
+        ValueError; the mismatch is reported on the logits (``ConversionReport.head`` names the head).
     :param truncation_level: Ñ for converted Dense layers (a twin keeps its own).
     :param kernel_variance: every layer's v, or ``"elbo"``: each layer's v chosen by maximising the
         ELBO on (``X``, ``Y``) with the mean propagation kept (:func:`select_kernel_variances`; the
@@ -676,6 +765,8 @@ def dgp_from_keras(
         if X is None or Y is None:
             raise ValueError("kernel_variance='elbo' needs the training data X and Y")
     plans = _plans(network)
+    chain, head = _logit_chain(network)
+    likelihood = resolve_head_likelihood(head, likelihood)
     exact = all(plan.units.map == "exact" for plan in plans)
     config = _architecture(plans, likelihood, whiten, truncation_level)
     hidden_dgp = None if X is None else tf.convert_to_tensor(check_inputs(X, config.input_dim, "X"))
@@ -718,13 +809,13 @@ def dgp_from_keras(
             hidden_net = target
     if far_field is not None:
         add_far_field(dgp, X, **far_field)
-    result = ConversionReport(dgp, exact)
+    result = ConversionReport(dgp, exact, head=head)
     if select:
         result.variance_selection = select_kernel_variances(dgp, X, Y)
     result.mean_kl = [mean_kl(layer) for layer in dgp.f_layers]
     _warn_if_the_means_kl_dwarfs_the_data(result.mean_kl, num_data, plans)
     if X is not None:
-        difference = propagate_means(dgp, X)[-1].numpy() - _forward([network], np.asarray(X, dtype=np.float64))
+        difference = propagate_means(dgp, X)[-1].numpy() - _forward(chain, np.asarray(X, dtype=np.float64))
         result.max_abs_mismatch, result.rms_mismatch = _mismatch(difference)
         result.layers = records
     return result

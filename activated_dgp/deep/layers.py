@@ -7,6 +7,17 @@ loading such a file into a fresh model gives a different model (measured: a mean
 DGP). These subclasses save and load every variable the layer reaches (``layer.weights``, which walks the nested
 GPflow modules) in a fixed order, and refuse a file whose variables do not match, naming the layer.
 
+Their Keras losses are added in evaluation too, so that ``dgp.as_training_model().fit(…, validation_data=…)`` reports a
+real ``val_loss``: the negative ELBO per data point on the validation batches, −(1/n) Σ_i E_q[log p(y_i | f(x_i))]
++ Σ_ℓ KL[q(u_ℓ) ‖ p(u_ℓ)] / N (the training loss's formula, with one sample through the hidden layers), where gpflux
+adds 0 outside training and ``EarlyStopping("val_loss")`` would silently keep the first epoch. The likelihood
+layer checks the targets: Y [N, P] with the output layer's P columns for real targets, one label column otherwise
+(a 1-D y would broadcast against [N, 1] means into an [N, N] loss).
+
+Importing this module also gives gpflux's own ``LikelihoodLayer`` these saving hooks, so that a ``.weights.h5`` file
+of a model built with it keeps the likelihood's parameters (upstream silently leaves the Gaussian noise out, and
+a reload brings back the noise the model was built with).
+
 The one other difference: their ``call`` is traced as written, without AutoGraph's source conversion, inside Keras'
 compiled train and predict functions. GPflow and gpflux need no conversion (their tensor-dependent branches are
 ``tf.cond``s, and their Python branches depend on shapes and settings only), but AutoGraph converts every function
@@ -23,9 +34,12 @@ import gpflux
 import numpy as np
 import tensorflow as tf
 import tensorflow_probability as tfp
+import tf_keras
 from gpflux.layers.likelihood_layer import unwrap_dist
 
-__all__ = ["ActivatedGPLayer", "LikelihoodLayer"]
+from .likelihoods import LIKELIHOOD_REGISTRY, likelihood_name
+
+__all__ = ["ActivatedGPLayer", "LikelihoodLayer", "DeepGPModel", "check_target_shape"]
 
 
 WHOLE_MODEL_ERROR = (
@@ -70,9 +84,10 @@ class ActivatedGPLayer(_SavesNestedVariables, gpflux.layers.GPLayer):
     parameters too (module docstring); built by :func:`activated_dgp.deep.builders.activated_gp_layer`."""
 
     @tf.autograph.experimental.do_not_convert
-    def call(self, *args, **kwargs):
-        """gpflux's call, traced without AutoGraph (module docstring)."""
-        return super().call(*args, **kwargs)
+    def call(self, inputs, *args, **kwargs):
+        """gpflux's call, traced without AutoGraph, with its loss KL[q(u) ‖ p(u)] / N added in evaluation too
+        (module docstring). ``training`` gates nothing else in gpflux's GPLayer: the output distribution is the same."""
+        return super().call(inputs, *args, **{**kwargs, "training": True})
 
 
 class LikelihoodLayer(_SavesNestedVariables, gpflux.layers.LikelihoodLayer):
@@ -91,4 +106,75 @@ class LikelihoodLayer(_SavesNestedVariables, gpflux.layers.LikelihoodLayer):
         ``AssertionError``."""
         if not isinstance(unwrap_dist(inputs), tfp.distributions.MultivariateNormalDiag):
             raise TypeError(f"{self.name} received {type(inputs).__name__}, not the last GP layer's distribution: " + WHOLE_MODEL_ERROR)
-        return super().call(inputs, targets=targets, training=training)
+        if targets is not None:
+            check_target_shape(self.likelihood, targets.shape, inputs.loc.shape[-1])
+        outputs = super().call(inputs, targets=targets, training=training)
+        if not training and targets is not None:  # gpflux adds 0 here: the same data term as in training
+            F_mean, F_var = inputs.loc, inputs.scale.diag ** 2
+            self.add_loss(tf.reduce_mean(-self.likelihood.variational_expectations(None, F_mean, F_var, targets)))
+        return outputs
+
+
+def check_target_shape(likelihood, shape, width) -> None:
+    """A ValueError naming the problem unless targets of ``shape`` fit a likelihood over ``width`` latent outputs: rank
+    2, with ``width`` columns for real targets (a Gaussian likelihood) or one label column (Bernoulli, softmax).
+    Unknown (None) sizes pass; an unregistered likelihood is checked for rank only."""
+    shape = tf.TensorShape(shape)
+    if shape.rank is not None and shape.rank != 2:
+        raise ValueError(
+            f"the targets must be a matrix Y [N, P], got shape {shape} (a 1-D y of length N would broadcast against the "
+            "[N, P] predictions into an [N, N] loss): pass y[:, None]"
+        )
+    try:
+        targets = LIKELIHOOD_REGISTRY[likelihood_name(likelihood)].targets
+    except ValueError:
+        return
+    expected = width if targets == "real" else 1
+    got = shape[-1] if shape.rank is not None else None
+    if got is not None and expected is not None and got != expected:
+        what = f"the output layer's {expected} output columns" if targets == "real" else "one label column"
+        raise ValueError(f"the targets must have {what} ({likelihood_name(likelihood)} likelihood), got shape {shape}")
+
+
+def _nested_saving_hooks(cls) -> None:
+    """Give gpflux's ``cls`` the saving hooks of :class:`_SavesNestedVariables` (module docstring), where it has none
+    of its own: its ``.weights.h5`` state then round-trips whole, or a mismatched file is refused naming the layer."""
+    for name in ("save_own_variables", "load_own_variables"):
+        if name not in vars(cls):
+            setattr(cls, name, getattr(_SavesNestedVariables, name))
+
+
+_nested_saving_hooks(gpflux.layers.LikelihoodLayer)
+
+
+class DeepGPModel(tf_keras.Model):
+    """The Keras model of ``dgp.as_training_model()`` / ``as_prediction_model()`` for the library's DGPs (their
+    ``default_model_class``): tf-keras' own, with the training data checked before Keras sees them. ``fit`` and
+    ``evaluate`` of ``{"inputs": X, "targets": Y}`` (and ``validation_data``) need X and Y with the same N and Y
+    [N, P] that fits the likelihood (:func:`check_target_shape`); tf-keras itself reports a different N as
+    ``AttributeError: 'str' object has no attribute 'shape'``, and a 1-D y would broadcast."""
+
+    def _check_data(self, data, what: str) -> None:
+        if not isinstance(data, dict) or not {"inputs", "targets"} <= set(data):
+            return
+        inputs, targets = data["inputs"], data["targets"]
+        if not all(isinstance(a, (np.ndarray, tf.Tensor)) for a in (inputs, targets)):
+            return  # datasets and generators carry their own batches
+        rows = (int(np.shape(inputs)[0]), int(np.shape(targets)[0]) if np.ndim(targets) else 0)
+        if rows[0] != rows[1]:
+            raise ValueError(f"the {what} inputs and targets must have the same number of rows N, got {rows[0]} and {rows[1]}")
+        likelihoods = [layer for layer in self.layers if isinstance(layer, gpflux.layers.LikelihoodLayer)]
+        widths = [layer.num_latent_gps for layer in self.layers if isinstance(layer, gpflux.layers.GPLayer)]
+        if likelihoods:
+            check_target_shape(likelihoods[0].likelihood, np.shape(targets), widths[-1] if widths else None)
+
+    def fit(self, x=None, y=None, *args, **kwargs):
+        self._check_data(x, "training")
+        validation = kwargs.get("validation_data")
+        if isinstance(validation, (tuple, list)) and validation:
+            self._check_data(validation[0], "validation")
+        return super().fit(x, y, *args, **kwargs)
+
+    def evaluate(self, x=None, y=None, *args, **kwargs):
+        self._check_data(x, "evaluation")
+        return super().evaluate(x, y, *args, **kwargs)

@@ -18,7 +18,7 @@ import tf_keras
 
 from ..deep.diagnostics import elbo_terms
 from ..deep.far_field import has_far_field, refit_far_field
-from ..deep.prediction import check_dgp
+from ..deep.prediction import _checked_targets, check_dgp
 from ..validation import _rows, check_targets, dgp_input_width
 from .callbacks import LearningRateRamp, RestoreBest, fit_keeping_the_best, without_retracing_warnings
 from .fitters import guard_rows, stage2_stopper, validation_nlpd
@@ -146,6 +146,7 @@ def train_dgp_with_extractor(
         raise ValueError(f"the data have N = {len(X)} rows but the DGP was built with num_data = {dgp.num_data}; "
                          "the ELBO must be scaled by the true N")
     _check_widths(dgp, extractor, X)
+    _checked_targets(dgp, Y, len(X))
     model = ExtractorDGP(dgp, extractor)
     model(X[:1])  # built before the fit: Keras' BackupAndRestore restores into a built model only
     steps_per_epoch = schedule.steps_per_epoch(len(X))

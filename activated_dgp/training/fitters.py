@@ -18,7 +18,7 @@ import tf_keras
 from ..deep.diagnostics import elbo_terms, seeded_elbo
 from .distributed import check_global_batch, copy_values, distributed_dataset, replicate
 from ..deep.builders import network_loss, output_width
-from ..deep.prediction import check_dgp, predictive_log_density, seeded_log_density
+from ..deep.prediction import _checked_targets, check_dgp, predictive_log_density, seeded_log_density
 from ..data.streaming import ArraySource, CsvSource, DatasetSource, as_source, data_errors, global_batches
 from ..validation import check_matrix, check_targets, dgp_input_width
 from .callbacks import LearningRateRamp, RestoreBest, fit_keeping_the_best, without_retracing_warnings
@@ -44,12 +44,16 @@ def _check_data(X, Y):
     return X, Y
 
 
-def _check_model_inputs(dgp: gpflux.models.DeepGP, X: np.ndarray) -> None:
-    """The DGP's own state is valid (:func:`~activated_dgp.validation.check_dgp`) and X has its input width."""
+def _check_model_inputs(dgp: gpflux.models.DeepGP, X: np.ndarray, Y: Optional[np.ndarray] = None) -> None:
+    """The DGP's own state is valid (:func:`~activated_dgp.validation.check_dgp`), X has its input width, and Y
+    (when given) fits its likelihood: the output layer's P columns for real targets, one column of 0/1 labels or
+    class indices 0..C−1 otherwise."""
     check_dgp(dgp)
     width = dgp_input_width(dgp)
     if width is not None and X.shape[1] != width:
         raise ValueError(f"X must have the DGP's input width {width}, got shape {X.shape}")
+    if Y is not None:
+        _checked_targets(dgp, Y, len(X))
 
 
 def _early_stopping(schedule: TrainingSchedule, score: Optional[Callable[[], float]], module) -> Optional[RestoreBest]:
@@ -238,7 +242,7 @@ def train_dgp(
             raise ValueError("optimizer= cannot be combined with a strategy: the optimiser is built in the strategy's scope")
     data = _training_data(dgp, X, Y, num_data, strategy)
     if isinstance(data, tuple):
-        _check_model_inputs(dgp, data[0])
+        _check_model_inputs(dgp, *data)
     if strategy is not None:
         if warmup_steps > 0:
             raise ValueError("warmup_steps is not supported with a strategy (trainable flags of mirrored variables)")
@@ -310,6 +314,7 @@ def _stage2_stopper(dgp, data, schedule, validation_data, validation_samples, gu
     validation_score = None
     if validation_data is not None:
         X_val, Y_val = _check_data(*validation_data)
+        _check_model_inputs(dgp, X_val, Y_val)
         validation_score = compiled_after_checks(
             lambda: validation_nlpd(dgp, X_val, Y_val, validation_samples, 0),
             lambda: _negative_mean(seeded_log_density(dgp, X_val, Y_val, validation_samples, 0)),
@@ -391,7 +396,7 @@ def evaluate_elbo(dgp: gpflux.models.DeepGP, X, Y, *, num_samples: int = 1, batc
     if num_samples < 1 or batch_size < 1:
         raise ValueError(f"num_samples and batch_size must be ≥ 1, got {num_samples} and {batch_size}")
     X, Y = _check_data(X, Y)
-    _check_model_inputs(dgp, X)
+    _check_model_inputs(dgp, X, Y)
     total = 0.0
     for _ in range(num_samples):
         for start in range(0, len(X), batch_size):

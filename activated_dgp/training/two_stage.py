@@ -19,17 +19,20 @@ from ..deep.conversion import (
     NOISE_FACTORS,
     check_variance_floor,
     dgp_from_keras,
+    head_likelihood,
     rescale_kernel_variance,
+    resolve_head_likelihood,
     select_kernel_variances,
     split_convertible_head,
 )
 from ..deep.far_field import add_far_field, far_field_options, refit_far_field
 from ..deep.builders import likelihood_name, output_width
+from ..deep.prediction import predict_class_probabilities, predict_y, predictive_log_density
 from ..deep.twin import build_activated_nn
 from ..validation import check_targets
 from .extractor import _check_inputs, extracted_features, train_dgp_with_extractor
 from .fitters import _check_data, evaluate_elbo, train_dgp, train_network
-from .recipes import DEFAULT_RECIPE, Stage2Recipe, stage2_recipe
+from .recipes import DEFAULT_RECIPE, STAGE2_RECIPES, Stage2Recipe, stage2_recipe
 from .schedule import TrainingSchedule
 
 __all__ = ["TwoStageResult", "split_validation", "train_two_stage"]
@@ -37,6 +40,11 @@ __all__ = ["TwoStageResult", "split_validation", "train_two_stage"]
 
 @dataclass
 class TwoStageResult:
+    """What :func:`train_two_stage` returns: the trained network and DGP, the two stages' histories and the
+    conversion's record. Predict with its methods, which take the same inputs as the network (images for a
+    network with a feature extractor): :meth:`predict_y`, :meth:`predict_class_probabilities`,
+    :meth:`predict_log_density`, each on :meth:`features` of X."""
+
     network: tf_keras.Model
     dgp: gpflux.models.DeepGP
     network_history: dict = field(default_factory=dict)
@@ -45,10 +53,50 @@ class TwoStageResult:
     initial_elbo: Optional[float] = None  # the converted DGP's ELBO before stage 2 (evaluate_elbo)
     kernel_variances: Optional[list] = None  # per layer, after conversion (chosen when kernel_variance="elbo")
     initial_noise_variance: Optional[float] = None
-    recipe: Optional[str] = None  # the stage-2 recipe's name (activated_dgp.training.recipes)
+    recipe: Optional[str] = None  # the stage-2 recipe used (activated_dgp.training.recipes), e.g. "validation"
     # the feature extractor g trained with the DGP when the network's first layers do not convert (a copy: the
-    # network is left as it was); predict with the DGP on extracted_features(extractor, X). None otherwise.
+    # network is left as it was); features(X) applies it. None otherwise.
     extractor: Optional[tf_keras.Model] = None
+
+    def features(self, X) -> np.ndarray:
+        """The DGP's inputs for the network's inputs X: g(X) [N, D] through the trained feature extractor g when
+        there is one (inference mode, in batches), else X itself."""
+        if self.extractor is None:
+            return X
+        X = _check_inputs(X, "X")
+        expected = tuple(self.extractor.input_shape[1:])
+        if len(X.shape[1:]) != len(expected) or any(e is not None and e != g for e, g in zip(expected, X.shape[1:])):
+            raise ValueError(
+                f"X must be [N, {', '.join(map(str, expected))}], the inputs of the network's feature extractor, got shape {X.shape}"
+            )
+        return extracted_features(self.extractor, X)
+
+    def predict_y(self, X, num_samples: int = 100, seed: Optional[int] = None, batch_size: Optional[int] = None):
+        """Predictive mean and variance of y at the network's inputs X, [N, P] each
+        (:func:`activated_dgp.predict_y` on :meth:`features` of X)."""
+        return predict_y(self.dgp, self.features(X), num_samples, seed, batch_size)
+
+    def predict_class_probabilities(self, X, num_samples: int = 100, seed: Optional[int] = None,
+                                    batch_size: Optional[int] = None) -> np.ndarray:
+        """p(y = c | x) at the network's inputs X, [N, C] (C = 1 for Bernoulli: p(y = 1 | x))
+        (:func:`activated_dgp.predict_class_probabilities` on :meth:`features` of X)."""
+        return predict_class_probabilities(self.dgp, self.features(X), num_samples, seed, batch_size)
+
+    def predict_log_density(self, X, Y, num_samples: int = 100, seed: Optional[int] = None) -> np.ndarray:
+        """log p(y | x) per point [N] at the network's inputs X with targets Y
+        (:func:`activated_dgp.predictive_log_density` on :meth:`features` of X); −mean is the NLPD."""
+        return predictive_log_density(self.dgp, self.features(X), Y, num_samples, seed)
+
+
+def _recipe_used(recipe: Stage2Recipe) -> str:
+    """The name of the registered recipe whose choices of v, floor, noise and stopping ``recipe`` makes (a composite such
+    as "by_likelihood", once :meth:`Stage2Recipe.for_likelihood` has picked its branch, is named by the branch:
+    "validation"); a recipe whose choices match none keeps its own name."""
+    core = ("kernel_variance", "kernel_variance_floor", "noise_variance", "early_stopping")
+    for name, registered in STAGE2_RECIPES.items():
+        if registered.classification is None and all(getattr(recipe, f) == getattr(registered, f) for f in core):
+            return name
+    return recipe.name
 
 
 def split_validation(X, Y, fraction: float, seed: Optional[int] = None):
@@ -108,7 +156,7 @@ def train_two_stage(
     X,
     Y,
     *,
-    likelihood: str = "gaussian",
+    likelihood: Optional[str] = None,
     network: Optional[tf_keras.Model] = None,
     architecture: Union[None, ArchitectureConfig, dict] = None,
     recipe: Union[str, Stage2Recipe] = DEFAULT_RECIPE,
@@ -128,7 +176,9 @@ def train_two_stage(
     :param X: [N, D] inputs (or whatever ``network``'s first layers take, e.g. [N, H, W, C] images).
     :param Y: [N, P] targets; for "bernoulli" 0/1 labels [N, 1]; for "softmax"/"robustmax" class indices [N, 1].
     :param likelihood: a name of :data:`~activated_dgp.deep.LIKELIHOOD_REGISTRY` ("gaussian", "bernoulli", "softmax",
-        "robustmax").
+        "robustmax"); default None: the ``network``'s classifier head's (a final softmax → "softmax", sigmoid →
+        "bernoulli": :func:`~activated_dgp.deep.conversion.head_likelihood`), else "gaussian". One that conflicts with
+        the network's head is a ValueError.
     :param network: a trained tf-keras network to start from instead of building and training a twin (stage 1 is
         then skipped). When its first layers do not convert (Conv2D, pooling, Flatten, a tanh layer), they become a
         feature extractor g and the longest convertible tail of Dense layers the DGP
@@ -183,6 +233,7 @@ def train_two_stage(
     far_field, warmup_steps, elbo_samples = chosen.far_field, chosen.warmup_steps, chosen.elbo_samples
     dgp_callbacks = callbacks
     far_field = far_field_options(far_field)
+    likelihood = resolve_head_likelihood(head_likelihood(network) if network is not None else None, likelihood)
     extractor, head = split_convertible_head(network) if network is not None else (None, None)
     if extractor is None:
         X, Y = _check_data(X, Y)
@@ -297,6 +348,6 @@ def train_two_stage(
         initial_elbo,
         variances,
         noise_variance if gaussian else None,
-        chosen.name,
+        _recipe_used(chosen),
         extractor,
     )

@@ -15,6 +15,7 @@ import numpy as np
 import tf_keras
 
 from activated_dgp import activated_gp_layer, predict_y
+from activated_dgp.deep import LikelihoodLayer
 
 FAST = os.environ.get("ADGP_TUTORIAL_FAST") == "1"
 rng = np.random.default_rng(1)
@@ -23,16 +24,19 @@ Y = np.sin(2 * X) + 0.1 * rng.normal(size=X.shape)
 N = len(X)
 
 # %% [markdown]
-# Two layers: 1 → 2 (hidden) → 1. Each W row is [slope, offset] in the bias-extended input space.
+# Two layers: 1 → 2 (hidden) → 1. Each W row is [slope, offset] in the bias-extended input space. The likelihood
+# layer is the library's `LikelihoodLayer` (gpflux's, whose `.weights.h5` state keeps the noise variance).
 
 # %%
 hidden = activated_gp_layer(rng.normal(size=(32, 2)), output_dim=2, num_data=N, name="hidden")
 output = activated_gp_layer(rng.normal(size=(32, 3)), output_dim=1, num_data=N, name="output")
-likelihood = gpflux.layers.LikelihoodLayer(gpflow.likelihoods.Gaussian(0.1))
+likelihood = LikelihoodLayer(gpflow.likelihoods.Gaussian(0.1))
 dgp = gpflux.models.DeepGP([hidden, output], likelihood, num_data=N)
 
 # %% [markdown]
 # Training is Keras: `ReduceLROnPlateau` and `EarlyStopping` are Keras' own callbacks.
+# With `validation_data`, Keras' `val_loss` is the negative ELBO per data point on the validation data (the
+# library's layers add their losses in evaluation too), so `EarlyStopping(monitor="val_loss")` works as well.
 
 # %%
 model = dgp.as_training_model()
