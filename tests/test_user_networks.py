@@ -23,7 +23,7 @@ import tf_keras
 from activated_dgp import build_activated_dgp, dgp_from_keras, predict_class_probabilities, predict_y, predictive_log_density, propagate_means
 from activated_dgp.deep import LikelihoodLayer
 from activated_dgp.deep.builders import activated_gp_layer
-from activated_dgp.training import TrainingSchedule, train_dgp, train_two_stage
+from activated_dgp.training import TrainingSchedule, stage2_recipe, train_dgp, train_two_stage
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -109,7 +109,7 @@ def test_two_stage_result_predicts_through_its_extractor():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         result = train_two_stage(images, labels, network=_tiny_cnn(), dgp_schedule=TrainingSchedule(epochs=1, batch_size=12, verbose=0),
-                                 far_field=False, seed=0)
+                                 recipe=stage2_recipe(far_field=False), seed=0)
     assert result.extractor is not None and result.recipe == "paper"  # the softmax head chose the likelihood
     assert type(result.dgp.likelihood_layer.likelihood).__name__ == "MonteCarloSoftmax"
     by_hand = result.extractor(images, training=False).numpy().astype(np.float64)
@@ -128,8 +128,8 @@ def test_two_stage_regression_names_the_recipe_it_used():
     rng = np.random.default_rng(0)
     X = rng.normal(size=(40, 2))
     Y = np.sin(X[:, :1])
-    result = train_two_stage(X, Y, num_layers=1, num_units=8, network_schedule=TrainingSchedule(epochs=2, verbose=0),
-                             dgp_schedule=TrainingSchedule(epochs=1, verbose=0), kernel_variance=1.0, far_field=False, seed=0)
+    result = train_two_stage(X, Y, architecture=dict(num_layers=1, num_units=8), network_schedule=TrainingSchedule(epochs=2, verbose=0),
+                             dgp_schedule=TrainingSchedule(epochs=1, verbose=0), recipe=stage2_recipe(far_field=False), seed=0)
     assert result.recipe == "validation"  # the by_likelihood default's regression branch
     assert result.features(X) is X  # no extractor: the DGP's inputs are X
     mean, _ = result.predict_y(X, num_samples=2, seed=0)
