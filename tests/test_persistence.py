@@ -392,7 +392,9 @@ def test_the_extractor_fit_resumes_from_backup_and_restore_in_a_fresh_process(fr
     expected, loaded, info, extra = fresh_process
     assert info["extractor_backup_epochs_run"] == 2
     assert np.max(np.abs(extra["extractor_interrupted"] - expected["extractor/weights"])) > 1e-3
-    np.testing.assert_allclose(loaded["extractor/backup"], expected["extractor/weights"], rtol=1e-6, atol=1e-9)
+    # the extractor's weights are float32 (Keras conv layers): multithreaded float32 reductions may sum in another
+    # order on a loaded machine, which moves single weights by ~1e-8 over three epochs; not resuming moves them by >1e-3
+    np.testing.assert_allclose(loaded["extractor/backup"], expected["extractor/weights"], rtol=1e-5, atol=1e-7)
 
 
 def test_backup_and_restore_resumes_the_interrupted_fit(fresh_process):
