@@ -63,7 +63,7 @@ def start_diagnosis(dgp, X, Y, learning_rate: float = 0.01) -> dict:
     import gpflow
     import tensorflow as tf
 
-    from activated_dgp.deep.conversion import posterior_mean_weights, set_posterior_mean_weights
+    from activated_dgp.deep.posterior_mean import posterior_mean_weights, set_posterior_mean_weights
     from activated_dgp.deep.diagnostics import elbo_terms, residual_fraction
 
     layer = dgp.f_layers[0]

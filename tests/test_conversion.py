@@ -422,7 +422,7 @@ def duplicated_unit_network():
 
 
 def test_a_mean_kuu_cannot_hold_is_a_clear_error_naming_the_layer_and_the_parallel_units(rng):
-    from activated_dgp.deep.conversion import UnrepresentableMean
+    from activated_dgp.deep.posterior_mean import UnrepresentableMean
 
     with pytest.raises(UnrepresentableMean, match=r"GP layer 1 \(Keras layers \['dense_\d+', 'dense_\d+'\]\).*units are \d+ "
                        r"and \d+ \(\|cosine\| 1\.000000\)"):
@@ -436,7 +436,8 @@ def test_a_kernel_variance_the_mean_cannot_hold_leaves_the_layer_and_is_never_ch
     and keeps the mean propagation (the network's, measured by the NumPy forward pass written in this file)."""
     import warnings
 
-    from activated_dgp.deep.conversion import UnrepresentableMean, rescale_kernel_variance, select_kernel_variances
+    from activated_dgp.deep.posterior_mean import UnrepresentableMean
+    from activated_dgp.deep.variance_selection import rescale_kernel_variance, select_kernel_variances
 
     network = duplicated_unit_network()
     X = rng.normal(size=(60, 2))

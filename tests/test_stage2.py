@@ -9,7 +9,8 @@ import tensorflow as tf
 import tf_keras
 
 from activated_dgp import build_activated_nn, dgp_from_keras, evaluate_elbo, predict_y, predictive_log_density, propagate_means
-from activated_dgp.deep.conversion import posterior_mean_weights, rescale_kernel_variance, select_kernel_variances
+from activated_dgp.deep.posterior_mean import posterior_mean_weights
+from activated_dgp.deep.variance_selection import rescale_kernel_variance, select_kernel_variances
 from activated_dgp.deep import layer_moments
 from activated_dgp.deep.diagnostics import elbo_terms, residual_fraction
 from activated_dgp.training import RestoreBest, TrainingSchedule, split_validation, train_dgp, stage2_recipe, train_network, train_two_stage
@@ -510,7 +511,7 @@ def test_two_stage_noise_selected_needs_a_variance_search():
 def test_optimal_output_covariance_matches_gpflow_sgpr(whiten):
     """One layer: the ELBO-optimal q(u) covariance for a fixed mean is SGPR's q(u) covariance
     (gpflow.models.SGPR.compute_qu, the collapsed bound's optimum), with the same kernel, features and noise."""
-    from activated_dgp.deep.conversion import set_optimal_output_covariance
+    from activated_dgp.deep.posterior_mean import set_optimal_output_covariance
 
     X, Y, _, dgp = _converted(num_layers=1, whiten=whiten)
     layer = dgp.f_layers[0]
@@ -635,7 +636,7 @@ def test_joint_variance_and_noise_search_is_the_best_pair_of_its_grid():
     fixed-noise search, chooses the pair of best validation log density, found here by evaluating every pair of the
     grid (one layer, so coordinate ascent is one pass) with the same seeded draws; it is never worse than the
     fixed-noise search."""
-    from activated_dgp.deep.conversion import rescale_kernel_variance
+    from activated_dgp.deep.variance_selection import rescale_kernel_variance
 
     X, _, network, _ = _converted(num_layers=1)
 

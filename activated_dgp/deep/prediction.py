@@ -229,7 +229,7 @@ def integrate_per_sample(likelihood, method: str, mean, var, Y=None, draws: Opti
 def seeded_log_density(dgp: gpflux.models.DeepGP, X, Y, num_samples: int, seed: int) -> Callable[..., np.ndarray]:
     """A compiled ``predictive_log_density(dgp, X, Y, num_samples, seed)`` at the DGP's parameter values *at
     each call*: for many evaluations of one model on the same data and draws (common random numbers) while
-    its parameters are assigned between them (e.g. :func:`activated_dgp.deep.conversion.select_kernel_variances`).
+    its parameters are assigned between them (e.g. :func:`activated_dgp.deep.variance_selection.select_kernel_variances`).
 
     The inputs are checked once; every call resets the layer draws' generator to ``seed`` and the likelihood
     draws' to its split (:func:`likelihood_draws`), so each call sees exactly the draws the eager function

@@ -15,16 +15,8 @@ import tensorflow as tf
 import tf_keras
 
 from ..deep.config import ArchitectureConfig
-from ..deep.conversion import (
-    NOISE_FACTORS,
-    check_variance_floor,
-    dgp_from_keras,
-    head_likelihood,
-    rescale_kernel_variance,
-    resolve_head_likelihood,
-    select_kernel_variances,
-    split_convertible_head,
-)
+from ..deep.conversion import dgp_from_keras, head_likelihood, resolve_head_likelihood, split_convertible_head
+from ..deep.variance_selection import NOISE_FACTORS, check_variance_floor, rescale_kernel_variance, select_kernel_variances
 from ..deep.far_field import add_far_field, far_field_options, refit_far_field
 from ..deep.builders import likelihood_name, output_width
 from ..deep.prediction import predict_class_probabilities, predict_y, predictive_log_density
