@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from activated_dgp import build_activated_dgp, predict_class_probabilities, predict_y, predictive_log_density
 from activated_dgp.deep import layer_moments
-from activated_dgp.deep.prediction import bytes_per_row, prediction_batch_size, prediction_functions, row_normals
+from activated_dgp.deep.prediction import EFFICIENT_BATCH_BYTES, bytes_per_row, prediction_batch_size, prediction_functions, row_normals
 from activated_dgp.zonal.conditionals import gpflow_conditional
 
 
@@ -88,15 +88,16 @@ def test_prediction_is_the_dense_monte_carlo_estimate_of_gpflows_conditional_wit
 
 
 def test_the_batch_size_follows_the_budget_and_not_n():
-    """One row's working set is S · max_ℓ [M(3P + 2) + 6P + D] values (the [S·B, P·M] variance products dominate);
-    the batch is ⌊budget / row⌋ rows whatever N is, and every compiled call sees at most that many rows."""
+    """One row's working set is S · max_ℓ [2M + 3 max(MP, M(M+1)/2) + 6P + D] values (the variance work dominates);
+    the batch is ⌊budget / row⌋ rows (below the cache-sized target) whatever N is, and every compiled call sees at most that many rows."""
     dgp, S = _dgp(num_layers=3, num_units=8), 4
     widths = [(2, 8, 2), (2, 8, 2), (2, 8, 1)]  # (D, M, P) of each layer: bottlenecks of width D = 2
-    per_sample = max(max(M * (3 * P + 2) + 6 * P + D for D, M, P in widths), 1 * (1 + 4))
+    per_sample = max(max(2 * M + 3 * max(M * P, M * (M + 1) // 2 if P > 1 else 0) + 6 * P + D for D, M, P in widths), 1 * (1 + 4))
     assert bytes_per_row(dgp, S) == S * per_sample * 8
     budget = 10 * bytes_per_row(dgp, S) + 7
     assert [prediction_batch_size(dgp, S, budget, num_rows=n) for n in (15, 1_000, 10**7)] == [10, 10, 10]
     assert prediction_batch_size(dgp, S, budget, num_rows=3) == 3
+    assert prediction_batch_size(dgp, S, 10**12) == EFFICIENT_BATCH_BYTES // bytes_per_row(dgp, S)  # a cache-sized batch
     function = prediction_functions(dgp, S)["y_moments"]
     seen = []
     prediction_functions(dgp, S)._compiled["y_moments"] = lambda X, *args: seen.append(X.shape[0]) or function(X, *args)
@@ -158,3 +159,25 @@ def test_a_result_with_a_dgp_and_features_is_predicted_on_its_features():
     )
     with pytest.raises(ValueError, match="expected a gpflux DeepGP"):
         predict_y(object(), raw)
+
+
+@pytest.mark.parametrize("outputs", [1, 2, 5])
+def test_symmetric_variances_equal_gpflows_base_conditional(rng, outputs):
+    """The quadratic forms over the upper triangle (the prediction path) against GPflow's whitened base_conditional,
+    on an arbitrary SPD Kmm, leading batch dimensions and a q_sqrt with an upper triangle (ignored by both)."""
+    from gpflow.conditionals.util import base_conditional
+
+    from activated_dgp.zonal.conditionals import symmetric_variances, whitened_marginals
+
+    M, N = 7, 5
+    root = rng.normal(size=(M, M))
+    Kmm = tf.constant(root @ root.T + M * np.eye(M))
+    Kmn = tf.constant(rng.normal(size=(M, 2, N)))
+    Knn = tf.constant(10.0 + rng.uniform(size=(2, N)))
+    f = tf.constant(rng.normal(size=(M, outputs)))
+    q_sqrt = tf.constant(rng.normal(size=(outputs, M, M)))
+    with symmetric_variances():
+        mean, var = whitened_marginals(Kmn, Kmm, Knn, f, q_sqrt)
+    mean_ref, var_ref = base_conditional(Kmn, Kmm, Knn, f, q_sqrt=q_sqrt, white=True)
+    np.testing.assert_allclose(mean.numpy(), mean_ref.numpy(), rtol=1e-10, atol=1e-10 * np.abs(mean_ref.numpy()).max())
+    np.testing.assert_allclose(var.numpy(), var_ref.numpy(), rtol=1e-10)
