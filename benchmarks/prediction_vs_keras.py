@@ -7,9 +7,9 @@ of M = 64 units and widths P = 64, 64, 1 (a 3 × 64 MLP), D = 8, converted by :f
 budget and the batch size it gives), on the same ``--points`` inputs. Peak RSS growth during ``predict_y`` is recorded.
 
 The floor: S samples through layers 2..L (layer 1 sees x once) are S forward passes of the network, plus the
-variance work of every sampled row, P_ℓ M_ℓ² multiply-adds per layer (‖L_pᵀ A‖² for each of the P outputs, the
-per-output q_sqrt products), which dwarfs the forward pass when P_ℓ is wide. Its time is the multiply-adds at the
-float64 matrix-product rate measured in the same run (one [S·B, M] · [M, P·M] product, the variance work's shape).
+variance work of every sampled row, about M_ℓ²/2 · (P_ℓ + 2) multiply-adds per layer (the triangular solve and one
+quadratic form per output over the upper triangle), which dwarfs the forward pass when P_ℓ is wide. Its time is the
+multiply-adds at the float64 matrix-product rate measured in the same run (the quadratic forms' product shape).
 
 Run:  python -m benchmarks.prediction_vs_keras                  (10,000 points; writes docs/results/prediction_vs_keras.json
                                                                 and the "prediction-vs-keras" block of docs/benchmarks.md)
@@ -36,28 +36,31 @@ DEFAULTS = {"points": 10_000}
 
 def multiply_adds(D=INPUT_DIM, M=UNITS, widths=WIDTHS, S=SAMPLES) -> dict:
     """Multiply-adds per predicted point: ``forward`` (S forward passes through layers 2..L and one through layer 1:
-    the directions W h̃, M (D_ℓ + 1), and the output map, M P_ℓ) and ``variance`` (P_ℓ M² per row of layer ℓ, S rows
-    for layers 2..L, one for layer 1)."""
+    the directions W h̃, M (D_ℓ + 1), and the output map, M P_ℓ) and ``variance`` per row of layer ℓ (S rows for
+    layers 2..L, one for layer 1): the triangular solve L⁻¹Kuf, M²/2, and the quadratic forms, M(M+1)/2 · (P_ℓ + 1)
+    for P_ℓ ≥ 2 (:func:`activated_dgp.zonal.conditionals.symmetric_variances`), P_ℓ M² + P_ℓ M otherwise."""
     forward = variance = 0.0
     inputs = D
     for index, P in enumerate(widths):
         rows = 1 if index == 0 else S
         forward += rows * (M * (inputs + 1) + M * P)
-        variance += rows * P * M**2
+        variance += rows * (M * M / 2 + (M * (M + 1) / 2 * (P + 1) if P >= 2 else P * M * (M + 1)))
         inputs = P
     return {"forward": forward, "variance": variance}
 
 
 def matmul_rate(S=SAMPLES, rows=8, M=UNITS, P=WIDTHS[0]) -> float:
-    """float64 multiply-adds per second of one [S·rows, M] · [M, P·M] product (median of 5 after a warm-up)."""
+    """float64 multiply-adds per second of one [S·rows, K] · [K, P] product, K = M(M+1)/2 (the quadratic forms of
+    the variance work; median of 5 after a warm-up)."""
     import tensorflow as tf
 
     from benchmarks._report import median, time_call
 
-    a = tf.random.stateless_normal([S * rows, M], seed=[0, 0], dtype=tf.float64)
-    b = tf.random.stateless_normal([M, P * M], seed=[0, 1], dtype=tf.float64)
+    K = M * (M + 1) // 2
+    a = tf.random.stateless_normal([S * rows, K], seed=[0, 0], dtype=tf.float64)
+    b = tf.random.stateless_normal([K, P], seed=[0, 1], dtype=tf.float64)
     seconds = median(time_call(lambda: tf.matmul(a, b).numpy(), repeats=5, warmup=1))
-    return S * rows * M * P * M / seconds
+    return S * rows * K * P / seconds
 
 
 def measure(points: int, output=OUTPUT) -> dict:
@@ -70,7 +73,7 @@ def measure(points: int, output=OUTPUT) -> dict:
     X = np.random.default_rng(0).standard_normal((points, INPUT_DIM))
     network = build_activated_nn(INPUT_DIM, num_layers=len(WIDTHS), num_units=UNITS, layer_widths=WIDTHS[:-1], output_dim=WIDTHS[-1], seed=0)
     dgp = dgp_from_keras(network, num_data=points, X=X[:1000]).dgp
-    network.predict(X[:64], verbose=0)  # tracing
+    network.predict(X, verbose=0)  # tracing (the full batches and the last one)
     start = time.perf_counter()
     network.predict(X, verbose=0)
     keras_seconds = time.perf_counter() - start
@@ -119,8 +122,9 @@ widths {widths}, float64; `predict_y` with its defaults: S = {S} samples, memory
 | floor: {per_point / 1e6:.2f} M multiply-adds per point at the measured rate | {floor:.3f} | {floor / keras:.1f} |
 
 - The floor: S = {S} samples through layers 2..L cost S forward passes of the network ({terms["forward"] / 1e6:.2f} M multiply-adds
-  per point), plus the variance work P_ℓ M² per sampled row ({terms["variance"] / 1e6:.2f} M), the per-output q_sqrt
-  products ‖L_pᵀA‖²; the rate is one float64 [S·8, M] · [M, P·M] product measured in the same run,
+  per point), plus the variance work per sampled row ({terms["variance"] / 1e6:.2f} M): the triangular solve, M²/2, and the
+  quadratic forms a_nᵀ(L_p L_pᵀ − I)a_n over the upper triangle, M(M+1)/2 · (P + 1); the rate is one float64
+  [S·8, M(M+1)/2] · [M(M+1)/2, P] product measured in the same run,
   {rate * 2 / 1e9:.1f} GFLOP/s. `predict_y` ran at {floor / dgp:.0%} of that rate.
 - Peak RSS grew by {record["peak_rss_growth_mib"]:.0f} MiB during `predict_y` (outputs included).
 {load_average_line(record)}"""
