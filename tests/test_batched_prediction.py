@@ -123,8 +123,13 @@ def test_a_budget_too_small_for_one_row_names_what_one_row_needs():
     assert predict_y(dgp, _inputs(5), memory_budget=need, progress=False)[0].shape == (5, 1)  # exactly one row fits
 
 
-def test_progress_is_shown_by_default_and_quiet_on_request(capsys):
+def test_progress_is_shown_by_default_and_quiet_on_request(capsys, monkeypatch):
+    import activated_dgp.deep.prediction as prediction
+
     dgp = _dgp(num_layers=2)
+    predict_y(dgp, _inputs(12), num_samples=2, seed=0, batch_size=4)
+    assert capsys.readouterr().out == ""  # short: no bar
+    monkeypatch.setattr(prediction, "PROGRESS_AFTER_SECONDS", 0.0)  # as if each batch were slow
     predict_y(dgp, _inputs(12), num_samples=2, seed=0, batch_size=4)
     assert "12/12" in capsys.readouterr().out
     predict_y(dgp, _inputs(12), num_samples=2, seed=0, batch_size=4, progress=False)

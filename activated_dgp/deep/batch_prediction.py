@@ -41,7 +41,8 @@ class BatchPredictor:
         conditional, on 2 CPU cores B = 32–64 predicted about 1.8× as many points per second as B = 1,024
         (``python -m benchmarks.prediction`` has a row for B = 1,024). ``None``: the most rows that fit
         ``memory_budget`` bytes (:func:`~activated_dgp.deep.prediction.prediction_batch_size`).
-    :param progress: show a progress bar over the points when there is more than one batch.
+    :param progress: show a progress bar over the points once a prediction has run
+        :data:`~activated_dgp.deep.prediction.PROGRESS_AFTER_SECONDS` with batches left.
     """
 
     def __init__(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import weakref
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -21,6 +22,7 @@ from ..validation import check_inputs, check_matrix, check_targets, dgp_input_wi
 __all__ = [
     "DEFAULT_MEMORY_BUDGET",
     "EFFICIENT_BATCH_BYTES",
+    "PROGRESS_AFTER_SECONDS",
     "check_dgp",
     "resolve_model",
     "prediction_batch_size",
@@ -181,6 +183,10 @@ DEFAULT_MEMORY_BUDGET = 512 * 2**20
 #: S = 100, one row ≈ 10 MiB) batches of 4–8 rows predicted about twice as many points per second as batches of
 #: 16–52 rows. The batch size is the smaller of this target's rows and the memory budget's (at least one row).
 EFFICIENT_BATCH_BYTES = 80 * 2**20
+
+#: A prediction with ``progress=True`` shows a progress bar once it has run this many seconds with batches left (short
+#: ones, e.g. a validation score inside a training loop, stay quiet).
+PROGRESS_AFTER_SECONDS = 2.0
 
 #: The draw stream of a Monte Carlo likelihood's own draws in :class:`RowDraws` (layer ℓ's samples use stream ℓ).
 _LIKELIHOOD_STREAM = -1
@@ -414,7 +420,7 @@ def run_batched(
     """The compiled prediction ``name`` of :class:`PredictionFunctions` on the rows of X (and Y), batch by batch, its
     per-batch results concatenated along rows. The batch size is ``batch_size`` when given, else the most rows that
     fit ``memory_budget`` (:func:`prediction_batch_size`). With ``progress`` a Keras progress bar counts the points
-    when there is more than one batch."""
+    once the prediction has run :data:`PROGRESS_AFTER_SECONDS` with batches left."""
     num_samples = checked_num_samples(num_samples)
     seed = fresh_seed() if seed is None else seed
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
@@ -424,12 +430,14 @@ def run_batched(
         batch_size = prediction_batch_size(dgp, num_samples, memory_budget, num_rows)
     batch_size = min(checked_batch_size(batch_size), num_rows)
     function = prediction_functions(dgp, num_samples)[name]
-    bar = tf_keras.utils.Progbar(num_rows, unit_name="point") if progress and num_rows > batch_size else None
+    bar, started = None, time.perf_counter()
     seed, parts = tf.constant(seed, tf.int64), []
     arrays = () if Y is None else (Y,)
     for start, rows, *batch in padded_batches(X, batch_size, *arrays, dtype=dgp.f_layers[0].q_mu.dtype.as_numpy_dtype):
         result = function(*map(tf.constant, batch), seed, tf.constant(start, tf.int64))
         parts.append(tf.nest.map_structure(lambda t: t.numpy()[:rows], result))
+        if bar is None and progress and start + rows < num_rows and time.perf_counter() - started > PROGRESS_AFTER_SECONDS:
+            bar = tf_keras.utils.Progbar(num_rows, unit_name="point")
         if bar is not None:
             bar.update(start + rows)
     return tf.nest.map_structure(lambda *pieces: np.concatenate(pieces), *parts)
@@ -442,8 +450,8 @@ _BATCHING = """
     naming what one row needs), or of ``batch_size`` rows when given. One compiled
     function per batch shape evaluates each batch; each row's draws depend on (seed, row) only
     (:func:`row_normals`), so the result does not depend on the batching beyond round-off. Without a seed one is
-    drawn from TensorFlow's global generator. ``progress`` (default True) shows a progress bar over the points when
-    there is more than one batch. ``dgp`` may also be any object with a ``dgp`` attribute and a ``features(X)``
+    drawn from TensorFlow's global generator. ``progress`` (default True) shows a progress bar over the points once
+    the prediction has run :data:`PROGRESS_AFTER_SECONDS` (2 s) with batches left. ``dgp`` may also be any object with a ``dgp`` attribute and a ``features(X)``
     method (e.g. a two-stage training result): the prediction is then ``obj.dgp``'s at ``obj.features(X)``."""
 
 
