@@ -636,7 +636,8 @@ def predict_y(
     (m_s, v_s) the moments of y given the output layer's Gaussian q(f_L | h^(s)), h^(s) the s-th sample propagated
     through layers 1..L−1 (the output layer needs no samples: its moments are closed forms given its input).
     Cost per point: S samples through L layers, i.e. about S forward passes of the network twin, plus the
-    variance work of each layer, S · P_ℓ · M_ℓ² multiply-adds (layer 1: once, its input is x).
+    variance work of each layer, about S · M_ℓ²/2 · (P_ℓ + 2) multiply-adds (the triangular solve and one quadratic
+    form per output, :func:`activated_dgp.zonal.conditionals.symmetric_variances`; layer 1 once, its input is x).
     """
     dgp, X = _prepared(dgp, X)
     return run_batched(dgp, "y_moments", X, num_samples, seed, None, batch_size, memory_budget, progress)
