@@ -186,3 +186,25 @@ def test_symmetric_variances_equal_gpflows_base_conditional(rng, outputs):
     mean_ref, var_ref = base_conditional(Kmn, Kmm, Knn, f, q_sqrt=q_sqrt, white=True)
     np.testing.assert_allclose(mean.numpy(), mean_ref.numpy(), rtol=1e-10, atol=1e-10 * np.abs(mean_ref.numpy()).max())
     np.testing.assert_allclose(var.numpy(), var_ref.numpy(), rtol=1e-10)
+
+
+def test_a_batch_predictor_keeps_the_conditional_it_was_traced_with(monkeypatch):
+    """A BatchPredictor has its own compiled functions: one first called inside gpflow_conditional() keeps GPflow's
+    conditional afterwards (the comparison of benchmarks.step_profile), and both agree to round-off."""
+    import activated_dgp.zonal.conditionals as conditionals
+    from activated_dgp.deep import BatchPredictor
+
+    calls, original = [], conditionals.whitened_marginals
+    monkeypatch.setattr(conditionals, "whitened_marginals", lambda *args: calls.append(1) or original(*args))
+    dgp, X = _dgp(num_layers=2), _inputs(10)
+    fast, reference = BatchPredictor(dgp, 3, 4), BatchPredictor(dgp, 3, 4)
+    with gpflow_conditional():
+        expected = reference.predict_y(X)
+    assert calls == []  # traced with GPflow's conditional
+    got = reference.predict_y(X)
+    assert calls == []  # and kept it outside the context
+    fast.predict_y(X)
+    assert len(calls) == 2  # the batched conditional, once per layer in its one trace
+    for a, b, c in zip(got, expected, fast.predict_y(X)):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_allclose(c, b, rtol=1e-10)

@@ -25,7 +25,7 @@ from typing import Optional, Tuple
 import gpflux
 import numpy as np
 
-from .prediction import checked_batch_size, checked_num_samples, prediction_batch_size, run_batched
+from .prediction import PredictionFunctions, checked_batch_size, checked_num_samples, prediction_batch_size, run_batched
 from ..validation import dgp_input_width
 
 __all__ = ["BatchPredictor"]
@@ -52,6 +52,8 @@ class BatchPredictor:
         self.num_samples = checked_num_samples(num_samples)
         self.batch_size = prediction_batch_size(dgp, self.num_samples, memory_budget) if batch_size is None else checked_batch_size(batch_size)
         self.dgp, self.progress = dgp, progress
+        # its own compiled functions, traced at its first call (e.g. inside gpflow_conditional() for a comparison)
+        self._functions = PredictionFunctions(dgp, self.num_samples)
 
     def _checked(self, X, Y=None):
         X = X if isinstance(X, np.ndarray) else np.asarray(X)
@@ -66,9 +68,9 @@ class BatchPredictor:
 
     def predict_y(self, X, seed: int = 0) -> Tuple[np.ndarray, np.ndarray]:
         """Predictive mean and variance of y, [N, P] each, X [N, D] (an array or a memmap)."""
-        return run_batched(self.dgp, "y_moments", self._checked(X), self.num_samples, seed, None, self.batch_size, progress=self.progress)
+        return run_batched(self.dgp, "y_moments", self._checked(X), self.num_samples, seed, None, self.batch_size, progress=self.progress, functions=self._functions)
 
     def predictive_log_density(self, X, Y, seed: int = 0) -> np.ndarray:
         """log p(y | x) per point, [N]; −mean is the NLPD."""
         X = self._checked(X, Y)
-        return run_batched(self.dgp, "log_density", X, self.num_samples, seed, Y, self.batch_size, progress=self.progress)
+        return run_batched(self.dgp, "log_density", X, self.num_samples, seed, Y, self.batch_size, progress=self.progress, functions=self._functions)

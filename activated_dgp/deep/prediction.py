@@ -416,9 +416,10 @@ def run_batched(
     batch_size: Optional[int] = None,
     memory_budget: Optional[float] = None,
     progress: bool = True,
+    functions: Optional[PredictionFunctions] = None,
 ):
-    """The compiled prediction ``name`` of :class:`PredictionFunctions` on the rows of X (and Y), batch by batch, its
-    per-batch results concatenated along rows. The batch size is ``batch_size`` when given, else the most rows that
+    """The compiled prediction ``name`` of :class:`PredictionFunctions` (``functions``, default the DGP's cached ones,
+    :func:`prediction_functions`) on the rows of X (and Y), batch by batch, its per-batch results concatenated along rows. The batch size is ``batch_size`` when given, else the most rows that
     fit ``memory_budget`` (:func:`prediction_batch_size`). With ``progress`` a Keras progress bar counts the points
     once the prediction has run :data:`PROGRESS_AFTER_SECONDS` with batches left."""
     num_samples = checked_num_samples(num_samples)
@@ -429,7 +430,7 @@ def run_batched(
     if batch_size is None:
         batch_size = prediction_batch_size(dgp, num_samples, memory_budget, num_rows)
     batch_size = min(checked_batch_size(batch_size), num_rows)
-    function = prediction_functions(dgp, num_samples)[name]
+    function = (prediction_functions(dgp, num_samples) if functions is None else functions)[name]
     bar, started = None, time.perf_counter()
     seed, parts = tf.constant(seed, tf.int64), []
     arrays = () if Y is None else (Y,)
