@@ -8,22 +8,24 @@ integrated against the likelihood:
     Var[y | x] ≈ (1/S) Σ_s v_s(x) + (1/S) Σ_s m_s(x)² − E[y | x]²,
     log p(y | x) ≈ log (1/S) Σ_s ∫ p(y | f) q(f | h^(s)) df.
 
-One ``tf.function`` evaluates a whole batch (all S samples at once, [S·B, ·] tensors); the draws are
-stateless normals seeded by (seed, first row of the batch, layer), so results do not depend on the
-order in which batches are evaluated, and the same seed gives the same numbers. Memory is
+These are the compiled batch functions of :func:`activated_dgp.deep.prediction.predict_y` and
+:func:`~activated_dgp.deep.prediction.predictive_log_density` (:class:`~activated_dgp.deep.prediction.PredictionFunctions`),
+with a fixed number of samples and a fixed batch size, and inputs that may be a memmap (read batch by batch, each
+batch checked for NaN and inf). Each row's draws depend on (seed, row) only, so the results do not depend on the
+batch size beyond round-off and equal the module-level functions' with the same seed. Memory is
 O(S · B · M · P) for the batch (the per-output q_sqrt products L_pᵀA of every layer, one [S·B, P_ℓ·M_ℓ] matrix in
-:mod:`activated_dgp.zonal.conditionals`) plus the outputs [N, P]; inputs may be a memmap. The cost per point is dominated by those products, S · Σ_ℓ P_ℓ M_ℓ² multiply-adds.
+:mod:`activated_dgp.zonal.conditionals`) plus the outputs [N, P]. The cost per point is dominated by those products,
+S · Σ_ℓ P_ℓ M_ℓ² multiply-adds.
 """
 
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Optional, Tuple
 
 import gpflux
 import numpy as np
-import tensorflow as tf
 
-from .prediction import propagate_samples
+from .prediction import PredictionFunctions, checked_batch_size, checked_num_samples, prediction_batch_size, run_batched
 from ..validation import dgp_input_width
 
 __all__ = ["BatchPredictor"]
@@ -37,47 +39,23 @@ class BatchPredictor:
     :param batch_size: B ≥ 1 points per call; memory ∝ S · B. The default, 64, keeps the per-layer
         q_sqrt products, [S·B, P·M] (16 MiB at P = 8, M = 128, S = 32, float64), near the caches: with GPflow's
         conditional, on 2 CPU cores B = 32–64 predicted about 1.8× as many points per second as B = 1,024
-        (``python -m benchmarks.prediction`` has a row for B = 1,024).
+        (``python -m benchmarks.prediction`` has a row for B = 1,024). ``None``: the most rows that fit
+        ``memory_budget`` bytes (:func:`~activated_dgp.deep.prediction.prediction_batch_size`).
+    :param progress: show a progress bar over the points once a prediction has run
+        :data:`~activated_dgp.deep.prediction.PROGRESS_AFTER_SECONDS` with batches left.
     """
 
-    def __init__(self, dgp: gpflux.models.DeepGP, num_samples: int = 32, batch_size: int = 64):
-        if int(num_samples) != num_samples or num_samples < 1:
-            raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}")
-        if int(batch_size) != batch_size or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-        self.dgp, self.num_samples, self.batch_size = dgp, int(num_samples), int(batch_size)
-        self.likelihood = dgp.likelihood_layer.likelihood
-        # GPflow/gpflux code needs no AutoGraph conversion (activated_dgp.deep.layers): traced as written
-        self._moments = tf.function(self._batch_moments, reduce_retracing=True, autograph=False)
-        self._log_density = tf.function(self._batch_log_density, reduce_retracing=True, autograph=False)
+    def __init__(
+        self, dgp: gpflux.models.DeepGP, num_samples: int = 32, batch_size: Optional[int] = 64,
+        memory_budget: Optional[float] = None, progress: bool = False,
+    ):
+        self.num_samples = checked_num_samples(num_samples)
+        self.batch_size = prediction_batch_size(dgp, self.num_samples, memory_budget) if batch_size is None else checked_batch_size(batch_size)
+        self.dgp, self.progress = dgp, progress
+        # its own compiled functions, traced at its first call (e.g. inside gpflow_conditional() for a comparison)
+        self._functions = PredictionFunctions(dgp, self.num_samples)
 
-    def _last_layer(self, X: tf.Tensor, seed: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
-        """Flattened moments of f_L, [S·B, P_L] each, given the samples of layers 1..L−1."""
-
-        def normal(layer, shape, dtype):
-            return tf.random.stateless_normal(shape, seed=seed + tf.constant([0, 1], seed.dtype) * layer, dtype=dtype)
-
-        _, mean, var = propagate_samples(self.dgp, X, self.num_samples, normal)
-        width = mean.shape[-1]
-        return tf.reshape(mean, [-1, width]), tf.reshape(var, [-1, width])
-
-    def _batch_moments(self, X: tf.Tensor, seed: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
-        """E[y | x] and Var[y | x], [B, P], by the law of total variance over the S samples."""
-        f_mean, f_var = self._last_layer(X, seed)
-        y_mean, y_var = self.likelihood.predict_mean_and_var(None, f_mean, f_var)
-        shape = tf.concat([[self.num_samples, -1], tf.shape(y_mean)[-1:]], 0)
-        y_mean, y_var = tf.reshape(y_mean, shape), tf.reshape(y_var, shape)
-        mean = tf.reduce_mean(y_mean, 0)
-        return mean, tf.reduce_mean(y_var, 0) + tf.reduce_mean(tf.square(y_mean - mean), 0)
-
-    def _batch_log_density(self, X: tf.Tensor, Y: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
-        """log (1/S) Σ_s p(y | h^(s)), [B]."""
-        f_mean, f_var = self._last_layer(X, seed)
-        Y = tf.tile(tf.cast(Y, f_mean.dtype), [self.num_samples, 1])
-        log_density = tf.reshape(self.likelihood.predict_log_density(None, f_mean, f_var, Y), [self.num_samples, -1])
-        return tf.reduce_logsumexp(log_density, 0) - tf.math.log(tf.cast(self.num_samples, log_density.dtype))
-
-    def _batches(self, X, Y=None):
+    def _checked(self, X, Y=None):
         X = X if isinstance(X, np.ndarray) else np.asarray(X)
         if X.ndim != 2:
             raise ValueError(f"X must be a matrix [N, D], got shape {X.shape}")
@@ -86,28 +64,13 @@ class BatchPredictor:
             raise ValueError(f"X has {X.shape[1]} columns but the DGP's first layer takes D = {width}")
         if Y is not None and (np.ndim(Y) != 2 or len(Y) != len(X)):
             raise ValueError(f"Y must be [N, P] with N = {len(X)}, got shape {np.shape(Y)}")
-        dtype = self.dgp.f_layers[0].q_mu.dtype.as_numpy_dtype
-        for start in range(0, len(X), self.batch_size):
-            X_batch = np.asarray(X[start : start + self.batch_size], dtype=dtype)
-            if not np.all(np.isfinite(X_batch)):
-                rows = start + np.flatnonzero(~np.all(np.isfinite(X_batch), axis=1))[:5]
-                raise ValueError(f"X contains NaN or inf in rows {rows.tolist()}")
-            Y_batch = None if Y is None else np.asarray(Y[start : start + self.batch_size], dtype=dtype)
-            yield start, X_batch, Y_batch
+        return X
 
     def predict_y(self, X, seed: int = 0) -> Tuple[np.ndarray, np.ndarray]:
         """Predictive mean and variance of y, [N, P] each, X [N, D] (an array or a memmap)."""
-        means, variances = [], []
-        for start, X_batch, _ in self._batches(X):
-            mean, var = self._moments(tf.constant(X_batch), tf.constant([seed, start], tf.int64))
-            means.append(mean.numpy())
-            variances.append(var.numpy())
-        return np.concatenate(means), np.concatenate(variances)
+        return run_batched(self.dgp, "y_moments", self._checked(X), self.num_samples, seed, None, self.batch_size, progress=self.progress, functions=self._functions)
 
     def predictive_log_density(self, X, Y, seed: int = 0) -> np.ndarray:
         """log p(y | x) per point, [N]; −mean is the NLPD."""
-        parts = [
-            self._log_density(tf.constant(X_batch), tf.constant(Y_batch), tf.constant([seed, start], tf.int64)).numpy()
-            for start, X_batch, Y_batch in self._batches(X, Y)
-        ]
-        return np.concatenate(parts)
+        X = self._checked(X, Y)
+        return run_batched(self.dgp, "log_density", X, self.num_samples, seed, Y, self.batch_size, progress=self.progress, functions=self._functions)

@@ -2,21 +2,31 @@
 
 from __future__ import annotations
 
-from typing import Callable, List, Optional, Sequence, Tuple
+import time
+import weakref
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import gpflow
 import gpflux
 import numpy as np
 import scipy.special
 import tensorflow as tf
+import tf_keras
 from check_shapes import check_shapes
 
+from ..zonal.conditionals import fast_conditional_enabled, symmetric_variances
 from ..zonal.inducing_variables import ActivationFeature
 from .likelihoods import LIKELIHOOD_REGISTRY, likelihood_name, output_width
 from ..validation import check_inputs, check_matrix, check_targets, dgp_input_width
 
 __all__ = [
+    "DEFAULT_MEMORY_BUDGET",
+    "EFFICIENT_BATCH_BYTES",
+    "PROGRESS_AFTER_SECONDS",
     "check_dgp",
+    "resolve_model",
+    "prediction_batch_size",
+    "row_normals",
     "propagate_means",
     "sample_layers",
     "layer_moments",
@@ -73,16 +83,15 @@ def _checked_targets(dgp: gpflux.models.DeepGP, Y, num_rows: int) -> np.ndarray:
     return Y
 
 
-@check_shapes(
-    "X: [N, D]",
-)
 def propagate_means(dgp: gpflux.models.DeepGP, X, num_layers: Optional[int] = None) -> List[tf.Tensor]:
     """Each layer's posterior mean evaluated at the previous layer's mean: [N, P_ℓ] for ℓ = 1..L, or for
-    ℓ = 1..``num_layers`` only (e.g. L − 1: the inputs of the output layer).
+    ℓ = 1..``num_layers`` only (e.g. L − 1: the inputs of the output layer). ``dgp`` may be a result object
+    with a ``dgp`` and ``features(X)`` (:func:`resolve_model`).
 
     For activated GP layers with zero mean functions this is the forward pass of the network twin
     (Sec. 5.1): μ_ℓ(h) = Φ_ℓ(h) Kuu⁻¹ μ_u.
     """
+    dgp, X = resolve_model(dgp, X)
     outputs, hidden = [], checked_inputs(dgp, X)
     for layer in dgp.f_layers[:num_layers]:
         hidden, _ = layer.predict(hidden, full_cov=False, full_output_cov=False)
@@ -93,6 +102,7 @@ def propagate_means(dgp: gpflux.models.DeepGP, X, num_layers: Optional[int] = No
 def layer_inputs(dgp: gpflux.models.DeepGP, X) -> List[tf.Tensor]:
     """The input each layer sees under mean propagation: [X, μ_1(X), …, μ_(L−1)(…)], one [N, D_ℓ] per layer
     (the last one is the output layer's input)."""
+    dgp, X = resolve_model(dgp, X)
     X = checked_inputs(dgp, X)
     return [X] + propagate_means(dgp, X, num_layers=len(dgp.f_layers) - 1)
 
@@ -125,7 +135,6 @@ class SeededDraws:
 
 
 @check_shapes(
-    "X: [N, D]",
     "return[1]: [S, N, P]",
     "return[2]: [S, N, P]",
 )
@@ -134,6 +143,7 @@ def sample_layers(dgp: gpflux.models.DeepGP, X, num_samples: int, seed: Optional
     stochastic VI), and return the per-layer samples [S, N, P_ℓ] together with the last layer's
     Gaussian moments given each sample, mean and variance [S, N, P_L]."""
     num_samples = checked_num_samples(num_samples)
+    dgp, X = resolve_model(dgp, X)
     X = checked_inputs(dgp, X)
     generator = tf.random.Generator.from_seed(seed) if seed is not None else tf.random.get_global_generator()
     return propagate_samples(dgp, X, num_samples, lambda layer, shape, dtype: generator.normal(shape, dtype=dtype))
@@ -162,43 +172,336 @@ def propagate_samples(dgp: gpflux.models.DeepGP, X, num_samples: int, normal) ->
     return samples, tf.reshape(mean, shape), tf.reshape(var, shape)
 
 
-@check_shapes(
-    "X: [N, D]",
-)
-def layer_moments(dgp: gpflux.models.DeepGP, X, num_samples: int = 100, seed: Optional[int] = None) -> List[Tuple[np.ndarray, np.ndarray]]:
-    """Mean and variance of each layer's output f_ℓ(x) under the DGP posterior, [N, P_ℓ] each.
+#: The default memory budget of one batch of the Monte Carlo predictions (:func:`predict_y`,
+#: :func:`predict_class_probabilities`, :func:`predictive_log_density`, :func:`layer_moments`), in bytes: 512 MiB.
+#: The rows of X are predicted in batches of the most rows whose working set (:func:`bytes_per_row`) fits in it;
+#: each function's ``memory_budget`` keyword overrides it for one call.
+DEFAULT_MEMORY_BUDGET = 512 * 2**20
 
-    Layers 1..L−1 by Monte Carlo over ``num_samples`` propagated samples; the last layer by the law
-    of total variance over its Gaussian conditionals.
+#: The working set a batch aims at, in bytes: 80 MiB. Larger batches are slower per point, not faster: their
+#: [S·B, P·M] variance products leave the caches. On the 2-core development machine (a converted 3 × 64 network,
+#: S = 100, one row ≈ 10 MiB) batches of 4–8 rows predicted about twice as many points per second as batches of
+#: 16–52 rows. The batch size is the smaller of this target's rows and the memory budget's (at least one row).
+EFFICIENT_BATCH_BYTES = 80 * 2**20
+
+#: A prediction with ``progress=True`` shows a progress bar once it has run this many seconds with batches left (short
+#: ones, e.g. a validation score inside a training loop, stay quiet).
+PROGRESS_AFTER_SECONDS = 2.0
+
+#: The draw stream of a Monte Carlo likelihood's own draws in :class:`RowDraws` (layer ℓ's samples use stream ℓ).
+_LIKELIHOOD_STREAM = -1
+
+
+def resolve_model(model, X):
+    """The DeepGP and inputs a prediction function works on: a gpflux ``DeepGP`` with X as given, or, for any object
+    with a ``dgp`` attribute and a ``features(X)`` method (a training result whose trained feature extractor maps raw
+    inputs to the DGP's inputs, or returns X unchanged), ``(model.dgp, model.features(X))``. Anything else is
+    returned as given, for :func:`check_dgp` to name."""
+    if not isinstance(model, gpflux.models.DeepGP) and hasattr(model, "dgp") and callable(getattr(model, "features", None)):
+        return model.dgp, model.features(X)
+    return model, X
+
+
+def row_normals(seed, stream, start, num_rows, row_shape, dtype) -> tf.Tensor:
+    """Standard normals [num_rows, *row_shape] for rows start, …, start + num_rows − 1 of a prediction, row r's values
+    a function of (seed, stream, r) only.
+
+    The rows are consecutive blocks of one Philox stream keyed by (seed, stream) (TensorFlow's stateless normals,
+    Box–Muller on each 128-bit counter value: 2 float64 or 4 float32 normals per counter value; a row is padded
+    to a whole number of counter values); a batch starts the stream at its first row's counter. So the draws, and
+    the results of a prediction made from them, do not depend on how its rows are split into batches."""
+    dtype = tf.as_dtype(dtype)
+    if dtype not in (tf.float64, tf.float32):
+        raise ValueError(f"row_normals draws float64 or float32, got {dtype.name}")
+    per_counter = 2 if dtype == tf.float64 else 4
+    seed, stream, start, num_rows = (tf.cast(value, tf.int64) for value in (seed, stream, start, num_rows))
+    row_shape = tf.cast(row_shape, tf.int64)
+    width = tf.reduce_prod(row_shape)
+    padded = width + tf.math.floormod(-width, per_counter)
+    key, counter = tf.raw_ops.StatelessRandomGetKeyCounter(seed=tf.stack([seed, stream]))
+    low = counter[0] + tf.cast(start * padded // per_counter, tf.uint64)  # 128-bit counter + offset, with the carry
+    counter = tf.stack([low, counter[1] + tf.cast(low < counter[0], tf.uint64)])
+    values = tf.raw_ops.StatelessRandomNormalV2(shape=tf.reshape(num_rows * padded, [1]), key=key, counter=counter, alg=1, dtype=dtype)
+    values = tf.reshape(values, tf.stack([num_rows, padded]))[:, :width]
+    return tf.reshape(values, tf.concat([[num_rows], row_shape], 0))
+
+
+class RowDraws:
+    """The standard normal draws of rows start, …, start + B − 1 of a prediction with S samples, by
+    :func:`row_normals` (each row's draws depend on (seed, row) only): ``layer_normal(layer, shape, dtype)`` for the
+    samples of layer ``layer`` in :func:`propagate_samples` (shape [S·B, P], sample-major rows s·B + b), and
+    ``normal(shape, dtype)`` for a Monte Carlo likelihood's draws (:func:`integrate_likelihood`, shape [Q, S·B, P])."""
+
+    def __init__(self, seed, start, num_rows, num_samples: int):
+        self.seed, self.start, self.num_rows, self.num_samples = seed, start, num_rows, num_samples
+
+    def _draws(self, stream, leading, width, dtype) -> tf.Tensor:
+        """[B, *leading, S, P] normals of ``stream``."""
+        shape = tf.concat([tf.cast(leading, tf.int64), tf.cast(tf.stack([self.num_samples, width]), tf.int64)], 0)
+        return row_normals(self.seed, stream, self.start, self.num_rows, shape, dtype)
+
+    def layer_normal(self, layer, shape, dtype) -> tf.Tensor:
+        z = self._draws(layer, tf.zeros([0], tf.int64), shape[-1], dtype)  # [B, S, P]
+        return tf.reshape(tf.transpose(z, [1, 0, 2]), shape)
+
+    def normal(self, shape, dtype) -> tf.Tensor:
+        z = self._draws(_LIKELIHOOD_STREAM, shape[:1], shape[-1], dtype)  # [B, Q, S, P]
+        return tf.reshape(tf.transpose(z, [1, 2, 0, 3]), shape)
+
+
+def _likelihood_points(likelihood) -> int:
+    """Q, the points per (sample, row, output) at which the likelihood is integrated: its Monte Carlo draws or its
+    Gauss–Hermite points (1 for a closed form)."""
+    if isinstance(likelihood, gpflow.likelihoods.MonteCarloLikelihood):
+        return int(likelihood.num_monte_carlo_points)
+    if isinstance(likelihood, gpflow.likelihoods.Gaussian):
+        return 1
+    return int(getattr(getattr(likelihood, "quadrature", None), "n_gh", 20))
+
+
+def bytes_per_row(dgp: gpflux.models.DeepGP, num_samples: int) -> int:
+    """The working set of one row of X in a batched prediction with S = ``num_samples`` samples, in bytes:
+
+        S · max( max_ℓ [2 M_ℓ + 3 max(M_ℓ P_ℓ, K_ℓ) + 6 P_ℓ + D_ℓ],  P_L (Q + 4) ) · (bytes per value),
+
+    M_ℓ the inducing variables, P_ℓ the outputs and D_ℓ the input width of layer ℓ, K_ℓ = M_ℓ(M_ℓ + 1)/2 where
+    P_ℓ ≥ 2 (else 0), Q the likelihood's quadrature points or Monte Carlo draws. The middle term is the conditional's
+    variance work (:func:`activated_dgp.zonal.conditionals.whitened_marginals`): the per-output products L_pᵀA,
+    [S·B, P·M] for a batch, their squares and GPflow's broadcast [P, M, S·B] on its own path, or the K products
+    a_i a_j of the quadratic forms; the rest are Kuf and L⁻¹Kuf, the moments, draws and samples.
+    Layer 1 sees each row once, not S times: counting it S times only errs on the safe side."""
+    num_samples = checked_num_samples(num_samples)
+    itemsize = dgp.f_layers[0].q_mu.dtype.size
+    width, per_sample = dgp_input_width(dgp) or 1, 0
+    for layer in dgp.f_layers:
+        M, P = int(layer.inducing_variable.num_inducing), int(layer.num_latent_gps)
+        upper = M * (M + 1) // 2 if P >= 2 else 0  # the quadratic forms' a_i a_j (symmetric_variances)
+        per_sample = max(per_sample, 2 * M + 3 * max(M * P, upper) + 6 * P + width)
+        width = P
+    per_sample = max(per_sample, width * (_likelihood_points(dgp.likelihood_layer.likelihood) + 4))
+    return num_samples * per_sample * itemsize
+
+
+def _mib(num_bytes: float) -> str:
+    return f"{num_bytes / 2**20:,.2f} MiB"
+
+
+def prediction_batch_size(dgp: gpflux.models.DeepGP, num_samples: int, memory_budget: Optional[float] = None, num_rows: Optional[int] = None) -> int:
+    """The rows per batch of a prediction with S = ``num_samples`` samples under ``memory_budget`` bytes (default
+    :data:`DEFAULT_MEMORY_BUDGET`): ⌊min(budget, :data:`EFFICIENT_BATCH_BYTES`) / :func:`bytes_per_row`⌋ rows, at least
+    one and at most ``num_rows``. A budget too small for one row raises a ValueError that names the amount one row
+    needs."""
+    budget = DEFAULT_MEMORY_BUDGET if memory_budget is None else memory_budget
+    if isinstance(budget, bool) or not isinstance(budget, (int, float, np.integer, np.floating)) or not budget > 0 or not np.isfinite(budget):
+        raise ValueError(f"memory_budget must be a positive number of bytes, got {memory_budget!r}")
+    row = bytes_per_row(dgp, num_samples)
+    if budget < row:
+        raise ValueError(
+            f"memory_budget of {int(budget):,} bytes ({_mib(budget)}) is too small for even one row of X: one row needs "
+            f"{row:,} bytes ({_mib(row)}) with num_samples = {num_samples}; raise memory_budget to at least that, or lower num_samples"
+        )
+    size = max(1, int(min(budget, EFFICIENT_BATCH_BYTES) // row))
+    return size if num_rows is None else max(1, min(size, int(num_rows)))
+
+
+def checked_batch_size(batch_size) -> int:
+    """``batch_size`` as an int when it is an integer ≥ 1, else a ValueError naming it."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    return int(batch_size)
+
+
+class PredictionFunctions:
+    """The compiled per-batch predictions of one DeepGP with S samples. Each is a ``tf.function`` of (X [B, D][, Y],
+    seed, start) with the row draws of :class:`RowDraws`, traced once per batch shape: every batch but a single one
+    shorter than the batch size is padded to the same B rows. Built once per (DeepGP, S) by :func:`prediction_functions`;
+    parameters are read from their variables at each call."""
+
+    def __init__(self, dgp: gpflux.models.DeepGP, num_samples: int):
+        self._dgp, self.num_samples, self._compiled = weakref.ref(dgp), num_samples, {}
+
+    def __getitem__(self, name: str):
+        if name not in self._compiled:  # GPflow/gpflux code needs no AutoGraph conversion (activated_dgp.deep.layers)
+            self._compiled[name] = tf.function(getattr(self, "_" + name), reduce_retracing=True, autograph=False)
+        return self._compiled[name]
+
+    def _samples(self, X, seed, start):
+        draws = RowDraws(seed, start, tf.shape(X)[0], self.num_samples)
+        with symmetric_variances():  # no gradients here: the variances as quadratic forms, half the products' work
+            samples, mean, var = propagate_samples(self._dgp(), X, self.num_samples, draws.layer_normal)
+        return samples, mean, var, draws
+
+    def _per_sample(self, values):
+        """[S·B, …] → [S, B, …]."""
+        return tf.reshape(values, tf.concat([[self.num_samples, -1], tf.shape(values)[1:]], 0))
+
+    def _output_moments(self, X, seed, start):
+        """The output layer's moments given each sample, [S, B, P] each."""
+        _, mean, var, _ = self._samples(X, seed, start)
+        return mean, var
+
+    def _y_moments(self, X, seed, start):
+        """E[y | x] and Var[y | x], [B, P], by the law of total variance over the S samples."""
+        _, mean, var, draws = self._samples(X, seed, start)
+        width = mean.shape[-1]
+        flat = [tf.reshape(t, [-1, width]) for t in (mean, var)]
+        y_mean, y_var = integrate_likelihood(self._dgp().likelihood_layer.likelihood, "predict_mean_and_var", *flat, draws=draws)
+        y_mean, y_var = self._per_sample(y_mean), self._per_sample(y_var)
+        average = tf.reduce_mean(y_mean, 0)
+        return average, tf.reduce_mean(y_var, 0) + tf.reduce_mean(tf.square(y_mean - average), 0)
+
+    def _density_given(self, mean, var, Y, seed, start):
+        """log (1/S) Σ_s p(y | q(f_L | h^(s))), [B], from the output layer's moments [S, B, P] given each sample."""
+        draws = RowDraws(seed, start, tf.shape(Y)[0], self.num_samples)
+        width = mean.shape[-1]
+        flat = [tf.reshape(t, [-1, width]) for t in (mean, var)] + [tf.tile(tf.cast(Y, mean.dtype), [self.num_samples, 1])]
+        log_density = self._per_sample(integrate_likelihood(self._dgp().likelihood_layer.likelihood, "predict_log_density", *flat, draws=draws))
+        return tf.reduce_logsumexp(log_density, 0) - tf.math.log(tf.cast(self.num_samples, log_density.dtype))
+
+    def _log_density(self, X, Y, seed, start):
+        _, mean, var, _ = self._samples(X, seed, start)
+        return self._density_given(mean, var, Y, seed, start)
+
+    def _layer_moments(self, X, seed, start):
+        """Each layer's mean and variance over the samples, [B, P_ℓ] each; the last by the law of total variance."""
+        samples, mean, var, _ = self._samples(X, seed, start)
+        moments = [(tf.reduce_mean(s, 0), tf.math.reduce_variance(s, 0)) for s in samples]
+        average = tf.reduce_mean(mean, 0)
+        return moments + [(average, tf.reduce_mean(var, 0) + tf.reduce_mean(tf.square(mean - average), 0))]
+
+
+_FUNCTIONS: "weakref.WeakKeyDictionary[gpflux.models.DeepGP, Dict[tuple, PredictionFunctions]]" = weakref.WeakKeyDictionary()
+
+
+def prediction_functions(dgp: gpflux.models.DeepGP, num_samples: int) -> PredictionFunctions:
+    """The :class:`PredictionFunctions` of ``dgp`` with ``num_samples`` samples, kept while the DGP lives, so repeated
+    predictions reuse their traces. A new set is made when the DGP's layers or likelihood are replaced, or inside
+    :func:`activated_dgp.zonal.conditionals.gpflow_conditional` (which acts at trace time)."""
+    key = (num_samples, fast_conditional_enabled(), id(dgp.likelihood_layer.likelihood), tuple(map(id, dgp.f_layers)))
+    per_dgp = _FUNCTIONS.setdefault(dgp, {})
+    if key not in per_dgp:
+        per_dgp[key] = PredictionFunctions(dgp, num_samples)
+    return per_dgp[key]
+
+
+def padded_batches(X, batch_size: int, *arrays, dtype=None):
+    """(start, rows, X[start:start+B], *arrays' rows) for consecutive batches of ``batch_size`` rows, as contiguous
+    arrays of ``dtype`` (X may be a memmap: a batch's rows with NaN or inf are named in a ValueError); the last batch is padded to B rows by repeating its first row (so one compiled shape
+    serves every batch) unless there is only one batch. The caller keeps the first ``rows`` rows of each result."""
+    num_rows = len(X)
+    batch_size = min(batch_size, num_rows)
+    for start in range(0, num_rows, batch_size):
+        parts = [np.asarray(array[start : start + batch_size], dtype=dtype) for array in (X, *arrays)]
+        bad = ~np.all(np.isfinite(parts[0]), axis=1)
+        if np.any(bad):  # X may be a memmap that no one has read through before
+            raise ValueError(f"X contains NaN or inf in rows {(start + np.flatnonzero(bad)[:5]).tolist()}")
+        rows = len(parts[0])
+        if rows < batch_size:
+            parts = [np.concatenate([part, np.repeat(part[:1], batch_size - rows, axis=0)]) for part in parts]
+        yield (start, rows, *parts)
+
+
+def fresh_seed() -> int:
+    """A seed for an unseeded prediction, from TensorFlow's global generator (so ``tf.random.set_seed`` repeats it)."""
+    return int(tf.random.get_global_generator().uniform_full_int([], tf.int64).numpy())
+
+
+def run_batched(
+    dgp: gpflux.models.DeepGP,
+    name: str,
+    X: np.ndarray,
+    num_samples: int,
+    seed: Optional[int],
+    Y: Optional[np.ndarray] = None,
+    batch_size: Optional[int] = None,
+    memory_budget: Optional[float] = None,
+    progress: bool = True,
+    functions: Optional[PredictionFunctions] = None,
+):
+    """The compiled prediction ``name`` of :class:`PredictionFunctions` (``functions``, default the DGP's cached ones,
+    :func:`prediction_functions`) on the rows of X (and Y), batch by batch, its per-batch results concatenated along rows. The batch size is ``batch_size`` when given, else the most rows that
+    fit ``memory_budget`` (:func:`prediction_batch_size`). With ``progress`` a Keras progress bar counts the points
+    once the prediction has run :data:`PROGRESS_AFTER_SECONDS` with batches left."""
+    num_samples = checked_num_samples(num_samples)
+    seed = fresh_seed() if seed is None else seed
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise ValueError(f"seed must be an integer or None, got {seed!r}")
+    num_rows = len(X)
+    if batch_size is None:
+        batch_size = prediction_batch_size(dgp, num_samples, memory_budget, num_rows)
+    batch_size = min(checked_batch_size(batch_size), num_rows)
+    function = (prediction_functions(dgp, num_samples) if functions is None else functions)[name]
+    bar, started = None, time.perf_counter()
+    seed, parts = tf.constant(seed, tf.int64), []
+    arrays = () if Y is None else (Y,)
+    for start, rows, *batch in padded_batches(X, batch_size, *arrays, dtype=dgp.f_layers[0].q_mu.dtype.as_numpy_dtype):
+        result = function(*map(tf.constant, batch), seed, tf.constant(start, tf.int64))
+        parts.append(tf.nest.map_structure(lambda t: t.numpy()[:rows], result))
+        if bar is None and progress and start + rows < num_rows and time.perf_counter() - started > PROGRESS_AFTER_SECONDS:
+            bar = tf_keras.utils.Progbar(num_rows, unit_name="point")
+        if bar is not None:
+            bar.update(start + rows)
+    return tf.nest.map_structure(lambda *pieces: np.concatenate(pieces), *parts)
+
+
+_BATCHING = """
+    The rows of X are predicted in batches under ``memory_budget`` bytes (default :data:`DEFAULT_MEMORY_BUDGET`,
+    512 MiB; the batch size follows from S and the layers' widths, and is kept near a cache-friendly
+    :data:`EFFICIENT_BATCH_BYTES`, :func:`prediction_batch_size`; a budget too small for one row is a ValueError
+    naming what one row needs), or of ``batch_size`` rows when given. One compiled
+    function per batch shape evaluates each batch; each row's draws depend on (seed, row) only
+    (:func:`row_normals`), so the result does not depend on the batching beyond round-off. Without a seed one is
+    drawn from TensorFlow's global generator. ``progress`` (default True) shows a progress bar over the points once
+    the prediction has run :data:`PROGRESS_AFTER_SECONDS` (2 s) with batches left. ``dgp`` may also be any object with a ``dgp`` attribute and a ``features(X)``
+    method (e.g. a two-stage training result): the prediction is then ``obj.dgp``'s at ``obj.features(X)``."""
+
+
+def _with_batching(function):
+    function.__doc__ += _BATCHING
+    return function
+
+
+def _prepared(dgp, X):
+    """(DeepGP, checked X as a NumPy array) for a prediction function (:func:`resolve_model`, :func:`checked_inputs`)."""
+    dgp, X = resolve_model(dgp, X)
+    check_dgp(dgp)
+    width = dgp_input_width(dgp)
+    return dgp, (check_matrix(X, "X") if width is None else check_inputs(X, width, "X"))
+
+
+@_with_batching
+def layer_moments(
+    dgp: gpflux.models.DeepGP, X, num_samples: int = 100, seed: Optional[int] = None, batch_size: Optional[int] = None,
+    *, memory_budget: Optional[float] = None, progress: bool = True,
+) -> List[Tuple[np.ndarray, np.ndarray]]:
+    """Mean and variance of each layer's output f_ℓ(x) under the DGP posterior, [N, P_ℓ] each (the latent
+    moments; ``predict_f`` of the DGP is the last pair).
+
+    Layers 1..L−1 by Monte Carlo over ``num_samples`` propagated samples; the last layer in closed form given
+    each sample, by the law of total variance over its Gaussian conditionals.
     """
-    samples, mean, var = sample_layers(dgp, X, num_samples, seed)
-    moments = [(np.mean(s.numpy(), 0), np.var(s.numpy(), 0)) for s in samples]
-    mean, var = mean.numpy(), var.numpy()
-    moments.append((mean.mean(0), var.mean(0) + mean.var(0)))
-    return moments
+    dgp, X = _prepared(dgp, X)
+    return run_batched(dgp, "layer_moments", X, num_samples, seed, None, batch_size, memory_budget, progress)
 
 
 @check_shapes(
-    "X: [N, D]",
     "return: [N]",
 )
-def predictive_log_density(dgp: gpflux.models.DeepGP, X, Y, num_samples: int = 100, seed: Optional[int] = None) -> np.ndarray:
+@_with_batching
+def predictive_log_density(
+    dgp: gpflux.models.DeepGP, X, Y, num_samples: int = 100, seed: Optional[int] = None, batch_size: Optional[int] = None,
+    *, memory_budget: Optional[float] = None, progress: bool = True,
+) -> np.ndarray:
     """log p(y | x) ≈ log (1/S) Σ_s p(y | f_L^(s)), per point [N]; −mean of it is the NLPD.
 
     Each sample s propagates through layers 1..L−1; the last layer's Gaussian q(f_L | h^(s)) is
     integrated against the likelihood analytically or by GPflow's quadrature
-    (``likelihood.predict_log_density``); then log-mean-exp over s. With a ``seed`` a Monte Carlo
-    likelihood's (softmax) own draws are seeded too (:func:`integrate_likelihood`): the result repeats exactly.
+    (``likelihood.predict_log_density``); then log-mean-exp over s. A Monte Carlo likelihood's (softmax) own
+    draws are row draws of the same seed (:func:`integrate_likelihood`): a seeded result repeats exactly.
     """
-    _, mean, var = sample_layers(dgp, X, num_samples, seed)
-    Y = tf.convert_to_tensor(_checked_targets(dgp, Y, int(mean.shape[1])), dtype=mean.dtype)
-    return _sample_mean_density(dgp.likelihood_layer.likelihood, mean, var, Y, likelihood_draws(seed)).numpy()
-
-
-def _sample_mean_density(likelihood, mean, var, Y, draws) -> tf.Tensor:
-    """log (1/S) Σ_s p(y | q(f_L | h^(s))), [N], from the output layer's moments [S, N, P] given each sample."""
-    log_densities = integrate_per_sample(likelihood, "predict_log_density", mean, var, Y, draws)
-    return tf.reduce_logsumexp(log_densities, axis=0) - np.log(int(mean.shape[0]))
+    dgp, X = _prepared(dgp, X)
+    Y = _checked_targets(dgp, Y, len(X))
+    return run_batched(dgp, "log_density", X, num_samples, seed, Y, batch_size, memory_budget, progress)
 
 
 def integrate_per_sample(likelihood, method: str, mean, var, Y=None, draws: Optional[tf.random.Generator] = None):
@@ -231,37 +534,37 @@ def seeded_log_density(dgp: gpflux.models.DeepGP, X, Y, num_samples: int, seed: 
     each call*: for many evaluations of one model on the same data and draws (common random numbers) while
     its parameters are assigned between them (e.g. :func:`activated_dgp.deep.variance_selection.select_kernel_variances`).
 
-    The inputs are checked once; every call resets the layer draws' generator to ``seed`` and the likelihood
-    draws' to its split (:func:`likelihood_draws`), so each call sees exactly the draws the eager function
-    sees, and returns the same [N] values up to rounding. One trace serves every call: parameters are read
-    from their variables. A call that fails a numerics check or returns a non-finite value re-checks the DGP's
-    state (:func:`check_dgp`), which names a parameter that became NaN.
+    The inputs are checked once; every call evaluates the same compiled batches with the same row draws
+    (:func:`row_normals`) as :func:`predictive_log_density` with that seed, and returns the same [N] values.
+    Parameters are read from their variables. A call that fails a numerics check or returns a non-finite value
+    re-checks the DGP's state (:func:`check_dgp`), which names a parameter that became NaN.
 
     Called with ``noise_variances`` (a Gaussian likelihood only), it returns one [N] array per σ² in the list:
-    the layers are sampled once and only the likelihood's term, log (1/S) Σ_s N(y | m_s, v_s + σ²), is
+    the layers are sampled once per batch and only the likelihood's term, log (1/S) Σ_s N(y | m_s, v_s + σ²), is
     re-evaluated, with the likelihood's variance restored afterwards (:func:`at_noise_variances`)."""
-    draws, num_samples = SeededDraws(seed), checked_num_samples(num_samples)
-    X = checked_inputs(dgp, X)
-    Y = tf.convert_to_tensor(_checked_targets(dgp, Y, int(X.shape[0])), dtype=X.dtype)
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise ValueError(f"seed must be an integer, got {seed!r}")
+    num_samples = checked_num_samples(num_samples)
+    dgp, X = _prepared(dgp, X)
+    Y = _checked_targets(dgp, Y, len(X))
     likelihood = dgp.likelihood_layer.likelihood
-
-    @tf.function(autograph=False)  # GPflow/gpflux code needs no AutoGraph conversion (activated_dgp.deep.layers)
-    def output_moments():
-        _, mean, var = propagate_samples(dgp, X, num_samples, draws.normal)
-        return mean, var
-
-    @tf.function(autograph=False)
-    def log_density(mean, var):
-        return _sample_mean_density(likelihood, mean, var, Y, draws.likelihood)
+    functions = prediction_functions(dgp, num_samples)
+    batch_size = prediction_batch_size(dgp, num_samples, num_rows=len(X))
+    dtype = dgp.f_layers[0].q_mu.dtype.as_numpy_dtype
+    batches = [(rows, tf.constant(x), tf.constant(y), tf.constant(start, tf.int64)) for start, rows, x, y in padded_batches(X, batch_size, Y, dtype=dtype)]
+    seed = tf.constant(seed, tf.int64)
 
     def evaluate(noise_variances: Optional[Sequence[float]] = None):
-        draws.reset(draws.seed)
         try:
-            mean, var = output_moments()
             if noise_variances is None:
-                values = log_density(mean, var).numpy()
+                values = np.concatenate([functions["log_density"](x, y, seed, start).numpy()[:rows] for rows, x, y, start in batches])
             else:
-                values = [value.numpy() for value in at_noise_variances(likelihood, noise_variances, lambda: log_density(mean, var))]
+                per_batch = []
+                for rows, x, y, start in batches:
+                    mean, var = functions["output_moments"](x, seed, start)
+                    terms = at_noise_variances(likelihood, noise_variances, lambda: functions["density_given"](mean, var, y, seed, start))
+                    per_batch.append([term.numpy()[:rows] for term in terms])
+                values = [np.concatenate(parts) for parts in zip(*per_batch)]
         except tf.errors.InvalidArgumentError:  # a numerics check inside the graph: name the parameter if that is why
             check_dgp(dgp)
             raise
@@ -319,50 +622,44 @@ def integrate_likelihood(likelihood, method: str, mean, var, Y=None, draws: Opti
 
 
 @check_shapes(
-    "X: [N, D]",
     "return[0]: [N, P]",
     "return[1]: [N, P]",
 )
+@_with_batching
 def predict_y(
-    dgp: gpflux.models.DeepGP, X, num_samples: int = 100, seed: Optional[int] = None, batch_size: Optional[int] = None
+    dgp: gpflux.models.DeepGP, X, num_samples: int = 100, seed: Optional[int] = None, batch_size: Optional[int] = None,
+    *, memory_budget: Optional[float] = None, progress: bool = True,
 ) -> Tuple[np.ndarray, np.ndarray]:
-    """Predictive mean and variance of y, [N, P], by the law of total variance over samples.
+    """Predictive mean and variance of y, [N, P], by the law of total variance over samples:
 
-    With ``batch_size`` the rows of X are predicted in batches of that many (memory ∝ batch_size ·
-    num_samples); batch b starting at row r uses seed ``seed + r``, so the result does not depend on
-    ``batch_size`` beyond the Monte Carlo draws, and with one batch it equals the unbatched call.
+        E[y | x] ≈ (1/S) Σ_s m_s(x),   Var[y | x] ≈ (1/S) Σ_s v_s(x) + (1/S) Σ_s m_s(x)² − E[y | x]²,
+
+    (m_s, v_s) the moments of y given the output layer's Gaussian q(f_L | h^(s)), h^(s) the s-th sample propagated
+    through layers 1..L−1 (the output layer needs no samples: its moments are closed forms given its input).
+    Cost per point: S samples through L layers, i.e. about S forward passes of the network twin, plus the
+    variance work of each layer, about S · M_ℓ²/2 · (P_ℓ + 2) multiply-adds (the triangular solve and one quadratic
+    form per output, :func:`activated_dgp.zonal.conditionals.symmetric_variances`; layer 1 once, its input is x).
     """
-    if batch_size is not None:
-        if int(batch_size) != batch_size or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-        X = np.asarray(X)
-        parts = [
-            predict_y(dgp, X[start : start + batch_size], num_samples, None if seed is None else seed + start)
-            for start in range(0, len(X), int(batch_size))
-        ]
-        return np.concatenate([m for m, _ in parts]), np.concatenate([v for _, v in parts])
-    likelihood = dgp.likelihood_layer.likelihood
-    _, mean, var = sample_layers(dgp, X, num_samples, seed)
-    draws = likelihood_draws(seed)
-    y_mean, y_var = (part.numpy() for part in integrate_per_sample(likelihood, "predict_mean_and_var", mean, var, draws=draws))
-    return y_mean.mean(0), y_var.mean(0) + y_mean.var(0)
+    dgp, X = _prepared(dgp, X)
+    return run_batched(dgp, "y_moments", X, num_samples, seed, None, batch_size, memory_budget, progress)
 
 
 @check_shapes(
-    "X: [N, D]",
     "return: [N, C]",
 )
+@_with_batching
 def predict_class_probabilities(
-    dgp: gpflux.models.DeepGP, X, num_samples: int = 100, seed: Optional[int] = None, batch_size: Optional[int] = None
+    dgp: gpflux.models.DeepGP, X, num_samples: int = 100, seed: Optional[int] = None, batch_size: Optional[int] = None,
+    *, memory_budget: Optional[float] = None, progress: bool = True,
 ) -> np.ndarray:
     """p(y = c | x), [N, C] (C = 1 for Bernoulli: p(y = 1 | x)), averaged over propagated samples
-    (``batch_size`` as in :func:`predict_y`), clipped to [0, 1]: the likelihoods' quadrature can round a
-    certain prediction to 1 + 2e-16, which plotting tools then leave blank."""
-    return np.clip(predict_y(dgp, X, num_samples, seed, batch_size)[0], 0.0, 1.0)
+    (:func:`predict_y`'s mean), clipped to [0, 1]: the likelihoods' quadrature can round a certain prediction to
+    1 + 2e-16, which plotting tools then leave blank."""
+    mean, _ = predict_y(dgp, X, num_samples, seed, batch_size, memory_budget=memory_budget, progress=progress)
+    return np.clip(mean, 0.0, 1.0)
 
 
 @check_shapes(
-    "X: [N, D]",
     "return: [N]",
 )
 def ensemble_log_density(dgps: Sequence[gpflux.models.DeepGP], X, Y, num_samples: int = 100, seed: Optional[int] = None) -> np.ndarray:
@@ -375,12 +672,11 @@ def ensemble_log_density(dgps: Sequence[gpflux.models.DeepGP], X, Y, num_samples
     trained through stage 2."""
     if len(dgps) == 0:
         raise ValueError("an ensemble needs at least one DeepGP")
-    members = [predictive_log_density(dgp, X, Y, num_samples, None if seed is None else seed + k) for k, dgp in enumerate(dgps)]
+    members = [predictive_log_density(dgp, X, Y, num_samples, None if seed is None else seed + k, progress=False) for k, dgp in enumerate(dgps)]
     return scipy.special.logsumexp(np.stack(members), axis=0) - np.log(len(dgps))
 
 
 @check_shapes(
-    "X: [N, D]",
     "return[0]: [N, P]",
     "return[1]: [N, P]",
 )
@@ -389,7 +685,7 @@ def ensemble_predict_y(dgps: Sequence[gpflux.models.DeepGP], X, num_samples: int
     E[y] = (1/K) Σ_k m_k, Var[y] = (1/K) Σ_k (v_k + m_k²) − E[y]², with (m_k, v_k) from :func:`predict_y`."""
     if len(dgps) == 0:
         raise ValueError("an ensemble needs at least one DeepGP")
-    moments = [predict_y(dgp, X, num_samples, None if seed is None else seed + k) for k, dgp in enumerate(dgps)]
+    moments = [predict_y(dgp, X, num_samples, None if seed is None else seed + k, progress=False) for k, dgp in enumerate(dgps)]
     means = np.stack([m for m, _ in moments])
     variances = np.stack([v for _, v in moments])
     return means.mean(0), variances.mean(0) + means.var(0)

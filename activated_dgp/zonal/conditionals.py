@@ -36,6 +36,7 @@ import warnings
 from typing import Iterator, Optional
 
 import gpflow
+import numpy as np
 import tensorflow as tf
 from check_shapes import check_shapes
 from gpflow.base import MeanAndVariance
@@ -46,9 +47,23 @@ from gpflow.covariances import Kuf, Kuu
 
 from .inducing_variables import ActivationFeature
 
-__all__ = ["SharedActivationFeature", "whitened_marginals", "gpflow_conditional", "fast_conditional_enabled"]
+__all__ = ["SharedActivationFeature", "whitened_marginals", "gpflow_conditional", "fast_conditional_enabled", "symmetric_variances"]
 
 _enabled = True
+_symmetric = False
+
+
+@contextlib.contextmanager
+def symmetric_variances() -> Iterator[None]:
+    """Within this context, graphs traced for activated layers with P ≥ 2 outputs form the variances as quadratic
+    forms over the upper triangle (:func:`whitened_marginals`): about half the multiply-adds of the P products
+    L_pᵀA. For predictions (no gradients are needed there; the training step keeps the products). Acts at trace time."""
+    global _symmetric
+    previous, _symmetric = _symmetric, True
+    try:
+        yield
+    finally:
+        _symmetric = previous
 
 
 def fast_conditional_enabled() -> bool:
@@ -95,7 +110,12 @@ def whitened_marginals(Kmn: tf.Tensor, Kmm: tf.Tensor, Knn: tf.Tensor, f: tf.Ten
         A = L⁻¹ Kmn (L = chol(Kmm)),  mean = Aᵀ f,  var[n, p] = Knn[n] − ‖A[:, n]‖² + ‖(L_pᵀ A)[:, n]‖²,
 
     L_p the lower triangle of q_sqrt[p] (as GPflow's ``base_conditional(..., white=True)``, full_cov=False). The P
-    products L_pᵀA are one [N', M] · [M, P·M] matrix product over the N' = |batch|·N flattened rows."""
+    products L_pᵀA are one [N', M] · [M, P·M] matrix product over the N' = |batch|·N flattened rows.
+
+    Inside :func:`symmetric_variances` (P ≥ 2, M known when traced) the last two terms are one quadratic form per
+    output, var[n, p] = Knn[n] + a_nᵀ (L_p L_pᵀ − I) a_n = Knn[n] + Σ_(i≤j) (2 − δ_ij) a_i a_j (L_p L_pᵀ − I)_ij: the
+    M(M+1)/2 products a_i a_j of each row times a [M(M+1)/2, P] matrix, about half the multiply-adds of L_pᵀA
+    (M(M+1)/2 · (P + 1) against P M² per row); same value up to round-off."""
     num_inducing, num_outputs = tf.shape(Kmm)[0], tf.shape(f)[-1]
     out_shape = tf.concat([tf.shape(Knn), [num_outputs]], 0)  # [batch..., N, P]
     Kmn = tf.reshape(Kmn, [num_inducing, -1])  # [M, N']: the rows of every leading index, no copy
@@ -103,6 +123,17 @@ def whitened_marginals(Kmn: tf.Tensor, Kmm: tf.Tensor, Knn: tf.Tensor, f: tf.Ten
     Lm = tf.linalg.cholesky(Kmm)
     A = tf.linalg.triangular_solve(Lm, Kmn, lower=True)  # [M, N']
     mean = tf.matmul(A, f, transpose_a=True)  # [N', P]
+    M, P = Kmm.shape[0], f.shape[-1]
+    if _symmetric and M is not None and P is not None and P >= 2:
+        with tf.name_scope("symmetric_variances"):
+            L = tf.linalg.band_part(q_sqrt, -1, 0)
+            C = tf.matmul(L, L, transpose_b=True) - tf.eye(M, dtype=L.dtype)  # [P, M, M]: L_p L_pᵀ − I
+            rows, cols = np.triu_indices(M)
+            weights = tf.constant(np.where(rows == cols, 1.0, 2.0)[:, None], dtype=L.dtype)
+            C_upper = tf.transpose(tf.gather(tf.reshape(C, [P, M * M]), rows * M + cols, axis=1)) * weights  # [K, P]
+            products = tf.gather(A, rows) * tf.gather(A, cols)  # [K, N']: a_i a_j, i ≤ j
+            var = Knn[:, None] + tf.matmul(products, C_upper, transpose_a=True)  # [N', P]
+        return tf.reshape(mean, out_shape), tf.reshape(var, out_shape)
     with tf.name_scope("q_sqrt_products"):
         L = tf.linalg.band_part(q_sqrt, -1, 0)  # [P, M, M], lower triangle as in GPflow
         stacked = tf.reshape(tf.transpose(L, [1, 0, 2]), [num_inducing, -1])  # [M, P·M]: [j, p·M + i] = L_p[j, i]
