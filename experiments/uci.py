@@ -814,11 +814,79 @@ def markdown(rows: Sequence[Dict], records: Sequence[Dict]) -> str:
 
 #: The DUN paper's results on the gap splits (Antorán, Allingham & Hernández-Lobato 2020, "Depth Uncertainty in
 #: Neural Networks"; printed by experiments/regression_and_image_PLOTS.ipynb of their repository cambridge-mlg/DUN):
-#: dataset folder → method → (test log-likelihood mean, its standard error, test RMSE mean, its standard error),
-#: original units, over all of the set's gap splits. Not copied yet (the repository was out of reach): the page shows
-#: the columns as missing until it is filled. Displayed beside this study's records; never used to test anything.
-PUBLISHED_GAP: Dict[str, Dict[str, tuple]] = {}
-PUBLISHED_GAP_METHODS = ("MC dropout", "deep ensemble", "MFVI", "DUN")
+#: The DUN paper's gap-split results (Antorán, Allingham & Hernández-Lobato 2020; their repository cambridge-mlg/DUN,
+#: experiments/regression_and_image_PLOTS.ipynb, the appendix table printed by ``make_uci_appendix_tables(reg_df,
+#: gap=True)``, ResNet columns): dataset folder → method → (test log-likelihood mean, its standard deviation over
+#: the set's gap splits, test RMSE mean, its standard deviation), original units, as published (standard
+#: deviations, not standard errors). Their protocol: training-split standardisation, 15 % of each training split
+#: held out for validation, width-100 networks, 5-member ensembles, 10 dropout samples. Displayed beside this
+#: study's records; never used to test anything.
+PUBLISHED_GAP: Dict[str, Dict[str, tuple]] = {
+    'bostonHousing': {
+        'NN (SGD)': (-4.217, 1.876, 4.593, 2.927),
+        'MC dropout': (-4.001, 1.814, 3.597, 0.684),
+        'deep ensemble': (-3.106, 1.481, 3.512, 0.573),
+        'MFVI': (-2.703, 0.072, 3.756, 0.418),
+        'DUN': (-3.107, 0.593, 3.636, 0.493),
+    },
+    'concrete': {
+        'NN (SGD)': (-4.839, 1.585, 7.367, 0.866),
+        'MC dropout': (-5.170, 1.376, 7.064, 0.921),
+        'deep ensemble': (-3.631, 0.523, 6.853, 0.796),
+        'MFVI': (-3.460, 0.177, 7.548, 0.865),
+        'DUN': (-4.222, 0.818, 7.196, 0.821),
+    },
+    'energy': {
+        'NN (SGD)': (-15.295, 26.058, 3.061, 2.880),
+        'MC dropout': (-8.102, 13.796, 2.874, 2.254),
+        'deep ensemble': (-5.423, 7.290, 3.364, 3.696),
+        'MFVI': (-9.093, 10.573, 8.614, 9.390),
+        'DUN': (-10.730, 13.477, 2.938, 3.017),
+    },
+    'kin8nm': {
+        'NN (SGD)': (0.991, 0.131, 0.085, 0.007),
+        'MC dropout': (1.215, 0.049, 0.071, 0.003),
+        'deep ensemble': (0.315, 2.397, 1.632, 4.418),
+        'MFVI': (0.942, 0.240, 0.095, 0.025),
+        'DUN': (1.029, 0.133, 0.080, 0.006),
+    },
+    'naval-propulsion-plant': {
+        'NN (SGD)': (-60.470, 53.213, 0.020, 0.009),
+        'MC dropout': (-523.856, 570.116, 0.034, 0.018),
+        'deep ensemble': (-4.573, 7.496, 0.018, 0.009),
+        'MFVI': (-15.208, 43.758, 0.033, 0.041),
+        'DUN': (-16.279, 19.437, 0.022, 0.014),
+    },
+    'power-plant': {
+        'NN (SGD)': (-3.022, 0.141, 4.621, 0.339),
+        'MC dropout': (-3.178, 0.224, 4.688, 0.335),
+        'deep ensemble': (-2.904, 0.110, 4.369, 0.383),
+        'MFVI': (-2.980, 0.184, 4.680, 0.703),
+        'DUN': (-2.998, 0.325, 4.299, 0.416),
+    },
+    'protein-tertiary-structure': {
+        'NN (SGD)': (-3.554, 0.408, 5.171, 0.632),
+        'MC dropout': (-3.459, 0.444, 5.133, 0.636),
+        'deep ensemble': (-3.071, 0.261, 4.801, 0.599),
+        'MFVI': (-3.083, 0.086, 5.115, 0.298),
+        'DUN': (-3.835, 0.998, 5.206, 0.780),
+    },
+    'wine-quality-red': {
+        'NN (SGD)': (-2.026, 1.130, 0.731, 0.070),
+        'MC dropout': (-1.267, 0.677, 0.660, 0.040),
+        'deep ensemble': (-1.126, 0.137, 0.673, 0.039),
+        'MFVI': (-0.965, 0.033, 0.632, 0.029),
+        'DUN': (-1.417, 0.474, 0.697, 0.043),
+    },
+    'yacht': {
+        'NN (SGD)': (-2.442, 0.520, 2.214, 0.793),
+        'MC dropout': (-2.344, 0.995, 2.290, 2.108),
+        'deep ensemble': (-2.568, 1.250, 1.841, 0.836),
+        'MFVI': (-2.114, 0.399, 1.836, 0.712),
+        'DUN': (-2.122, 0.584, 1.851, 0.750),
+    },
+}
+PUBLISHED_GAP_METHODS = ('NN (SGD)', 'MC dropout', 'deep ensemble', 'MFVI', 'DUN')
 
 
 def _best_by_set(records: Sequence[Dict], datasets: Sequence[str], metric: str) -> List[str]:
@@ -887,7 +955,8 @@ def gap_diagnosis_markdown(records: Sequence[Dict], datasets: Sequence[str], met
 def published_gap_markdown(datasets: Sequence[str]) -> List[str]:
     """The DUN paper's gap-split columns (:data:`PUBLISHED_GAP`), or a marked row of gaps where they are missing."""
     out = ["**Published (DUN paper, Antorán et al. 2020; original units, 15 % of each training split held out for "
-           "validation)**: test log-likelihood (= −NLPD) / RMSE, mean ± SE over the set's gap splits", ""]
+           "validation)**: test log-likelihood (= −NLPD) / RMSE, mean ± standard deviation (not SE) over the set's gap "
+           "splits, as published", ""]
     if not PUBLISHED_GAP:
         out += ["> **MISSING**: the published columns are not in this project yet (their repository, cambridge-mlg/DUN, "
                 "was out of reach). Fill `PUBLISHED_GAP` in experiments/uci.py from the results notebook; the table below "
@@ -898,7 +967,7 @@ def published_gap_markdown(datasets: Sequence[str]) -> List[str]:
         cells = []
         for m in PUBLISHED_GAP_METHODS:
             value = PUBLISHED_GAP.get(d, {}).get(m)
-            cells.append(f"{value[0]:.2f} ± {value[1]:.2f} / {value[2]:.3g} ± {value[3]:.2g}" if value else "missing")
+            cells.append(f"{value[0]:.3f} ± {value[1]:.3f} / {value[2]:.3g} ± {value[3]:.2g}" if value else "missing")
         out.append(f"| {d} | " + " | ".join(cells) + " |")
     return out + [""]
 
@@ -922,7 +991,7 @@ def gap_markdown(rows: Sequence[Dict], records: Sequence[Dict]) -> str:
     ):
         out += _metric_table(table, datasets, methods, metric, title)
     out += gap_diagnosis_markdown(records, datasets, methods)
-    out += published_gap_markdown(datasets)
+    out += published_gap_markdown(_in_order(set(PUBLISHED_GAP) | set(datasets)))
     out += _seconds_table(table, datasets, methods)
     subset = ", ".join(f"{d} splits 0–{k - 1}" for d, k in GAP_DEFAULT_MAX_SPLITS.items())
     out += [f"Splits run by default: every gap split of each set (one per input feature), except {subset}: the splits of "
