@@ -114,3 +114,35 @@ def test_relu_kernel_option_is_checked():
         dgp_from_keras(network, 10, relu_kernel="cosine")
     with pytest.raises(ValueError, match="far_field"):
         dgp_from_keras(network, 10, X=np.zeros((3, 2)), relu_kernel="matched", far_field=True)
+
+
+def test_a_converted_relu_mlp_with_matched_kernels_and_elbo_variances_predicts_like_its_network():
+    """Bare conversion (no refit) of a small trained 2-hidden-layer ReLU MLP with biases, matched kernels and each
+    layer's v chosen by the ELBO: sampled predictions (predict_y) within 1.1× the network's test RMSE, the bound the
+    choice rule of benchmarks/bare_relu_conversion.py asks of a remedy."""
+    from activated_dgp import predict_y
+    from activated_dgp.deep.variance_selection import select_kernel_variances
+
+    rng = np.random.default_rng(0)
+    X, X_test = rng.uniform(-2, 2, size=(200, 2)), rng.uniform(-2, 2, size=(200, 2))
+    f = lambda X: np.sin(2 * X[:, :1]) + 0.5 * X[:, 1:] * np.cos(X[:, :1])  # noqa: E731
+    Y, Y_test = f(X) + 0.1 * rng.normal(size=(200, 1)), f(X_test) + 0.1 * rng.normal(size=(200, 1))
+    tf_keras.utils.set_random_seed(0)
+    network = tf_keras.Sequential([tf_keras.Input((2,)), tf_keras.layers.Dense(16, "relu"),
+                                   tf_keras.layers.Dense(16, "relu"), tf_keras.layers.Dense(1)])
+    network.compile(tf_keras.optimizers.Adam(0.01), "mse")
+    network.fit(X, Y, epochs=150, batch_size=50, verbose=0)
+    net_rmse = np.sqrt(np.mean((network(X_test).numpy() - Y_test) ** 2))
+    with pytest.warns(UserWarning, match="KL"):
+        dgp = dgp_from_keras(network, len(X), truncation_level=20, relu_kernel="matched").dgp
+    select_kernel_variances(dgp, X, Y)
+    mean, _ = predict_y(dgp, X_test, seed=0)
+    assert np.sqrt(np.mean((mean - Y_test) ** 2)) <= 1.1 * net_rmse
+
+
+def test_a_dgp_with_matched_kernels_is_not_saved_silently_as_arc_cosine(tmp_path):
+    from activated_dgp import save_dgp
+
+    report = dgp_from_keras(small_relu_network(np.random.default_rng(5)), 10, truncation_level=6, relu_kernel="matched")
+    with pytest.raises(ValueError, match="ZonalMatchedKernel"):
+        save_dgp(report.dgp, str(tmp_path / "matched"))
