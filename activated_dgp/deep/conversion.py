@@ -41,6 +41,7 @@ from .likelihoods import likelihood_name
 from .prediction import propagate_means
 from .posterior_mean import UnrepresentableMean, mean_kl, set_posterior_mean_weights
 from .variance_selection import VarianceSelection, select_kernel_variances
+from ..zonal.kernels import ZonalMatchedKernel
 from ..zonal.spectra import ACTIVATION_REGISTRY, resolve_activation
 from ..validation import check_inputs
 
@@ -441,6 +442,14 @@ def _mismatch(difference: np.ndarray):
     return float(np.max(np.abs(difference))), float(np.sqrt(np.mean(difference**2)))
 
 
+def _matched_kernel(kernel):
+    """A :class:`ZonalMatchedKernel` for ReLU units with the arc-cosine ``kernel``'s d, Ñ, v and ℓ."""
+    return ZonalMatchedKernel(
+        kernel.input_dim, kernel.truncation_level, variance=float(kernel.variance.numpy()),
+        lengthscales=kernel.lengthscales.numpy(), activation="relu", bias=kernel.bias, threshold=kernel.threshold,
+    )
+
+
 def dgp_from_keras(
     network: tf_keras.Model,
     num_data: int,
@@ -455,6 +464,7 @@ def dgp_from_keras(
     truncation_level: int = 20,
     ridge: float = 1e-8,
     far_field=False,
+    relu_kernel: str = "arc_cosine",
 ) -> ConversionReport:
     """An activated DeepGP whose mean propagation is the network's forward pass (Sec. 5.1).
 
@@ -485,8 +495,19 @@ def dgp_from_keras(
         record is in ``ConversionReport.variance_selection``).
     :param far_field: True or a dict (``order``, ``scale``): give the output layer the far-field residual
         (:func:`activated_dgp.deep.far_field.add_far_field`, constants from ``X``); the mean is unchanged.
+    :param relu_kernel: the kernel of GP layers made from Dense ReLU units: ``"arc_cosine"`` (default, the
+        paper's :class:`~activated_dgp.zonal.kernels.ZonalArcCosine`, λ_n = 2d σ_n²) or ``"matched"``
+        (:class:`~activated_dgp.zonal.kernels.ZonalMatchedKernel`, λ_n ∝ |σ_n| with s(1) = 1: the same prior
+        variance k(x, x) = v‖x̃‖², a ReLU unit's squared RKHS norm (Σ_n |σ_n| N_n^d)² instead of
+        Σ_(σ_n≠0) N_n^d/(2d), hence a far smaller KL for the converted means; docs/activated_dgp.md, "Converting
+        plain ReLU networks"). Layers of other units keep the arc-cosine kernel. A DGP with matched kernels is not
+        rebuilt by the builders (persistence and introspection expect ZonalArcCosine) and takes no ``far_field``.
     """
     far_field = far_field_options(far_field)
+    if relu_kernel not in ("arc_cosine", "matched"):
+        raise ValueError(f"relu_kernel must be 'arc_cosine' or 'matched', got {relu_kernel!r}")
+    if relu_kernel == "matched" and far_field is not None:
+        raise ValueError("far_field needs the arc-cosine kernel in the output layer; use relu_kernel='arc_cosine' with it")
     if far_field is not None and X is None:
         raise ValueError("far_field needs the data X (the residual's centre, radius and variance come from it)")
     select = isinstance(kernel_variance, str)
@@ -508,6 +529,8 @@ def dgp_from_keras(
     hidden_net, records = hidden_dgp, []
     for index, (plan, layer) in enumerate(zip(plans, dgp.f_layers)):
         feature = layer.inducing_variable.inducing_variable
+        if relu_kernel == "matched" and plan.units.map == "truncation":  # Dense ReLU units
+            layer.kernel.kernel = _matched_kernel(layer.kernel.kernel)
         feature.W.assign(plan.units.W.astype(feature.W.dtype.as_numpy_dtype))
         B, bias, refit = plan.B, plan.bias, plan.units.map != "exact" and hidden_dgp is not None
         if hidden_dgp is not None:

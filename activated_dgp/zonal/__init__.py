@@ -11,7 +11,7 @@ Modules, each importing only from those above it:
   (:class:`ZonalActivation`, :data:`ACTIVATION_REGISTRY`, :func:`register_activation`,
   :func:`activation_coefficients`, :func:`relu_coefficients`, :func:`arc_cosine_coefficients`,
   :func:`arc_cosine_shape`, :func:`zonal_matern52_shape`);
-* :mod:`~activated_dgp.zonal.kernels` — :class:`ZonalArcCosine`, :class:`ZonalKernel`;
+* :mod:`~activated_dgp.zonal.kernels` — :class:`ZonalArcCosine`, :class:`ZonalKernel`, :class:`ZonalMatchedKernel` (λ_n ∝ |σ_n|);
 * :mod:`~activated_dgp.zonal.inducing_variables` — :class:`ActivationFeature`;
 * :mod:`~activated_dgp.zonal.covariances` — Kuu and Kuf, registered with ``gpflow.covariances``
   (:func:`basis_coefficients`, :func:`inducing_coefficients`);
@@ -27,7 +27,7 @@ Renamed names (the old ones still resolve from ``activated_dgp`` and their modul
 from . import conditionals as _conditionals  # noqa: F401  (registers the activated layers' conditional)
 from .covariances import basis_coefficients, inducing_coefficients
 from .inducing_variables import ActivationFeature
-from .kernels import ZonalArcCosine, ZonalKernel
+from .kernels import ZonalArcCosine, ZonalKernel, ZonalMatchedKernel
 from .spectra import (
     ACTIVATION_REGISTRY,
     DEFAULT_ACTIVATION,
@@ -45,6 +45,7 @@ from .spherical import gegenbauer_series, num_harmonics, use_xla_for_gegenbauer
 __all__ = [
     "ZonalArcCosine",
     "ZonalKernel",
+    "ZonalMatchedKernel",
     "ActivationFeature",
     "basis_coefficients",
     "inducing_coefficients",
