@@ -21,10 +21,14 @@ if none qualifies, report that plainly and change nothing in the defaults.
 ("Cheaper": the shorter conversion time on concrete.) Run from the repository root (a few minutes on two cores):
 
     TF_CPP_MIN_LOG_LEVEL=3 ADGP_DATA_DIR=../shared/data python -m benchmarks.bare_relu_conversion \\
-        [--truncation 4 10 20] [--epochs 200] [--concrete-epochs 1000] [--problems toy concrete]
+        [--truncation 4 10 20] [--epochs 200] [--concrete-epochs 1000] [--problems toy concrete] \\
+        [--out docs/results/relu_conversion.jsonl]
+
+Each measured row is appended to ``--out`` as one JSON line; docs/activated_dgp.md's table comes from those records.
 """
 
 import argparse
+import json
 import os
 import time
 import warnings
@@ -100,6 +104,11 @@ def measure(network, X, Y, X_test, Y_test, candidate: str, level: int) -> dict:
                 variances=variances)
 
 
+def _plain(value):
+    """A JSON-ready copy of a measured value: numbers as floats, sequences as lists of floats."""
+    return float(value) if np.isscalar(value) else [float(x) for x in value]
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--truncation", type=int, nargs="+", default=[4, 10, 20])
@@ -107,6 +116,8 @@ def main():
     parser.add_argument("--concrete-epochs", type=int, default=1000)
     parser.add_argument("--problems", nargs="+", default=["toy", "concrete"], choices=["toy", "concrete"])
     parser.add_argument("--candidates", nargs="+", default=list(CANDIDATES), choices=list(CANDIDATES))
+    parser.add_argument("--out", default="docs/results/relu_conversion.jsonl",
+                        help="records, one JSON line per (problem, candidate, Ñ), appended as each finishes ('' writes none)")
     args = parser.parse_args()
     results = {}
     for problem in args.problems:
@@ -117,6 +128,11 @@ def main():
             for candidate in args.candidates:
                 row = measure(*data, candidate, level)
                 results[problem, candidate, level] = row
+                if args.out:
+                    with open(args.out, "a") as handle:
+                        handle.write(json.dumps({"problem": problem, "candidate": candidate, "truncation_level": level,
+                                                 **{k: _plain(v) for k, v in row.items() if k not in ("candidate", "level")}})
+                                 + "\n")
                 print(f"  {problem:8s} {candidate:16s} Ñ={level:2d}  net RMSE {row['net']:.4f}  predict_y RMSE "
                       f"{row['pred']:.4f} ({row['pred'] / row['net']:.2f}×)  mean vs net {row['mean_vs_net']:.4f}  "
                       f"KL/N {row['kl']:.4g}  NLPD {row['nlpd']:.4g}  {row['seconds']:.1f} s  "
