@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import warnings
 
+import gpflow
 import gpflux
 import numpy as np
 import tensorflow as tf
@@ -95,6 +96,8 @@ class LikelihoodLayer(_SavesNestedVariables, gpflux.layers.LikelihoodLayer):
     Gaussian noise variance). Named as gpflux's, so that Keras names its instances as it names gpflux's."""
 
     def __init__(self, likelihood, **kwargs):
+        if not isinstance(likelihood, gpflow.likelihoods.Likelihood):
+            raise ValueError(f"LikelihoodLayer takes a gpflow likelihood (e.g. gpflow.likelihoods.Gaussian()), got {likelihood!r}")
         with warnings.catch_warnings():  # gpflux 0.4.5 warns about its own base class (TrackableLayer)
             warnings.filterwarnings("ignore", message=".*TrackableLayer.*", category=DeprecationWarning)
             super().__init__(likelihood, **kwargs)
