@@ -312,8 +312,8 @@ def checked_batch_size(batch_size) -> int:
 
 
 class PredictionFunctions:
-    """The compiled per-batch predictions of one DeepGP with S samples. Each is a ``tf.function`` of (X [B, D][, Y],
-    seed, start) with the row draws of :class:`RowDraws`, traced once per batch shape: every batch but a single one
+    """The compiled per-batch predictions of one DeepGP with S samples. Each is a ``tf.function`` of (X [B, D], seed,
+    start), or of (X, Y, seed, start) with the row draws of :class:`RowDraws`, traced once per batch shape: every batch but a single one
     shorter than the batch size is padded to the same B rows. Built once per (DeepGP, S) by :func:`prediction_functions`;
     parameters are read from their variables at each call."""
 
