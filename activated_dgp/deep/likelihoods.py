@@ -47,7 +47,12 @@ class MonteCarloSoftmax(gpflow.likelihoods.Softmax):
         return super()._log_prob(X, F, tf.cast(Y, tf.int64))
 
     def _mc_quadrature(self, funcs, Fmu, Fvar, logspace=False, epsilon=None, **Ys):
-        Ys = {name: tf.zeros_like(Fmu[..., :1]) if value is None else value for name, value in Ys.items()}
+        # a label column of unknown static width (Keras' evaluation traces targets as [None, None]) is one column here:
+        # GPflow's Monte Carlo tiling needs the width statically
+        Ys = {
+            name: tf.zeros_like(Fmu[..., :1]) if value is None else (tf.reshape(value, [-1, 1]) if value.shape[-1] is None else value)
+            for name, value in Ys.items()
+        }
         return super()._mc_quadrature(funcs, Fmu, Fvar, logspace=logspace, epsilon=epsilon, **Ys)
 
 

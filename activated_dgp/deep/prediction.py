@@ -373,11 +373,21 @@ class PredictionFunctions:
 _FUNCTIONS: "weakref.WeakKeyDictionary[gpflux.models.DeepGP, Dict[tuple, PredictionFunctions]]" = weakref.WeakKeyDictionary()
 
 
+def _structure(layer) -> tuple:
+    """The Python objects a trace of ``layer`` captures: a layer whose kernel (or the kernel inside its multi-output
+    wrapper, as :func:`activated_dgp.deep.far_field.add_far_field` replaces it), inducing variable or mean function is
+    replaced gets new traces."""
+    kernel = layer.kernel
+    return (id(layer), id(kernel), id(getattr(kernel, "kernel", None)), id(layer.inducing_variable),
+            id(getattr(layer.inducing_variable, "inducing_variable", None)), id(layer.mean_function), bool(layer.whiten))
+
+
 def prediction_functions(dgp: gpflux.models.DeepGP, num_samples: int) -> PredictionFunctions:
     """The :class:`PredictionFunctions` of ``dgp`` with ``num_samples`` samples, kept while the DGP lives, so repeated
-    predictions reuse their traces. A new set is made when the DGP's layers or likelihood are replaced, or inside
+    predictions reuse their traces. A new set is made when the DGP's layers, their kernels, inducing variables or mean
+    functions, or its likelihood are replaced, or inside
     :func:`activated_dgp.zonal.conditionals.gpflow_conditional` (which acts at trace time)."""
-    key = (num_samples, fast_conditional_enabled(), id(dgp.likelihood_layer.likelihood), tuple(map(id, dgp.f_layers)))
+    key = (num_samples, fast_conditional_enabled(), id(dgp.likelihood_layer.likelihood), tuple(map(_structure, dgp.f_layers)))
     per_dgp = _FUNCTIONS.setdefault(dgp, {})
     if key not in per_dgp:
         per_dgp[key] = PredictionFunctions(dgp, num_samples)
