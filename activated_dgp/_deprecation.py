@@ -50,6 +50,9 @@ class _MovedModule(types.ModuleType):
         return getattr(module, attribute)
 
     def __setattr__(self, attribute: str, value) -> None:
+        if attribute.startswith("__") and attribute.endswith("__"):  # the import system's own (__spec__, __loader__, …)
+            object.__setattr__(self, attribute, value)
+            return
         module = self._home_of(attribute)
         setattr(module if module is not None else importlib.import_module(self._homes[0]), attribute, value)
 

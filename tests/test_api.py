@@ -160,6 +160,11 @@ def test_an_old_module_path_imports_with_a_warning_naming_its_new_home(old):
             assert getattr(module, name) is getattr(new, name), (old, name)
     with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
         module.no_such_name
+    # the import system's attributes stay the alias's own: the new homes keep their names, specs and loaders
+    assert module.__spec__.name == old
+    for home in homes:
+        new = importlib.import_module(home)
+        assert new.__spec__.name == home and new.__name__ == home and new.__loader__ is not module.__spec__.loader
 
 
 def test_from_an_old_module_path_import_a_name_split_between_two_new_modules():
