@@ -223,7 +223,6 @@ def train_two_stage(
             callbacks = value
     chosen = stage2_recipe(recipe, **legacy_recipe)
     far_field, warmup_steps, elbo_samples = chosen.far_field, chosen.warmup_steps, chosen.elbo_samples
-    dgp_callbacks = callbacks
     far_field = far_field_options(far_field)
     likelihood = resolve_head_likelihood(head_likelihood(network) if network is not None else None, likelihood)
     extractor, head = split_convertible_head(network) if network is not None else (None, None)
@@ -315,18 +314,18 @@ def train_two_stage(
         noise_variance = float(conversion.dgp.likelihood_layer.likelihood.variance.numpy())
     variances = [float(layer.kernel.kernel.variance.numpy()) for layer in conversion.dgp.f_layers]
     initial_elbo = evaluate_elbo(conversion.dgp, features, Y, num_samples=elbo_samples) if elbo_samples > 0 else None
-    for callback in dgp_callbacks:  # e.g. diagnostics that want to see the converted model
+    for callback in callbacks:  # e.g. diagnostics that want to see the converted model
         if hasattr(callback, "set_dgp"):
             callback.set_dgp(conversion.dgp)
     stop_dgp = dgp_schedule is not None and dgp_schedule.patience is not None
     validation = validation_data if stop_dgp else None
     if extractor is not None:  # trains g with the DGP and refits the far field to the final features
         dgp_history = train_dgp_with_extractor(
-            conversion.dgp, extractor, X, Y, dgp_schedule, validation_data=validation, seed=seed or 0, callbacks=dgp_callbacks
+            conversion.dgp, extractor, X, Y, dgp_schedule, validation_data=validation, seed=seed or 0, callbacks=callbacks
         )
     else:
         dgp_history = train_dgp(
-            conversion.dgp, X, Y, dgp_schedule, validation_data=validation, warmup_steps=warmup_steps, callbacks=dgp_callbacks,
+            conversion.dgp, X, Y, dgp_schedule, validation_data=validation, warmup_steps=warmup_steps, callbacks=callbacks,
             strategy=strategy, seed=seed or 0,
         )
         if far_field is not None and len(conversion.dgp.f_layers) > 1:  # stage 2 moved the hidden representations
