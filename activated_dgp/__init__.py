@@ -17,14 +17,15 @@ At the top level: :class:`ZonalArcCosine`, :class:`ActivationFeature` (the zonal
 :func:`build_activated_nn`, :func:`build_activated_dgp`, :func:`activated_gp_layer`, :func:`dgp_from_keras`;
 :class:`TrainingSchedule`, :func:`train_network`, :func:`train_dgp`, :func:`train_dgp_with_extractor`, :func:`train_two_stage`, :func:`evaluate_elbo`;
 :func:`predict_y`, :func:`predict_class_probabilities`, :func:`predictive_log_density`, :func:`propagate_means`;
-:func:`save_dgp`, :func:`load_dgp`.
+:func:`save` and :func:`load` (:mod:`activated_dgp.saving`: one ``tf.train.Checkpoint`` format for everything the
+library makes), :func:`save_dgp`, :func:`load_dgp`.
 
 Names and module paths of the previous release still resolve for one release, with a DeprecationWarning naming
 their new home (``activated_dgp.spherical is deprecated; use activated_dgp.zonal.spherical and
 activated_dgp.zonal.funk_hecke``). :data:`DEPRECATED` lists the names, :data:`MOVED_MODULES` the module paths.
 """
 
-from . import data, deep, eigen, kernel_machines, training, zonal
+from . import data, deep, eigen, kernel_machines, saving, training, zonal
 from ._deprecation import deprecated_aliases, deprecated_module_paths
 from .deep import (
     activated_gp_layer,
@@ -38,6 +39,7 @@ from .deep import (
     propagate_means,
     save_dgp,
 )
+from .saving import load, save
 from .training import TrainingSchedule, evaluate_elbo, train_dgp, train_dgp_with_extractor, train_network, train_two_stage
 from .zonal import ActivationFeature, ZonalArcCosine
 
@@ -49,6 +51,7 @@ __all__ = [
     "eigen",
     "kernel_machines",
     "data",
+    "saving",
     # the zonal core
     "ZonalArcCosine",
     "ActivationFeature",
@@ -69,6 +72,8 @@ __all__ = [
     "predict_class_probabilities",
     "predictive_log_density",
     "propagate_means",
+    "save",
+    "load",
     "save_dgp",
     "load_dgp",
 ]

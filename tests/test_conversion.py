@@ -292,8 +292,7 @@ print(json.dumps(out))
 
 def test_mean_functions_save_and_load_in_a_fresh_process(tmp_path, rng):
     """Zero, Constant, Identity and Linear (and a converted biased MLP) come back with their values: the fresh
-    process's layer-by-layer predictions equal the saving process's. A directory written before mean
-    functions were recorded (no ``mean_functions`` entry) still loads, with Zero."""
+    process's layer-by-layer predictions equal the saving process's."""
     X = rng.normal(size=(15, 2))
     M = gpflow.mean_functions
     makers = {
@@ -315,12 +314,7 @@ def test_mean_functions_save_and_load_in_a_fresh_process(tmp_path, rng):
     models["converted_mlp"] = dgp_from_keras(network, 30).dgp
     for name, dgp in models.items():
         save_dgp(dgp, tmp_path / name)
-    legacy = tmp_path / "legacy"
-    save_dgp(models["zero"], legacy)
-    config = json.loads((legacy / "config.json").read_text())
-    del config["mean_functions"]
-    (legacy / "config.json").write_text(json.dumps(config))
-    names = list(models) + ["legacy"]
+    names = list(models)
     np.save(tmp_path / "x.npy", X)
     run = subprocess.run(
         [sys.executable, "-c", LOADER, str(tmp_path), str(tmp_path / "x.npy"), json.dumps(names), os.path.dirname(__file__)], check=True,
@@ -328,7 +322,6 @@ def test_mean_functions_save_and_load_in_a_fresh_process(tmp_path, rng):
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": os.pathsep.join(filter(None, [REPO_ROOT, os.environ.get("PYTHONPATH")]))},
     )
     loaded = json.loads(run.stdout.strip().splitlines()[-1])
-    models["legacy"] = models["zero"]
     for name in names:
         np.testing.assert_allclose(loaded[name], layerwise(models[name], X), rtol=1e-12, atol=1e-14, err_msg=name)
         assert loaded[name + "/types"] == [type(layer.mean_function).__name__ for layer in models[name].f_layers]
@@ -345,15 +338,33 @@ def test_unsupported_mean_function_is_refused_at_save_time(tmp_path):
 
 
 def test_load_refuses_a_tampered_mean_function_record(tmp_path):
+    from test_persistence import _save_with_tampered_config
+
     dgp = build_activated_dgp(2, 30, num_layers=1, num_units=4, truncation_level=4, seed=0)
     dgp.f_layers[0].mean_function = gpflow.mean_functions.Constant(np.array([0.5]))
-    save_dgp(dgp, tmp_path / "saved")
-    config = json.loads((tmp_path / "saved" / "config.json").read_text())
-    for tampered in ([{"type": "Polynomial"}], [{"type": "Constant"}], []):
-        config["mean_functions"] = tampered
-        (tmp_path / "saved" / "config.json").write_text(json.dumps(config))
-        with pytest.raises(ValueError, match="corrupt saved dgp: mean functions"):
-            load_dgp(tmp_path / "saved")
+    for index, tampered in enumerate(([{"type": "Polynomial"}], [{"type": "Constant"}], [])):
+        directory = _save_with_tampered_config(dgp, tmp_path / str(index), lambda config: config.update(mean_functions=tampered))
+        with pytest.raises(ValueError, match="the saved DGP's mean functions are corrupt"):
+            load_dgp(directory)
+
+
+def test_a_legacy_directory_without_mean_functions_loads_with_zero_means(tmp_path):
+    """Directories written before mean functions were recorded (no ``mean_functions`` entry in config.json)
+    load with Zero means: the format-2 fixture with the entry removed equals it with the entry."""
+    import shutil
+
+    from test_persistence import FORMAT_2
+
+    shutil.copytree(FORMAT_2, tmp_path / "legacy")
+    config = json.loads((tmp_path / "legacy" / "config.json").read_text())
+    assert all(spec["type"] == "Zero" for spec in config["mean_functions"])
+    del config["mean_functions"]
+    (tmp_path / "legacy" / "config.json").write_text(json.dumps(config))
+    with pytest.warns(DeprecationWarning, match="saved by activated_dgp 0.1"):
+        without, with_entry = load_dgp(tmp_path / "legacy"), load_dgp(FORMAT_2)
+    X = np.random.default_rng(0).normal(size=(7, without.f_layers[0].inducing_variable.inducing_variable.W.shape[1] - 1))
+    assert [type(layer.mean_function).__name__ for layer in without.f_layers] == ["Zero"] * len(without.f_layers)
+    np.testing.assert_array_equal(layerwise(without, X), layerwise(with_entry, X))
 
 
 # ------------------------------------------------------------------------------------------------ the converted means' KL

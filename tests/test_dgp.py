@@ -112,11 +112,11 @@ def test_classification_likelihoods(likelihood, num_classes, rng):
 
 
 def test_load_rejects_missing_and_corrupt_files(tmp_path):
-    with pytest.raises(ValueError, match="missing"):
+    with pytest.raises(ValueError, match="holds no checkpoint written by activated_dgp.save"):
         load_dgp(tmp_path)
-    (tmp_path / "config.json").write_text("{not json")
+    (tmp_path / "config.json").write_text("{not json")  # the 0.1 layout, corrupt
     (tmp_path / "parameters.npz").write_bytes(b"garbage")
-    with pytest.raises(ValueError, match="corrupt"):
+    with pytest.warns(DeprecationWarning, match="saved by activated_dgp 0.1"), pytest.raises(ValueError, match="corrupt"):
         load_dgp(tmp_path)
 
 

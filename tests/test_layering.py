@@ -96,6 +96,11 @@ def test_validation_is_a_leaf():
     assert _graph(_modules())["activated_dgp.validation"] == set()
 
 
+def test_saving_is_a_leaf():
+    """The one saving mechanism knows no kind: each subpackage registers its own."""
+    assert _graph(_modules())["activated_dgp.saving"] == set()
+
+
 def test_training_package_imports_go_down():
     """activated_dgp.training's modules, lowest first; each imports only modules before it (function-level
     imports counted)."""
@@ -122,7 +127,7 @@ def test_namespaces_are_imported_by_no_implementation_module():
 
 #: The subpackages, lowest first: each may import only the top-level leaves and the subpackages before it.
 SUBPACKAGES = ["zonal", "deep", "data", "training", "eigen", "kernel_machines"]
-LEAVES = {"activated_dgp._deprecation", "activated_dgp.validation", "activated_dgp.metrics"}
+LEAVES = {"activated_dgp._deprecation", "activated_dgp.validation", "activated_dgp.metrics", "activated_dgp.saving"}
 
 
 def _subpackage(module: str):

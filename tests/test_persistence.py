@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import gpflow
 import gpflux
@@ -45,7 +46,19 @@ from activated_dgp.deep.likelihoods import LIKELIHOOD_REGISTRY
 from activated_dgp.deep.builders import LogisticBernoulli, MonteCarloSoftmax, activated_gp_layer, make_likelihood
 from activated_dgp.deep import persistence
 from activated_dgp.deep.persistence import architecture_of_dgp
+from activated_dgp import saving
 from activated_dgp.zonal import register_activation
+
+
+def _saved_config(directory) -> dict:
+    """The config in the latest checkpoint's header, read with TensorFlow's checkpoint reader."""
+    path = tf.train.latest_checkpoint(str(directory))
+    header = json.loads(tf.train.load_checkpoint(path).get_tensor("header/.ATTRIBUTES/VARIABLE_VALUE").decode())
+    return header["root"]["config"]
+
+
+def _checkpoint_keys(directory) -> list:
+    return [name for name, _ in tf.train.list_variables(tf.train.latest_checkpoint(str(directory)))]
 
 BUMP_SOURCE = "def bump(t):\n    return np.sin(3.0 * t) + 0.5 * t * t\n"
 exec(BUMP_SOURCE)  # the same user activation, defined identically here and in the fresh process
@@ -457,11 +470,10 @@ def test_optimizer_state_round_trips_through_its_checkpoint_in_a_fresh_process(f
             assert names.count(f"Adam/{slot}/{variable_name}") == count, (slot, variable_name)
     slots = [value for name, value in saved if "/m/" in name or "/v/" in name]
     assert len(slots) == 2 * len(extra["checkpointed_parameters"]) and all(np.any(value != 0) for value in slots)
-    directory = extra["checkpoint_dir"]  # format 3: the slots are in the TensorFlow checkpoint, not the arrays file
-    config = json.loads((directory / "config.json").read_text())
-    assert config["format"] == "activated_dgp/3" and (directory / f"{config['optimizer']['checkpoint']}.index").is_file()
-    with np.load(directory / config["arrays"]) as data:
-        assert not [key for key in data.files if key.startswith("optimizer")]
+    directory = extra["checkpoint_dir"]  # the slots are in the checkpoint beside the model, one checkpoint kept
+    assert saving.saved_header(directory)["format"] == "activated_dgp/4"
+    assert sum(1 for key in _checkpoint_keys(directory) if key.startswith("optimizer/")) >= len(saved)  # and its learning rate
+    assert len(list(directory.glob("ckpt-*.index"))) == 1
 
 
 # ------------------------------------------------------------------------------------------------ refusals
@@ -491,7 +503,7 @@ def _layer(kernel=None, feature=None, mean_function=None):
 def test_unknown_parts_are_refused_at_save_time_by_name(tmp_path, make, message):
     with pytest.raises(ValueError, match=message):
         save_dgp(make(), tmp_path / "out")
-    assert not (tmp_path / "out" / "config.json").exists()
+    assert not saving.is_saved_directory(tmp_path / "out")
 
 
 def test_priors_are_refused(tmp_path):
@@ -512,26 +524,47 @@ def test_network_with_unregistered_activation_is_refused(tmp_path):
 # ------------------------------------------------------------------------------------------------ load-side checks
 
 
-def test_load_refuses_tampered_corrupt_and_mismatched_directories(tmp_path, rng):
+def _save_with_tampered_config(dgp, directory, tamper):
+    """Save ``dgp`` with its kind's config edited by ``tamper``: a directory whose header disagrees with its
+    variables, written by the real writer."""
+    import dataclasses
+
+    kind = next(k for k in saving._KINDS.values() if k.name == "dgp")
+
+    def describe(model):
+        description = kind.describe(model)
+        tamper(description.config)
+        return description
+
+    saving.register_saved_kind(dataclasses.replace(kind, describe=describe))
+    try:
+        return save_dgp(dgp, directory)
+    finally:
+        saving.register_saved_kind(kind)
+
+
+def test_load_refuses_tampered_corrupt_and_mismatched_directories(tmp_path, monkeypatch):
     dgp = build_activated_dgp(2, N, num_layers=1, num_units=4, lengthscales=[np.array([1.0, 2.0, 3.0])], seed=0)
-    directory = save_dgp(dgp, tmp_path / "dgp")
-    config = json.loads((directory / "config.json").read_text())
     # the architecture says scalar lengthscales, the parameters say [3]: named, not assigned
-    tampered = dict(config, architecture=dict(config["architecture"], lengthscales=[1.0]))
-    (directory / "config.json").write_text(json.dumps(tampered))
+    tampered = _save_with_tampered_config(dgp, tmp_path / "tampered", lambda c: c["architecture"].update(lengthscales=[1.0]))
     with pytest.raises(ValueError, match="lengthscales differs"):
+        load_dgp(tampered)
+    with monkeypatch.context() as patch:
+        patch.setattr(saving, "FORMAT", "activated_dgp/1")
+        old = save_dgp(dgp, tmp_path / "old")
+    with pytest.raises(ValueError, match="in format 'activated_dgp/1', which this version of activated_dgp does not read"):
+        load_dgp(old)
+    directory = save_dgp(dgp, tmp_path / "dgp")
+    data = next(directory.glob("ckpt-*.data-*"))
+    data.write_bytes(data.read_bytes()[:40])  # truncated
+    with pytest.raises(ValueError, match="not a readable activated_dgp checkpoint|is damaged"):
         load_dgp(directory)
-    (directory / "config.json").write_text(json.dumps(dict(config, format="activated_dgp/1")))
-    with pytest.raises(ValueError, match="format"):
+    next(directory.glob("ckpt-*.index")).unlink()
+    with pytest.raises(ValueError, match="holds no checkpoint written by activated_dgp.save"):
         load_dgp(directory)
-    (directory / "config.json").write_text(json.dumps(config))
-    (directory / config["arrays"]).write_bytes(b"PK\x03\x04 truncated")
-    with pytest.raises(ValueError, match="corrupt"):
-        load_dgp(directory)
-    (directory / config["arrays"]).unlink()
-    with pytest.raises(ValueError, match="arrays file .* is missing"):
-        load_dgp(directory)
-    with pytest.raises(ValueError, match="saved network"):
+    with pytest.raises(ValueError, match="does not exist"):
+        load_dgp(tmp_path / "missing")
+    with pytest.raises(ValueError, match="holds a saved 'dgp', not a saved network"):
         load_network(save_dgp(dgp, tmp_path / "again"))
 
 
@@ -549,12 +582,14 @@ def _values(dgp):
     return {path: p.unconstrained_variable.numpy() for path, p in gpflow.utilities.parameter_dict(dgp).items() if "._" not in path}
 
 
+@pytest.mark.filterwarnings("ignore:.*saved by activated_dgp 0.1:DeprecationWarning")
 @pytest.mark.parametrize("activation_named", [True, False], ids=["as-written", "activation-field-removed"])
 def test_a_format_2_directory_still_loads_and_resumes(tmp_path, activation_named):
     """tests/fixtures/persistence_format2 was written by the format-2 writer (the optimiser's variables in the
     arrays file; tests/fixtures/make_persistence_format2.py says how) after 2 of 4 epochs, with reference.npz:
     the parameters after all 4 epochs straight through. Its parameters and optimiser variables, read with
-    np.load, come back exactly; the resumed fit ends at the reference; resaving writes format 3.
+    np.load, come back exactly, with a DeprecationWarning; the resumed fit ends at the reference; resaving writes
+    today's format, read without a warning.
 
     It was saved with the zonal Softplus, the default then. With the architecture's ``activation`` field removed it
     must still come back as the Softplus (an absent field means the default of its time, not today's Swish): the
@@ -570,7 +605,8 @@ def test_a_format_2_directory_still_loads_and_resumes(tmp_path, activation_named
         arrays = {key: data[key] for key in data.files}
     with np.load(directory / "reference.npz") as data:
         reference = {key: data[key] for key in data.files}
-    dgp = load_dgp(directory)
+    with pytest.warns(DeprecationWarning, match="saved by activated_dgp 0.1 .* save it again with activated_dgp.save"):
+        dgp = load_dgp(directory)
     assert dgp.f_layers[0].inducing_variable.inducing_variable.activation.name == "softplus"
     for path, value in _values(dgp).items():
         np.testing.assert_array_equal(value, arrays[f"parameter/{path}"], err_msg=path)
@@ -588,22 +624,25 @@ def test_a_format_2_directory_still_loads_and_resumes(tmp_path, activation_named
     assert max(np.max(np.abs(v - reference[f"parameter/{p}"])) for p, v in _values(control).items()) > 1e-3  # a fresh Adam does not
 
     save_dgp(dgp, directory, optimizer=optimizer, state={"epoch": 4})
-    config = json.loads((directory / "config.json").read_text())
-    assert config["format"] == "activated_dgp/3" and sorted(p.name for p in directory.glob("arrays-*")) == [config["arrays"]]
-    restored = load_optimizer(directory, load_dgp(directory))
+    assert saving.saved_header(directory)["format"] == "activated_dgp/4"
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*saved by activated_dgp 0.1", category=DeprecationWarning)
+        restored = load_optimizer(directory, load_dgp(directory))
+        assert load_training_state(directory) == {"epoch": 4}
     for a, b in zip(restored.variables, optimizer.variables, strict=True):
         assert a.name == b.name
         np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 
 @pytest.mark.parametrize("version", ["activated_dgp/4", "activated_dgp/1", None])
-def test_an_unknown_format_is_refused_naming_it(tmp_path, version):
-    directory = save_dgp(build_activated_dgp(2, N, num_layers=1, num_units=4, seed=0), tmp_path)
-    config = json.loads((directory / "config.json").read_text())
-    (directory / "config.json").write_text(json.dumps(dict(config, format=version)))
+def test_an_unknown_legacy_format_is_refused_naming_it(tmp_path, version):
+    """A config.json (the 0.1 layout) naming a format the legacy reader does not know: refused by name."""
+    shutil.copytree(FORMAT_2, tmp_path / "d")
+    config = json.loads((tmp_path / "d" / "config.json").read_text())
+    (tmp_path / "d" / "config.json").write_text(json.dumps(dict(config, format=version)))
     for load in (load_dgp, load_training_state, lambda d: load_optimizer(d, None)):
-        with pytest.raises(ValueError, match=f"in format {re.escape(repr(version))}, which this version of activated_dgp does not read"):
-            load(directory)
+        with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match=f"in format {re.escape(repr(version))}, which this version of activated_dgp does not read"):
+            load(tmp_path / "d")
 
 
 def test_optimizer_over_a_partly_frozen_two_layer_dgp_round_trips_and_resaves_in_place(tmp_path, rng):
@@ -617,7 +656,7 @@ def test_optimizer_over_a_partly_frozen_two_layer_dgp_round_trips_and_resaves_in
     assert [id(v) for v in persistence._training_variables(dgp)] == [id(v) for v in model.trainable_variables]
     for _ in range(2):
         save_dgp(dgp, tmp_path, optimizer=model.optimizer)
-    assert len(list(tmp_path.glob("optimizer-*.index"))) == 1 and len(list(tmp_path.glob("arrays-*.npz"))) == 1
+    assert [p.name for p in tmp_path.glob("ckpt-*.index")] == ["ckpt-2.index"]
     restored = load_optimizer(tmp_path, load_dgp(tmp_path))
     ours = sorted(((v.name, v.numpy()) for v in restored.variables), key=lambda item: item[0])
     theirs = sorted(((v.name, v.numpy()) for v in model.optimizer.variables), key=lambda item: item[0])
@@ -625,8 +664,8 @@ def test_optimizer_over_a_partly_frozen_two_layer_dgp_round_trips_and_resaves_in
     for (name, a), (_, b) in zip(ours, theirs):
         np.testing.assert_array_equal(a, b, err_msg=name)
     assert float(restored.learning_rate.numpy()) == pytest.approx(0.03) and int(restored.iterations.numpy()) == 2
-    save_dgp(dgp, tmp_path)  # without an optimiser: its checkpoint goes with the old config
-    assert not list(tmp_path.glob("optimizer-*")) and load_optimizer(tmp_path, dgp) is None
+    save_dgp(dgp, tmp_path)  # without an optimiser: the new checkpoint has none
+    assert not [key for key in _checkpoint_keys(tmp_path) if key.startswith("optimizer/")] and load_optimizer(tmp_path, dgp) is None
 
 
 def test_optimizers_that_cannot_be_restored_are_refused(tmp_path, rng):
@@ -637,26 +676,24 @@ def test_optimizers_that_cannot_be_restored_are_refused(tmp_path, rng):
         save_dgp(dgp, tmp_path / "legacy", optimizer=tf_keras.optimizers.legacy.Adam(0.1))
     model = _fit(dgp, rng.normal(size=(N, 2)), rng.normal(size=(N, 1)), tf_keras.optimizers.Adam(0.1), epochs=1)
     directory = save_dgp(dgp, tmp_path / "saved", optimizer=model.optimizer)
-    config = json.loads((directory / "config.json").read_text())
-    data = next(directory.glob(f"{config['optimizer']['checkpoint']}.data-*"))
+    frozen = load_dgp(directory)
+    gpflow.set_trainable(frozen.f_layers[0].kernel.kernel.variance, False)
+    with pytest.raises(ValueError, match=r"the optimiser was built over (\d+) variables, this object trains (?!\1)\d+"):
+        load_optimizer(directory, frozen)
+    data = next(directory.glob("ckpt-*.data-*"))
     data.write_bytes(data.read_bytes()[:40])  # truncated
-    with pytest.raises(ValueError, match="does not restore into a Adam"):
-        load_optimizer(directory, load_dgp(directory))
-    (directory / f"{config['optimizer']['checkpoint']}.index").unlink()
-    with pytest.raises(ValueError, match="optimizer checkpoint .* is missing"):
-        load_optimizer(directory, load_dgp(directory))
+    with pytest.raises(ValueError, match="not a readable activated_dgp checkpoint|does not restore into a Adam"):
+        load_optimizer(directory, dgp)
 
 
-def test_resaving_deletes_only_files_it_wrote(tmp_path):
-    """A config.json whose file names were edited (here to glob patterns and a sibling file) makes a
-    resave delete nothing but what the save itself replaced."""
+def test_resaving_deletes_only_its_own_checkpoints(tmp_path):
+    """Saving again keeps max_to_keep checkpoints and touches no other file in the directory."""
     dgp = build_activated_dgp(2, N, num_layers=1, num_units=4, seed=0)
-    directory = save_dgp(dgp, tmp_path)
-    config = json.loads((directory / "config.json").read_text())
-    (directory / "notes.txt").write_text("keep")
-    (directory / "config.json").write_text(json.dumps(dict(config, arrays="notes.txt", optimizer=dict(checkpoint="*"))))
-    save_dgp(dgp, directory)
-    assert (directory / "notes.txt").read_text() == "keep" and (directory / config["arrays"]).is_file()
+    (tmp_path / "notes.txt").write_text("keep")
+    for _ in range(3):
+        save_dgp(dgp, tmp_path, max_to_keep=2)
+    assert sorted(p.name for p in tmp_path.glob("ckpt-*.index")) == ["ckpt-2.index", "ckpt-3.index"]
+    assert (tmp_path / "notes.txt").read_text() == "keep"
 
 
 def test_another_function_under_the_same_activation_name_is_refused_at_load(tmp_path):
@@ -675,7 +712,7 @@ def test_resaving_replaces_atomically_and_leaves_one_arrays_file(tmp_path):
     save_dgp(dgp, tmp_path, state={"epoch": 1})
     dgp.f_layers[0].q_mu.assign(dgp.f_layers[0].q_mu + 1.0)
     save_dgp(dgp, tmp_path, state={"epoch": 2})
-    assert len(list(tmp_path.glob("arrays-*.npz"))) == 1
+    assert len(list(tmp_path.glob("ckpt-*.index"))) == 1
     assert load_training_state(tmp_path) == {"epoch": 2}
     np.testing.assert_array_equal(load_dgp(tmp_path).f_layers[0].q_mu.numpy(), dgp.f_layers[0].q_mu.numpy())
     assert load_optimizer(tmp_path, dgp) is None
@@ -683,7 +720,7 @@ def test_resaving_replaces_atomically_and_leaves_one_arrays_file(tmp_path):
 
 def test_gaussian_noise_transform_is_recorded_with_its_lower_bound(tmp_path):
     dgp = build_activated_dgp(2, N, num_layers=1, num_units=4)
-    config = json.loads((save_dgp(dgp, tmp_path) / "config.json").read_text())
+    config = _saved_config(save_dgp(dgp, tmp_path))
     record = config["parameters"][".likelihood_layer.likelihood.variance"]
     lower = gpflow.likelihoods.Gaussian().variance.transform.bijectors[0].shift.numpy()
     assert record["transform"] == f"shift({lower!r})∘softplus" and record["shape"] == []
@@ -757,13 +794,14 @@ def test_the_default_activation_is_saved_by_name_and_a_nameless_one_means_softpl
     save_network's config.json and in the twin layer's Keras config; a config without the field means the
     zonal Softplus, the default when it was written. Independent truth for the Softplus: the layer equals
     ‖w‖ ‖x̃‖ log(1 + e^(3t)) computed here (Ñ = 20 truncation error < 1e-4 at D = 3)."""
-    dgp_config = json.loads((save_dgp(build_activated_dgp(3, 20, num_layers=2, num_units=4, seed=0), tmp_path / "d") / "config.json").read_text())
+    dgp_config = _saved_config(save_dgp(build_activated_dgp(3, 20, num_layers=2, num_units=4, seed=0), tmp_path / "d"))
     network = build_activated_nn(3, num_layers=2, num_units=4, seed=0)
-    network_config = json.loads((save_network(network, tmp_path / "n") / "config.json").read_text())
-    assert dgp_config["architecture"]["activation"] == network_config["architecture"]["activation"] == ["swish", "swish"]
+    network_layers = _saved_config(save_network(network, tmp_path / "n"))["keras"]["config"]["layers"]
+    activated = [layer["config"]["activation"] for layer in network_layers if layer["class_name"].endswith("ActivatedLayer")]
+    assert dgp_config["architecture"]["activation"] == activated == ["swish", "swish"]
     assert network.layers[0].get_config()["activation"] == "swish"
 
-    values = network_config["architecture"]
+    values = dict(dgp_config["architecture"])
     del values["activation"]
     assert ArchitectureConfig.from_dict(values).activation == ("softplus", "softplus")
     config = network.layers[0].get_config()

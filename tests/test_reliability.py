@@ -43,6 +43,7 @@ NO_INPUTS = {
     "deep": "module (its names are listed)",
     "training": "module (its names are listed)",
     "data": "module (its loaders are listed)",
+    "saving": "module (save and load are listed)",
 }
 #: the namespaces whose names, with the top level's, are the public entry points
 NAMESPACES = (adgp, adgp.zonal, adgp.deep)
@@ -76,8 +77,8 @@ class Context:
         self.dgp_zero_W.f_layers[0].inducing_variable.inducing_variable.W.assign(self.zero_W)
         self.saved_dgp = adgp.save_dgp(self.dgp, root / "dgp")
         self.saved_network = adgp.deep.save_network(self.network, root / "network")
-        self.corrupt_config = self.copy_saved("corrupt_config", config='{"format": "activated_dgp/2", "kind": "dgp", ')
-        self.truncated_arrays = self.copy_saved("truncated_arrays", truncate_arrays=True)
+        self.truncated_checkpoint = self.copy_saved("truncated_checkpoint", truncate=True)
+        self.no_index = self.copy_saved("no_index", drop_index=True)
         self.uci_truncated = self.uci_folder("uci_truncated", "0.1 0.2 0.3\n0.4 0.5\n")
         self.uci_text = self.uci_folder("uci_text", "0.1 0.2 0.3\n0.4 abc 0.6\n")
         self.mnist_dir = root / "mnist"
@@ -89,15 +90,15 @@ class Context:
     def new_dgp(self, **options):
         return adgp.build_activated_dgp(2, 12, num_layers=1, num_units=4, truncation_level=4, seed=0, **options)
 
-    def copy_saved(self, name: str, config: str = None, truncate_arrays: bool = False) -> Path:
+    def copy_saved(self, name: str, truncate: bool = False, drop_index: bool = False) -> Path:
         target = self.root / name
         target.mkdir()
         for path in self.saved_dgp.iterdir():
             content = path.read_bytes()
-            if path.name == "config.json" and config is not None:
-                content = config.encode()
-            if path.suffix == ".npz" and truncate_arrays:
+            if ".data-" in path.name and truncate:
                 content = content[: len(content) // 2]
+            if path.suffix == ".index" and drop_index:
+                continue
             (target / path.name).write_bytes(content)
         return target
 
@@ -125,6 +126,21 @@ def _tanh_network():
         tf_keras.layers.Dense(4, "tanh", dtype="float64", name="tanh_hidden"),  # fixed names: the table is compared
         tf_keras.layers.Dense(1, use_bias=False, dtype="float64", name="linear_out"),
     ])
+
+
+class _Subclassed(tf_keras.Model):
+    def __init__(self):
+        super().__init__(name="subclassed")
+        self.hidden = tf_keras.layers.Dense(3, dtype="float64")
+
+    def call(self, inputs):
+        return self.hidden(inputs)
+
+
+def _subclassed_network():
+    network = _Subclassed()
+    network(np.zeros((1, 2)))
+    return network
 
 
 def _two_output_twin():
@@ -244,15 +260,19 @@ CASES = [
     # ------------------------------------------------------------------ persistence
     ("save_dgp", "unregistered likelihood (StudentT)", lambda c: adgp.save_dgp(_student_t_dgp(c), c.root / "student")),
     ("save_dgp", "not a DeepGP", lambda c: adgp.save_dgp(c.network, c.root / "not_dgp")),
-    ("save_network", "a tanh network", lambda c: adgp.deep.save_network(_tanh_network(), c.root / "tanh")),
+    ("save_network", "a subclassed model", lambda c: adgp.deep.save_network(_subclassed_network(), c.root / "subclassed")),
     ("save_network", "unregistered activation", lambda c: adgp.deep.save_network(adgp.build_activated_nn(2, num_layers=1, num_units=3, activation=np.tanh), c.root / "lambda")),
+    ("save", "an object of no saved kind", lambda c: adgp.save(object(), c.root / "object")),
+    ("save", "max_to_keep = 0", lambda c: adgp.save(c.dgp, c.root / "keep0", max_to_keep=0)),
+    ("load", "missing directory", lambda c: adgp.load(c.root / "missing")),
+    ("load", "truncated checkpoint", lambda c: adgp.load(c.truncated_checkpoint)),
     ("load_dgp", "missing directory", lambda c: adgp.load_dgp(c.root / "missing")),
-    ("load_dgp", "corrupt config.json", lambda c: adgp.load_dgp(c.corrupt_config)),
-    ("load_dgp", "truncated arrays file", lambda c: adgp.load_dgp(c.truncated_arrays)),
+    ("load_dgp", "truncated checkpoint", lambda c: adgp.load_dgp(c.truncated_checkpoint)),
+    ("load_dgp", "checkpoint index missing", lambda c: adgp.load_dgp(c.no_index)),
     ("load_dgp", "a saved network", lambda c: adgp.load_dgp(c.saved_network)),
     ("load_network", "a saved DGP", lambda c: adgp.deep.load_network(c.saved_dgp)),
-    ("load_optimizer", "corrupt config.json", lambda c: adgp.deep.load_optimizer(c.corrupt_config, c.dgp)),
-    ("load_training_state", "truncated arrays file", lambda c: adgp.deep.load_training_state(c.truncated_arrays)),
+    ("load_optimizer", "missing directory", lambda c: adgp.deep.load_optimizer(c.root / "missing", c.dgp)),
+    ("load_training_state", "checkpoint index missing", lambda c: adgp.deep.load_training_state(c.no_index)),
     ("ArraySource", "X and Y with different N", lambda c: adgp.data.ArraySource(c.X, c.Y[:5])),
     ("ArraySource", "empty X", lambda c: adgp.data.ArraySource(c.empty_X, c.Y[:0])),
     ("ArraySource.from_npy", "missing .npy file", lambda c: adgp.data.ArraySource.from_npy(c.root / "absent_x.npy", c.root / "absent_y.npy")),

@@ -42,6 +42,9 @@ __all__ = [
     "describe_transform",
     "describe_prior",
     "MEAN_FUNCTIONS",
+    "funk_hecke_spectra",
+    "check_spectra",
+    "check_mean_function_specs",
 ]
 
 # DGPs built by hand with GPflow's wrapper are accepted too; they are rebuilt with the package's.
@@ -255,3 +258,34 @@ def architecture_of_network(network: tf_keras.Model, registered_only: bool = Tru
         truncation_level=[layer.truncation_level for layer in activated],
         lengthscales=[np.asarray(layer.lengthscales, dtype=np.float64) for layer in activated], likelihood=None,
     )
+
+
+def funk_hecke_spectra(dgp) -> Dict[str, np.ndarray]:
+    """Every layer's kernel λ_n and feature σ_n: what the registered names must reproduce."""
+    out = {}
+    for index, layer in enumerate(dgp.f_layers):
+        out[f"spectrum/{index}/kernel"] = np.asarray(layer.kernel.kernel.eigenvalues)
+        out[f"spectrum/{index}/feature"] = np.asarray(layer.inducing_variable.inducing_variable.eigenvalues)
+    return out
+
+
+def check_spectra(saved: Dict[str, np.ndarray], built: Dict[str, np.ndarray], what: str) -> None:
+    """A ValueError naming the first spectrum in ``built`` that ``saved`` lacks or that differs from it (rtol 1e-10)."""
+    for key, value in built.items():
+        if key not in saved or saved[key].shape != value.shape or not np.allclose(saved[key], value, rtol=1e-10, atol=1e-300):
+            raise ValueError(
+                f"{what}: {key} differs from the rebuilt model's (another function registered under the same activation "
+                "name, or another quadrature setting)"
+            )
+
+
+def check_mean_function_specs(mean_functions, num_layers: int, what: str) -> None:
+    """A ValueError, prefixed by ``what``, unless ``mean_functions`` is a list of ``num_layers`` mean-function specs
+    that :func:`mean_function_from_spec` reads."""
+    try:
+        if not isinstance(mean_functions, list) or len(mean_functions) != num_layers:
+            raise ValueError(f"expected a list of {num_layers}, got {mean_functions!r}")
+        for spec in mean_functions:
+            mean_function_from_spec(spec)
+    except (KeyError, TypeError, ValueError) as error:
+        raise ValueError(f"{what}: {error}") from None

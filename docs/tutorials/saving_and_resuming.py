@@ -1,10 +1,13 @@
 # %% [markdown]
 # # Saving and resuming
 #
-# Everything the library makes survives the ways tf-keras and TensorFlow save things:
+# Everything the library makes is saved one way, `activated_dgp.save(obj, DIR)` / `activated_dgp.load(DIR)`: a
+# `tf.train.CheckpointManager` directory whose checkpoint also holds the config that rebuilds the object, so loading
+# needs no code that built it. It also survives the ways tf-keras and TensorFlow save things:
 #
 # | object | ways to save it |
 # |---|---|
+# | anything below, a user's tf-keras network too | `activated_dgp.save` / `activated_dgp.load` |
 # | the network twin (`build_activated_nn`) | `save_weights` (`.weights.h5`, TF checkpoint), `model.save("twin.keras")`, `ModelCheckpoint`, `BackupAndRestore`, `tf.train.Checkpoint` |
 # | an activated DGP | `save_dgp` / `load_dgp` (architecture + every parameter, optimiser state), `DGPCheckpoint` during `fit`, `tf.train.Checkpoint` or the training model's `save_weights("….weights.h5")` into a DGP of the same architecture |
 #
@@ -19,6 +22,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+import activated_dgp
 from activated_dgp import (
     build_activated_nn,
     dgp_from_keras,
@@ -46,6 +50,16 @@ train_network(twin, X, Y, schedule=TrainingSchedule(epochs=5 if FAST else 50, ve
 twin.save(os.path.join(workdir, "twin.keras"))
 restored = tf_keras.models.load_model(os.path.join(workdir, "twin.keras"))
 print("largest difference after .keras round trip:", float(np.max(np.abs(restored(X) - twin(X)))))
+
+# %% [markdown]
+# ## Any tf-keras network: `activated_dgp.save` / `activated_dgp.load`
+# The network a user already has (here a ReLU MLP) is saved with its Keras config and weights, and comes back
+# without the code that built it.
+
+# %%
+mlp = tf_keras.Sequential([tf_keras.Input((2,)), tf_keras.layers.Dense(16, "relu"), tf_keras.layers.Dense(1)])
+activated_dgp.save(mlp, os.path.join(workdir, "mlp"))
+print("largest difference after save/load:", float(np.max(np.abs(activated_dgp.load(os.path.join(workdir, "mlp"))(X) - mlp(X)))))
 
 # %% [markdown]
 # ## The DGP: `save_dgp` / `load_dgp`
