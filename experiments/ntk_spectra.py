@@ -124,14 +124,15 @@ def classifier(cell, s, X, y, context):
     """The trained classifier of the cell, from the artifact cache when saved."""
     key = {"seed": cell["seed"], "classes": list(s["classes"]), "train_points": len(X), "epochs": s["epochs"]}
 
-    def load(path):
+    def legacy():  # a classifier cached as .weights.h5 before the cache used activated_dgp.save
+        path = context.artifacts.path("ntk_classifier", key, ".weights.h5")
+        if path is None or not path.is_file():
+            return None
         model = build_classifier(cell["seed"])
         model.load_weights(path)
         return model
 
-    return context.artifacts.get_or_build("ntk_classifier", key, ".weights.h5",
-                                          build=lambda: train_classifier(X, y, cell["seed"], s["epochs"]),
-                                          save=lambda model, path: model.save_weights(path), load=load)
+    return context.artifacts.get_or_build_saved("ntk_classifier", key, build=lambda: train_classifier(X, y, cell["seed"], s["epochs"]), legacy=legacy)
 
 
 # ---------------------------------------------------------------- measurements

@@ -79,7 +79,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np  # noqa: E402
 
-from experiments.harness.artifacts import ArtifactCache, atomic_write, atomic_write_text  # noqa: E402
+from activated_dgp.saving import save  # noqa: E402
+from experiments.harness.artifacts import ArtifactCache, atomic_write, atomic_write_text, restore_saved_weights  # noqa: E402
 from experiments.harness.blocks import write_block  # noqa: E402
 from experiments.harness.store import ResultStore, portable_path  # noqa: E402
 from experiments.harness.study import page_path, records_path  # noqa: E402
@@ -299,16 +300,16 @@ def trained_classifier(config: Config, splits: Splits, seed: int, dropout: float
 
     tf_keras.utils.set_random_seed(seed)
     model, extractor, head = build_classifier(config, seed, dropout)
-    weights, record = checkpoint.with_suffix(".weights.h5"), checkpoint.with_suffix(".json")
-    if weights.is_file() and record.is_file():
-        model.load_weights(weights)  # every weight, the activated layers' W included (they are Keras weights)
-        log(f"  loaded {weights}")
+    saved, record = checkpoint.with_suffix(".saved"), checkpoint.with_suffix(".json")
+    # every weight, the activated layers' W included (they are Keras weights)
+    if record.is_file() and restore_saved_weights(model, saved, legacy_weights=checkpoint.with_suffix(".weights.h5")):
+        log(f"  loaded {checkpoint}")
         return extractor, head, json.loads(record.read_text())["seconds"]
     start = time.time()
     train_network(model, splits.x_train, splits.y_train, "softmax", _schedule(config, config.epochs, config.learning_rate))
     seconds = time.time() - start
     atomic_write_text(record, json.dumps({"seconds": seconds}))
-    atomic_write(weights, lambda temporary: model.save_weights(temporary))  # an interrupted save is never loaded
+    save(model, saved)  # a new checkpoint, then its pointer: an interrupted save is never loaded
     return extractor, head, seconds
 
 
@@ -417,10 +418,9 @@ def finetuned_classifier(config: Config, splits: Splits, seed: int, dropout: flo
     extractor, head, seconds = trained_classifier(config, splits, seed, dropout, source)
     model = classifier(extractor, head)
     model.build((None, splits.x_train.shape[1]))  # its weights exist before the fit (RestoreBest snapshots them)
-    weights, record = checkpoint.with_suffix(".weights.h5"), checkpoint.with_suffix(".json")
-    if weights.is_file() and record.is_file():
-        model.load_weights(weights)
-        log(f"  loaded {weights}")
+    saved, record = checkpoint.with_suffix(".saved"), checkpoint.with_suffix(".json")
+    if record.is_file() and restore_saved_weights(model, saved, legacy_weights=checkpoint.with_suffix(".weights.h5")):
+        log(f"  loaded {checkpoint}")
         return extractor, head, seconds, json.loads(record.read_text())
     loss = network_loss("softmax")
     score = None
@@ -431,7 +431,7 @@ def finetuned_classifier(config: Config, splits: Splits, seed: int, dropout: flo
     history = stage2_fit(model, splits.x_train, splits.y_train, config, seed, loss=loss, score=score, label="network extra")
     info = {"seconds": time.time() - start, **history}
     atomic_write_text(record, json.dumps(info))
-    atomic_write(weights, lambda temporary: model.save_weights(temporary))
+    save(model, saved)
     return extractor, head, seconds, info
 
 
@@ -487,10 +487,12 @@ def trained_adgp(config: Config, splits: Splits, extractor, head, seed: int, che
     import tensorflow as tf
 
     from activated_dgp import load_dgp, save_dgp, train_dgp
+    from activated_dgp.saving import is_saved_directory
 
     extractor_weights = checkpoint.parent / (checkpoint.name + "_extractor.weights.h5")
     record = checkpoint.parent / (checkpoint.name + ".json")
-    if (checkpoint / "config.json").is_file() and record.is_file() and (not finetune or extractor_weights.is_file()):
+    complete = is_saved_directory(checkpoint) or (checkpoint / "config.json").is_file()  # a 0.1 save loads too
+    if complete and record.is_file() and (not finetune or extractor_weights.is_file()):
         log(f"  loaded {checkpoint}")
         info = json.loads(record.read_text())
         if finetune:
@@ -530,7 +532,7 @@ def trained_adgp(config: Config, splits: Splits, extractor, head, seed: int, che
         log(f"  early stopping: best validation NLPD {min(v for _, v in info['validation_nlpd']):.4f} at epoch "
             f"{info['best_epoch']} of {info['epochs_run']} (restored)")
     atomic_write_text(record, json.dumps(info))
-    save_dgp(dgp, checkpoint)  # its config.json, written last and atomically, marks a complete checkpoint
+    save_dgp(dgp, checkpoint)  # its checkpoint pointer, moved last and atomically, marks a complete save
     return dgp, info
 
 

@@ -42,9 +42,10 @@ def test_exact_spectrum_and_test_kernels_match_per_image_gradients(study_run):
     ntk_spectra, root, _, records = study_run
     assert len(records) == 1
     record = records[0]
-    (weights,) = (root / "cache").glob("ntk_classifier-*.weights.h5")
-    model = ntk_spectra.build_classifier(record["seed"])
-    model.load_weights(weights)
+    from activated_dgp import load
+
+    (saved,) = (root / "cache").glob("ntk_classifier-*")  # the library's one way of saving (activated_dgp.save)
+    model = load(saved)
     assert record["num_parameters"] == (1 * 25 * 8 + 8) + (8 * 25 * 16 + 16) + (4 * 4 * 16 * 16 + 16) + (16 + 1)
     assert 0.0 <= record["test_accuracy"] <= 1.0 and record["test_images"] > 1000
 

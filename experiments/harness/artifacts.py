@@ -13,6 +13,8 @@ import os
 from pathlib import Path
 from typing import Callable, Optional
 
+from activated_dgp import saving
+
 
 def atomic_write(path, write: Callable[[Path], None]) -> Path:
     """Call ``write(temporary)`` and move the temporary file onto ``path`` (atomically on one filesystem).
@@ -33,6 +35,23 @@ def atomic_write(path, write: Callable[[Path], None]) -> Path:
 
 def atomic_write_text(path, text: str) -> Path:
     return atomic_write(path, lambda temporary: temporary.write_text(text))
+
+
+def restore_saved_weights(model, directory, legacy_weights=None) -> bool:
+    """Set ``model``'s weights from the network saved in ``directory`` by :func:`activated_dgp.save` (or, failing
+    that, from a ``legacy_weights`` file written by Keras' ``save_weights`` before the studies saved the library's
+    way); False when neither exists. For models whose layers other objects share (a classifier's extractor and
+    head), which :func:`activated_dgp.load` would return as a new object."""
+    if saving.is_saved_directory(directory):
+        loaded = saving.load(directory, kind="network")
+        if not model.built:  # a Sequential without an Input layer builds on its first input
+            model.build(loaded.input_shape)
+        model.set_weights(loaded.get_weights())
+        return True
+    if legacy_weights is not None and Path(legacy_weights).is_file():
+        model.load_weights(legacy_weights)
+        return True
+    return False
 
 
 class ArtifactCache:
@@ -75,6 +94,22 @@ class ArtifactCache:
         artifact = build()
         if target is not None:
             atomic_write(target, lambda temporary: save(artifact, temporary))
+        return artifact
+
+    def get_or_build_saved(self, kind: str, key, build: Callable[[], object], legacy: Optional[Callable[[], object]] = None):
+        """The artifact for ``key``, saved the library's one way (:func:`activated_dgp.save`, a checkpoint directory
+        ``<kind>-<digest>``): loaded when saved, else built and saved. ``legacy()`` may return an artifact cached
+        under an older file layout (or None), which is then saved the new way instead of being rebuilt."""
+        target = self.path(kind, key, "")
+        if target is not None and saving.is_saved_directory(target):
+            return saving.load(target)
+        artifact = legacy() if legacy is not None else None
+        if artifact is None:
+            if self.saved_only:
+                raise ArtifactMissing(f"no saved {kind} for {key!r} under {self.root}")
+            artifact = build()
+        if target is not None:
+            saving.save(artifact, target)  # a new checkpoint, then the pointer: an interrupted save is never loaded
         return artifact
 
 
