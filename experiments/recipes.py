@@ -4,7 +4,7 @@ screen record existed (:data:`RULE`, applied by :func:`decide`).
     python -m experiments recipes            # report only: reads the records, trains nothing
 
 Candidates: the recipes {paper, validation, elbo, floor} (UCI methods ``adgp_paper``, ``adgp``, ``adgp_elbo``,
-``adgp_floor``: experiments/uci_methods.py ``STAGE2_RECIPES``), each with the far-field residual on and off (the
+``adgp_floor``: experiments/methods/adgp.py ``STAGE2_RECIPES``), each with the far-field residual on and off (the
 same fit, scored both ways: ``extra.far_field_off`` in a UCI record, ``far_field_off`` in a rotated-MNIST one).
 Screened cells:
 
@@ -113,15 +113,12 @@ def run_cell(cell, options, context) -> Dict:
 
 def load_uci(path: Path) -> Dict[Tuple[str, str, int], Dict]:
     """The screen budget's UCI records at the current protocol version (older records carried over only where their
-    method did not change: ``uci_methods.upgrade_record``), by (method, dataset, split)."""
-    from experiments.uci import KEY as UCI_KEY
-    from experiments.uci_methods import BUDGETS, upgrade_record
+    method did not change: :func:`experiments.methods.upgrade_record`), by (method, dataset, split)."""
+    from experiments.harness.study import load_records
+    from experiments.methods import BUDGETS
 
-    if not Path(path).exists():
-        return {}
-    protocol = BUDGETS[SCREEN_BUDGET].key()
-    store = ResultStore(path, UCI_KEY, upgrade=upgrade_record, protocol=protocol)
-    return {(r["method"], r["dataset"], r["split"]): r for r in store.records()}
+    records = load_records("uci", path, protocol=BUDGETS[SCREEN_BUDGET].key())
+    return {(r["method"], r["dataset"], r["split"]): r for r in records}
 
 
 def load_rotated(path: Path) -> Dict[Tuple[str, int], Dict]:

@@ -809,7 +809,7 @@ def lla_prediction(context, config: Config, splits: Splits, extractor, head, see
 
     Parameters covered (:data:`LLA_COVERAGE`, measured costs above): the whole dense head on the conv features;
     ``lla_last_layer`` its last Dense layer, on the penultimate features. The latent mean is ``nn``'s logits. Prior precision: the Laplace evidence (last layer, diagonal); for
-    NeuralEF the validation NLL over the library's grid (10^−4…10^4), as in the UCI rows (experiments.uci_methods
+    NeuralEF the validation NLL over the library's grid (10^−4…10^4), as in the UCI rows (experiments.methods.lla
     ``_lla``), or 1 when there are no validation images. NeuralEF learns ``config.lla_eigenpairs`` eigenpairs in
     ``config.lla_neuralef_steps`` steps on the exact NTK (cached Jacobians when they fit the library's budget)."""
     import tf_keras

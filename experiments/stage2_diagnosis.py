@@ -11,7 +11,7 @@ other settings are never mixed in (the records made before the harness carry the
 defaults here).
 
 For each (dataset, split) one network twin is trained (early stopping on a 10 % validation part of the
-training split, best weights restored: experiments/uci_methods.py's protocol) and converted to an
+training split, best weights restored: experiments/methods/protocol.py) and converted to an
 activated DGP; each *variant* (a set of stage-2 options of :func:`activated_dgp.train_two_stage`) then
 continues from the same network. At conversion, every ``--every`` steps and at the end the run records
 
@@ -93,7 +93,7 @@ class Diagnose(tf_keras.callbacks.Callback):
     def record(self, step: int):
         from activated_dgp.deep.diagnostics import elbo_terms, layer_residual_fractions
         from activated_dgp.deep.prediction import propagate_means
-        from experiments.uci_methods import dgp_mixture
+        from experiments.methods import dgp_mixture
 
         d, dgp = self.data, self.dgp
         noise = float(dgp.likelihood_layer.likelihood.variance.numpy())
@@ -169,7 +169,7 @@ def variants(options) -> list:
 
 
 def cells(options) -> list:
-    from experiments.uci import canonical_datasets
+    from experiments.methods import canonical_datasets
 
     splits = [options.split] if options.split is not None else list(range(options.splits))
     return [{"dataset": name, "split": split, "variant": variant}
@@ -180,7 +180,7 @@ def split_data(dataset_name: str, split: int, data_dir):
     """The split, standardised on its training part, with its seeded 10 % validation part."""
     from activated_dgp.data import load_regression_dataset
     from activated_dgp.training import split_validation
-    from experiments.uci import prepare_split
+    from experiments.methods import prepare_split
 
     dataset = load_regression_dataset(dataset_name, data_dir)
     data = prepare_split(dataset, split, SimpleNamespace(fixed_splits=bool(dataset.splits), seed=0))
@@ -196,7 +196,7 @@ def trained_network(cell, options, context, data, view):
     import tensorflow as tf
 
     from activated_dgp import train_network
-    from experiments.uci_methods import build_twin_network, protocol_schedule
+    from experiments.methods import build_twin_network, protocol_schedule
 
     def build():
         tf_keras.backend.clear_session()
@@ -230,7 +230,7 @@ def run_cell(cell, options, context) -> dict:
 
     from activated_dgp import train_two_stage
     from activated_dgp.training import stage2_recipe
-    from experiments.uci_methods import protocol_schedule
+    from experiments.methods import protocol_schedule
 
     data, view = split_data(cell["dataset"], cell["split"], options.data_dir)
     network, history = trained_network(cell, options, context, data, view)
@@ -367,8 +367,8 @@ def weight_decay_markdown(records, uci_records=()) -> str:
 def write_side_studies(out: Path, uci_out: Path = Path("docs") / "results" / "uci_long") -> None:
     """The two generated blocks of ``<out>.md`` made from the retired side studies' committed records."""
     from experiments.harness.blocks import write_block
-    from experiments.uci import load_records
-    from experiments.uci_methods import BUDGETS
+    from experiments.harness.study import load_records
+    from experiments.methods import BUDGETS
 
     page = Path(out).parent / f"{Path(out).name}.md"
     output_layer, weight_decay = Path(out) / "output_layer.jsonl", Path(out) / "twin_weight_decay.jsonl"
@@ -380,10 +380,7 @@ def write_side_studies(out: Path, uci_out: Path = Path("docs") / "results" / "uc
     if weight_decay.exists():
         records = ResultStore(weight_decay, ("dataset", "split", "weight_decay")).records()
         budgets = sorted({r.get("budget", "converged-long") for r in records})
-        try:
-            uci_records = [r for b in budgets for r in load_records(uci_out, BUDGETS[b].key())]
-        except (FileNotFoundError, ValueError):
-            uci_records = []
+        uci_records = [r for b in budgets for r in load_records("uci", uci_out, protocol=BUDGETS[b].key())]
         write_block(page, "twin_weight_decay", weight_decay_markdown(records, uci_records), REPORT_COMMAND)
 
 

@@ -156,8 +156,30 @@ def test_artifact_cache_builds_once_and_can_refuse_to_build(tmp_path):
             "net", 1, ".txt", build=lambda: "x", save=None, load=None)
 
 
+def test_load_records_reads_another_studys_records_through_its_key_and_upgrade(tmp_path, monkeypatch):
+    """UCI's records read by another study. Versions: v5 changed "a", v6 changed "b" (current v6): a v5 record of "a"
+    is carried to v6 (a did not change since), one of "b" stays at v5. Asking for protocol h:v6 gives exactly the
+    carried "a" record, once (a repeated line and a torn last line are ignored); the records as made are both at v5;
+    a folder without records gives [] and is not created."""
+    from experiments.harness.study import load_records
+    from experiments.methods import protocol
+
+    monkeypatch.setattr(protocol, "PROTOCOL_VERSION", "v6")
+    monkeypatch.setattr(protocol, "METHOD_CHANGES", {"v2": ("*",), "v5": ("a",), "v6": ("b",)})
+    lines = [json.dumps({"dataset": "yacht", "method": m, "split": 0, "protocol": "h:v5"}) for m in ("a", "b", "a")]
+    (tmp_path / "records.jsonl").write_text("\n".join(lines) + '\n{"dataset": "yac')
+    carried = load_records("uci", tmp_path, protocol="h:v6")
+    assert carried == [{"dataset": "yacht", "method": "a", "split": 0, "protocol": "h:v6", "upgraded_from": "v5"}]
+    assert load_records("uci", tmp_path / "records.jsonl", protocol="h:v6") == carried
+    as_made = load_records("uci", tmp_path, upgrade=False)
+    assert sorted((r["method"], r["protocol"]) for r in as_made) == [("a", "h:v5"), ("b", "h:v5")]
+    assert load_records("uci", tmp_path / "nowhere") == [] and not (tmp_path / "nowhere").exists()
+    with pytest.raises(ValueError, match="unknown study"):
+        load_records("not_a_study", tmp_path)
+
+
 def test_benchmarks_import_no_study():
-    studies = set(registry.STUDIES.values()) | {"experiments.uci", "experiments.uci_methods", "experiments.rotated_mnist"}
+    studies = set(registry.STUDIES.values()) | {"experiments.uci", "experiments.uci.cells", "experiments.uci.report", "experiments.rotated_mnist"}
     for path in Path(__file__).resolve().parents[1].glob("benchmarks/*.py"):
         tree = ast.parse(path.read_text())
         imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}

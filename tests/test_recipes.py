@@ -14,14 +14,14 @@ from experiments import recipes
 
 
 def test_recipe_methods_are_listed_and_never_carry_older_records():
-    from experiments import uci, uci_methods
+    from experiments import methods, uci
 
-    assert set(uci.RECIPE_METHODS) == set(uci_methods.RECIPE_METHODS) <= set(uci_methods.METHODS) & set(uci.METHOD_ORDER)
+    assert set(uci.RECIPE_METHODS) == set(methods.RECIPE_METHODS) <= set(methods.METHODS) & set(uci.METHOD_ORDER)
     assert not set(uci.RECIPE_METHODS) & set(uci.DEFAULT_METHODS)  # run only when named
-    current = uci_methods.version_number(uci_methods.PROTOCOL_VERSION)
+    current = methods.version_number(methods.PROTOCOL_VERSION)
     for method in uci.RECIPE_METHODS:
         record = {"method": method, "protocol": f"converged-long:x:v{current - 1}"}
-        assert uci_methods.upgrade_record(record) == record and method in uci_methods.LABELS
+        assert methods.upgrade_record(record) == record and method in methods.LABELS
 
 
 # ---------------------------------------------------------------------------------------------- the rule
@@ -31,7 +31,7 @@ ANGLES = list(range(0, 181, 15))
 
 
 def _uci_record(method, dataset, split, rmse, nlpd, off=None):
-    from experiments.uci_methods import BUDGETS
+    from experiments.methods import BUDGETS
 
     extra = {"far_field_off": {"rmse": rmse, "nlpd": off if off is not None else nlpd}} if method.startswith("adgp") else {}
     return {"dataset": dataset, "method": method, "split": split, "protocol": BUDGETS["converged-long"].key(),

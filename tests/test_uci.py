@@ -211,7 +211,7 @@ def test_every_method_end_to_end(converged_tiny_run):
 
 def test_recipe_methods_run_from_the_nns_network_and_score_the_fit_without_the_far_field(tmp_path, converged_tiny_run):
     """Issue 36's UCI recipe methods (experiments/recipes.py screens them) in the shared converged-tiny run."""
-    from experiments.uci_methods import BUDGETS, RECIPE_FLOOR
+    from experiments.methods import BUDGETS, RECIPE_FLOOR
 
     records = {r["method"]: r for r in map(json.loads, (converged_tiny_run / "records.jsonl").read_text().splitlines())}
     assert {"adgp_elbo", "adgp_floor", "adgp_paper", "nn_ts"} <= set(records)
@@ -267,7 +267,7 @@ def test_rescore_adds_calibration_from_the_saved_networks_only(tmp_path, converg
 
 
 def test_resume_after_interruption(tmp_path, monkeypatch):
-    import experiments.uci_methods as methods
+    import experiments.methods as methods
 
     real, calls = methods.run_method, []
 
@@ -295,7 +295,7 @@ def test_resume_after_interruption(tmp_path, monkeypatch):
 
 
 def test_first_split_runs_only_the_later_splits_and_a_bad_one_is_named(tmp_path, monkeypatch):
-    import experiments.uci_methods as methods
+    import experiments.methods as methods
 
     ran = []
     real = methods.run_method
@@ -316,9 +316,9 @@ def test_first_split_runs_only_the_later_splits_and_a_bad_one_is_named(tmp_path,
 def test_adgp_interrupted_after_stage_1_resumes_from_the_saved_network(tmp_path, monkeypatch):
     """Interrupt an ADGP cell after stage 1, resume in a clean state (no in-process cache): the network is
     loaded from its checkpoint, not trained again, and the record equals that of an uninterrupted run."""
-    import experiments.uci_methods as methods
+    from experiments.methods import adgp as adgp_module, networks as networks_module
 
-    real_two_stage, real_train_network, trained = methods.train_two_stage, methods.train_network, []
+    real_two_stage, real_train_network, trained = adgp_module.train_two_stage, networks_module.train_network, []
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt("simulated interruption after stage 1")
@@ -327,13 +327,13 @@ def test_adgp_interrupted_after_stage_1_resumes_from_the_saved_network(tmp_path,
         trained.append(1)
         return real_train_network(*args, **kwargs)
 
-    monkeypatch.setattr(methods, "train_network", counting)
-    monkeypatch.setattr(methods, "train_two_stage", interrupted)
+    monkeypatch.setattr(networks_module, "train_network", counting)
+    monkeypatch.setattr(adgp_module, "train_two_stage", interrupted)
     with pytest.raises(KeyboardInterrupt):
         _run(tmp_path / "resumed", "--method", "adgp", "--splits", "1")
     assert trained == [1] and len(list((tmp_path / "resumed" / "networks").glob("*.json"))) == 1
     assert not (tmp_path / "resumed" / "records.jsonl").exists() or not (tmp_path / "resumed" / "records.jsonl").read_text()
-    monkeypatch.setattr(methods, "train_two_stage", real_two_stage)
+    monkeypatch.setattr(adgp_module, "train_two_stage", real_two_stage)
     _run(tmp_path / "resumed", "--method", "adgp", "--splits", "1")  # a new run holds no network in memory
     assert trained == [1]  # stage 1 came from the checkpoint
     _run(tmp_path / "straight", "--method", "adgp", "--splits", "1")
@@ -345,7 +345,7 @@ def test_adgp_interrupted_after_stage_1_resumes_from_the_saved_network(tmp_path,
 
 
 def test_converged_protocol_records_steps_and_shares_the_network(converged_tiny_run):
-    from experiments.uci_methods import BUDGETS
+    from experiments.methods import BUDGETS
 
     tmp_path = converged_tiny_run
     records = {r["method"]: r for r in map(json.loads, (tmp_path / "records.jsonl").read_text().splitlines())}
@@ -370,7 +370,7 @@ def test_converged_protocol_records_steps_and_shares_the_network(converged_tiny_
 
 
 def test_dropout_precision_maximises_the_validation_likelihood():
-    from experiments.uci_methods import mixture_noise_variance
+    from experiments.methods import mixture_noise_variance
 
     rng = np.random.default_rng(3)
     y = rng.normal(size=50)
@@ -385,7 +385,7 @@ def test_dropout_precision_maximises_the_validation_likelihood():
 def test_records_of_an_older_version_count_only_for_methods_it_did_not_change(tmp_path, monkeypatch):
     """A v(K−1) record is reused under vK unless vK changed its method: rerunning a resumable benchmark
     after a version bump reruns exactly the changed methods' cells."""
-    import experiments.uci_methods as methods
+    import experiments.methods as methods
 
     _run(tmp_path, "--method", "nn,nn_ts", "--splits", "1")
     path = tmp_path / "records.jsonl"
@@ -410,7 +410,7 @@ def test_records_of_an_older_version_count_only_for_methods_it_did_not_change(tm
 def test_every_protocol_version_lists_what_it_changed():
     """A version bump without its METHOD_CHANGES entry would carry every older record over as if nothing had
     changed (it happened once: the v4 bump first reused all v3 ADGP cells)."""
-    import experiments.uci_methods as methods
+    import experiments.methods as methods
 
     current = int(methods.PROTOCOL_VERSION[1:])
     assert {f"v{k}" for k in range(2, current + 1)} <= set(methods.METHOD_CHANGES)
@@ -426,7 +426,7 @@ def test_every_protocol_version_lists_what_it_changed():
 def test_claims_compare_methods_over_the_splits_they_share():
     """ADGP has split 0 only; the network has splits 0 and 1, and split 1 is far worse. Over the shared split the
     ADGP loses (0.5 > 0.4); against the network's mean over both splits (0.9) it would wrongly win."""
-    from experiments.uci import claims
+    from experiments.uci.verdicts import claims
 
     def record(method, split, value):
         return {"dataset": "yacht", "method": method, "split": split, "rmse": value, "nlpd": value, "num_train": 9,
@@ -450,7 +450,7 @@ def test_nlpd_gap_splits_accuracy_from_the_variance_against_scipy(rng):
     from scipy.optimize import minimize_scalar
 
     from activated_dgp.metrics import homoscedastic_gaussian_nlpd
-    from experiments.uci import nlpd_gap
+    from experiments.uci.verdicts import nlpd_gap
 
     y = rng.normal(size=200)
     mean_a, mean_b = y + 0.3 * rng.normal(size=200), y + 0.5 * rng.normal(size=200)
@@ -478,7 +478,7 @@ def test_nlpd_gap_splits_accuracy_from_the_variance_against_scipy(rng):
 
 def test_published_dropout_table_pairs_splits_and_turns_nlpd_into_log_likelihood():
     """Only the splits with a record are averaged on the published side; the test log-likelihood is −NLPD."""
-    from experiments.uci import PUBLISHED_MC_DROPOUT, published_dropout_markdown
+    from experiments.uci.sections import PUBLISHED_MC_DROPOUT, published_dropout_markdown
 
     rmse, ll = PUBLISHED_MC_DROPOUT["energy"]
     records = [
@@ -494,7 +494,7 @@ def test_published_dropout_table_pairs_splits_and_turns_nlpd_into_log_likelihood
 
 
 def test_calibration_claim_pairs_only_splits_where_both_have_the_metric():
-    from experiments.uci import claims
+    from experiments.uci.verdicts import claims
 
     def record(method, split, error):
         r = {"dataset": "yacht", "method": method, "split": split, "rmse": 1.0, "nlpd": 1.0, "num_train": 9, "num_test": 1,
@@ -511,7 +511,7 @@ def test_best_step_claim_names_the_plain_networks_best_steps_on_the_same_splits(
     """The twin's late best step (naval: 28,000 of 30,000 > 80 %) is set beside the plain network's on the shared
     splits only (split 2 has no plain record): the plain network stopped later on split 0 (29,900 > 28,000) and
     earlier on split 1 (100 < 20,000); its largest best step over the shared splits is 29,900."""
-    from experiments.uci import claims
+    from experiments.uci.verdicts import claims
 
     def record(method, split, best):
         return {"dataset": "naval-propulsion-plant", "method": method, "split": split, "rmse": 0.1, "nlpd": 0.1,
@@ -526,7 +526,7 @@ def test_best_step_claim_names_the_plain_networks_best_steps_on_the_same_splits(
 
 
 def test_stage2_effect_groups_splits_by_the_restored_step():
-    from experiments.uci import stage2_effect_markdown
+    from experiments.uci.sections import stage2_effect_markdown
 
     def record(method, split, rmse, nlpd, best=None):
         extra = {"dgp": {"best_step": best}} if best is not None else {}
@@ -544,11 +544,12 @@ def test_stage2_effect_groups_splits_by_the_restored_step():
 def test_report_takes_each_methods_newest_version_and_carries_records_only_up_to_their_next_change(tmp_path, monkeypatch):
     """Changes v5: ("a",), v6: ("b",). A v4 record of "b" counts under v5 (b changed only in v6), not v6; "a" keeps
     its v6 records; "b" has no v6 record on yacht, so its v5 one is shown and named as older."""
-    import experiments.uci_methods as methods
-    from experiments.uci import load_records, older_versions
+    import experiments.methods as methods
+    from experiments.methods import protocol
+    from experiments.uci.summary import load_records, older_versions
 
-    monkeypatch.setattr(methods, "PROTOCOL_VERSION", "v6")
-    monkeypatch.setattr(methods, "METHOD_CHANGES", {"v2": ("*",), "v5": ("a",), "v6": ("b",)})
+    monkeypatch.setattr(protocol, "PROTOCOL_VERSION", "v6")
+    monkeypatch.setattr(protocol, "METHOD_CHANGES", {"v2": ("*",), "v5": ("a",), "v6": ("b",)})
     monkeypatch.setitem(methods.LABELS, "a", "A")
     monkeypatch.setitem(methods.LABELS, "b", "B")
     rows = [("a", "v4", 0), ("a", "v6", 0), ("b", "v4", 0), ("b", "v4", 1)]
@@ -588,11 +589,11 @@ def test_lla_rows_run_on_the_nns_network_and_the_exact_one_only_where_the_ggn_fi
     """The twin's P counted by hand: per layer M (D_in + 1) directions and M · D_out linear weights. Boston (D = 13)
     has P = 3·128·14 + 128·13·2 + 128 = 8,832 > 5,000, so no exact-LLA cell; the last-layer LLA shares the NN's
     network (same test mean) and its noise is the NN's training MSE."""
-    from experiments import uci_methods
+    from experiments import methods
 
     D = 13
-    assert uci_methods.twin_parameter_count(D) == 3 * 128 * (D + 1) + 128 * D * 2 + 128
-    assert not uci_methods.applicable("lla_exact", D) and uci_methods.applicable("lla_exact", 4)
+    assert methods.twin_parameter_count(D) == 3 * 128 * (D + 1) + 128 * D * 2 + 128
+    assert not methods.applicable("lla_exact", D) and methods.applicable("lla_exact", 4)
     _run(tmp_path, "--method", "nn,lla_last_layer,lla_exact", "--splits", "1")
     records = {r["method"]: r for r in map(json.loads, (tmp_path / "records.jsonl").read_text().splitlines())}
     assert sorted(records) == ["lla_last_layer", "nn"]
@@ -605,7 +606,7 @@ def test_lla_rows_run_on_the_nns_network_and_the_exact_one_only_where_the_ggn_fi
 def test_far_field_table_pairs_each_split_with_its_own_fit_without_the_residual():
     """Differences +0.1, +0.3 (mean 0.2, SE 0.1): "with" is worse by more than one SE on yacht; on energy the pair
     is identical. Mean and SE computed here with numpy on the same numbers."""
-    from experiments.uci import far_field_markdown
+    from experiments.uci.sections import far_field_markdown
 
     def record(d, split, on, off):
         return {"dataset": d, "method": "adgp", "split": split, "nlpd": on, "rmse": 0.5,
@@ -627,7 +628,8 @@ def test_adgp_ensemble_is_the_uniform_mixture_of_its_members_adgps(monkeypatch):
     and the ensemble's NLPD is log (1/M) Σ_m p_m(y) with p_m the member's sample mixture, by scipy. Also: the far-field-off score is the same stack with every residual switched off."""
     from dataclasses import replace
 
-    from experiments import uci_methods as um
+    import experiments.methods as um
+    from experiments.methods import adgp as adgp_module
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(60, 3))
@@ -635,24 +637,24 @@ def test_adgp_ensemble_is_the_uniform_mixture_of_its_members_adgps(monkeypatch):
     data = um.SplitData(X[:50], y[:50], X[50:], y[50:], 1.0, seed=7)
     budget, networks = um.BUDGETS["tiny"], um.NetworkCache()
     members = 2  # the method's ENSEMBLE_SIZE = 5 in the benchmark; two members test the same stacking
-    fitted, real = [], um._adgp
+    fitted, real = [], adgp_module._adgp
 
     def recorded(*args, **kwargs):  # each member's own fit, as the ensemble made it
         result = real(*args, **kwargs)
         fitted.append((kwargs["seed"], result[0], result[1]))
         return result
 
-    monkeypatch.setattr(um, "_adgp", recorded)
-    means, variances, info = um.predict_adgp_ensemble(data, budget, networks, members=members)
+    monkeypatch.setattr(adgp_module, "_adgp", recorded)
+    means, variances, info = adgp_module.predict_adgp_ensemble(data, budget, networks, members=members)
     assert info["members"] == members and means.shape == (members * budget.mc_samples, 10)
     assert [seed for seed, _, _ in fitted] == [data.seed + 1000 * m for m in range(members)]
     # the second member is an ``adgp`` of its seed: refitted on its own, the same predictive
-    monkeypatch.setattr(um, "_adgp", real)
+    monkeypatch.setattr(adgp_module, "_adgp", real)
     mm, vv, _ = um.METHODS["adgp"](replace(data, seed=data.seed + 1000), budget, networks)
     np.testing.assert_allclose(mm, fitted[1][1], rtol=1e-9), np.testing.assert_allclose(vv, fitted[1][2], rtol=1e-9)
     member_density = [np.mean(norm.pdf(data.y_test[:, 0][None], m, np.sqrt(v)), axis=0) for _, m, v in fitted]
     expected_nlpd = -np.mean(np.log(np.mean(member_density, axis=0)))
-    scores = um.regression_metrics(data.y_test, means, variances)
+    scores = regression_metrics(data.y_test, means, variances)
     np.testing.assert_allclose(scores["nlpd"], expected_nlpd, rtol=1e-6)
     off = [extra["far_field_off"]["nlpd"] for extra in info["member_extras"]]
     assert np.isfinite(info["far_field_off"]["nlpd"]) and len(off) == members
@@ -662,7 +664,7 @@ def test_the_adgp_ensembles_members_are_trained_with_the_librarys_default_regres
     """Issue 36 item 3 compares the default's ADGPs in an ensemble: adgp_ensemble's recipe is the one the library's
     default recipe resolves to for a Gaussian likelihood."""
     from activated_dgp.training.recipes import DEFAULT_RECIPE, stage2_recipe
-    from experiments import uci_methods as um
+    from experiments.methods import adgp as um
 
     from dataclasses import replace
 
@@ -676,7 +678,8 @@ def test_the_neuralef_lla_cell_resumes_its_training_from_a_checkpoint_keyed_by_i
     restores the finished training, takes no step and predicts exactly what the first run predicted; the
     directory is keyed by θ_MAP, so another split's network never resumes it."""
     from activated_dgp.eigen import neuralef as neuralef_module
-    from experiments import uci_methods as um
+    import experiments.methods as methods
+    from experiments.methods import lla as um
 
     monkeypatch.setattr(um, "LLA_NEURALEF_STEPS", 30)
     monkeypatch.setattr(um, "LLA_EIGENPAIRS", 3)
@@ -684,7 +687,7 @@ def test_the_neuralef_lla_cell_resumes_its_training_from_a_checkpoint_keyed_by_i
     X = rng.normal(size=(60, 2))
     y = np.sin(X[:, :1]) + 0.1 * rng.normal(size=(60, 1))
     data = um.SplitData(X[:50], y[:50], X[50:], y[50:], 1.0, seed=3)
-    budget = um.BUDGETS["tiny"]
+    budget = methods.BUDGETS["tiny"]
     first = um.predict_lla_neuralef(data, budget, um.NetworkCache(tmp_path))
     directories = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("lla-neuralef"))
     assert len(directories) == 1 and any((tmp_path / directories[0]).iterdir())
@@ -709,9 +712,9 @@ def test_the_lla_prior_precision_edge_claim_counts_cells_at_each_end_of_the_grid
     """The claim counts validation-chosen δ equal to 1e-4 and to 1e4 (LinearisedLaplace's default grid ends) among
     lla_neuralef cells, ignoring other methods and δ chosen otherwise."""
     from activated_dgp.eigen import LinearisedLaplace
-    from experiments.uci import _prior_precision_edge_claim
+    from experiments.uci.verdicts import _prior_precision_edge_claim
 
-    from experiments.uci_methods import build_twin_network
+    from experiments.methods import build_twin_network
 
     grid = LinearisedLaplace(build_twin_network(2, 0), prior_precision="validation").prior_precision_grid
     assert grid.min() == pytest.approx(1e-4) and grid.max() == pytest.approx(1e4)
@@ -729,7 +732,7 @@ def test_the_lla_prior_precision_edge_claim_counts_cells_at_each_end_of_the_grid
 
 def test_the_lla_gain_claim_is_the_difference_of_split_means_over_shared_splits():
     """NN's mean NLPD minus LLA NeuralEF's over the splits both have: NN's split 1 (no LLA record) is left out."""
-    from experiments.uci import claims
+    from experiments.uci.verdicts import claims
 
     def record(method, split, nlpd, dataset="yacht"):
         return {"dataset": dataset, "method": method, "split": split, "rmse": 0.1, "nlpd": nlpd, "num_train": 9,
@@ -748,7 +751,7 @@ def test_the_adgp_ensemble_difference_claim_is_the_paired_mean_and_se_over_share
     method has is left out, and each dataset is sorted by where its mean lies against one paired SE."""
     import statistics
 
-    from experiments.uci import claims
+    from experiments.uci.verdicts import claims
 
     def record(method, split, nlpd, dataset):
         return {"dataset": dataset, "method": method, "split": split, "rmse": 0.1, "nlpd": nlpd, "num_train": 9,

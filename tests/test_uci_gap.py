@@ -159,7 +159,7 @@ def test_shift_diagnostics_against_scipy(rng):
     """The mixture's σ from scipy's second moments of its components; the |z| > 3 share counted by hand."""
     from scipy.stats import norm
 
-    from experiments.uci_methods import shift_diagnostics
+    from experiments.methods import shift_diagnostics
 
     means, variances = rng.normal(size=(4, 7)), rng.uniform(0.1, 2.0, size=(4, 7))
     second = np.mean([norm(means[s], np.sqrt(variances[s])).moment(2) for s in range(4)], axis=0)

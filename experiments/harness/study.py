@@ -81,6 +81,23 @@ def open_store(study: ModuleType, options) -> ResultStore:
     return ResultStore(records_path(options), study.KEY, upgrade=getattr(study, "upgrade", None), protocol=protocol)
 
 
+def load_records(study: str, records, protocol: Optional[str] = None, upgrade: bool = True) -> list:
+    """The records of the registered study ``study`` in ``records`` (its ``records.jsonl`` or the folder holding it),
+    read as that study reads them: one per cell of its ``KEY``, through its ``upgrade`` (unless ``upgrade=False``),
+    only those of ``protocol`` when given. [] when there is no such file. This is how one study reads another's
+    records, without importing the other's modules."""
+    from experiments.harness import registry
+
+    owner = registry.study(study)
+    path = Path(records)
+    if path.is_dir() or path.suffix != ".jsonl":
+        path = path / "records.jsonl"
+    if not path.exists():
+        return []
+    store = ResultStore(path, owner.KEY, upgrade=getattr(owner, "upgrade", None) if upgrade else None, protocol=protocol)
+    return store.records()
+
+
 def make_context(options, study: Optional[ModuleType] = None) -> Context:
     if study is not None and hasattr(study, "artifact_cache"):
         cache = study.artifact_cache(options)

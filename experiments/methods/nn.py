@@ -1,0 +1,64 @@
+"""The network baselines: the NN, the plain network, temperature scaling (NN+TS) and the deep ensemble.
+
+* ``nn`` — the twin on MSE; predictive N(f(x), σ²) with σ² = its MSE on the data it trained on. It *is*
+  the ADGP's initialisation (one cached fit per split serves NN, NN+TS, ensemble member 0 and ADGP).
+* ``plain`` — an ordinary network of the same shape, [Dense(128, softplus), Dense(D, no bias)] × 2,
+  [Dense(128, softplus), Dense(1, no bias)], predicting as ``nn`` does.
+* ``ensemble`` — 5 twins from different seeds (member 0 is ``nn``'s network); mixture of N(f_k(x), σ_k²),
+  σ_k² = member k's training MSE (Lakshminarayanan et al. 2017).
+* ``nn_ts`` — temperature scaling for regression (Guo et al. 2017 adapted): the NN's network;
+  predictive N(f(x), T σ²_train) with T fitted on the validation part by minimising the validation NLL,
+  whose minimiser is T = MSE_val / MSE_train (closed form).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from experiments.methods.networks import NetworkCache, fit_network, fit_twin, network_mean, training_mse
+from experiments.methods.protocol import Budget, Prediction, SplitData, fit_parts
+
+ENSEMBLE_SIZE = 5
+
+
+def _network_prediction(kind: str, data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Prediction:
+    network, history = fit_network(kind, data, budget, data.seed, networks)
+    (X, y), _ = fit_parts(data, budget)
+    noise = training_mse(network, X, y)
+    return network_mean(network, data.X_test)[None], np.full((1, len(data.X_test)), noise), {"train_mse": noise, "network": history}
+
+
+def predict_nn(data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Prediction:
+    return _network_prediction("twin", data, budget, networks)
+
+
+def predict_plain(data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Prediction:
+    return _network_prediction("plain", data, budget, networks)
+
+
+def predict_ensemble(data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Prediction:
+    means, variances, histories = [], [], []
+    (X, y), _ = fit_parts(data, budget)
+    for member in range(ENSEMBLE_SIZE):
+        network, history = fit_network("twin", data, budget, data.seed + 1000 * member, networks)
+        means.append(network_mean(network, data.X_test))
+        variances.append(np.full(len(data.X_test), training_mse(network, X, y)))
+        histories.append(history)
+    return np.stack(means), np.stack(variances), {"members": ENSEMBLE_SIZE, "networks": histories}
+
+
+def predict_nn_ts(data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Prediction:
+    if budget.converged:  # the NN's own network (trained on the fit part, stopped on the validation part)
+        network, history = fit_network("twin", data, budget, data.seed, networks)
+        (X_fit, y_fit), (X_val, y_val) = data.validation_split()
+    else:
+        (X_fit, y_fit), (X_val, y_val) = data.validation_split()
+        network, history = fit_twin(X_fit, y_fit, budget, data.seed), {}
+    train_mse = training_mse(network, X_fit, y_fit)
+    val_mse = float(max(np.mean((network_mean(network, X_val) - y_val[:, 0]) ** 2), 1e-8))
+    temperature = val_mse / train_mse  # argmin_T of the validation NLL of N(f(x), T·MSE_train)
+    noise = temperature * train_mse
+    means = network_mean(network, data.X_test)[None]
+    return means, np.full_like(means, noise), {"temperature": temperature, "train_mse": train_mse, "validation_mse": val_mse, "network": history}

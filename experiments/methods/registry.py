@@ -1,0 +1,85 @@
+"""The methods by name, their labels in tables, which run on a dataset, and :func:`run_method`, which fits and scores
+one of them on one split."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+from typing import Callable, Dict, Optional
+
+import gpflow
+import numpy as np
+import tf_keras
+
+from activated_dgp.metrics import regression_metrics
+from experiments.methods.adgp import (predict_adgp, predict_adgp_elbo, predict_adgp_ensemble, predict_adgp_floor,
+                                      predict_adgp_paper, predict_plain_adgp)
+from experiments.methods.dgp import predict_dgp
+from experiments.methods.dropout import predict_dropout
+from experiments.methods.lla import (LLA_EXACT_MAX_PARAMETERS, predict_lla_exact, predict_lla_last_layer,
+                                     predict_lla_neuralef, twin_parameter_count)
+from experiments.methods.networks import NetworkCache
+from experiments.methods.nn import predict_ensemble, predict_nn, predict_nn_ts, predict_plain
+from experiments.methods.protocol import Budget, Prediction, SplitData
+from experiments.methods.scoring import shift_diagnostics
+
+METHODS: Dict[str, Callable[[SplitData, Budget, NetworkCache], Prediction]] = {
+    "nn": predict_nn,
+    "dropout": predict_dropout,
+    "ensemble": predict_ensemble,
+    "nn_ts": predict_nn_ts,
+    "dgp": predict_dgp,
+    "adgp": predict_adgp,
+    "plain": predict_plain,
+    "plain_adgp": predict_plain_adgp,
+    "lla_last_layer": predict_lla_last_layer,
+    "lla_exact": predict_lla_exact,
+    "lla_neuralef": predict_lla_neuralef,
+    "adgp_paper": predict_adgp_paper,
+    "adgp_elbo": predict_adgp_elbo,
+    "adgp_floor": predict_adgp_floor,
+    "adgp_ensemble": predict_adgp_ensemble,
+}
+LABELS = {
+    "nn": "NN",
+    "dropout": "NN+Dropout",
+    "ensemble": "NN Ensemble",
+    "nn_ts": "NN+TS",
+    "dgp": "DGP",
+    "adgp": "ADGP",
+    "plain": "plain NN",
+    "plain_adgp": "plain→ADGP",
+    "lla_last_layer": "LLA last layer",
+    "lla_exact": "LLA exact",
+    "lla_neuralef": "LLA NeuralEF",
+    "adgp_paper": "ADGP paper (v=1)",
+    "adgp_elbo": "ADGP ELBO-v",
+    "adgp_floor": "ADGP v-floor",
+    "adgp_ensemble": "ADGP Ensemble",
+}
+
+
+def applicable(method: str, input_dim: int) -> bool:
+    """Whether ``method`` runs on a dataset of ``input_dim`` inputs (the exact LLA needs P ≤ the limit)."""
+    return method != "lla_exact" or twin_parameter_count(input_dim) <= LLA_EXACT_MAX_PARAMETERS
+
+
+def run_method(method: str, data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Dict:
+    """Fit ``method`` on the split and score it: rmse, nlpd (standardised), rmse_original, nlpd_original,
+    seconds, the epochs used, and method-specific extras. ``networks``: the run's stage-1 networks (saved and
+    reused; default a fresh in-memory cache)."""
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; choose from {sorted(METHODS)}")
+    gpflow.config.set_default_float(np.float64)
+    tf_keras.backend.clear_session()
+    start = time.perf_counter()
+    means, variances, extra = METHODS[method](data, budget, NetworkCache() if networks is None else networks)
+    scores = regression_metrics(data.y_test, means, variances, data.y_scale)
+    return {
+        **scores,
+        **shift_diagnostics(data.y_test, means, variances),
+        "seconds": round(time.perf_counter() - start, 2),
+        "budget": asdict(budget),
+        "protocol": budget.key(),
+        "extra": extra,
+    }

@@ -1,0 +1,205 @@
+"""The gap page (``--splits-kind gap``): the best method per set, the metric tables, the shift diagnosis and the
+DUN paper's published gap-split columns."""
+
+from __future__ import annotations
+
+from typing import Dict, List, Sequence
+
+import numpy as np
+
+from experiments.harness.statistics import standard_error
+from experiments.methods import LABELS
+from experiments.methods.data import in_order
+from experiments.uci.cells import GAP_DEFAULT_MAX_SPLITS, METHOD_ORDER
+from experiments.uci.sections import method_columns, metric_table, protocol_lines, seconds_table
+from experiments.uci.summary import by_split, shared_splits
+
+
+#: The DUN paper's gap-split results (Antorán, Allingham & Hernández-Lobato 2020; their repository cambridge-mlg/DUN,
+#: experiments/regression_and_image_PLOTS.ipynb, the appendix table printed by ``make_uci_appendix_tables(reg_df,
+#: gap=True)``, ResNet columns): dataset folder → method → (test log-likelihood mean, its standard deviation over
+#: the set's gap splits, test RMSE mean, its standard deviation), original units, as published (standard
+#: deviations, not standard errors). Their protocol: training-split standardisation, 15 % of each training split
+#: held out for validation, width-100 networks, 5-member ensembles, 10 dropout samples. Displayed beside this
+#: study's records; never used to test anything.
+PUBLISHED_GAP: Dict[str, Dict[str, tuple]] = {
+    'bostonHousing': {
+        'NN (SGD)': (-4.217, 1.876, 4.593, 2.927),
+        'MC dropout': (-4.001, 1.814, 3.597, 0.684),
+        'deep ensemble': (-3.106, 1.481, 3.512, 0.573),
+        'MFVI': (-2.703, 0.072, 3.756, 0.418),
+        'DUN': (-3.107, 0.593, 3.636, 0.493),
+    },
+    'concrete': {
+        'NN (SGD)': (-4.839, 1.585, 7.367, 0.866),
+        'MC dropout': (-5.170, 1.376, 7.064, 0.921),
+        'deep ensemble': (-3.631, 0.523, 6.853, 0.796),
+        'MFVI': (-3.460, 0.177, 7.548, 0.865),
+        'DUN': (-4.222, 0.818, 7.196, 0.821),
+    },
+    'energy': {
+        'NN (SGD)': (-15.295, 26.058, 3.061, 2.880),
+        'MC dropout': (-8.102, 13.796, 2.874, 2.254),
+        'deep ensemble': (-5.423, 7.290, 3.364, 3.696),
+        'MFVI': (-9.093, 10.573, 8.614, 9.390),
+        'DUN': (-10.730, 13.477, 2.938, 3.017),
+    },
+    'kin8nm': {
+        'NN (SGD)': (0.991, 0.131, 0.085, 0.007),
+        'MC dropout': (1.215, 0.049, 0.071, 0.003),
+        'deep ensemble': (0.315, 2.397, 1.632, 4.418),
+        'MFVI': (0.942, 0.240, 0.095, 0.025),
+        'DUN': (1.029, 0.133, 0.080, 0.006),
+    },
+    'naval-propulsion-plant': {
+        'NN (SGD)': (-60.470, 53.213, 0.020, 0.009),
+        'MC dropout': (-523.856, 570.116, 0.034, 0.018),
+        'deep ensemble': (-4.573, 7.496, 0.018, 0.009),
+        'MFVI': (-15.208, 43.758, 0.033, 0.041),
+        'DUN': (-16.279, 19.437, 0.022, 0.014),
+    },
+    'power-plant': {
+        'NN (SGD)': (-3.022, 0.141, 4.621, 0.339),
+        'MC dropout': (-3.178, 0.224, 4.688, 0.335),
+        'deep ensemble': (-2.904, 0.110, 4.369, 0.383),
+        'MFVI': (-2.980, 0.184, 4.680, 0.703),
+        'DUN': (-2.998, 0.325, 4.299, 0.416),
+    },
+    'protein-tertiary-structure': {
+        'NN (SGD)': (-3.554, 0.408, 5.171, 0.632),
+        'MC dropout': (-3.459, 0.444, 5.133, 0.636),
+        'deep ensemble': (-3.071, 0.261, 4.801, 0.599),
+        'MFVI': (-3.083, 0.086, 5.115, 0.298),
+        'DUN': (-3.835, 0.998, 5.206, 0.780),
+    },
+    'wine-quality-red': {
+        'NN (SGD)': (-2.026, 1.130, 0.731, 0.070),
+        'MC dropout': (-1.267, 0.677, 0.660, 0.040),
+        'deep ensemble': (-1.126, 0.137, 0.673, 0.039),
+        'MFVI': (-0.965, 0.033, 0.632, 0.029),
+        'DUN': (-1.417, 0.474, 0.697, 0.043),
+    },
+    'yacht': {
+        'NN (SGD)': (-2.442, 0.520, 2.214, 0.793),
+        'MC dropout': (-2.344, 0.995, 2.290, 2.108),
+        'deep ensemble': (-2.568, 1.250, 1.841, 0.836),
+        'MFVI': (-2.114, 0.399, 1.836, 0.712),
+        'DUN': (-2.122, 0.584, 1.851, 0.750),
+    },
+}
+PUBLISHED_GAP_METHODS = ('NN (SGD)', 'MC dropout', 'deep ensemble', 'MFVI', 'DUN')
+
+
+def _best_by_set(records: Sequence[Dict], datasets: Sequence[str], metric: str) -> List[str]:
+    """Per dataset, over the splits every method there has: the method with the lowest mean ``metric`` and, for
+    the runner-up, the mean paired split difference (runner-up − best) ± its paired standard error."""
+    lines = []
+    for d in datasets:
+        methods = [m for m in METHOD_ORDER if any(r["dataset"] == d and r["method"] == m for r in records)]
+        shared = sorted(shared_splits(records, d, methods))
+        if not shared:
+            lines.append(f"| {d} | 0 | — | — |")
+            continue
+        values = {m: np.array([by_split(records, d, m)[k][metric] for k in shared]) for m in methods}
+        ranked = sorted(methods, key=lambda m: float(values[m].mean()))
+        best = ranked[0]
+        text = "—"
+        if len(ranked) > 1:
+            delta = values[ranked[1]] - values[best]
+            se = standard_error(delta)
+            text = f"{LABELS[ranked[1]]} (+{delta.mean():.3f}" + (f" ± {se:.3f})" if np.isfinite(se) else ")")
+        lines.append(f"| {d} | {len(shared)} | **{LABELS[best]}** {values[best].mean():.3f} | {text} |")
+    return lines
+
+
+def _geometric_means(lists: Sequence[Sequence[float]]) -> str:
+    """Per layer, the geometric mean over splits of the chosen kernel variances (lists of equal length)."""
+    array = np.array([list(v) for v in lists], dtype=np.float64)
+    return ", ".join(f"{np.exp(np.mean(np.log(column))):.2g}" for column in array.T)
+
+
+def gap_diagnosis_markdown(records: Sequence[Dict], datasets: Sequence[str], methods: Sequence[str]) -> List[str]:
+    """The shift diagnosis: per method, the mean test predictive σ and the share of test points with |z| > 3,
+    z = (y − μ)/σ of the predictive mixture; for ADGP also the kernel variance v chosen per layer (geometric mean over
+    splits), and the mean predictive σ on the held-out middle third against that on the training rows."""
+    out = []
+    if any("z_above_3" in r for r in records):
+        out += ["**Overconfidence under shift**: mean predictive σ on the test (gap) points (standardised units) / share of "
+                "test points with |z| = |y − μ|/σ > 3 (a calibrated Gaussian has 0.0027); mean over the splits whose records "
+                "have them (their number in brackets)", ""]
+        def shift(d, m):
+            have = [r for r in records if r["dataset"] == d and r["method"] == m and "z_above_3" in r]
+            return (f"{np.mean([r['test_std'] for r in have]):.3f} / {np.mean([r['z_above_3'] for r in have]):.3f} ({len(have)})"
+                    if have else "—")
+
+        out += method_columns(datasets, methods, shift)
+    adgp = [r for r in records if r["method"] == "adgp" and "train_std" in r.get("extra", {})]
+    if adgp:
+        out += ["**ADGP's diagnosis** (standardised units; mean over splits): the kernel variance v chosen per layer "
+                "(geometric mean over splits, first layer first), the mean predictive σ on the test (gap) points and on "
+                "training rows (up to 1,000 of the training split, seeded), their ratio, and the share of test points with |z| > 3", ""]
+        out += ["| dataset | splits | v per layer | σ test | σ train | σ test / σ train | share |z| > 3 |", "|---|---|---|---|---|---|---|"]
+        for d in datasets:
+            have = [r for r in adgp if r["dataset"] == d]
+            if not have:
+                continue
+            test, train = np.array([r["test_std"] for r in have]), np.array([r["extra"]["train_std"] for r in have])
+            out.append(f"| {d} | {len(have)} | {_geometric_means([r['extra']['kernel_variances'] for r in have])} | "
+                       f"{test.mean():.3f} | {train.mean():.3f} | {np.mean(test / train):.2f} | "
+                       f"{np.mean([r['z_above_3'] for r in have]):.3f} |")
+        out.append("")
+    return out
+
+
+def published_gap_markdown(datasets: Sequence[str]) -> List[str]:
+    """The DUN paper's gap-split columns (:data:`PUBLISHED_GAP`), or a marked row of gaps where they are missing."""
+    out = ["**Published (DUN paper, Antorán et al. 2020; original units, 15 % of each training split held out for "
+           "validation)**: test log-likelihood (= −NLPD) / RMSE, mean ± standard deviation (not SE) over the set's gap "
+           "splits, as published", ""]
+    if not PUBLISHED_GAP:
+        out += ["> **MISSING**: the published columns are not in this project yet (their repository, cambridge-mlg/DUN, "
+                "was out of reach). Fill `PUBLISHED_GAP` in experiments/uci/gap.py from the results notebook; the table below "
+                "then shows them.", ""]
+    out.append("| dataset | " + " | ".join(PUBLISHED_GAP_METHODS) + " |")
+    out.append("|---|" + "---|" * len(PUBLISHED_GAP_METHODS))
+    for d in datasets:
+        cells = []
+        for m in PUBLISHED_GAP_METHODS:
+            value = PUBLISHED_GAP.get(d, {}).get(m)
+            cells.append(f"{value[0]:.3f} ± {value[1]:.3f} / {value[2]:.3g} ± {value[3]:.2g}" if value else "missing")
+        out.append(f"| {d} | " + " | ".join(cells) + " |")
+    return out + [""]
+
+
+def gap_markdown(rows: Sequence[Dict], records: Sequence[Dict]) -> str:
+    """The gap page's block: the best method per set first (NLPD and RMSE in original units, over the splits every
+    method shares), then each metric's table, the shift diagnosis, the published columns and the seconds."""
+    datasets = in_order({r["dataset"] for r in rows})
+    methods = [m for m in METHOD_ORDER if any(r["method"] == m for r in rows)]
+    table = {(r["dataset"], r["method"]): r for r in rows}
+    out = []
+    for metric, title in (("nlpd_original", "test NLPD"), ("rmse_original", "test RMSE")):
+        out += [f"**Best {title} per set** (original units, lower is better; mean over the splits every method on the set "
+                "has; the runner-up's mean paired difference from the best ± its paired SE)", ""]
+        out += ["| dataset | shared splits | best | runner-up (+difference ± SE) |", "|---|---|---|---|"]
+        out += _best_by_set(records, datasets, metric) + [""]
+    for metric, title in (
+        ("nlpd_original", "NLPD (original units)"),
+        ("rmse_original", "RMSE (original units)"),
+        ("nlpd", "NLPD (standardised targets)"),
+    ):
+        out += metric_table(table, datasets, methods, metric, title)
+    out += gap_diagnosis_markdown(records, datasets, methods)
+    out += published_gap_markdown(in_order(set(PUBLISHED_GAP) | set(datasets)))
+    out += seconds_table(table, datasets, methods)
+    subset = ", ".join(f"{d} splits 0–{k - 1}" for d, k in GAP_DEFAULT_MAX_SPLITS.items())
+    out += [f"Splits run by default: every gap split of each set (one per input feature), except {subset}: the splits of "
+            "their first features, a rule fixed before any record.", ""]
+    out += protocol_lines(records)
+    return "\n".join(out) + "\n"
+
+
+def no_gap_records_markdown() -> str:
+    """The gap page's block before any gap record exists."""
+    return ("No gap-split records yet. Run, for example, `python -m experiments uci --splits-kind gap --dataset yacht "
+            "--method nn --budget converged --data-dir DIR`; this block is rewritten from the records.\n")
