@@ -18,9 +18,9 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from activated_dgp import build_activated_nn, train_network
+from activated_dgp import build_activated_nn, save, train_network
 from activated_dgp.deep.twin import with_dropout
-from experiments.harness.artifacts import ArtifactCache, atomic_write, atomic_write_text
+from experiments.harness.artifacts import ArtifactCache, atomic_write_text, restore_saved_weights
 from experiments.methods.protocol import BATCH_SIZE, NUM_LAYERS, NUM_UNITS, Budget, SplitData, fit_parts, last_change
 
 DROPOUT_RATE = 0.1  # fixed-step budgets, which have no validation part to choose it on
@@ -80,7 +80,8 @@ def network_file_name(kind: str, key: tuple, suffix: str) -> str:
 
 class NetworkCache(ArtifactCache):
     """The stage-1 networks of a run: saved under ``root`` (the runner's ``<out>/networks``; None: nothing is
-    written) as ``<kind>-seed<k>-<digest>.h5`` (every Keras weight, the twin's W included) and ``.json`` (the
+    written) as ``<kind>-seed<k>-<digest>.saved`` (:func:`activated_dgp.save`: the Keras config and every weight,
+    the twin's W included; ``.h5`` weight files of older runs are read too) and ``.json`` (the
     training history, written last: it marks a complete checkpoint), so a run interrupted after stage 1 (e.g.
     during ADGP's stage 2) resumes the cell from the saved network. The fits of the current split are also kept
     in memory, so NN, ensemble member 0, NN+TS and ADGP of one split share one network. ``saved_only``: a
@@ -114,13 +115,14 @@ class NetworkCache(ArtifactCache):
         history = self.path(key[0], key, ".json")
         if history is None or not history.exists():
             return None
-        network.load_weights(str(self.path(key[0], key, ".h5")))
+        if not restore_saved_weights(network, self.path(key[0], key, ".saved"), legacy_weights=self.path(key[0], key, ".h5")):
+            return None
         return json.loads(history.read_text())
 
     def _save(self, network: tf_keras.Model, key: tuple, history: Dict) -> None:
         if self.root is None:
             return
-        atomic_write(self.path(key[0], key, ".h5"), lambda temporary: network.save_weights(str(temporary)))
+        save(network, self.path(key[0], key, ".saved"))  # the library's one way (activated_dgp.save)
         atomic_write_text(self.path(key[0], key, ".json"), json.dumps(history))
 
 
