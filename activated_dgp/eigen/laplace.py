@@ -778,7 +778,9 @@ def _check_same_weights(model, network) -> None:
         raise ValueError(f"model must be a tf-keras Model, got {type(model).__name__}")
     ours, saved = model.weights, network.weights
     if len(ours) != len(saved):
-        raise ValueError(f"the model's parameters are not those the saved approximation was fitted at (θ_MAP differs: {len(ours)} weights, saved {len(saved)})")
+        raise ValueError(
+            f"the model's parameters are not those the saved approximation was fitted at (θ_MAP differs: {len(ours)} weights, saved {len(saved)})"
+        )
     for a, b in zip(ours, saved):
         if tuple(a.shape) != tuple(b.shape) or not np.array_equal(a.numpy(), b.numpy()):
             raise ValueError(f"the model's parameters are not those the saved approximation was fitted at (θ_MAP differs in {a.name})")

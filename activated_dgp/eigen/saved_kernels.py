@@ -120,7 +120,8 @@ def _records(kernel) -> Dict[str, dict]:
 def _describe_kernel(kernel) -> saving.Description:
     structure = describe_kernel_structure(kernel)
     reference = kernel_from_structure(structure)
-    compare_parameter_records(_records(kernel), _records(reference), f"cannot save the {type(kernel).__name__} kernel as rebuilt from its description")
+    what = f"cannot save the {type(kernel).__name__} kernel as rebuilt from its description"
+    compare_parameter_records(_records(kernel), _records(reference), what)
     spectra = _spectra(kernel)
     check_spectra(spectra, _spectra(reference), f"cannot save the {type(kernel).__name__} kernel")
     records = {path: dict(parameter_record(p), trainable=bool(p.trainable)) for path, p in parameters_by_path(kernel).items()}

@@ -221,7 +221,9 @@ class EigenPro2(TrainedWeights, tf.Module):
 
 
 def _describe_eigenpro2(model: EigenPro2) -> saving.Description:
-    config = dict(subsample_size=model.subsample_size, num_eigenpairs=model.num_eigenpairs, max_batch=model.max_batch, block_size=model.block_size, seed=model.seed)
+    config = dict(
+        subsample_size=model.subsample_size, num_eigenpairs=model.num_eigenpairs, max_batch=model.max_batch, block_size=model.block_size, seed=model.seed
+    )
     arrays = {} if model._X is None else {"inputs": model._X}
     return saving.Description(config=config, trackable=SavedState(state=model.state), arrays=arrays, children={"kernel": model.kernel})
 

@@ -400,13 +400,14 @@ def _state(model: EigenPro3) -> SavedState:
 
 def _describe_feature(feature) -> Tuple[dict, np.ndarray]:
     if type(feature) is not ActivationFeature:
-        raise ValueError(f"cannot save the EigenPro3 model: its feature is a {type(feature).__name__}; a saved model's feature is an ActivationFeature")
+        raise ValueError(f"cannot save the EigenPro3 model: its feature is a {type(feature).__name__}, not an ActivationFeature")
     try:
         activation = registered_activation_name(feature.activation)
     except ValueError as error:
         raise ValueError(f"cannot save the EigenPro3 model's feature: {error}") from None
     spec = dict(activation=activation, truncation_level=feature.truncation_level, shape=list(feature.W.shape), record=parameter_record(feature.W))
-    _check_feature(spec, feature.eigenvalues, _feature_from_spec(spec), "cannot save the EigenPro3 model's feature as rebuilt from its activation and truncation level")
+    what = "cannot save the EigenPro3 model's feature as rebuilt from its activation and truncation level"
+    _check_feature(spec, feature.eigenvalues, _feature_from_spec(spec), what)
     return spec, feature.eigenvalues
 
 
