@@ -655,13 +655,13 @@ class LinearisedLaplace:
 
     # -- persistence -------------------------------------------------------------------------------
 
-    def save(self, directory) -> None:
+    def save(self, directory):
         """Save the fitted approximation to ``directory`` with :func:`activated_dgp.save`: its settings, δ, σ² and
         the fitted scalars, the GGN's eigendecomposition (or diagonal, or Kronecker factors), the network (as a
         tf-keras model Keras rebuilds from its JSON) and, for ``neuralef``, the NeuralEF eigenfunctions (for
         ``eigenfunctions``, the given ones, which must be a saved kind: Nystrom, IKA, NeuralEF). Raises ValueError,
-        naming the part, for anything that would not load back exactly."""
-        saving.save(self, directory)
+        naming the part, for anything that would not load back exactly. Returns the directory."""
+        return saving.save(self, directory)
 
     @classmethod
     def load(cls, directory, model=None, eigenfunctions=None, verbose: int = 0) -> "LinearisedLaplace":
