@@ -17,9 +17,11 @@ model predicts bit-identically):
 
 Loading reads the header, rebuilds each object from its kind's config (children first), restores its variables
 and checks that every one of them was in the checkpoint. A kind registers how it is described and rebuilt with
-:func:`register_saved_kind`; the library registers its DGPs, networks, Laplace approximations, NeuralEF, IKA,
-Nyström and EigenPro models. Saving a directory again writes a new checkpoint and then moves the pointer, so an
-interrupted save leaves the previous one readable (``max_to_keep`` checkpoints are kept).
+:func:`register_saved_kind`; the library registers ``dgp`` and ``network`` (:mod:`activated_dgp.deep.persistence`),
+``kernel`` (:mod:`activated_dgp.eigen.saved_kernels`) and, in the modules of their classes, ``nystrom``, ``ika``,
+``activation_basis``, ``neuralef``, ``linearised_laplace``, ``eigenpro2`` and ``eigenpro3``. Saving a directory
+again writes a new checkpoint and then moves the pointer, so an interrupted save leaves the previous one readable
+(``max_to_keep`` checkpoints are kept).
 
 This is GPflow's recommended way of saving (``tf.train.Checkpoint``, through ``tf.train.CheckpointManager``), with
 what GPflow leaves to the user (rebuilding the object before restoring) written into the checkpoint itself.

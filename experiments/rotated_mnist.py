@@ -815,6 +815,7 @@ def lla_prediction(context, config: Config, splits: Splits, extractor, head, see
     import tf_keras
 
     from activated_dgp.eigen import LinearisedLaplace
+    from activated_dgp.saving import is_saved_directory
 
     method = LLA_METHODS[model]
     cut = 3 if method == "last_layer" else 0  # the last Dense on the penultimate features, or the whole head
@@ -831,7 +832,7 @@ def lla_prediction(context, config: Config, splits: Splits, extractor, head, see
     settings = dict(likelihood="softmax", prior_precision=prior, method=method, num_eigenpairs=config.lla_eigenpairs,
                     neuralef_steps=config.lla_neuralef_steps, seed=seed, batch_size=LLA_BATCH_SIZE, verbose=1)
     start = time.time()
-    if (checkpoint / "laplace.json").is_file():
+    if is_saved_directory(checkpoint) or (checkpoint / "laplace.json").is_file():  # laplace.json: saved by activated_dgp 0.1
         lla = LinearisedLaplace.load(str(checkpoint), upper, verbose=1)
         log(f"  loaded {checkpoint}")
     else:

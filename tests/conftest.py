@@ -38,6 +38,33 @@ def interrupt_after():
     return _interrupt_after
 
 
+def _save_with_tampered_config(obj, kind_name: str, directory, tamper):
+    """``activated_dgp.save(obj, directory)`` with the config of its saved kind ``kind_name`` edited by ``tamper``: a
+    directory whose header disagrees with its variables, written by the real writer."""
+    import dataclasses
+
+    from activated_dgp import saving
+
+    kind = next(k for k in saving._KINDS.values() if k.name == kind_name)
+
+    def describe(item):
+        description = kind.describe(item)
+        tamper(description.config)
+        return description
+
+    saving.register_saved_kind(dataclasses.replace(kind, describe=describe))
+    try:
+        return saving.save(obj, directory)
+    finally:
+        saving.register_saved_kind(kind)
+
+
+@pytest.fixture(scope="session")
+def save_with_tampered_config():
+    """``save_with_tampered_config(obj, kind_name, directory, tamper)``: save with the kind's config edited."""
+    return _save_with_tampered_config
+
+
 # Slow tests (@pytest.mark.slow) are deselected unless --runslow is given or ADGP_RUN_SLOW=1.
 def pytest_addoption(parser):
     parser.addoption("--runslow", action="store_true", default=False, help="also run tests marked slow")

@@ -4,7 +4,6 @@ vector, eq. 22 of Deng et al. (2022) in its N C × N C (pre-Woodbury) form with 
 NTK Gram, Bayesian linear regression on the last layer's features, Gauss–Hermite quadrature and Monte
 Carlo for the classification predictives."""
 
-import json
 import os
 import subprocess
 import sys
@@ -16,6 +15,7 @@ import tensorflow as tf
 import tf_keras
 from scipy.special import expit, logsumexp, softmax
 
+from activated_dgp import saving
 from activated_dgp.eigen import LinearisedLaplace
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -473,7 +473,7 @@ def test_save_load_in_a_fresh_process(tmp_path, rng):
             np.testing.assert_array_equal(loaded[f"{method}_{i}"], array)
     for i, array in enumerate(expected["neuralef"]):
         np.testing.assert_allclose(loaded[f"resumed_{i}"], array, rtol=1e-10, atol=1e-12)
-    assert json.load(open(tmp_path / "exact" / "laplace.json"))["prior_precision"] == 0.5
+    assert saving.saved_header(tmp_path / "exact")["root"]["config"]["prior_precision"] == 0.5
 
 
 def test_bad_input(rng):
@@ -529,7 +529,7 @@ def test_load_rejects_other_weights(tmp_path, rng):
     LinearisedLaplace(model, verbose=0).fit(X, Y).save(str(tmp_path))
     with pytest.raises(ValueError, match="θ_MAP differs"):
         LinearisedLaplace.load(str(tmp_path), mlp(2, 1, seed=15))
-    with pytest.raises(ValueError, match="no saved"):
+    with pytest.raises(ValueError, match="does not exist"):
         LinearisedLaplace.load(str(tmp_path / "nothing"), model)
 
 

@@ -524,29 +524,10 @@ def test_network_with_unregistered_activation_is_refused(tmp_path):
 # ------------------------------------------------------------------------------------------------ load-side checks
 
 
-def _save_with_tampered_config(dgp, directory, tamper):
-    """Save ``dgp`` with its kind's config edited by ``tamper``: a directory whose header disagrees with its
-    variables, written by the real writer."""
-    import dataclasses
-
-    kind = next(k for k in saving._KINDS.values() if k.name == "dgp")
-
-    def describe(model):
-        description = kind.describe(model)
-        tamper(description.config)
-        return description
-
-    saving.register_saved_kind(dataclasses.replace(kind, describe=describe))
-    try:
-        return save_dgp(dgp, directory)
-    finally:
-        saving.register_saved_kind(kind)
-
-
-def test_load_refuses_tampered_corrupt_and_mismatched_directories(tmp_path, monkeypatch):
+def test_load_refuses_tampered_corrupt_and_mismatched_directories(tmp_path, monkeypatch, save_with_tampered_config):
     dgp = build_activated_dgp(2, N, num_layers=1, num_units=4, lengthscales=[np.array([1.0, 2.0, 3.0])], seed=0)
     # the architecture says scalar lengthscales, the parameters say [3]: named, not assigned
-    tampered = _save_with_tampered_config(dgp, tmp_path / "tampered", lambda c: c["architecture"].update(lengthscales=[1.0]))
+    tampered = save_with_tampered_config(dgp, "dgp", tmp_path / "tampered", lambda c: c["architecture"].update(lengthscales=[1.0]))
     with pytest.raises(ValueError, match="lengthscales differs"):
         load_dgp(tampered)
     with monkeypatch.context() as patch:

@@ -264,6 +264,8 @@ CASES = [
     ("save_network", "unregistered activation", lambda c: adgp.deep.save_network(adgp.build_activated_nn(2, num_layers=1, num_units=3, activation=np.tanh), c.root / "lambda")),
     ("save", "an object of no saved kind", lambda c: adgp.save(object(), c.root / "object")),
     ("save", "max_to_keep = 0", lambda c: adgp.save(c.dgp, c.root / "keep0", max_to_keep=0)),
+    ("save", "an IKA with a callable basis", lambda c: adgp.save(adgp.eigen.IKA(2, basis=np.tanh), c.root / "ika")),
+    ("save", "a Nystrom on a kernel of no saved class", lambda c: adgp.save(adgp.eigen.Nystrom(2, kernel=gpflow.kernels.Polynomial()), c.root / "nystrom")),
     ("load", "missing directory", lambda c: adgp.load(c.root / "missing")),
     ("load", "truncated checkpoint", lambda c: adgp.load(c.truncated_checkpoint)),
     ("load_dgp", "missing directory", lambda c: adgp.load_dgp(c.root / "missing")),

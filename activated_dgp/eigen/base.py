@@ -8,7 +8,9 @@ exposes
 * ``__call__(X)``: ψ(X), [N, k];
 * ``features(X)``: √μ ψ(X), [N, k], so that κ(x, x') ≈ features(x) · features(x') (Mercer).
 
-All state lives in ``tf.Variable``s, so ``tf.train.Checkpoint`` saves and restores any of them.
+All state lives in ``tf.Variable``s: ``activated_dgp.save(approximation, DIR)`` / ``activated_dgp.load(DIR)``
+(:mod:`activated_dgp.saving`) write and rebuild any of them, and ``tf.train.Checkpoint`` restores one into an object
+of the same structure.
 """
 
 from __future__ import annotations
@@ -19,8 +21,12 @@ from typing import Callable, Union
 import gpflow
 import numpy as np
 import tensorflow as tf
+import tf_keras
 
-__all__ = ["EigenApproximation", "as_float64_matrix", "require_float64", "ELEMENTWISE_ACTIVATIONS", "elementwise_activation"]
+__all__ = [
+    "EigenApproximation", "as_float64_matrix", "require_float64", "ELEMENTWISE_ACTIVATIONS", "elementwise_activation",
+    "elementwise_activation_name", "SavedState",
+]
 
 
 def require_float64(what: str) -> None:
@@ -35,27 +41,39 @@ def require_float64(what: str) -> None:
         )
 
 
+@tf_keras.utils.register_keras_serializable(package="activated_dgp", name="sin_cos")
 def _sin_cos(h: tf.Tensor) -> tf.Tensor:
     """Half of the units sin, the other half cos (the activation of NeuralEF's App. B)."""
     half = h.shape[-1] // 2
     return tf.concat([tf.sin(h[..., :half]), tf.cos(h[..., half:])], axis=-1)
 
 
+def _keras_named(name: str, function: Callable) -> Callable:
+    """``function`` under a name tf-keras serialises, for the functions Keras does not know by their own name."""
+
+    def activation(h):
+        return function(h)
+
+    activation.__name__ = name
+    return tf_keras.utils.register_keras_serializable(package="activated_dgp", name=name)(activation)
+
+
 #: The one registry of elementwise network activations of the eigen module (NeuralEF's networks, IKA's
 #: bases). Not to be confused with :data:`activated_dgp.zonal.ACTIVATION_REGISTRY`, the zonal activations σ(t) on
-#: [−1, 1] of activated inducing variables, which have Funk–Hecke coefficients.
+#: [−1, 1] of activated inducing variables, which have Funk–Hecke coefficients. Each is one tf-keras serialises,
+#: so a network of :func:`~activated_dgp.eigen.neural_eigenfunction` can be saved (``activated_dgp.save``).
 ELEMENTWISE_ACTIVATIONS = {
     "sin_cos": _sin_cos,
-    "sin": tf.sin,
-    "cos": tf.cos,
+    "sin": _keras_named("sin", tf.sin),
+    "cos": _keras_named("cos", tf.cos),
     "tanh": tf.tanh,
     "relu": tf.nn.relu,
     "softplus": tf.nn.softplus,
     "gelu": tf.nn.gelu,
     "sigmoid": tf.sigmoid,
-    "exp": tf.exp,
-    "erf": tf.math.erf,
-    "linear": tf.identity,
+    "exp": _keras_named("exp", tf.exp),
+    "erf": _keras_named("erf", tf.math.erf),
+    "linear": _keras_named("linear", tf.identity),
 }
 
 
@@ -68,6 +86,32 @@ def elementwise_activation(activation: Union[str, Callable]) -> Callable:
     if not callable(activation):
         raise ValueError(f"activation must be a name or a callable, got {activation!r}")
     return activation
+
+
+def elementwise_activation_name(activation: Union[str, Callable], where: str) -> str:
+    """The :data:`ELEMENTWISE_ACTIVATIONS` name of ``activation`` (a name, or a function registered there), for a
+    saved config; a ValueError naming ``where`` for another callable, which could not be rebuilt by name."""
+    if isinstance(activation, str):
+        elementwise_activation(activation)
+        return activation
+    for name, function in ELEMENTWISE_ACTIVATIONS.items():
+        if function is activation:
+            return name
+    raise ValueError(
+        f"cannot save {where}: its activation {getattr(activation, '__name__', activation)!r} is a callable, not one of "
+        f"the named activations {sorted(ELEMENTWISE_ACTIVATIONS)}, so it could not be rebuilt"
+    )
+
+
+class SavedState(tf.Module):
+    """The tracked state a saved kind checkpoints (:mod:`activated_dgp.saving`), under fixed names: the variables
+    (and optimiser) of an object without the parts saved on their own (its kernel, its networks) or not at all."""
+
+    def __init__(self, **items):
+        super().__init__(name="state")
+        for name, item in items.items():
+            if item is not None:
+                setattr(self, name, item)
 
 
 def as_float64_matrix(X, what: str = "the inputs") -> np.ndarray:

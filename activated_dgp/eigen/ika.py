@@ -23,11 +23,12 @@ among the sampled points (§4.3.1) or produced by (mini-batch) k-means and norma
 TensorFlow; e.g. zonal activation features) is accepted as well.
 
 State: F [n, k] is a ``tf.Variable`` of unspecified shape created in ``__init__``; an
-:class:`ActivationBasis` is a ``tf.Module`` whose filters and offsets are variables, so
-``tf.train.Checkpoint(model=ika)`` saves it too and restoring into
-``IKA(k, activation_basis(np.zeros((n, D)), same_activation))`` reproduces the predictions. A user
-callable basis is not saved: recreate the same callable (same parameters) and pass it to the new
-``IKA`` before restoring. If the callable is itself a ``tf.Module`` its variables are tracked.
+:class:`ActivationBasis` is a ``tf.Module`` whose filters and offsets are variables.
+``activated_dgp.save(ika, DIR)`` writes F, the eigenvalues and the basis (an :class:`ActivationBasis` with a named
+activation, or a tf-keras model); ``activated_dgp.load(DIR)`` rebuilds an IKA that evaluates the same ψ(x) = B(x) F.
+Another callable basis cannot be rebuilt and is refused by name. The kernel is not saved: ψ does not evaluate it,
+and a loaded IKA needs it again (``fit(X, kernel)``) only to fit anew. ``tf.train.Checkpoint(model=ika)``
+restores into ``IKA(k, activation_basis(np.zeros((n, D)), same_activation))`` as well.
 """
 
 from __future__ import annotations
@@ -38,8 +39,10 @@ from typing import Callable, Optional, Union
 import numpy as np
 import scipy.linalg
 import tensorflow as tf
+import tf_keras
 
-from .base import EigenApproximation, as_float64_matrix, elementwise_activation, require_float64
+from .. import saving
+from .base import EigenApproximation, SavedState, as_float64_matrix, elementwise_activation, elementwise_activation_name, require_float64
 from .kernel_sources import as_kernel_source
 
 __all__ = ["IKA", "ActivationBasis", "activation_basis", "random_data_filters", "kmeans_filters"]
@@ -98,9 +101,9 @@ def kmeans_filters(X, n: int, seed: int = 0, iterations: int = 25, normalise: bo
 class ActivationBasis(tf.Module):
     """b_i(x) = σ(w_i · x + c_i): [N, D] → [N, n], with W [n, D] and c [n] in ``tf.Variable``s.
 
-    :param activation: a name in ``relu, sigmoid, tanh, exp, cos, erf, softplus, linear`` (saved
-        with the object's construction, so a checkpoint restores into the same name) or a callable
-        on tensors (must be given again on restore).
+    :param activation: a name in ``relu, sigmoid, tanh, exp, cos, erf, softplus, linear`` (saved by name with
+        ``activated_dgp.save``) or a callable on tensors (which ``activated_dgp.save`` refuses unless it is one of
+        those named functions; give it again to restore a ``tf.train.Checkpoint``).
     """
 
     def __init__(self, filters, activation: Union[str, Callable] = "relu", offsets=None, name: Optional[str] = None):
@@ -274,3 +277,41 @@ class IKA(EigenApproximation):
             return tf.matmul(tf.cast(self.basis(X), tf.float64), self._weights)
         B = self._basis_values(X, X.shape[0], int(tf.shape(self._weights)[0]))
         return tf.matmul(B, self._weights)
+
+
+# ---------------------------------------------------------------- saving (activated_dgp.save / load)
+
+
+def _describe_basis(basis: ActivationBasis) -> saving.Description:
+    activation = elementwise_activation_name(basis.activation, "the ActivationBasis")
+    config = dict(activation=activation, num_basis=basis.num_basis, input_dim=int(basis.filters.shape[1]))
+    return saving.Description(config=config, trackable=basis)
+
+
+def _rebuild_basis(config: dict, arrays: dict, children: dict):
+    basis = ActivationBasis(np.ones((config["num_basis"], config["input_dim"])), config["activation"])
+    return basis, basis
+
+
+def _state(ika: IKA) -> SavedState:
+    return SavedState(eigenvalues=ika._eigenvalues, weights=ika._weights)
+
+
+def _describe_ika(ika: IKA) -> saving.Description:
+    if not isinstance(ika.basis, (ActivationBasis, tf_keras.Model)):
+        raise ValueError(
+            f"cannot save the IKA approximation: its basis is a {type(ika.basis).__name__} callable, which could not be "
+            "rebuilt; a saved IKA's basis is an ActivationBasis (activation_basis) or a tf-keras model"
+        )
+    return saving.Description(config=dict(num_eigenpairs=ika.num_eigenpairs), trackable=_state(ika), children=dict(basis=ika.basis))
+
+
+def _rebuild_ika(config: dict, arrays: dict, children: dict):
+    ika = IKA(config["num_eigenpairs"], children["basis"])
+    return ika, _state(ika)
+
+
+saving.register_saved_kind(
+    saving.SavedKind(name="activation_basis", matches=lambda obj: isinstance(obj, ActivationBasis), describe=_describe_basis, rebuild=_rebuild_basis)
+)
+saving.register_saved_kind(saving.SavedKind(name="ika", matches=lambda obj: isinstance(obj, IKA), describe=_describe_ika, rebuild=_rebuild_ika))

@@ -85,6 +85,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import warnings
 from typing import Optional, Sequence, Tuple
 
 import numpy as np
@@ -92,8 +93,11 @@ import tensorflow as tf
 import tf_keras
 from scipy.optimize import minimize_scalar
 
+from .. import saving
+from ..deep import persistence  # noqa: F401  (registers the kind "network", which a saved approximation holds)
 from ..deep.likelihoods import output_width
 from ..validation import check_inputs, check_matrix, check_positive_int
+from .base import EigenApproximation
 from .kernel_sources import FeatureKernel, PrecomputedFeatures, PrecomputedGram, ntk_kernel
 from .layerwise import layerwise_jacobian
 from .laplace_likelihoods import (
@@ -106,6 +110,7 @@ from .laplace_likelihoods import (
 )
 from .kfac import KroneckerFactors, check_kron_layers
 from .neuralef import NeuralEF
+from . import ika, nystrom  # noqa: F401  (register the kinds of the eigenfunctions a saved approximation may hold)
 from .ntk import jacobian_function, jacobian_kernel
 
 __all__ = ["LinearisedLaplace", "METHODS", "JACOBIAN_CACHE_BYTES"]
@@ -116,9 +121,7 @@ _EIGEN_METHODS = ("neuralef", "eigenfunctions")
 #: the largest training-Jacobian array (N C P float64 numbers, in bytes) that ``method="neuralef"`` computes
 #: once and trains NeuralEF on, instead of recomputing the batch's Jacobians at every step (1 GiB)
 JACOBIAN_CACHE_BYTES = 2**30
-_CONFIG = "laplace.json"
-_ARRAYS = "laplace.npz"
-_NEURALEF = "neuralef"
+_LEGACY_CONFIG = "laplace.json"  # the file of a directory saved by activated_dgp 0.1
 #: the constructor arguments a saved fit records (besides the prior precision), under the same names
 _SETTINGS = (
     "likelihood", "noise_variance", "method", "num_eigenpairs", "ntk_samples", "neuralef_steps", "neuralef_options",
@@ -652,79 +655,165 @@ class LinearisedLaplace:
 
     # -- persistence -------------------------------------------------------------------------------
 
-    def save(self, directory: str) -> None:
-        """Write the fitted approximation to ``directory``: ``laplace.json`` (settings, δ, σ², a fingerprint
-        of θ_MAP), ``laplace.npz`` (the GGN's eigenvalues and eigenvectors, or its diagonal) and, for
-        ``neuralef``, the NeuralEF networks (``tf.train.Checkpoint`` in ``neuralef/``). The network
-        itself is saved by Keras (``model.save``)."""
-        if self.input_dim is None:
-            raise ValueError("the LinearisedLaplace approximation is not fitted yet (call fit first)")
-        config = {name: getattr(self, name) for name in _SETTINGS}
-        config.update(
-            prior_precision=self.prior_precision,
-            prior_precision_setting=self.prior_precision_setting,
-            input_dim=self.input_dim,
-            num_outputs=self.num_outputs,
-            num_parameters=self.num_parameters,
-            parameter_fingerprint=float(np.sum(self._parameter_vector() ** 2)),
-            log_evidence=self.log_evidence,
-            log_likelihood_at_map=self._log_likelihood,
-            parameter_norm2=getattr(self, "_theta_norm2", None),
-            variable_indices=self.variable_indices,
-        )
-        try:
-            text = json.dumps(config, indent=1)
-        except TypeError as error:
-            raise ValueError(f"neuralef_options must be JSON-serialisable to save the fit: {error}") from None
-        os.makedirs(directory, exist_ok=True)
-        arrays = {"ggn_eigenvalues": self.ggn_eigenvalues}
-        if self.ggn_eigenvectors is not None:
-            arrays["ggn_eigenvectors"] = self.ggn_eigenvectors
-        if self.kron is not None:
-            arrays.update(self.kron.arrays())
-        if self.validation_nll is not None:
-            arrays["validation_nll"], arrays["prior_precision_grid"] = self.validation_nll, self.prior_precision_grid
-        np.savez(os.path.join(directory, _ARRAYS), **arrays)
-        if self.method == "neuralef":
-            tf.train.Checkpoint(model=self.eigenfunctions).write(os.path.join(directory, _NEURALEF, "ckpt"))
-        with open(os.path.join(directory, _CONFIG), "w") as handle:
-            handle.write(text)
+    def save(self, directory):
+        """Save the fitted approximation to ``directory`` with :func:`activated_dgp.save`: its settings, δ, σ² and
+        the fitted scalars, the GGN's eigendecomposition (or diagonal, or Kronecker factors), the network (as a
+        tf-keras model Keras rebuilds from its JSON) and, for ``neuralef``, the NeuralEF eigenfunctions (for
+        ``eigenfunctions``, the given ones, which must be a saved kind: Nystrom, IKA, NeuralEF). Raises ValueError,
+        naming the part, for anything that would not load back exactly. Returns the directory."""
+        return saving.save(self, directory)
 
     @classmethod
-    def load(cls, directory: str, model, eigenfunctions=None, verbose: int = 0) -> "LinearisedLaplace":
-        """The approximation saved by :meth:`save` in ``directory``, for ``model`` (the same trained
-        network, e.g. restored by ``tf_keras.models.load_model``); ``eigenfunctions`` again for
-        method ``eigenfunctions``. Raises ValueError when the model's parameters differ from those fitted."""
-        path = os.path.join(directory, _CONFIG)
-        if not os.path.exists(path):
-            raise ValueError(f"no saved LinearisedLaplace in {directory!r} ({_CONFIG} missing)")
-        with open(path) as handle:
-            config = json.load(handle)
-        laplace = cls(
-            model,
-            prior_precision=config["prior_precision_setting"],
-            eigenfunctions=eigenfunctions,
-            verbose=verbose,
-            variables=None if config.get("variable_indices") is None else [model.trainable_variables[i] for i in config["variable_indices"]],
-            **{name: config[name] for name in _SETTINGS},
-        )
-        fingerprint = float(np.sum(laplace._parameter_vector() ** 2))
-        if laplace.num_parameters != config["num_parameters"] or not np.isclose(fingerprint, config["parameter_fingerprint"], rtol=1e-10, atol=0.0):
-            raise ValueError("the model's parameters are not those the saved approximation was fitted at (θ_MAP differs)")
-        laplace.input_dim, laplace.num_outputs = config["input_dim"], config["num_outputs"]
-        laplace.prior_precision, laplace.log_evidence = config["prior_precision"], config["log_evidence"]
-        laplace._log_likelihood, laplace._theta_norm2 = config["log_likelihood_at_map"], config["parameter_norm2"]
-        with np.load(os.path.join(directory, _ARRAYS)) as arrays:
-            laplace.ggn_eigenvalues = arrays["ggn_eigenvalues"]
-            laplace.ggn_eigenvectors = arrays["ggn_eigenvectors"] if "ggn_eigenvectors" in arrays else None
-            if laplace.method == "kron":
-                laplace.kron = KroneckerFactors.from_arrays(laplace._layerwise, arrays)
-            if "validation_nll" in arrays:
-                laplace.validation_nll = arrays["validation_nll"]
-                laplace.prior_precision_grid = arrays["prior_precision_grid"]
-        if laplace.method == "neuralef":
-            options = {"seed": laplace.seed, **laplace.neuralef_options}
-            inputs_width = laplace.input_dim + (laplace.num_outputs if laplace.num_outputs > 1 else 0)
-            laplace.eigenfunctions = NeuralEF(laplace.num_eigenpairs, input_dim=inputs_width, **options)
-            tf.train.Checkpoint(model=laplace.eigenfunctions).read(os.path.join(directory, _NEURALEF, "ckpt")).expect_partial()
+    def load(cls, directory, model=None, eigenfunctions=None, verbose: int = 0) -> "LinearisedLaplace":
+        """The approximation saved in ``directory`` (:meth:`save`, or :func:`activated_dgp.save`), with its network:
+        it predicts as the saved one did. With ``model``, a ValueError unless its weights equal the saved
+        network's (θ_MAP).
+
+        Directories written by activated_dgp 0.1 (``laplace.json``, no network) load with a DeprecationWarning;
+        they need ``model`` (and ``eigenfunctions`` for method ``eigenfunctions``): save them again."""
+        if verbose not in (0, 1, True, False):
+            raise ValueError(f"verbose must be 0 or 1, got {verbose!r}")
+        if not saving.is_saved_directory(directory) and os.path.isfile(os.path.join(directory, _LEGACY_CONFIG)):
+            warnings.warn(
+                f"{directory} was saved by activated_dgp 0.1 ({_LEGACY_CONFIG}); reading that format is deprecated and "
+                "goes in the next release: save it again with LinearisedLaplace.save (activated_dgp.save)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            return _load_legacy(directory, model, eigenfunctions, int(verbose))
+        if eigenfunctions is not None:
+            raise ValueError("eigenfunctions= is for directories saved by activated_dgp 0.1; this one holds its eigenfunctions")
+        laplace = saving.load(directory, kind="linearised_laplace")
+        if model is not None:
+            _check_same_weights(model, laplace.model)
+        laplace.verbose = int(verbose)
         return laplace
+
+    def _restore_fit(self, config: dict, arrays: dict) -> None:
+        """Set the fitted state saved by :func:`_describe_laplace` (or the 0.1 writer), after checking that the
+        network's parameters are those it was fitted at."""
+        fingerprint = float(np.sum(self._parameter_vector() ** 2))
+        if self.num_parameters != config["num_parameters"] or not np.isclose(fingerprint, config["parameter_fingerprint"], rtol=1e-10, atol=0.0):
+            raise ValueError("the model's parameters are not those the saved approximation was fitted at (θ_MAP differs)")
+        self.input_dim, self.num_outputs = config["input_dim"], config["num_outputs"]
+        self.prior_precision, self.log_evidence = config["prior_precision"], config["log_evidence"]
+        self._log_likelihood, self._theta_norm2 = config["log_likelihood_at_map"], config["parameter_norm2"]
+        self.ntk_source = config.get("ntk_source")
+        self.ggn_eigenvalues = arrays["ggn_eigenvalues"]
+        self.ggn_eigenvectors = arrays["ggn_eigenvectors"] if "ggn_eigenvectors" in arrays else None
+        if self.method == "kron":
+            self.kron = KroneckerFactors.from_arrays(self._layerwise, arrays)
+        if "validation_nll" in arrays:
+            self.validation_nll = arrays["validation_nll"]
+        if "prior_precision_grid" in arrays:
+            self.prior_precision_grid = arrays["prior_precision_grid"]
+
+
+# ---------------------------------------------------------------- saving (activated_dgp.save / load)
+
+
+def _settings(laplace: LinearisedLaplace) -> dict:
+    return dict(
+        {name: getattr(laplace, name) for name in _SETTINGS},
+        prior_precision=laplace.prior_precision,
+        prior_precision_setting=laplace.prior_precision_setting,
+        jacobian_cache_bytes=laplace.jacobian_cache_bytes,
+        input_dim=laplace.input_dim,
+        num_outputs=laplace.num_outputs,
+        num_parameters=laplace.num_parameters,
+        parameter_fingerprint=float(np.sum(laplace._parameter_vector() ** 2)),
+        log_evidence=laplace.log_evidence,
+        log_likelihood_at_map=laplace._log_likelihood,
+        parameter_norm2=getattr(laplace, "_theta_norm2", None),
+        variable_indices=laplace.variable_indices,
+        ntk_source=laplace.ntk_source,
+    )
+
+
+def _describe_laplace(laplace: LinearisedLaplace) -> saving.Description:
+    if laplace.input_dim is None:
+        raise ValueError("cannot save the LinearisedLaplace approximation: it is not fitted yet (call fit first)")
+    try:
+        json.dumps(laplace.neuralef_options)
+    except TypeError as error:
+        raise ValueError(f"cannot save the LinearisedLaplace approximation: neuralef_options must be JSON-serialisable ({error})") from None
+    arrays = {"ggn_eigenvalues": laplace.ggn_eigenvalues, "prior_precision_grid": laplace.prior_precision_grid}
+    if laplace.ggn_eigenvectors is not None:
+        arrays["ggn_eigenvectors"] = laplace.ggn_eigenvectors
+    if laplace.kron is not None:
+        arrays.update(laplace.kron.arrays())
+    if laplace.validation_nll is not None:
+        arrays["validation_nll"] = laplace.validation_nll
+    children = {"network": laplace.model}
+    if laplace.method in _EIGEN_METHODS:
+        if not isinstance(laplace.eigenfunctions, EigenApproximation):
+            raise ValueError(
+                f"cannot save the LinearisedLaplace approximation: its eigenfunctions are a {type(laplace.eigenfunctions).__name__}, "
+                "which could not be rebuilt; saved eigenfunctions are a Nystrom, IKA or NeuralEF approximation"
+            )
+        children["eigenfunctions"] = laplace.eigenfunctions
+    return saving.Description(config=_settings(laplace), arrays=arrays, children=children)
+
+
+def _rebuild_laplace(config: dict, arrays: dict, children: dict):
+    network, indices = children["network"], config["variable_indices"]
+    laplace = LinearisedLaplace(
+        network,
+        prior_precision=config["prior_precision_setting"],
+        eigenfunctions=children["eigenfunctions"] if config["method"] == "eigenfunctions" else None,
+        jacobian_cache_bytes=config["jacobian_cache_bytes"],
+        verbose=0,
+        variables=None if indices is None else [network.trainable_variables[i] for i in indices],
+        **{name: config[name] for name in _SETTINGS},
+    )
+    laplace._restore_fit(config, arrays)
+    if config["method"] == "neuralef":
+        laplace.eigenfunctions = children["eigenfunctions"]
+    return laplace, None
+
+
+def _check_same_weights(model, network) -> None:
+    """A ValueError unless ``model``'s weights equal the saved ``network``'s, in order (θ_MAP)."""
+    if not isinstance(model, tf_keras.Model):
+        raise ValueError(f"model must be a tf-keras Model, got {type(model).__name__}")
+    ours, saved = model.weights, network.weights
+    if len(ours) != len(saved):
+        raise ValueError(
+            f"the model's parameters are not those the saved approximation was fitted at (θ_MAP differs: {len(ours)} weights, saved {len(saved)})"
+        )
+    for a, b in zip(ours, saved):
+        if tuple(a.shape) != tuple(b.shape) or not np.array_equal(a.numpy(), b.numpy()):
+            raise ValueError(f"the model's parameters are not those the saved approximation was fitted at (θ_MAP differs in {a.name})")
+
+
+def _load_legacy(directory, model, eigenfunctions, verbose: int) -> LinearisedLaplace:
+    """An approximation saved by activated_dgp 0.1: ``laplace.json`` (settings, fitted scalars), ``laplace.npz``
+    (the GGN's arrays) and for ``neuralef`` a NeuralEF ``tf.train.Checkpoint`` in ``neuralef/``; the network was
+    saved apart, so ``model`` is needed."""
+    if model is None:
+        raise ValueError(f"{directory} was saved by activated_dgp 0.1 without the network: pass model= (the fitted network)")
+    with open(os.path.join(directory, _LEGACY_CONFIG)) as handle:
+        config = json.load(handle)
+    indices = config.get("variable_indices")
+    laplace = LinearisedLaplace(
+        model,
+        prior_precision=config["prior_precision_setting"],
+        eigenfunctions=eigenfunctions,
+        verbose=verbose,
+        variables=None if indices is None else [model.trainable_variables[i] for i in indices],
+        **{name: config[name] for name in _SETTINGS},
+    )
+    with np.load(os.path.join(directory, "laplace.npz")) as arrays:
+        laplace._restore_fit(config, {name: arrays[name] for name in arrays.files})
+    if laplace.method == "neuralef":
+        inputs_width = laplace.input_dim + (laplace.num_outputs if laplace.num_outputs > 1 else 0)
+        laplace.eigenfunctions = NeuralEF(laplace.num_eigenpairs, input_dim=inputs_width, **{"seed": laplace.seed, **laplace.neuralef_options})
+        tf.train.Checkpoint(model=laplace.eigenfunctions).read(os.path.join(directory, "neuralef", "ckpt")).expect_partial()
+    return laplace
+
+
+saving.register_saved_kind(
+    saving.SavedKind(
+        name="linearised_laplace", matches=lambda obj: isinstance(obj, LinearisedLaplace), describe=_describe_laplace, rebuild=_rebuild_laplace
+    )
+)

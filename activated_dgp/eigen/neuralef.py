@@ -56,10 +56,13 @@ the k-th eigenfunction far better than k networks do (as in randomised subspace 
 step the outputs are the networks sorted by u_j and ``eigenvalues`` = max(u_j, 0).
 
 State. The networks, σ̄, the minibatch estimates, the output rotation, the step counter and the Adam optimizer
-are all tracked, so ``tf.train.Checkpoint(model=neuralef).write(path)`` and
-``tf.train.Checkpoint(model=NeuralEF(k, input_dim=D)).read(path)`` (same architecture; user networks
-must be passed again, built) reproduce the outputs and allow training to continue. A GPflow kernel
-passed to the constructor is tracked too; other kernel sources are not saved.
+are all tracked. ``activated_dgp.save(neuralef, DIR)`` writes them with the constructor's settings (the default
+networks' width, depth and named activation; user networks as tf-keras models, any other callable is refused by
+name), and ``activated_dgp.load(DIR)`` rebuilds a NeuralEF whose ψ(x) and eigenvalues are the saved one's. The
+kernel is not saved: ψ does not evaluate it, and a loaded NeuralEF needs it again (``fit(X, kernel=…)``) only to
+train on or to redo the Rayleigh–Ritz step; training then continues from the saved optimiser state.
+``tf.train.Checkpoint(model=NeuralEF(k, input_dim=D)).read(path)`` (same architecture; user networks passed again,
+built) restores a ``tf.train.Checkpoint`` of one, a GPflow kernel given to the constructor included.
 
 Resumable fits. ``fit(X, num_steps, checkpoint_dir=DIR)`` writes that state (with the step at which the fit began
 and its ``num_steps``) to DIR every ``checkpoint_every`` steps and at the end of training. A fit started again
@@ -81,7 +84,8 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from .base import EigenApproximation, as_float64_matrix, elementwise_activation
+from .. import saving
+from .base import EigenApproximation, SavedState, as_float64_matrix, elementwise_activation, elementwise_activation_name
 from .kernel_sources import FeatureKernel, GPflowKernel, KernelSource, PrecomputedGram, as_kernel_source, is_indexed
 from .rayleigh_ritz import generalised_eigh, span_products
 
@@ -638,3 +642,53 @@ class NeuralEF(EigenApproximation):
             if X.shape[1] != self.input_dim:
                 raise ValueError(f"inputs have width {X.shape[1]}, the networks expect {self.input_dim}")
         return tf.matmul(self._normalised(X), self._rotation)
+
+
+# ---------------------------------------------------------------- saving (activated_dgp.save / load)
+
+
+def _state(neuralef: NeuralEF) -> SavedState:
+    return SavedState(
+        eigenvalues=neuralef._eigenvalues, sigma=neuralef._sigma, eigenvalue_ema=neuralef._eigenvalue_ema,
+        rayleigh_ema=neuralef._rayleigh_ema, rotation=neuralef._rotation, ritz_done=neuralef._ritz_done,
+        step=neuralef._step, fit_start=neuralef._fit_start, fit_steps=neuralef._fit_steps,
+        optimizer=neuralef.optimizer, networks=neuralef.stacked,
+    )
+
+
+def _describe_neuralef(neuralef: NeuralEF) -> saving.Description:
+    options = neuralef._network_options
+    config = dict(
+        num_eigenpairs=neuralef.num_eigenpairs, oversampling=neuralef.num_networks - neuralef.num_eigenpairs,
+        input_dim=neuralef.input_dim, width=int(options["width"]), hidden_layers=int(options["hidden_layers"]),
+        activation=None, batch_size=neuralef.batch_size, learning_rate=neuralef.learning_rate, ema_decay=neuralef.ema_decay,
+        estimator=neuralef.estimator, seed=neuralef.seed, jit_compile=neuralef.jit_compile, user_networks=neuralef.networks is not None,
+    )
+    children = {}
+    if neuralef.networks is None:
+        config["activation"] = elementwise_activation_name(options["activation"], "the NeuralEF's networks")
+    else:
+        for j, network in enumerate(neuralef.networks):
+            if not isinstance(network, tf_keras.Model):
+                raise ValueError(
+                    f"cannot save the NeuralEF: its network {j} is a {type(network).__name__}, not a tf-keras model, so it "
+                    "could not be rebuilt; save NeuralEFs with the default networks or tf-keras models (neural_eigenfunction)"
+                )
+            children[f"network_{j}"] = network
+    return saving.Description(config=config, trackable=_state(neuralef), children=children)
+
+
+def _rebuild_neuralef(config: dict, arrays: dict, children: dict):
+    networks = [children[f"network_{j}"] for j in range(config["num_eigenpairs"] + config["oversampling"])] if config["user_networks"] else None
+    network_options = {} if networks else dict(width=config["width"], hidden_layers=config["hidden_layers"], activation=config["activation"])
+    neuralef = NeuralEF(
+        config["num_eigenpairs"], networks=networks, input_dim=config["input_dim"], batch_size=config["batch_size"],
+        learning_rate=config["learning_rate"], ema_decay=config["ema_decay"], estimator=config["estimator"],
+        oversampling=config["oversampling"], seed=config["seed"], jit_compile=config["jit_compile"], **network_options,
+    )
+    return neuralef, _state(neuralef)
+
+
+saving.register_saved_kind(
+    saving.SavedKind(name="neuralef", matches=lambda obj: isinstance(obj, NeuralEF), describe=_describe_neuralef, rebuild=_rebuild_neuralef)
+)

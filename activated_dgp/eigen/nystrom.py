@@ -14,10 +14,11 @@ empirical operator (K_N f)(x) = (1/N) Σ_n κ(x, x_n) f(x_n) has
 State: the landmarks X [N, D] (for a :class:`PrecomputedGram`, the row indices, stored as float64)
 and the coefficient matrix C [N, k] are ``tf.Variable``s of unspecified shape, created in
 ``__init__``; with a GPflow kernel (passed to the constructor or to ``fit``) its parameters are
-tracked too. So ``tf.train.Checkpoint(model=nystrom).write(path)`` followed by
-``tf.train.Checkpoint(model=Nystrom(k, kernel=same_kind_of_kernel)).read(path)`` reproduces the
-predictions; a :class:`PrecomputedGram` or other non-GPflow source is not saved and must be given
-again (``Nystrom(k, kernel=source)``) on restore.
+tracked too. ``activated_dgp.save(nystrom, DIR)`` writes them with the kernel, which the extension evaluates (a
+saveable gpflow or zonal kernel, :mod:`.saved_kernels`, or a precomputed Gram matrix; another kernel source is
+refused), and ``activated_dgp.load(DIR)`` rebuilds the approximation, predicting as the saved one did.
+``tf.train.Checkpoint(model=Nystrom(k, kernel=same_kind_of_kernel)).read(path)`` restores a checkpoint of one
+into an object built with the kernel given again.
 """
 
 from __future__ import annotations
@@ -29,8 +30,10 @@ import gpflow
 import numpy as np
 import tensorflow as tf
 
-from .base import EigenApproximation, as_float64_matrix
-from .kernel_sources import KernelSource, PrecomputedGram, as_kernel_source
+from .. import saving
+from . import saved_kernels  # noqa: F401  (registers the kind "kernel", which a saved Nystrom holds)
+from .base import EigenApproximation, SavedState, as_float64_matrix
+from .kernel_sources import GPflowKernel, KernelSource, PrecomputedGram, as_kernel_source
 
 __all__ = ["Nystrom"]
 
@@ -189,3 +192,36 @@ class Nystrom(EigenApproximation):
         else:
             K = self._source.gram(tf.convert_to_tensor(X, dtype=tf.float64), self._landmarks)
         return tf.matmul(tf.cast(K, tf.float64), self._coefficients)
+
+
+# ---------------------------------------------------------------- saving (activated_dgp.save / load)
+
+
+def _state(nystrom: Nystrom) -> SavedState:
+    return SavedState(eigenvalues=nystrom._eigenvalues, landmarks=nystrom._landmarks, coefficients=nystrom._coefficients)
+
+
+def _describe_nystrom(nystrom: Nystrom) -> saving.Description:
+    config, arrays, children = dict(num_eigenpairs=nystrom.num_eigenpairs, solver=nystrom.solver, kernel=None), {}, {}
+    source = nystrom._source
+    if isinstance(source, GPflowKernel):
+        config["kernel"], children["kernel"] = "gpflow", source.kernel
+    elif isinstance(source, PrecomputedGram):
+        config["kernel"], arrays["gram"] = "gram", source.matrix.numpy()
+    elif source is not None:
+        raise ValueError(
+            f"cannot save the Nystrom approximation: its kernel is a {type(source).__name__}, which is not saved, and "
+            "ψ(x) = κ(x, X) C evaluates it; a gpflow kernel (activated_dgp.eigen.saved_kernels) or a Gram matrix is"
+        )
+    return saving.Description(config=config, trackable=_state(nystrom), arrays=arrays, children=children)
+
+
+def _rebuild_nystrom(config: dict, arrays: dict, children: dict):
+    kernel = {"gpflow": lambda: children["kernel"], "gram": lambda: arrays["gram"], None: lambda: None}[config["kernel"]]()
+    nystrom = Nystrom(config["num_eigenpairs"], kernel=kernel, solver=config["solver"])
+    return nystrom, _state(nystrom)
+
+
+saving.register_saved_kind(
+    saving.SavedKind(name="nystrom", matches=lambda obj: isinstance(obj, Nystrom), describe=_describe_nystrom, rebuild=_rebuild_nystrom)
+)

@@ -29,7 +29,9 @@ import gpflow
 import numpy as np
 import tensorflow as tf
 
-from ..eigen.base import require_float64
+from .. import saving
+from ..eigen import saved_kernels  # noqa: F401  (registers the kind "kernel", which a saved model holds)
+from ..eigen.base import SavedState, require_float64
 from ..validation import check_positive_int
 from .blocks import DEFAULT_BLOCK, BasisGram, IndexedGramSource, KernelCenters, KernelGram, check_data, check_targets
 from .preconditioner import Preconditioner, batch_step, fit_nystrom, step_schedule
@@ -173,6 +175,10 @@ class EigenPro2(TrainedWeights, tf.Module):
     :param num_eigenpairs: q < s, the preconditioner level.
     :param max_batch: upper bound on the batch size m (otherwise m = β/μ_(q+1)).
     :param block_size: points and centers per kernel block.
+
+    ``activated_dgp.save(model, DIR)`` writes θ, the epoch history, the training inputs (f evaluates K(x, X)), the
+    kernel (:mod:`activated_dgp.eigen.saved_kernels`) and the settings; ``activated_dgp.load(DIR)`` rebuilds a model
+    that predicts as the saved one did, and that ``fit`` on the same data continues from its epoch.
     """
 
     def __init__(self, kernel: gpflow.kernels.Kernel, subsample_size: int = 2000, num_eigenpairs: int = 100, max_batch: int = 4096, block_size: int = DEFAULT_BLOCK, seed: int = 0, name=None):
@@ -209,3 +215,25 @@ class EigenPro2(TrainedWeights, tf.Module):
         if self._X is None:
             raise ValueError("the model is not fitted")
         return KernelCenters(self.kernel, self._X, self.block_size).apply(check_data(X), self.weights).numpy()
+
+
+# ---------------------------------------------------------------- saving (activated_dgp.save / load)
+
+
+def _describe_eigenpro2(model: EigenPro2) -> saving.Description:
+    config = dict(
+        subsample_size=model.subsample_size, num_eigenpairs=model.num_eigenpairs, max_batch=model.max_batch, block_size=model.block_size, seed=model.seed
+    )
+    arrays = {} if model._X is None else {"inputs": model._X}
+    return saving.Description(config=config, trackable=SavedState(state=model.state), arrays=arrays, children={"kernel": model.kernel})
+
+
+def _rebuild_eigenpro2(config: dict, arrays: dict, children: dict):
+    model = EigenPro2(children["kernel"], **config)
+    model._X = arrays.get("inputs")
+    return model, SavedState(state=model.state)
+
+
+saving.register_saved_kind(
+    saving.SavedKind(name="eigenpro2", matches=lambda obj: isinstance(obj, EigenPro2), describe=_describe_eigenpro2, rebuild=_rebuild_eigenpro2)
+)

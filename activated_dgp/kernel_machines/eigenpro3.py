@@ -60,14 +60,19 @@ floats; :class:`EigenPro2Solver`), and with K(Z, Z) held the inner steps are Num
 
 from __future__ import annotations
 
-from typing import Optional, Union
+from typing import Optional, Tuple, Union
 
 import gpflow
 import numpy as np
 import tensorflow as tf
 
+from .. import saving
+from ..deep.introspection import check_spectra, parameter_record
 from ..eigen import EigenApproximation
-from ..eigen.base import require_float64
+from ..eigen import saved_kernels  # noqa: F401  (registers the kind "kernel", which a saved model holds)
+from ..eigen.base import SavedState, require_float64
+from ..zonal.inducing_variables import ActivationFeature
+from ..zonal.spectra import registered_activation_name
 from ..validation import check_positive_int
 from .blocks import DEFAULT_BLOCK, ActivatedBasis, KernelCenters, check_data, check_targets
 from .centers import choose_centers
@@ -123,6 +128,11 @@ class EigenPro3(TrainedWeights, tf.Module):
         on. When p < n the least-squares problem is not interpolated, and a constant step stalls at a noise floor
         ∝ η around the solution; the average of constant-step least-squares SGD converges to it (Bach and
         Moulines 2013, "Non-strongly-convex smooth stochastic approximation with convergence rate O(1/n)").
+
+    ``activated_dgp.save(model, DIR)`` writes α (and ᾱ), the epoch history, the centers (or the activated feature,
+    with a registered activation), the kernel (:mod:`activated_dgp.eigen.saved_kernels`), the settings and an
+    eigen-module preconditioner (saved as its own kind); ``activated_dgp.load(DIR)`` rebuilds a model that predicts as
+    the saved one did, and that ``fit`` on the same data continues from its epoch.
     """
 
     def __init__(
@@ -204,6 +214,11 @@ class EigenPro3(TrainedWeights, tf.Module):
         else:
             Z = choose_centers(X, self.num_centers, self.center_method, seed=self.seed)
         self.centers.assign(Z)
+        self._center_basis()
+
+    def _center_basis(self) -> None:
+        """The basis of the centers held in ``self.centers`` (fitted, or restored by activated_dgp.load)."""
+        Z = self.centers.numpy()
         self.basis = KernelCenters(self.kernel, Z, self.block_size, cache_gram=8 * Z.shape[0] ** 2 <= self.gram_cache_bytes)
 
     def _build_preconditioner(self, X: np.ndarray, rng) -> Preconditioner:
@@ -360,5 +375,83 @@ class EigenPro3(TrainedWeights, tf.Module):
     def predict(self, X) -> np.ndarray:
         """f(X) = B(X) α [N, L], in blocks."""
         if self.basis is None:
-            raise ValueError("the model is not fitted")
+            if self.state.weights.numpy().size == 0:
+                raise ValueError("the model is not fitted")
+            # restored by activated_dgp.load: the basis of the restored centers (or feature)
+            if self.feature is not None:
+                self.basis = ActivatedBasis(self.kernel, self.feature, self.block_size)
+            else:
+                self._center_basis()
         return self.basis.apply(check_data(X), self.weights).numpy()
+
+
+# ---------------------------------------------------------------- saving (activated_dgp.save / load)
+
+_SETTINGS = (
+    "num_centers", "center_method", "subsample_size", "num_eigenpairs", "projection", "projection_epochs", "projection_subsample",
+    "projection_eigenpairs", "update", "max_batch", "estimate_size", "power_iterations", "block_size", "seed", "average_after",
+    "gram_cache_bytes",
+)
+
+
+def _state(model: EigenPro3) -> SavedState:
+    return SavedState(state=model.state, centers=model.centers, feature=model.feature)
+
+
+def _describe_feature(feature) -> Tuple[dict, np.ndarray]:
+    if type(feature) is not ActivationFeature:
+        raise ValueError(f"cannot save the EigenPro3 model: its feature is a {type(feature).__name__}, not an ActivationFeature")
+    try:
+        activation = registered_activation_name(feature.activation)
+    except ValueError as error:
+        raise ValueError(f"cannot save the EigenPro3 model's feature: {error}") from None
+    spec = dict(activation=activation, truncation_level=feature.truncation_level, shape=list(feature.W.shape), record=parameter_record(feature.W))
+    what = "cannot save the EigenPro3 model's feature as rebuilt from its activation and truncation level"
+    _check_feature(spec, feature.eigenvalues, _feature_from_spec(spec), what)
+    return spec, feature.eigenvalues
+
+
+def _check_feature(spec: dict, spectrum: np.ndarray, rebuilt: ActivationFeature, what: str) -> None:
+    if parameter_record(rebuilt.W) != spec["record"]:
+        raise ValueError(f"{what}: its W differs ({spec['record']} vs {parameter_record(rebuilt.W)})")
+    check_spectra({"feature": spectrum}, {"feature": rebuilt.eigenvalues}, what)
+
+
+def _feature_from_spec(spec: dict) -> ActivationFeature:
+    return ActivationFeature(np.ones(spec["shape"]), spec["activation"], spec["truncation_level"])
+
+
+def _describe_eigenpro3(model: EigenPro3) -> saving.Description:
+    config = {name: getattr(model, name) for name in _SETTINGS}
+    config.update(batch_size=model.fixed_batch, feature=None, preconditioner=model.preconditioner_option)
+    arrays, children = {}, {"kernel": model.kernel}
+    if model._given_centers is not None:
+        arrays["given_centers"] = model._given_centers
+    if model.feature is not None:
+        config["feature"], arrays["feature_spectrum"] = _describe_feature(model.feature)
+    option = model.preconditioner_option
+    if isinstance(option, Preconditioner):
+        config["preconditioner"], children["preconditioner"] = dict(level=int(option.q)), option.approximation
+    elif isinstance(option, EigenApproximation):
+        config["preconditioner"], children["preconditioner"] = "approximation", option
+    return saving.Description(config=config, trackable=_state(model), arrays=arrays, children=children)
+
+
+def _rebuild_eigenpro3(config: dict, arrays: dict, children: dict):
+    config = dict(config)
+    option, spec = config.pop("preconditioner"), config.pop("feature")
+    if isinstance(option, dict):
+        option = Preconditioner(children["preconditioner"], option["level"])
+    elif option == "approximation":
+        option = children["preconditioner"]
+    feature = None
+    if spec is not None:
+        feature = _feature_from_spec(spec)
+        _check_feature(spec, arrays["feature_spectrum"], feature, "the saved EigenPro3 model's feature")
+    model = EigenPro3(children["kernel"], arrays.get("given_centers"), feature=feature, preconditioner=option, **config)
+    return model, _state(model)
+
+
+saving.register_saved_kind(
+    saving.SavedKind(name="eigenpro3", matches=lambda obj: isinstance(obj, EigenPro3), describe=_describe_eigenpro3, rebuild=_rebuild_eigenpro3)
+)

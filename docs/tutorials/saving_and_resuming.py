@@ -10,6 +10,7 @@
 # | anything below, a user's tf-keras network too | `activated_dgp.save` / `activated_dgp.load` |
 # | the network twin (`build_activated_nn`) | `save_weights` (`.weights.h5`, TF checkpoint), `model.save("twin.keras")`, `ModelCheckpoint`, `BackupAndRestore`, `tf.train.Checkpoint` |
 # | an activated DGP | `save_dgp` / `load_dgp` (architecture + every parameter, optimiser state), `DGPCheckpoint` during `fit`, `tf.train.Checkpoint` or the training model's `save_weights("….weights.h5")` into a DGP of the same architecture |
+# | eigenfunctions (`Nystrom`, `IKA`, `NeuralEF`), `LinearisedLaplace`, `EigenPro2` / `EigenPro3` | `activated_dgp.save` / `activated_dgp.load` (`LinearisedLaplace.save` / `.load` are the same) |
 #
 # A DGP's Keras models cannot be saved whole (`model.save("m.keras")` or a SavedModel): tf-keras cannot serialise
 # gpflux's layers, and the library says so, naming the alternatives, instead of failing deep inside tf-keras.
@@ -18,6 +19,7 @@
 import os
 import tempfile
 
+import gpflow
 import numpy as np
 import tensorflow as tf
 import tf_keras
@@ -34,6 +36,7 @@ from activated_dgp import (
     TrainingSchedule,
 )
 from activated_dgp.deep import DGPCheckpoint, load_optimizer, load_training_state
+from activated_dgp.eigen import LinearisedLaplace, NeuralEF
 
 FAST = os.environ.get("ADGP_TUTORIAL_FAST") == "1"
 workdir = tempfile.mkdtemp()
@@ -88,6 +91,25 @@ print("resuming at epoch", state["epoch"])
 history = train_dgp(
     resumed, X, Y, TrainingSchedule(epochs=epochs), optimizer=load_optimizer(checkpoint_dir, resumed), initial_epoch=state["epoch"]
 )
+
+# %% [markdown]
+# ## Eigenfunctions and Laplace approximations
+# The eigen module's objects save the same way. A NeuralEF comes back with its networks and training state, but not
+# its kernel: its eigenfunctions ψ(x) are its networks' outputs, so a loaded one predicts without the kernel and
+# needs it again only to train on. A linearised Laplace approximation is saved with its network.
+
+# %%
+neuralef = NeuralEF(3, kernel=gpflow.kernels.SquaredExponential(), input_dim=2, width=16, batch_size=64)
+neuralef.fit(X, num_steps=20 if FAST else 500, print_every=0)
+activated_dgp.save(neuralef, os.path.join(workdir, "neuralef"))
+print("eigenfunctions after save/load:", float(np.max(np.abs(activated_dgp.load(os.path.join(workdir, "neuralef"))(X) - neuralef(X)))))
+
+network = tf_keras.Sequential([tf_keras.Input((2,), dtype="float64"), tf_keras.layers.Dense(16, "tanh", dtype="float64"), tf_keras.layers.Dense(1, dtype="float64")])
+train_network(network, X, Y, schedule=TrainingSchedule(epochs=5 if FAST else 50, verbose=0))
+lla = LinearisedLaplace(network, noise_variance=0.05, prior_precision="marginal_likelihood", verbose=0).fit(X, Y)
+lla.save(os.path.join(workdir, "lla"))  # = activated_dgp.save(lla, …): settings, GGN eigendecomposition, the network
+again = LinearisedLaplace.load(os.path.join(workdir, "lla"))
+print("LLA variances after save/load:", float(np.max(np.abs(again.predict_y(X)[1] - lla.predict_y(X)[1]))))
 
 # %% [markdown]
 # ## `tf.train.Checkpoint`
