@@ -119,7 +119,7 @@ def _kind_of(obj) -> SavedKind:
         if kind.matches(obj):
             return kind
     raise ValueError(
-        f"cannot save an object of type {type(obj).__name__}: activated_dgp.save saves {', '.join(saved_kinds())} "
+        f"cannot save an object of type {type(obj).__name__}: activated_dgp.save saves {', '.join(sorted(saved_kinds()))} "
         "(register another kind with activated_dgp.saving.register_saved_kind)"
     )
 
@@ -279,7 +279,7 @@ def _rebuild(path: str, header: dict, parts: List[str], where: str, expected_kin
     if expected_kind is not None and kind_name != expected_kind:
         raise ValueError(f"{where} holds a saved {kind_name!r}, not a saved {expected_kind}")
     if kind_name not in _KINDS:
-        raise ValueError(f"{where} holds a saved {kind_name!r}, a kind this version of activated_dgp does not know ({', '.join(saved_kinds())})")
+        raise ValueError(f"{where} holds a saved {kind_name!r}, a kind this version of activated_dgp does not know ({', '.join(sorted(saved_kinds()))})")
     children = {name: _rebuild(path, child, parts + ["children", name], f"{where}.{name}")[0] for name, child in child_headers.items()}
     reader = tf.train.load_checkpoint(path)
     arrays = {}

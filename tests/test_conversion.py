@@ -337,13 +337,11 @@ def test_unsupported_mean_function_is_refused_at_save_time(tmp_path):
         save_dgp(dgp, tmp_path / "refused")
 
 
-def test_load_refuses_a_tampered_mean_function_record(tmp_path):
-    from test_persistence import _save_with_tampered_config
-
+def test_load_refuses_a_tampered_mean_function_record(tmp_path, save_with_tampered_config):
     dgp = build_activated_dgp(2, 30, num_layers=1, num_units=4, truncation_level=4, seed=0)
     dgp.f_layers[0].mean_function = gpflow.mean_functions.Constant(np.array([0.5]))
     for index, tampered in enumerate(([{"type": "Polynomial"}], [{"type": "Constant"}], [])):
-        directory = _save_with_tampered_config(dgp, tmp_path / str(index), lambda config: config.update(mean_functions=tampered))
+        directory = save_with_tampered_config(dgp, "dgp", tmp_path / str(index), lambda config: config.update(mean_functions=tampered))
         with pytest.raises(ValueError, match="the saved DGP's mean functions are corrupt"):
             load_dgp(directory)
 
