@@ -10,7 +10,7 @@ import tf_keras
 
 from activated_dgp import build_activated_nn, dgp_from_keras, evaluate_elbo, predict_y, predictive_log_density, propagate_means
 from activated_dgp.deep.posterior_mean import posterior_mean_weights
-from activated_dgp.deep.variance_selection import rescale_kernel_variance, select_kernel_variances
+from activated_dgp.training import rescale_kernel_variance, select_kernel_variances
 from activated_dgp.deep import layer_moments
 from activated_dgp.deep.diagnostics import elbo_terms, residual_fraction
 from activated_dgp.training import RestoreBest, TrainingSchedule, split_validation, train_dgp, stage2_recipe, train_network, train_two_stage
@@ -107,6 +107,19 @@ def test_variance_selection_keeps_the_forward_pass(objective):
         select_kernel_variances(dgp, X, Y, objective="test-set")
     with pytest.raises(ValueError, match="positive"):
         select_kernel_variances(dgp, X, Y, candidates=[0.1, -1.0])
+
+
+def test_conversion_with_the_elbo_variance_is_deprecated_for_the_training_selection():
+    """``dgp_from_keras(kernel_variance="elbo")``, whose choice of v moved to activated_dgp.training, warns with the
+    replacement and gives the v that replacement chooses on a DGP converted at v = 1."""
+    X, Y, network, _ = _converted(num_layers=1)
+    with pytest.warns(DeprecationWarning, match=r"dgp_from_keras\(kernel_variance='elbo'\) is deprecated; use activated_dgp\.training\.select_kernel_variances"):
+        report = dgp_from_keras(network, len(X), X=X, Y=Y, kernel_variance="elbo")
+    expected = select_kernel_variances(dgp_from_keras(network, len(X), X=X).dgp, X, Y)
+    assert report.variance_selection.variances == expected.variances
+    assert [float(layer.kernel.kernel.variance.numpy()) for layer in report.dgp.f_layers] == expected.variances
+    with pytest.raises(ValueError, match=r"kernel_variance must be a positive number, got 'largest'.*select_kernel_variances"):
+        dgp_from_keras(network, len(X), kernel_variance="largest")
 
 
 @pytest.mark.parametrize("likelihood", ["gaussian", "softmax"])
@@ -636,7 +649,7 @@ def test_joint_variance_and_noise_search_is_the_best_pair_of_its_grid():
     fixed-noise search, chooses the pair of best validation log density, found here by evaluating every pair of the
     grid (one layer, so coordinate ascent is one pass) with the same seeded draws; it is never worse than the
     fixed-noise search."""
-    from activated_dgp.deep.variance_selection import rescale_kernel_variance
+    from activated_dgp.training import rescale_kernel_variance
 
     X, _, network, _ = _converted(num_layers=1)
 
