@@ -591,7 +591,7 @@ __getattr__ = deprecated_aliases(
     {
         "Conversion": ("activated_dgp.deep.conversion", "ConversionReport"),
         **{name: ("activated_dgp.training.recipes", name)
-           for name in ("NOISE_FACTORS", "check_variance_floor", "rescale_kernel_variance")},
+           for name in ("NOISE_FACTORS", "check_variance_floor", "rescale_kernel_variance", "select_kernel_variances", "VarianceSelection")},
         **{name: ("activated_dgp.deep.posterior_mean", name) for name in ("set_optimal_output_covariance", "posterior_mean_weights")},
     },
 )
