@@ -134,6 +134,7 @@ MOVED_MODULES = {
         "introspection": ("deep.introspection",),
         "streaming": ("data.streaming",),
         "distributed": ("training.distributed",),
+        "deep.variance_selection": ("training.recipes",),
     }.items()
 }
 deprecated_module_paths(MOVED_MODULES)

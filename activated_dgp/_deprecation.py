@@ -29,6 +29,12 @@ def deprecated_aliases(module_name: str, aliases: Dict[str, Tuple[str, str]]) ->
     return __getattr__
 
 
+def moved_object(home: str, name: str):
+    """The object now at ``home.name``, looked up when called: for a deprecated spelling in a lower module whose work
+    moved to a higher one (its last release only; the layering of imports is kept, as for the moved module paths)."""
+    return getattr(importlib.import_module(home), name)
+
+
 class _MovedModule(types.ModuleType):
     """What an old module path resolves to: each attribute read (and written) on the module that now holds it."""
 

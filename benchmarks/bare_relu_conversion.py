@@ -40,7 +40,7 @@ import tf_keras
 from activated_dgp import dgp_from_keras, predict_y, propagate_means
 from activated_dgp.deep.posterior_mean import mean_kl
 from activated_dgp.deep.prediction import predictive_log_density
-from activated_dgp.deep.variance_selection import select_kernel_variances
+from activated_dgp.training import select_kernel_variances
 
 CANDIDATES = ("arc_cosine", "matched", "arc_cosine+elbo", "matched+elbo")
 RULE = ("among candidates whose bare predict_y RMSE is ≤ 1.1× the network's on both problems, choose the one with the "

@@ -3,7 +3,7 @@
 Short seeded runs on a row-subsample of a UCI set's published split 0: every variant gets the same rows,
 the same minibatch order seed, the same number of Adam steps and the same learning-rate schedule; the
 validation RMSE (standardised units) is recorded every ``--check`` steps and the test RMSE of the best
-check (its weights restored by :class:`activated_dgp.RestoreBest` inside :func:`activated_dgp.train_network`).
+check (its weights restored by :class:`activated_dgp.training.RestoreBest` inside :func:`activated_dgp.train_network`).
 
 Variants are named ``plain`` (Dense(128, softplus) with biases, Glorot) or ``twin`` followed by changes,
 e.g. ``twin:ls=sqrt`` (ℓ = √(D+1) in every layer), ``twin:lr=0.003``, ``twin:N=10``, ``twin:act=relu`` (without

@@ -45,7 +45,7 @@ Stage-2 remedies (docs/results/stage2.md), for ``adgp`` and ``adgp_ft`` alike, o
 images (the ``--validation-fraction`` part of the training images, which NN + TS also uses):
 
 * ``--kernel-variance validation`` (a2): each GP layer's kernel variance chosen on the validation log density
-  with the mean propagation kept (:func:`activated_dgp.deep.variance_selection.select_kernel_variances` on the validation
+  with the mean propagation kept (:func:`activated_dgp.training.select_kernel_variances` on the validation
   images' conv features); ``elbo`` (a) chooses it on the ELBO; a number sets it. Default 1.
 * ``--dgp-patience P`` (e): stage 2 stops once the validation NLPD has not improved for P epochs (checked
   before training and after every epoch), and the parameters of the best check are restored — for
@@ -448,7 +448,7 @@ def converted_dgp(config: Config, head, train, validation, seed: int):
     each layer's kernel variance set by ``config.kernel_variance`` (q_μ re-solved so that the mean propagation is
     kept): (dgp, info). ``train`` and ``validation`` are (conv features [N, 1024] float64, labels [N, 1])."""
     from activated_dgp import dgp_from_keras, propagate_means
-    from activated_dgp.deep.variance_selection import rescale_kernel_variance, select_kernel_variances
+    from activated_dgp.training import rescale_kernel_variance, select_kernel_variances
 
     train_features = train[0]
     conversion = dgp_from_keras(head, len(train_features), X=train_features[:512], likelihood="softmax")

@@ -446,7 +446,7 @@ def test_a_kernel_variance_the_mean_cannot_hold_leaves_the_layer_and_is_never_ch
     import warnings
 
     from activated_dgp.deep.posterior_mean import UnrepresentableMean
-    from activated_dgp.deep.variance_selection import rescale_kernel_variance, select_kernel_variances
+    from activated_dgp.training import rescale_kernel_variance, select_kernel_variances
 
     network = duplicated_unit_network()
     X = rng.normal(size=(60, 2))

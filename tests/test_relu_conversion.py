@@ -121,7 +121,7 @@ def test_a_converted_relu_mlp_with_matched_kernels_and_elbo_variances_predicts_l
     layer's v chosen by the ELBO: sampled predictions (predict_y) within 1.1× the network's test RMSE, the bound the
     choice rule of benchmarks/bare_relu_conversion.py asks of a remedy."""
     from activated_dgp import predict_y
-    from activated_dgp.deep.variance_selection import select_kernel_variances
+    from activated_dgp.training import select_kernel_variances
 
     rng = np.random.default_rng(0)
     X, X_test = rng.uniform(-2, 2, size=(200, 2)), rng.uniform(-2, 2, size=(200, 2))

@@ -10,7 +10,7 @@ import tf_keras
 
 from activated_dgp import build_activated_nn, dgp_from_keras, evaluate_elbo, predict_y, predictive_log_density, propagate_means
 from activated_dgp.deep.posterior_mean import posterior_mean_weights
-from activated_dgp.deep.variance_selection import rescale_kernel_variance, select_kernel_variances
+from activated_dgp.training import rescale_kernel_variance, select_kernel_variances
 from activated_dgp.deep import layer_moments
 from activated_dgp.deep.diagnostics import elbo_terms, residual_fraction
 from activated_dgp.training import RestoreBest, TrainingSchedule, split_validation, train_dgp, stage2_recipe, train_network, train_two_stage
@@ -107,6 +107,19 @@ def test_variance_selection_keeps_the_forward_pass(objective):
         select_kernel_variances(dgp, X, Y, objective="test-set")
     with pytest.raises(ValueError, match="positive"):
         select_kernel_variances(dgp, X, Y, candidates=[0.1, -1.0])
+
+
+def test_conversion_with_the_elbo_variance_is_deprecated_for_the_training_selection():
+    """``dgp_from_keras(kernel_variance="elbo")``, whose choice of v moved to activated_dgp.training, warns with the
+    replacement and gives the v that replacement chooses on a DGP converted at v = 1."""
+    X, Y, network, _ = _converted(num_layers=1)
+    with pytest.warns(DeprecationWarning, match=r"dgp_from_keras\(kernel_variance='elbo'\) is deprecated; use activated_dgp\.training\.select_kernel_variances"):
+        report = dgp_from_keras(network, len(X), X=X, Y=Y, kernel_variance="elbo")
+    expected = select_kernel_variances(dgp_from_keras(network, len(X), X=X).dgp, X, Y)
+    assert report.variance_selection.variances == expected.variances
+    assert [float(layer.kernel.kernel.variance.numpy()) for layer in report.dgp.f_layers] == expected.variances
+    with pytest.raises(ValueError, match=r"kernel_variance must be a positive number, got 'largest'.*select_kernel_variances"):
+        dgp_from_keras(network, len(X), kernel_variance="largest")
 
 
 @pytest.mark.parametrize("likelihood", ["gaussian", "softmax"])
@@ -378,7 +391,90 @@ class _PoisonAfter(tf_keras.callbacks.Callback):
             variable.assign(tf.fill(tf.shape(variable), tf.constant(np.nan, variable.dtype)))
 
 
-def test_restore_best_stops_a_diverged_fit_and_restores_the_best_check():
+def _overfitting_network(seed=1):
+    """A network, its compiled fit on 24 noisy points and a validation MSE that falls, then rises as it overfits."""
+    X, Y = _data(24, seed=seed)
+    X_val, Y_val = _data(200, seed=seed + 10)
+    network = build_activated_nn(3, num_layers=1, num_units=16, truncation_level=6, seed=seed)
+    network(X[:1])
+    network.compile(tf_keras.optimizers.Adam(0.1), loss="mse")
+    return X, Y, network, lambda: float(np.mean((network(X_val).numpy() - Y_val) ** 2))
+
+
+@pytest.mark.parametrize("every, patience, epochs", [(2, 2, 60), (3, None, 10)])
+def test_restore_best_matches_a_manual_loop_keeping_the_best_weights(every, patience, epochs):
+    """Early stopping written out by hand — one epoch at a time, score the start, every ``every`` epochs and the last
+    one, keep the weights of the best score (strictly lower; the start wins ties), stop after ``patience`` checks
+    without a new best — stops at the same epoch and ends with the same weights as RestoreBest (Keras' EarlyStopping
+    inside) in one fit. Without shuffling both fits take the same steps."""
+    X, Y, network, score = _overfitting_network()
+    start = network.get_weights()
+    best, best_epoch, best_weights, since, checks = score(), 0, network.get_weights(), 0, [(0, score())]
+    epoch = 0
+    while epoch < epochs:
+        network.fit(X, Y, epochs=1, batch_size=8, shuffle=False, verbose=0)
+        epoch += 1
+        if epoch % every and epoch < epochs:
+            continue
+        value = score()
+        checks.append((epoch, value))
+        if value < best:
+            best, best_epoch, best_weights, since = value, epoch, network.get_weights(), 0
+        else:
+            since += 1
+            if patience is not None and since >= patience:
+                break
+    stopped = epoch
+
+    X, Y, network, score = _overfitting_network()
+    for a, b in zip(network.get_weights(), start, strict=True):
+        np.testing.assert_array_equal(a, b)  # the same start
+    stopper = RestoreBest(score, network, every=every, patience=patience)
+    network.fit(X, Y, epochs=epochs, batch_size=8, shuffle=False, verbose=0, callbacks=[stopper])
+    assert stopper.checks == checks
+    assert stopper.epochs_run == stopped and stopper.best_epoch == best_epoch and stopper.best == best
+    for a, b in zip(network.get_weights(), best_weights, strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert 0 < best_epoch < stopped  # the case is not trivial: an epoch beat the start, and a later state was undone
+    assert (stopped < epochs) == (patience is not None)  # stopped early by patience, or ran to the end
+
+
+def test_a_fit_that_only_gets_worse_gives_back_its_start_where_keras_alone_does_not():
+    """The score is the squared distance of the weights from where they started, so every epoch scores worse than the
+    start (0). Keras' EarlyStopping with the start's score as its baseline hands back its best epoch, which is
+    worse than the start: what RestoreBest adds. RestoreBest hands back the start's weights exactly, after the
+    ``patience`` epochs that did not beat it."""
+
+    def fit(callbacks):
+        X, Y, network, _ = _overfitting_network()
+        start = network.get_weights()
+        distance = lambda: float(sum(np.sum((a - b) ** 2) for a, b in zip(network.get_weights(), start)))  # noqa: E731
+        used = callbacks(network, distance)
+        network.fit(X, Y, epochs=8, batch_size=8, verbose=0, callbacks=used)
+        return distance(), network.get_weights(), start, used
+
+    def keras_alone(network, distance):
+        def log_the_score(epoch, logs):
+            logs["distance"] = distance()
+
+        stopping = tf_keras.callbacks.EarlyStopping(monitor="distance", baseline=0.0, patience=3, restore_best_weights=True)
+        return [tf_keras.callbacks.LambdaCallback(on_epoch_end=log_the_score), stopping]
+
+    kept, _, _, (_, stopping) = fit(keras_alone)
+    assert kept > 0 and stopping.best_epoch == 0 and stopping.stopped_epoch == 2  # epoch 1's weights, worse than the start
+
+    distance, weights, start, (stopper,) = fit(lambda network, distance: [RestoreBest(distance, network, patience=3)])
+    assert distance == 0.0 and stopper.best_epoch == 0 and stopper.restored and stopper.epochs_run == 3
+    assert [epoch for epoch, _ in stopper.checks] == [0, 1, 2, 3] and all(value > 0 for _, value in stopper.checks[1:])
+    for a, b in zip(weights, start, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("terminate_on_nan", [True, False])
+def test_restore_best_stops_a_diverged_fit_and_restores_the_best_check(terminate_on_nan):
+    """NaN written into the network after epoch 4 (checks every 3 epochs). With Keras' TerminateOnNaN the fit stops at
+    the first step of epoch 5 (its loss is NaN) and the end-of-fit check finds the broken parameters; without it the
+    next check (epoch 6) does. Either way the broken state is never scored and epoch 3's parameters come back."""
     X, Y = _data(64)
     network = build_activated_nn(3, num_layers=1, num_units=8, truncation_level=6, seed=1)
     network(X[:1])
@@ -389,14 +485,17 @@ def test_restore_best_stops_a_diverged_fit_and_restores_the_best_check():
         calls.append(None)
         return [5.0, 1.0, 3.0, 2.0][len(calls) - 1]
 
-    stopper = RestoreBest(score, network, every=2, patience=5)
+    stopper = RestoreBest(score, network, every=3, patience=5)
     recorder = _Recorder(network)
     network.compile(tf_keras.optimizers.Adam(0.05), loss="mse")
-    network.fit(X, Y, epochs=20, batch_size=16, verbose=0, callbacks=[recorder, _PoisonAfter(network, 5), stopper])
-    assert stopper.diverged_epoch == 5 and stopper.epochs_run == 5 and len(calls) == 3
-    assert stopper.best_epoch == 2 and np.isnan(stopper.checks[-1][1])
-    assert stopper.summary(4)["diverged_step"] == 20
-    for variable, expected in zip(network.variables, recorder.snapshots[2]):
+    guard = [tf_keras.callbacks.TerminateOnNaN()] if terminate_on_nan else []
+    network.fit(X, Y, epochs=20, batch_size=16, verbose=0, callbacks=[recorder, _PoisonAfter(network, 4)] + guard + [stopper])
+    diverged = 5 if terminate_on_nan else 6
+    assert stopper.diverged_epoch == diverged and stopper.epochs_run == diverged and len(calls) == 2
+    assert int(network.optimizer.iterations.numpy()) == (4 * 4 + 1 if terminate_on_nan else 6 * 4)  # 4 steps an epoch
+    assert stopper.best_epoch == 3 and np.isnan(stopper.checks[-1][1]) and stopper.restored
+    assert stopper.summary(4)["diverged_step"] == 4 * diverged
+    for variable, expected in zip(network.variables, recorder.snapshots[3]):
         np.testing.assert_array_equal(variable.numpy(), expected)
 
 
@@ -636,7 +735,7 @@ def test_joint_variance_and_noise_search_is_the_best_pair_of_its_grid():
     fixed-noise search, chooses the pair of best validation log density, found here by evaluating every pair of the
     grid (one layer, so coordinate ascent is one pass) with the same seeded draws; it is never worse than the
     fixed-noise search."""
-    from activated_dgp.deep.variance_selection import rescale_kernel_variance
+    from activated_dgp.training import rescale_kernel_variance
 
     X, _, network, _ = _converted(num_layers=1)
 

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from activated_dgp import build_activated_nn, dgp_from_keras
-from activated_dgp.deep.variance_selection import rescale_kernel_variance, select_kernel_variances
+from activated_dgp.training import rescale_kernel_variance, select_kernel_variances
 from activated_dgp.training import TrainingSchedule, stage2_recipe, train_network, train_two_stage
 
 

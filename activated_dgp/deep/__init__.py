@@ -18,15 +18,14 @@ Modules:
 * :mod:`~activated_dgp.deep.diagnostics` — KL and mismatch diagnostics of a converted model;
 * :mod:`~activated_dgp.deep.posterior_mean` — the q_μ that gives a layer given posterior-mean weights, the weights a
   q_μ gives, the KL the mean carries;
-* :mod:`~activated_dgp.deep.variance_selection` — rescaling a layer's kernel variance with its mean kept, and choosing
-  it by the ELBO or a validation log density;
 * :mod:`~activated_dgp.deep.conversion` — reading a tf-keras network and planning its GP layers:
   :func:`dgp_from_keras`, :class:`ConversionReport`;
 * :mod:`~activated_dgp.deep.introspection` — a built model's architecture read back from the object;
 * :mod:`~activated_dgp.deep.persistence` — :func:`save_dgp`, :func:`load_dgp`, :func:`save_network`,
   :func:`load_network`, :func:`load_optimizer`, :func:`load_training_state`, :class:`DGPCheckpoint`.
 
-Training lives in :mod:`activated_dgp.training`, data sources in :mod:`activated_dgp.data`.
+Training lives in :mod:`activated_dgp.training` (with the choice of a converted layer's kernel variance,
+:func:`activated_dgp.training.select_kernel_variances`), data sources in :mod:`activated_dgp.data`.
 
 Renamed names (the old ones still resolve from ``activated_dgp`` and their modules, with a DeprecationWarning):
 ``Conversion`` → ``ConversionReport`` (the converted DGP with its mismatch report), ``LIKELIHOODS`` →

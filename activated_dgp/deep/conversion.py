@@ -32,7 +32,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from .._deprecation import deprecated_aliases
+from .._deprecation import deprecated_aliases, moved_object
 from .config import ArchitectureConfig
 from .far_field import add_far_field, far_field_options
 from .builders import build_activated_dgp
@@ -40,7 +40,6 @@ from .twin import ActivatedLayer
 from .likelihoods import likelihood_name
 from .prediction import propagate_means
 from .posterior_mean import UnrepresentableMean, mean_kl, set_posterior_mean_weights
-from .variance_selection import VarianceSelection, select_kernel_variances
 from ..zonal.kernels import ZonalMatchedKernel
 from ..zonal.spectra import ACTIVATION_REGISTRY, resolve_activation
 from ..validation import check_inputs
@@ -91,7 +90,7 @@ class ConversionReport:
     exact: bool
     max_abs_mismatch: Optional[float] = None
     rms_mismatch: Optional[float] = None
-    variance_selection: Optional["VarianceSelection"] = None
+    variance_selection: Optional[object] = None  # a VarianceSelection (deprecated kernel_variance="elbo" only)
     layers: Optional[list] = None
     mean_kl: Optional[list] = None
     head: Optional[str] = None  # the likelihood the network's output nonlinearity became ("softmax", "bernoulli"), or None
@@ -490,9 +489,10 @@ def dgp_from_keras(
         "robustmax"), sigmoid → "bernoulli" (the logistic link). A likelihood that conflicts with the head is a
         ValueError; the mismatch is reported on the logits (``ConversionReport.head`` names the head).
     :param truncation_level: Ñ for converted Dense layers (a twin keeps its own).
-    :param kernel_variance: every layer's v, or ``"elbo"``: each layer's v chosen by maximising the
-        ELBO on (``X``, ``Y``) with the mean propagation kept (:func:`select_kernel_variances`; the
-        record is in ``ConversionReport.variance_selection``).
+    :param kernel_variance: every layer's v. To choose v per layer (by the ELBO or a validation log density, the
+        mean propagation kept) call :func:`activated_dgp.training.select_kernel_variances` on the converted DGP.
+        ``"elbo"`` (deprecated, for one release) still does that on (``X``, ``Y``), with the record in
+        ``ConversionReport.variance_selection``.
     :param far_field: True or a dict (``order``, ``scale``): give the output layer the far-field residual
         (:func:`activated_dgp.deep.far_field.add_far_field`, constants from ``X``); the mean is unchanged.
     :param relu_kernel: the kernel of GP layers made from Dense ReLU units: ``"arc_cosine"`` (default, the
@@ -513,7 +513,10 @@ def dgp_from_keras(
     select = isinstance(kernel_variance, str)
     if select:
         if kernel_variance != "elbo":
-            raise ValueError(f"kernel_variance must be a positive number or 'elbo', got {kernel_variance!r}")
+            raise ValueError(
+                f"kernel_variance must be a positive number, got {kernel_variance!r} (to choose v per layer, use "
+                "activated_dgp.training.select_kernel_variances on the converted DGP)"
+            )
         if X is None or Y is None:
             raise ValueError("kernel_variance='elbo' needs the training data X and Y")
     plans = _plans(network)
@@ -565,7 +568,14 @@ def dgp_from_keras(
         add_far_field(dgp, X, **far_field)
     result = ConversionReport(dgp, exact, head=head)
     if select:
-        result.variance_selection = select_kernel_variances(dgp, X, Y)
+        warnings.warn(
+            "activated_dgp.dgp_from_keras(kernel_variance='elbo') is deprecated; use "
+            "activated_dgp.training.select_kernel_variances(report.dgp, X, Y) on the converted DGP",
+            DeprecationWarning, stacklevel=2,
+        )
+        # the choice of v is stage 2's policy, in activated_dgp.training above this module: found by name for the
+        # deprecated spelling's last release, as the deprecated module paths are
+        result.variance_selection = moved_object("activated_dgp.training.recipes", "select_kernel_variances")(dgp, X, Y)
     result.mean_kl = [mean_kl(layer) for layer in dgp.f_layers]
     _warn_if_the_means_kl_dwarfs_the_data(result.mean_kl, num_data, plans)
     if X is not None:
@@ -580,8 +590,8 @@ __getattr__ = deprecated_aliases(
     "activated_dgp.deep.conversion",
     {
         "Conversion": ("activated_dgp.deep.conversion", "ConversionReport"),
-        **{name: ("activated_dgp.deep.variance_selection", name)
-           for name in ("NOISE_FACTORS", "check_variance_floor", "rescale_kernel_variance")},
+        **{name: ("activated_dgp.training.recipes", name)
+           for name in ("NOISE_FACTORS", "check_variance_floor", "rescale_kernel_variance", "select_kernel_variances", "VarianceSelection")},
         **{name: ("activated_dgp.deep.posterior_mean", name) for name in ("set_optimal_output_covariance", "posterior_mean_weights")},
     },
 )

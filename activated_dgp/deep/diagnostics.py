@@ -119,7 +119,7 @@ def _scaled(dgp: gpflux.models.DeepGP, total: float, num_rows: int) -> float:
 def seeded_elbo(dgp: gpflux.models.DeepGP, X, Y, *, num_samples: int = 8, seed: int = 0, batch_size: int = 1024) -> Callable[..., float]:
     """A compiled ``elbo_terms(dgp, X, Y, num_samples=…, seed=…, batch_size=…).elbo`` at the DGP's parameter
     values *at each call* (for many evaluations of one model on the same data and draws while its parameters are
-    assigned between them, as :func:`activated_dgp.deep.variance_selection.select_kernel_variances` does).
+    assigned between them, as :func:`activated_dgp.training.select_kernel_variances` does).
 
     Every call resets the draws of batch b (first row r) to seed + r and to that seed's likelihood split
     (:func:`activated_dgp.deep.prediction.likelihood_draws`), so it sees exactly the eager function's draws and returns

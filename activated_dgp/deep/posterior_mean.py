@@ -32,8 +32,8 @@ __all__ = [
 
 class UnrepresentableMean(ValueError):
     """The layer's posterior-mean weights cannot be set: Kuu + εI is not positive definite in float64 (raised by
-    :func:`set_posterior_mean_weights`, :func:`rescale_kernel_variance`, which leaves the layer as it was, and
-    :func:`dgp_from_keras`, which names the layer)."""
+    :func:`set_posterior_mean_weights`, :func:`activated_dgp.training.rescale_kernel_variance`, which leaves the layer
+    as it was, and :func:`dgp_from_keras`, which names the layer)."""
 
 
 def _q_mu_for_weights(layer: gpflux.layers.GPLayer, V: np.ndarray) -> tf.Tensor:

@@ -542,7 +542,7 @@ def integrate_per_sample(likelihood, method: str, mean, var, Y=None, draws: Opti
 def seeded_log_density(dgp: gpflux.models.DeepGP, X, Y, num_samples: int, seed: int) -> Callable[..., np.ndarray]:
     """A compiled ``predictive_log_density(dgp, X, Y, num_samples, seed)`` at the DGP's parameter values *at
     each call*: for many evaluations of one model on the same data and draws (common random numbers) while
-    its parameters are assigned between them (e.g. :func:`activated_dgp.deep.variance_selection.select_kernel_variances`).
+    its parameters are assigned between them (e.g. :func:`activated_dgp.training.select_kernel_variances`).
 
     The inputs are checked once; every call evaluates the same compiled batches with the same row draws
     (:func:`row_normals`) as :func:`predictive_log_density` with that seed, and returns the same [N] values.

@@ -1,7 +1,8 @@
 """Training of activated DGPs, one concept per module, imports going down:
 :mod:`~activated_dgp.training.callbacks` (progress, learning-rate ramp, early stopping with the best parameters
 restored) → :mod:`~activated_dgp.training.schedule` (:class:`TrainingSchedule`) →
-:mod:`~activated_dgp.training.recipes` (the named stage-2 recipes) → :mod:`~activated_dgp.training.fitters` (stage 1
+:mod:`~activated_dgp.training.recipes` (the named stage-2 recipes and the choice of the converted layers' kernel
+variance v they name) → :mod:`~activated_dgp.training.fitters` (stage 1
 :func:`train_network`, stage 2 :func:`train_dgp`, their scores and stage 2's guard) →
 :mod:`~activated_dgp.training.two_stage` (the pipeline :func:`train_two_stage`); beside it
 :mod:`~activated_dgp.training.extractor` (stage 2 with a feature extractor trained too, :func:`train_dgp_with_extractor`).
@@ -19,7 +20,16 @@ from .fitters import (
     validation_nlpd,
 )
 from .extractor import ExtractorDGP, extracted_features, train_dgp_with_extractor
-from .recipes import DEFAULT_RECIPE, STAGE2_RECIPES, Stage2Recipe, stage2_recipe
+from .recipes import (
+    DEFAULT_RECIPE,
+    NOISE_FACTORS,
+    STAGE2_RECIPES,
+    Stage2Recipe,
+    VarianceSelection,
+    rescale_kernel_variance,
+    select_kernel_variances,
+    stage2_recipe,
+)
 from .schedule import TrainingSchedule
 from .two_stage import TwoStageResult, split_validation, train_two_stage
 
@@ -30,6 +40,10 @@ __all__ = [
     "STAGE2_RECIPES",
     "stage2_recipe",
     "DEFAULT_RECIPE",
+    "select_kernel_variances",
+    "rescale_kernel_variance",
+    "VarianceSelection",
+    "NOISE_FACTORS",
     "RestoreBest",
     "LearningRateRamp",
     "split_validation",

@@ -16,7 +16,6 @@ import tf_keras
 
 from ..deep.config import ArchitectureConfig
 from ..deep.conversion import dgp_from_keras, head_likelihood, resolve_head_likelihood, split_convertible_head
-from ..deep.variance_selection import NOISE_FACTORS, check_variance_floor, rescale_kernel_variance, select_kernel_variances
 from ..deep.far_field import add_far_field, far_field_options, refit_far_field
 from ..deep.builders import likelihood_name, output_width
 from ..deep.prediction import predict_class_probabilities, predict_y, predictive_log_density
@@ -24,7 +23,10 @@ from ..deep.twin import build_activated_nn
 from ..validation import check_targets
 from .extractor import _check_inputs, extracted_features, train_dgp_with_extractor
 from .fitters import _check_data, evaluate_elbo, train_dgp, train_network
-from .recipes import DEFAULT_RECIPE, STAGE2_RECIPES, Stage2Recipe, stage2_recipe
+from .recipes import (
+    DEFAULT_RECIPE, NOISE_FACTORS, STAGE2_RECIPES, Stage2Recipe, check_variance_floor, rescale_kernel_variance, select_kernel_variances,
+    stage2_recipe,
+)
 from .schedule import TrainingSchedule
 
 __all__ = ["TwoStageResult", "split_validation", "train_two_stage"]
