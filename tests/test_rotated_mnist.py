@@ -566,6 +566,7 @@ def test_controls_share_adgp_stage2_schedule_and_the_ensembles_average_their_mem
     recomputed here from the members' saved weights on rotations done here."""
     from scipy.special import softmax
 
+    import activated_dgp
     from activated_dgp.data import rotate_images
     from experiments import rotated_mnist as rm
     from experiments.harness.store import ResultStore
@@ -591,14 +592,14 @@ def test_controls_share_adgp_stage2_schedule_and_the_ensembles_average_their_mem
 
     # the deep ensemble: members from their saved weights, rotations and metrics computed here
     cache = tmp_path / "cache" / "rotated_mnist"
-    member_files = [next(cache.glob("*_seed0_nn.weights.h5"))] + [next(cache.glob(f"*_seed0_nn_member{k}.weights.h5")) for k in (1, 2)]
+    member_files = [next(cache.glob("*_seed0_nn.saved"))] + [next(cache.glob(f"*_seed0_nn_member{k}.saved")) for k in (1, 2)]
     test = load_mnist(data)
     probabilities = {angle: [] for angle in (0, 90)}
     member_weights = []
     for path in member_files:
         model = rm.models.build_classifier(rm.Config(truncation_level=3), seed=0)[0]
         model(np.zeros((1, 784), np.float32))  # builds the weights
-        model.load_weights(path)
+        model.set_weights(activated_dgp.load(path, kind="network").get_weights())
         member_weights.append(model.get_weights()[0])
         for angle in probabilities:
             images = rotate_images(test.x_test, angle).reshape(len(test.x_test), -1).astype(np.float32) / 255.0
@@ -692,6 +693,7 @@ def test_lla_rows_are_paired_with_nn_and_their_predictive_is_a_distribution(tmp_
     the configuration (and so the digest of the existing records) is unchanged."""
     from scipy.special import softmax
 
+    import activated_dgp
     from activated_dgp.data import rotate_images
     from activated_dgp.eigen import LinearisedLaplace
     from experiments import rotated_mnist as rm
@@ -718,7 +720,7 @@ def test_lla_rows_are_paired_with_nn_and_their_predictive_is_a_distribution(tmp_
     cache = tmp_path / "cache" / "rotated_mnist"
     model, extractor, head = rm.models.build_classifier(rm.Config(truncation_level=3), seed=0)
     model(np.zeros((1, 784), np.float32))
-    model.load_weights(next(cache.glob("*_seed0_nn.weights.h5")))
+    model.set_weights(activated_dgp.load(next(cache.glob("*_seed0_nn.saved")), kind="network").get_weights())
     import tf_keras
 
     assert records["lla_diagonal"]["num_parameters"] == sum(int(np.prod(v.shape)) for v in head.trainable_variables) == 1025 * 128 + 16384 + 129 * 128 + 1280
