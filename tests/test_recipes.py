@@ -221,7 +221,7 @@ def test_train_two_stage_defaults_are_the_rules_choice_from_the_committed_record
     decision = recipes.decide(recipes.evaluate_all(_options_at_defaults()))
     assert decision.decidable and decision.winner is not None
     recipe, far = decision.winner.split("/")
-    root = Path(recipes.__file__).resolve().parents[1] / "docs" / "results"
+    root = Path(recipes.__file__).resolve().parents[2] / "docs" / "results"
     rotated = {r: recipes.load_rotated(root / "rotated_mnist_recipes" / r / "records.jsonl") for r in recipes.RECIPES}
     if recipes.follow_up(rotated, recipes.load_rotated(root / "rotated_mnist_controls" / "records.jsonl")).verdict == "met":
         recipe = "by_likelihood"

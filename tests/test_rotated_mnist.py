@@ -219,7 +219,7 @@ def test_expected_calibration_error_against_a_dense_binning_loop():
 def test_temperature_scaling_finds_the_nll_minimum(rng):
     from scipy.special import log_softmax
 
-    from experiments.rotated_mnist import fit_temperature
+    from experiments.rotated_mnist.models import fit_temperature
 
     z = rng.normal(size=(400, 10)) * 3
     labels = np.array([rng.choice(10, p=np.exp(row)) for row in log_softmax(z, axis=1)])
@@ -285,23 +285,23 @@ def test_interrupted_after_each_stage_resumes_from_its_checkpoint(tmp_path, rng,
     ]
     seen = {}
     real_classifier, real_adgp, real_probabilities = (
-        rotated_mnist.trained_classifier, rotated_mnist.trained_adgp, rotated_mnist.adgp_probabilities
+        rotated_mnist.models.trained_classifier, rotated_mnist.models.trained_adgp, rotated_mnist.models.adgp_probabilities
     )
 
     def classifier(config, splits, seed, dropout, checkpoint):
         extractor, head, seconds = real_classifier(config, splits, seed, dropout, checkpoint)
         seen.setdefault("heads", []).append([layer.W.numpy().copy() for layer in head.layers if isinstance(layer, ActivatedLayer)])
-        seen["features"] = rotated_mnist.features(extractor, splits.x_val)
+        seen["features"] = rotated_mnist.models.features(extractor, splits.x_val)
         seen.setdefault("logits", []).append(head(seen["features"]).numpy())
-        initial = rotated_mnist.build_classifier(config, seed)[2]  # the same twin before training
+        initial = rotated_mnist.models.build_classifier(config, seed)[2]  # the same twin before training
         seen["initial_W"] = [layer.W.numpy() for layer in initial.layers if isinstance(layer, ActivatedLayer)]
         return extractor, head, seconds
 
     def stop(*args, **kwargs):
         raise KeyboardInterrupt("simulated interruption")
 
-    monkeypatch.setattr(rotated_mnist, "trained_classifier", classifier)
-    monkeypatch.setattr(rotated_mnist, "trained_adgp", stop)  # stage 2 starts: interrupted
+    monkeypatch.setattr(rotated_mnist.models, "trained_classifier", classifier)
+    monkeypatch.setattr(rotated_mnist.models, "trained_adgp", stop)  # stage 2 starts: interrupted
     with pytest.raises(KeyboardInterrupt):
         rotated_mnist.main(args)
     # cells are (seed, model): nn finished before adgp's stage 2 was interrupted, and its record is kept
@@ -322,7 +322,7 @@ def test_interrupted_after_each_stage_resumes_from_its_checkpoint(tmp_path, rng,
         seen.setdefault("lengthscales", []).append(dgp.f_layers[0].kernel.kernel.lengthscales.numpy())
         return dgp, info
 
-    monkeypatch.setattr(rotated_mnist, "trained_adgp", adgp)
+    monkeypatch.setattr(rotated_mnist.models, "trained_adgp", adgp)
     calls = []
 
     def second_angle_stops(*args, **kwargs):  # the evaluation is interrupted after its first angle
@@ -331,7 +331,7 @@ def test_interrupted_after_each_stage_resumes_from_its_checkpoint(tmp_path, rng,
             stop()
         return real_probabilities(*args, **kwargs)
 
-    monkeypatch.setattr(rotated_mnist, "adgp_probabilities", second_angle_stops)
+    monkeypatch.setattr(rotated_mnist.models, "adgp_probabilities", second_angle_stops)
     with pytest.raises(KeyboardInterrupt):
         rotated_mnist.main(args)
     for restored, trained in zip(seen["heads"][1], trained_W):
@@ -341,7 +341,7 @@ def test_interrupted_after_each_stage_resumes_from_its_checkpoint(tmp_path, rng,
     # run 3: both stages from their checkpoints; the DGP (per-dimension lengthscales) loads and predicts as trained
     monkeypatch.setattr(activated_dgp, "train_dgp", no_training)
     calls.clear()
-    monkeypatch.setattr(rotated_mnist, "adgp_probabilities", lambda *a, **k: calls.append(1) or real_probabilities(*a, **k))
+    monkeypatch.setattr(rotated_mnist.models, "adgp_probabilities", lambda *a, **k: calls.append(1) or real_probabilities(*a, **k))
     rotated_mnist.main(args)
     assert len(calls) == 1  # the first angle's evaluation was kept: only 90° is evaluated again
     assert seen["lengthscales"][1].shape == (1025,)
@@ -354,7 +354,7 @@ def test_interrupted_after_each_stage_resumes_from_its_checkpoint(tmp_path, rng,
 
 
 def _tiny_splits(rng, num_train=48, num_val=24):
-    from experiments.rotated_mnist import Splits
+    from experiments.rotated_mnist.models import Splits
 
     images = lambda n: rng.uniform(0.0, 1.0, size=(n, 784))  # noqa: E731
     labels = lambda n: rng.integers(0, 10, size=(n, 1)).astype(np.float64)  # noqa: E731
@@ -375,12 +375,12 @@ def test_stage2_remedies_keep_the_logits_and_restore_the_best_epoch(tmp_path, rn
     config = rm.Config(num_units=8, width=6, truncation_level=3, batch_size=16, dgp_epochs=6, dgp_learning_rate=0.05,
                        kernel_variance="validation", dgp_patience=2)
     splits = _tiny_splits(rng)
-    _, extractor, head = rm.build_classifier(config, seed=0)
+    _, extractor, head = rm.models.build_classifier(config, seed=0)
     initial_conv = [w.copy() for w in extractor.get_weights()]
-    train_features, val_features = rm.features(extractor, splits.x_train), rm.features(extractor, splits.x_val)
+    train_features, val_features = rm.models.features(extractor, splits.x_train), rm.models.features(extractor, splits.x_val)
 
     if not finetune:  # the conversion is the same for both
-        dgp, info = rm.converted_dgp(config, head, (train_features, splits.y_train), (val_features, splits.y_val), seed=0)
+        dgp, info = rm.models.converted_dgp(config, head, (train_features, splits.y_train), (val_features, splits.y_val), seed=0)
         # select_kernel_variances' default grid 10^(−3 … 0.5), extended by half decades past an end that is best
         grid = 10.0 ** np.arange(-9.0, 3.01, 0.5)
         assert all(np.isclose(v, grid, rtol=1e-9).any() for v in info["kernel_variances"])
@@ -390,21 +390,21 @@ def test_stage2_remedies_keep_the_logits_and_restore_the_best_epoch(tmp_path, rn
             assert np.max(np.abs(propagate_means(dgp, feats)[-1].numpy() - logits)) < 1e-8
         assert info["variance_mismatch"] < 1e-8
 
-    dgp, info = rm.trained_adgp(config, splits, extractor, head, 0, tmp_path / "adgp", finetune=finetune)
+    dgp, info = rm.models.trained_adgp(config, splits, extractor, head, 0, tmp_path / "adgp", finetune=finetune)
     checks = info["validation_nlpd"]
     assert [e for e, _ in checks] == list(range(len(checks)))  # before training, then after every epoch
     best = int(np.argmin([v for _, v in checks]))
     assert info["best_epoch"] == best and info["epochs_run"] == min(config.dgp_epochs, best + config.dgp_patience)
-    restored = validation_nlpd(dgp, rm.features(extractor, splits.x_val), splits.y_val)
+    restored = validation_nlpd(dgp, rm.models.features(extractor, splits.x_val), splits.y_val)
     assert restored == pytest.approx(min(v for _, v in checks), abs=1e-9, rel=1e-9)
     assert any(abs(v - restored) > 1e-6 for _, v in checks)  # other checks differ: the restore is not vacuous
     if finetune and best == 0:
         for w, w0 in zip(extractor.get_weights(), initial_conv):
             np.testing.assert_array_equal(w, w0)  # the conv layers came back too
     # the checkpoint gives the same model and record back
-    again, info_again = rm.trained_adgp(config, splits, extractor, head, 0, tmp_path / "adgp", finetune=finetune)
+    again, info_again = rm.models.trained_adgp(config, splits, extractor, head, 0, tmp_path / "adgp", finetune=finetune)
     assert info_again == json.loads(json.dumps(info))
-    assert validation_nlpd(again, rm.features(extractor, splits.x_val), splits.y_val) == pytest.approx(restored, abs=1e-12)
+    assert validation_nlpd(again, rm.models.features(extractor, splits.x_val), splits.y_val) == pytest.approx(restored, abs=1e-12)
 
 
 @pytest.mark.slow  # 50 s; the suite's 15-minute budget
@@ -538,8 +538,8 @@ def test_resume_keeps_finished_cells_and_never_mixes_protocols(tmp_path, rng, mo
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt("simulated interruption")
 
-    real_temperature = rm.fit_temperature
-    monkeypatch.setattr(rm, "fit_temperature", interrupted)
+    real_temperature = rm.models.fit_temperature
+    monkeypatch.setattr(rm.models, "fit_temperature", interrupted)
     with pytest.raises(KeyboardInterrupt):
         rm.main(args)
     lines = records.read_text().splitlines()
@@ -547,7 +547,7 @@ def test_resume_keeps_finished_cells_and_never_mixes_protocols(tmp_path, rng, mo
     new_nn = json.loads(lines[1])
     assert new_nn["model"] == "nn" and new_nn["protocol"] == f"seed-model/1:{config.digest()}"
     assert new_nn["log_likelihood"] != legacy["log_likelihood"] and "feature_seconds" in new_nn
-    monkeypatch.setattr(rm, "fit_temperature", real_temperature)
+    monkeypatch.setattr(rm.models, "fit_temperature", real_temperature)
     rm.main(args)
     lines_after = records.read_text().splitlines()
     assert lines_after[:2] == lines and [json.loads(line)["model"] for line in lines_after[2:]] == ["nn_ts"]
@@ -566,6 +566,7 @@ def test_controls_share_adgp_stage2_schedule_and_the_ensembles_average_their_mem
     recomputed here from the members' saved weights on rotations done here."""
     from scipy.special import softmax
 
+    import activated_dgp
     from activated_dgp.data import rotate_images
     from experiments import rotated_mnist as rm
     from experiments.harness.store import ResultStore
@@ -591,14 +592,14 @@ def test_controls_share_adgp_stage2_schedule_and_the_ensembles_average_their_mem
 
     # the deep ensemble: members from their saved weights, rotations and metrics computed here
     cache = tmp_path / "cache" / "rotated_mnist"
-    member_files = [next(cache.glob("*_seed0_nn.weights.h5"))] + [next(cache.glob(f"*_seed0_nn_member{k}.weights.h5")) for k in (1, 2)]
+    member_files = [next(cache.glob("*_seed0_nn.saved"))] + [next(cache.glob(f"*_seed0_nn_member{k}.saved")) for k in (1, 2)]
     test = load_mnist(data)
     probabilities = {angle: [] for angle in (0, 90)}
     member_weights = []
     for path in member_files:
-        model = rm.build_classifier(rm.Config(truncation_level=3), seed=0)[0]
+        model = rm.models.build_classifier(rm.Config(truncation_level=3), seed=0)[0]
         model(np.zeros((1, 784), np.float32))  # builds the weights
-        model.load_weights(path)
+        model.set_weights(activated_dgp.load(path, kind="network").get_weights())
         member_weights.append(model.get_weights()[0])
         for angle in probabilities:
             images = rotate_images(test.x_test, angle).reshape(len(test.x_test), -1).astype(np.float32) / 255.0
@@ -628,18 +629,18 @@ def test_network_control_early_stopping_restores_the_best_validation_cross_entro
     config = rm.Config(epochs=2, num_units=8, width=6, truncation_level=3, batch_size=16, dgp_epochs=6, dgp_learning_rate=0.05,
                        dgp_patience=2)
     splits = _tiny_splits(rng)
-    rm.trained_classifier(config, splits, 0, 0.0, tmp_path / "nn")
-    extractor, head, _, info = rm.finetuned_classifier(config, splits, 0, 0.0, tmp_path / "nn", tmp_path / "nn_ft")
+    rm.models.trained_classifier(config, splits, 0, 0.0, tmp_path / "nn")
+    extractor, head, _, info = rm.models.finetuned_classifier(config, splits, 0, 0.0, tmp_path / "nn", tmp_path / "nn_ft")
     checks = info["validation_nlpd"]
     assert [e for e, _ in checks] == list(range(len(checks))) and info["epochs_run"] <= config.dgp_epochs
     assert info["schedule"]["optimizer"] == "Adam" and info["schedule"]["learning_rate"] == pytest.approx(0.05, rel=1e-6)
     labels = splits.y_val.astype(int).ravel()
-    logits = head(rm.features(extractor, splits.x_val)).numpy()
+    logits = head(rm.models.features(extractor, splits.x_val)).numpy()
     restored = -np.mean(log_softmax(logits, axis=1)[np.arange(len(labels)), labels])
     assert restored == pytest.approx(min(v for _, v in checks), rel=1e-5)
     assert any(abs(v - restored) > 1e-6 for _, v in checks)  # the checks differ: the restore is not vacuous
-    again = rm.finetuned_classifier(config, splits, 0, 0.0, tmp_path / "nn", tmp_path / "nn_ft")  # from its checkpoint
-    np.testing.assert_allclose(again[1](rm.features(again[0], splits.x_val)).numpy(), logits, rtol=1e-6, atol=1e-9)
+    again = rm.models.finetuned_classifier(config, splits, 0, 0.0, tmp_path / "nn", tmp_path / "nn_ft")  # from its checkpoint
+    np.testing.assert_allclose(again[1](rm.models.features(again[0], splits.x_val)).numpy(), logits, rtol=1e-6, atol=1e-9)
 
 
 @pytest.mark.slow  # 36 s of a tiny two-model run; the committed three-seed records (rotated_mnist_recipes/paper) carry the pairs
@@ -692,6 +693,7 @@ def test_lla_rows_are_paired_with_nn_and_their_predictive_is_a_distribution(tmp_
     the configuration (and so the digest of the existing records) is unchanged."""
     from scipy.special import softmax
 
+    import activated_dgp
     from activated_dgp.data import rotate_images
     from activated_dgp.eigen import LinearisedLaplace
     from experiments import rotated_mnist as rm
@@ -716,9 +718,9 @@ def test_lla_rows_are_paired_with_nn_and_their_predictive_is_a_distribution(tmp_
     assert records["lla_neuralef"]["prior_precision_by"] == "validation" and records["lla_diagonal"]["prior_precision_by"] == "marginal_likelihood"
 
     cache = tmp_path / "cache" / "rotated_mnist"
-    model, extractor, head = rm.build_classifier(rm.Config(truncation_level=3), seed=0)
+    model, extractor, head = rm.models.build_classifier(rm.Config(truncation_level=3), seed=0)
     model(np.zeros((1, 784), np.float32))
-    model.load_weights(next(cache.glob("*_seed0_nn.weights.h5")))
+    model.set_weights(activated_dgp.load(next(cache.glob("*_seed0_nn.saved")), kind="network").get_weights())
     import tf_keras
 
     assert records["lla_diagonal"]["num_parameters"] == sum(int(np.prod(v.shape)) for v in head.trainable_variables) == 1025 * 128 + 16384 + 129 * 128 + 1280
@@ -755,7 +757,7 @@ def test_the_adgp_ensemble_check_pairs_each_seed_with_the_same_seeds_single_mode
     """Records of different models arrive in different seed orders; each count must compare the same seed's rows.
     Seed 0: the ensemble is above ADGP at both angles and above the fine-tuned ADGP at one; seed 1: above ADGP at
     none. Pairing by position instead of by seed would give other counts."""
-    from experiments.rotated_mnist import aggregate, ensemble_check_lines
+    from experiments.rotated_mnist.report import aggregate, ensemble_check_lines
 
     def record(model, seed, log_likelihood):
         return {"dataset": "mnist", "model": model, "seed": seed, "log_likelihood": log_likelihood,

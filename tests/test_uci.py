@@ -210,7 +210,7 @@ def test_every_method_end_to_end(converged_tiny_run):
 
 
 def test_recipe_methods_run_from_the_nns_network_and_score_the_fit_without_the_far_field(tmp_path, converged_tiny_run):
-    """Issue 36's UCI recipe methods (experiments/recipes.py screens them) in the shared converged-tiny run."""
+    """Issue 36's UCI recipe methods (experiments/recipes/ screens them) in the shared converged-tiny run."""
     from experiments.methods import BUDGETS, RECIPE_FLOOR
 
     records = {r["method"]: r for r in map(json.loads, (converged_tiny_run / "records.jsonl").read_text().splitlines())}

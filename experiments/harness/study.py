@@ -32,7 +32,7 @@ from types import ModuleType
 from typing import Callable, Optional
 
 from experiments.harness.artifacts import ArtifactCache
-from experiments.harness.store import ResultStore, pending
+from experiments.harness.store import PROTOCOL_FIELD, ResultStore, pending
 
 REQUIRED = ("KEY", "cells", "run_cell", "report")
 
@@ -86,6 +86,21 @@ def load_records(study: str, records, protocol: Optional[str] = None, upgrade: b
     read as that study reads them: one per cell of its ``KEY``, through its ``upgrade`` (unless ``upgrade=False``),
     only those of ``protocol`` when given. [] when there is no such file. This is how one study reads another's
     records, without importing the other's modules."""
+    store = _study_store(study, records, protocol, upgrade)
+    return store.records() if store is not None else []
+
+
+def newest_protocol(study: str, records) -> Optional[str]:
+    """The protocol of the last record in the registered study ``study``'s ``records`` (after its ``upgrade``): the
+    newest run's, to read with :func:`load_records` when a page shows the latest run. None without records."""
+    store = _study_store(study, records)
+    every = store.all_records() if store is not None else []
+    return every[-1].get(PROTOCOL_FIELD) if every else None
+
+
+def _study_store(study: str, records, protocol: Optional[str] = None, upgrade: bool = True) -> Optional[ResultStore]:
+    """A store reading ``records`` (a ``records.jsonl`` or its folder) with ``study``'s key and upgrade; None when
+    the file does not exist (nothing is created)."""
     from experiments.harness import registry
 
     owner = registry.study(study)
@@ -93,9 +108,8 @@ def load_records(study: str, records, protocol: Optional[str] = None, upgrade: b
     if path.is_dir() or path.suffix != ".jsonl":
         path = path / "records.jsonl"
     if not path.exists():
-        return []
-    store = ResultStore(path, owner.KEY, upgrade=getattr(owner, "upgrade", None) if upgrade else None, protocol=protocol)
-    return store.records()
+        return None
+    return ResultStore(path, owner.KEY, upgrade=getattr(owner, "upgrade", None) if upgrade else None, protocol=protocol)
 
 
 def make_context(options, study: Optional[ModuleType] = None) -> Context:

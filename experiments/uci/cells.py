@@ -28,7 +28,7 @@ CALIBRATION_METRICS = ("coverage_90", "calibration_error")
 DEFAULT_METHODS = ("nn", "dropout", "ensemble", "nn_ts", "dgp", "adgp", "plain", "plain_adgp")  # "all"
 #: the linearised Laplace rows (issue 33), run when named (``--method lla_last_layer,…``); tabled when recorded
 LLA_METHODS = ("lla_last_layer", "lla_exact", "lla_neuralef")
-#: the stage-2 recipe candidates (issue 36; experiments/recipes.py reads them), run when named; tabled when recorded
+#: the stage-2 recipe candidates (issue 36; experiments/recipes/ reads them), run when named; tabled when recorded
 RECIPE_METHODS = ("adgp_paper", "adgp_elbo", "adgp_floor")
 ENSEMBLE_METHODS = ("adgp_ensemble",)  # issue 36: run when named
 METHOD_ORDER = DEFAULT_METHODS + LLA_METHODS + RECIPE_METHODS + ENSEMBLE_METHODS
