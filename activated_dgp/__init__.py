@@ -15,7 +15,7 @@ architecture, each importing only from those listed before it:
 
 At the top level: :class:`ZonalArcCosine`, :class:`ActivationFeature` (the zonal core's two user-facing classes);
 :func:`build_activated_nn`, :func:`build_activated_dgp`, :func:`activated_gp_layer`, :func:`dgp_from_keras`;
-:class:`TrainingSchedule`, :func:`train_network`, :func:`train_dgp`, :func:`train_dgp_with_extractor`, :func:`train_two_stage`, :func:`evaluate_elbo`;
+:class:`TrainingSchedule`, :func:`train_network`, :func:`train_dgp`, :func:`train_dgp_with_extractor`, :func:`train_two_stage`, :func:`make_convertible`, :func:`evaluate_elbo`;
 :func:`predict_y`, :func:`predict_class_probabilities`, :func:`predictive_log_density`, :func:`propagate_means`;
 :func:`save` and :func:`load` (:mod:`activated_dgp.saving`: one ``tf.train.Checkpoint`` format for everything the
 library makes), :func:`save_dgp`, :func:`load_dgp`.
@@ -40,7 +40,15 @@ from .deep import (
     save_dgp,
 )
 from .saving import load, save
-from .training import TrainingSchedule, evaluate_elbo, train_dgp, train_dgp_with_extractor, train_network, train_two_stage
+from .training import (
+    TrainingSchedule,
+    evaluate_elbo,
+    make_convertible,
+    train_dgp,
+    train_dgp_with_extractor,
+    train_network,
+    train_two_stage,
+)
 from .zonal import ActivationFeature, ZonalArcCosine
 
 __all__ = [
@@ -66,6 +74,7 @@ __all__ = [
     "train_dgp",
     "train_dgp_with_extractor",
     "train_two_stage",
+    "make_convertible",
     "evaluate_elbo",
     # prediction and saving
     "predict_y",

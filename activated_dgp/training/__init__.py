@@ -4,7 +4,8 @@ restored) → :mod:`~activated_dgp.training.schedule` (:class:`TrainingSchedule`
 :mod:`~activated_dgp.training.recipes` (the named stage-2 recipes and the choice of the converted layers' kernel
 variance v they name) → :mod:`~activated_dgp.training.fitters` (stage 1
 :func:`train_network`, stage 2 :func:`train_dgp`, their scores and stage 2's guard) →
-:mod:`~activated_dgp.training.two_stage` (the pipeline :func:`train_two_stage`); beside it
+:mod:`~activated_dgp.training.two_stage` (the pipeline :func:`train_two_stage`); beside it :mod:`~activated_dgp.training.convertible` (a plain network's
+units swapped for zonal ones and refitted, :func:`make_convertible`); beside it
 :mod:`~activated_dgp.training.extractor` (stage 2 with a feature extractor trained too, :func:`train_dgp_with_extractor`).
 Every name is re-exported here, so ``from activated_dgp.training import …`` keeps working."""
 
@@ -32,8 +33,12 @@ from .recipes import (
 )
 from .schedule import TrainingSchedule
 from .two_stage import TwoStageResult, split_validation, train_two_stage
+from .convertible import ConvertibleNetwork, make_convertible, swap_to_zonal
 
 __all__ = [
+    "ConvertibleNetwork",
+    "make_convertible",
+    "swap_to_zonal",
     "TwoStageResult",
     "TrainingSchedule",
     "Stage2Recipe",

@@ -9,6 +9,9 @@ stage-2 recipe; and an ensemble of them.
   also scores the same fit with the far-field residual switched off (``extra.far_field_off``).
 * ``plain_adgp`` — the plain network converted approximately (``dgp_from_keras``: zonal Softplus log(1 + e^(3t)) in
   place of softplus, V refitted by ridge regression) and trained like ``adgp``.
+* ``relu_adgp`` — the network most users have (``relu``: a 2-hidden-layer ReLU MLP with biases) made convertible
+  (:func:`activated_dgp.make_convertible`: zonal Swish units refitted to it and fine-tuned on the fit part), then
+  trained like ``adgp``; ``relu_bare`` — the same ReLU network handed to ``train_two_stage`` as it is.
 * ``adgp_ensemble`` — :data:`experiments.methods.nn.ENSEMBLE_SIZE` ADGPs, one from each ensemble member's network.
 """
 
@@ -18,7 +21,7 @@ from typing import Dict, Optional
 
 import numpy as np
 
-from activated_dgp import train_two_stage
+from activated_dgp import make_convertible, train_two_stage
 from activated_dgp.deep.far_field import far_field_switched_off, has_far_field
 from activated_dgp.metrics import regression_metrics
 from activated_dgp.training import STAGE2_RECIPES as LIBRARY_RECIPES
@@ -62,7 +65,7 @@ TRAIN_STD_ROWS = 1000
 
 
 def _adgp(kind: str, data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None, recipe: str = "adgp",
-          seed: Optional[int] = None, off_mixture: Optional[list] = None) -> Prediction:
+          seed: Optional[int] = None, off_mixture: Optional[list] = None, swap: bool = False) -> Prediction:
     """Convert the split's ``kind`` network of ``seed`` (default the split's) and train it through ``recipe``'s stage
     2; the test mixture, and in the extras the same fit scored with the far-field residual switched off (whose
     mixture is appended to ``off_mixture`` when a list is given)."""
@@ -74,14 +77,22 @@ def _adgp(kind: str, data: SplitData, budget: Budget, networks: Optional[Network
     chosen = LIBRARY_RECIPES[STAGE2_RECIPES[recipe]] if validation is not None else LIBRARY_RECIPES["paper"]
     options = recipe_options(recipe) if validation is not None else {}
     schedule = budget.schedule(budget.dgp_steps, len(X)) if chosen.early_stopping else protocol_schedule(budget.dgp_steps, len(X), early_stopping=False)
+    extra = {}
+    converted = network
+    if swap:  # make_convertible: zonal Swish units refitted to the network, fine-tuned on the fit part
+        made = make_convertible(network, X, y, seed=seed)
+        converted = made.network
+        extra["swapped"] = {"rmse": regression_metrics(data.y_test, network_mean(converted, data.X_test), training_mse(converted, X, y),
+                                                       data.y_scale)["rmse"],
+                            "original_loss": made.original_loss, "refit_loss": made.swapped_loss, "final_loss": made.final_loss,
+                            "layer_mismatch": made.layer_mismatch}
     result = train_two_stage(
-        X, y, likelihood="gaussian", network=network, validation_data=validation, recipe=chosen,
+        X, y, likelihood="gaussian", network=converted, validation_data=validation, recipe=chosen,
         dgp_schedule=schedule, seed=seed,
     )
     init_noise = training_mse(network, X, y)
     init = regression_metrics(data.y_test, network_mean(network, data.X_test), init_noise, data.y_scale)
     means, variances = dgp_mixture(result.dgp, data.X_test, budget.mc_samples, seed)
-    extra = {}
     if has_far_field(result.dgp):
         with far_field_switched_off(result.dgp):  # the same samples through the hidden layers: issue 32's paired cell
             off = dgp_mixture(result.dgp, data.X_test, budget.mc_samples, seed)
@@ -115,6 +126,14 @@ def predict_adgp(data: SplitData, budget: Budget, networks: Optional[NetworkCach
 
 def predict_plain_adgp(data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Prediction:
     return _adgp("plain", data, budget, networks)
+
+
+def predict_relu_adgp(data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Prediction:
+    return _adgp("relu", data, budget, networks, swap=True)
+
+
+def predict_relu_bare(data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Prediction:
+    return _adgp("relu", data, budget, networks)
 
 
 def predict_adgp_paper(data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Prediction:

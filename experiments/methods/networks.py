@@ -66,6 +66,24 @@ def build_plain_network(input_dim: int, seed: int) -> tf_keras.Sequential:
     return tf_keras.Sequential(layers, name="plain_nn")
 
 
+#: The hidden width of the ``relu`` network: the plain network's unit count.
+RELU_WIDTH = NUM_UNITS
+
+
+def build_relu_network(input_dim: int, seed: int) -> tf_keras.Sequential:
+    """The network most users have: a 2-hidden-layer ReLU MLP with biases, [Dense(128, relu)] × 2 → Dense(1),
+    Glorot-normal initialisation (seeded), float64."""
+    rng = np.random.default_rng(seed)
+    init = lambda: tf_keras.initializers.GlorotNormal(seed=int(rng.integers(2**31)))  # noqa: E731
+    dtype = gpflow.default_float()
+    return tf_keras.Sequential(
+        [tf_keras.Input(shape=(input_dim,), dtype=dtype)]
+        + [tf_keras.layers.Dense(RELU_WIDTH, activation="relu", kernel_initializer=init(), dtype=dtype) for _ in range(2)]
+        + [tf_keras.layers.Dense(1, kernel_initializer=init(), dtype=dtype)],
+        name="relu_nn",
+    )
+
+
 class NetworkMissing(LookupError):
     """No saved stage-1 network for a cell while the :class:`NetworkCache` is ``saved_only``."""
 
@@ -128,7 +146,7 @@ class NetworkCache(ArtifactCache):
 
 def fit_network(kind: str, data: SplitData, budget: Budget, seed: int, networks: Optional[NetworkCache] = None,
                 dropout_rate: float = DROPOUT_RATE) -> Tuple[tf_keras.Model, Dict]:
-    """The ``kind`` ("twin", "plain" or "dropout") network trained on MSE on the fit part, with early
+    """The ``kind`` ("twin", "plain", "relu" or "dropout") network trained on MSE on the fit part, with early
     stopping on the validation part for a converged budget; seeded like stage 1 of ``train_two_stage``.
     ``networks`` (default: a fresh in-memory one) supplies it when it holds the network already."""
     networks = NetworkCache() if networks is None else networks
@@ -140,6 +158,8 @@ def fit_network(kind: str, data: SplitData, budget: Budget, seed: int, networks:
     input_dim = X.shape[1]
     if kind == "plain":
         network = build_plain_network(input_dim, seed)
+    elif kind == "relu":
+        network = build_relu_network(input_dim, seed)
     else:
         network = build_twin_network(input_dim, seed)
         if kind == "dropout":

@@ -38,6 +38,10 @@ def predict_plain(data: SplitData, budget: Budget, networks: Optional[NetworkCac
     return _network_prediction("plain", data, budget, networks)
 
 
+def predict_relu(data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Prediction:
+    return _network_prediction("relu", data, budget, networks)
+
+
 def predict_ensemble(data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Prediction:
     means, variances, histories = [], [], []
     (X, y), _ = fit_parts(data, budget)
@@ -50,8 +54,19 @@ def predict_ensemble(data: SplitData, budget: Budget, networks: Optional[Network
 
 
 def predict_nn_ts(data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Prediction:
+    return _temperature_scaled("twin", data, budget, networks)
+
+
+def predict_relu_ts(data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Prediction:
+    if not budget.converged:
+        raise ValueError(f"relu_ts needs a converged budget (its validation part); got {budget.name!r}")
+    return _temperature_scaled("relu", data, budget, networks)
+
+
+def _temperature_scaled(kind: str, data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Prediction:
+    """The ``kind`` network's mean with the noise N(f(x), T·MSE_train), T fitted on the validation part."""
     if budget.converged:  # the NN's own network (trained on the fit part, stopped on the validation part)
-        network, history = fit_network("twin", data, budget, data.seed, networks)
+        network, history = fit_network(kind, data, budget, data.seed, networks)
         (X_fit, y_fit), (X_val, y_val) = data.validation_split()
     else:
         (X_fit, y_fit), (X_val, y_val) = data.validation_split()

@@ -13,13 +13,13 @@ import tf_keras
 
 from activated_dgp.metrics import regression_metrics
 from experiments.methods.adgp import (predict_adgp, predict_adgp_elbo, predict_adgp_ensemble, predict_adgp_floor,
-                                      predict_adgp_paper, predict_plain_adgp)
+                                      predict_adgp_paper, predict_plain_adgp, predict_relu_adgp, predict_relu_bare)
 from experiments.methods.dgp import predict_dgp
 from experiments.methods.dropout import predict_dropout
 from experiments.methods.lla import (LLA_EXACT_MAX_PARAMETERS, predict_lla_exact, predict_lla_last_layer,
                                      predict_lla_neuralef, twin_parameter_count)
 from experiments.methods.networks import NetworkCache
-from experiments.methods.nn import predict_ensemble, predict_nn, predict_nn_ts, predict_plain
+from experiments.methods.nn import predict_ensemble, predict_nn, predict_nn_ts, predict_plain, predict_relu, predict_relu_ts
 from experiments.methods.protocol import Budget, Prediction, SplitData
 from experiments.methods.scoring import shift_diagnostics
 
@@ -39,6 +39,10 @@ METHODS: Dict[str, Callable[[SplitData, Budget, NetworkCache], Prediction]] = {
     "adgp_elbo": predict_adgp_elbo,
     "adgp_floor": predict_adgp_floor,
     "adgp_ensemble": predict_adgp_ensemble,
+    "relu": predict_relu,
+    "relu_ts": predict_relu_ts,
+    "relu_bare": predict_relu_bare,
+    "relu_adgp": predict_relu_adgp,
 }
 LABELS = {
     "nn": "NN",
@@ -56,6 +60,10 @@ LABELS = {
     "adgp_elbo": "ADGP ELBO-v",
     "adgp_floor": "ADGP v-floor",
     "adgp_ensemble": "ADGP Ensemble",
+    "relu": "ReLU NN",
+    "relu_ts": "ReLU NN+TS",
+    "relu_bare": "ReLU→ADGP (as is)",
+    "relu_adgp": "ReLU→ADGP (made convertible)",
 }
 
 

@@ -31,7 +31,9 @@ LLA_METHODS = ("lla_last_layer", "lla_exact", "lla_neuralef")
 #: the stage-2 recipe candidates (issue 36; experiments/recipes/ reads them), run when named; tabled when recorded
 RECIPE_METHODS = ("adgp_paper", "adgp_elbo", "adgp_floor")
 ENSEMBLE_METHODS = ("adgp_ensemble",)  # issue 36: run when named
-METHOD_ORDER = DEFAULT_METHODS + LLA_METHODS + RECIPE_METHODS + ENSEMBLE_METHODS
+#: the network most users have (a plain ReLU MLP), its temperature scaling and its conversions; run when named
+RELU_METHODS = ("relu", "relu_ts", "relu_bare", "relu_adgp")
+METHOD_ORDER = DEFAULT_METHODS + LLA_METHODS + RECIPE_METHODS + ENSEMBLE_METHODS + RELU_METHODS
 #: The split protocols of ``--splits-kind`` (activated_dgp.data.uci.SPLIT_PROTOCOLS): "published", the fixed 90/10
 #: splits (random ones where a set has none); "gap", one split per input feature (the middle third held out).
 SPLITS_KINDS = ("published", "gap")
@@ -238,7 +240,7 @@ def prepare(options, context) -> None:
 def _rescorable(record: Dict) -> bool:
     """A method whose prediction is a deterministic function of its saved stage-1 network."""
     converged = bool(record.get("budget", {}).get("converged"))
-    return record["method"] in ("nn", "plain") or (record["method"] == "nn_ts" and converged)
+    return record["method"] in ("nn", "plain", "relu") or (record["method"] in ("nn_ts", "relu_ts") and converged)
 
 
 def rescore(options, networks, log=print) -> int:
