@@ -39,7 +39,7 @@ def regression():
 
 def test_the_refit_starts_near_the_network_and_each_unit_scale_is_least_squares(regression):
     network, X, Y = regression
-    swapped, head, mismatch = swap_to_zonal(network, X)
+    swapped, head, mismatch = swap_to_zonal(network, X, truncation_level=10)
     assert head is None and len(mismatch) == 2
     assert [type(layer) for layer in swapped.layers] == [ActivatedLayer, ActivatedLayer, tf_keras.layers.Dense]
     original = network(X).numpy().astype(np.float64)
@@ -55,7 +55,7 @@ def test_the_refit_starts_near_the_network_and_each_unit_scale_is_least_squares(
 
 def test_the_made_network_converts_exactly_and_is_never_worse_than_its_start(regression):
     network, X, Y = regression
-    result = make_convertible(network, X, Y, steps=300)
+    result = make_convertible(network, X, Y, truncation_level=10, steps=150)
     assert result.final_loss <= result.swapped_loss + 1e-12
     assert np.isfinite(result.original_loss)
     with warnings.catch_warnings():
@@ -67,9 +67,9 @@ def test_the_made_network_converts_exactly_and_is_never_worse_than_its_start(reg
 
 def test_a_fine_tuning_that_only_hurts_hands_back_the_start(regression):
     network, X, Y = regression
-    start = swap_to_zonal(network, X)[0]
+    start = swap_to_zonal(network, X, truncation_level=10)[0]
     wild = TrainingSchedule(epochs=3, batch_size=16, learning_rate=5.0, verbose=0)
-    result = make_convertible(network, X, Y, schedule=wild)
+    result = make_convertible(network, X, Y, truncation_level=10, schedule=wild)
     assert result.history.get("restored_start") is True
     assert result.final_loss == pytest.approx(result.swapped_loss, rel=1e-12)
     for a, b in zip(start.get_weights(), result.network.get_weights()):
@@ -78,7 +78,7 @@ def test_a_fine_tuning_that_only_hurts_hands_back_the_start(regression):
 
 def test_the_converted_means_kl_is_gpflows_mean_part(regression):
     network, X, Y = regression
-    result = make_convertible(network, X, Y, steps=0)
+    result = make_convertible(network, X, Y, truncation_level=10, steps=0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         dgp = dgp_from_keras(result.network, len(X), whiten=False).dgp
@@ -98,10 +98,10 @@ def test_a_softmax_head_is_kept_and_converts_to_the_softmax_likelihood():
     X = rng.normal(size=(300, 3))
     y = ((X[:, 0] * X[:, 1] > 0).astype(int) + (X[:, 2] > 1)).reshape(-1, 1)
     tf_keras.utils.set_random_seed(1)
-    network = tf_keras.Sequential([tf_keras.Input((3,)), tf_keras.layers.Dense(16, "relu"), tf_keras.layers.Dense(3, "softmax")])
+    network = tf_keras.Sequential([tf_keras.Input((3,)), tf_keras.layers.Dense(8, "relu"), tf_keras.layers.Dense(3, "softmax")])
     network.compile(tf_keras.optimizers.Adam(0.02), "sparse_categorical_crossentropy")
     network.fit(X, y, epochs=40, verbose=0)
-    result = make_convertible(network, X, y, steps=200)
+    result = make_convertible(network, X, y, truncation_level=10, steps=100)
     probabilities = result.network(X).numpy()
     np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, atol=1e-12)
     assert np.mean(probabilities.argmax(1) == network(X).numpy().argmax(1)) > 0.9
@@ -123,7 +123,24 @@ def test_bad_input_names_the_problem(regression):
         swap_to_zonal(network, X[:, :1])
     with pytest.raises(ValueError, match="steps"):
         make_convertible(network, X, Y, steps=-1)
-    cnn = tf_keras.Sequential([tf_keras.Input((8, 8, 1)), tf_keras.layers.Conv2D(2, 3), tf_keras.layers.Flatten(),
-                               tf_keras.layers.Dense(4, "relu"), tf_keras.layers.Dense(1)])
-    with pytest.raises(ValueError, match="Conv2D"):
-        make_convertible(cnn, np.zeros((4, 8, 8, 1)), np.zeros((4, 1)), steps=0)
+    with pytest.raises(ValueError, match="Conv2D"):  # no convertible tail at all
+        make_convertible(tf_keras.Sequential([tf_keras.Input((8, 8, 1)), tf_keras.layers.Conv2D(2, 3)]), np.zeros((4, 8, 8, 1)),
+                         np.zeros((4, 1)), steps=0)
+
+
+def test_a_cnn_keeps_its_convolutions_and_gets_a_convertible_head():
+    rng = np.random.default_rng(2)
+    images = rng.normal(size=(120, 8, 8, 1))
+    labels = (images[:, :4].mean(axis=(1, 2, 3)) > images[:, 4:].mean(axis=(1, 2, 3))).astype(int).reshape(-1, 1)
+    tf_keras.utils.set_random_seed(2)
+    cnn = tf_keras.Sequential([tf_keras.Input((8, 8, 1)), tf_keras.layers.Conv2D(2, 3, activation="relu"),
+                               tf_keras.layers.MaxPooling2D(), tf_keras.layers.Flatten(), tf_keras.layers.Dense(6, "relu"),
+                               tf_keras.layers.Dense(2, "softmax")])
+    cnn.compile(tf_keras.optimizers.Adam(0.02), "sparse_categorical_crossentropy")
+    cnn.fit(images, labels, epochs=20, verbose=0)
+    made = make_convertible(cnn, images, labels, truncation_level=10, steps=20)
+    assert made.network.layers[0] is cnn.layers[0]  # the convolution is the user's own layer, untouched
+    assert isinstance(made.network.layers[3], ActivatedLayer) and isinstance(made.network.layers[-1], tf_keras.layers.Softmax)
+    features = tf_keras.Sequential(cnn.layers[:3])(images).numpy().astype(np.float64)
+    head = tf_keras.Sequential(made.network.layers[3:])
+    np.testing.assert_allclose(made.network(images).numpy(), head(features).numpy(), atol=1e-6)

@@ -37,10 +37,11 @@ import gpflow
 import numpy as np
 import tf_keras
 
-from ..deep.conversion import _forward, _logit_chain, _plans, resolve_head_likelihood
+from ..deep.conversion import _forward, _logit_chain, _plans, resolve_head_likelihood, split_convertible_head
 from ..deep.likelihoods import network_loss
 from ..deep.twin import ActivatedLayer
 from ..zonal.spectra import DEFAULT_ACTIVATION, ZonalActivation
+from .extractor import _check_inputs, extracted_features
 from .fitters import _check_data, train_network
 from .schedule import TrainingSchedule
 
@@ -150,9 +151,11 @@ def make_convertible(
     (X, Y), so that it converts exactly (module docstring).
 
     :param network: a trained tf-keras network whose layers :func:`~activated_dgp.dgp_from_keras` converts (Dense
-        layers with their activations, Activation/ReLU layers, Dropout; a softmax or sigmoid head). A CNN's Dense head:
-        pass ``split_convertible_head(cnn)[1]`` and the extracted features.
-    :param X: [N, D] inputs; :param Y: [N, P] targets (class indices [N, 1] for a softmax head, 0/1 for a sigmoid).
+        layers with their activations, Activation/ReLU layers, Dropout; a softmax or sigmoid head), or one that starts
+        with layers that do not convert (a CNN's Conv2D, pooling and Flatten layers): then only its convertible tail
+        of Dense layers (:func:`~activated_dgp.deep.conversion.split_convertible_head`) is swapped and fine-tuned, on
+        the features the first layers extract (which stay as they are and are shared with the result).
+    :param X: [N, D] inputs (or whatever ``network`` takes, e.g. [N, H, W, C] images); :param Y: [N, P] targets (class indices [N, 1] for a softmax head, 0/1 for a sigmoid).
     :param likelihood: the loss's likelihood; default: the network's head's ("softmax", "bernoulli"), else "gaussian".
     :param activation: the zonal activation of the swapped units (a registered name or a ZonalActivation).
     :param truncation_level: Ñ of the swapped units.
@@ -160,7 +163,16 @@ def make_convertible(
         improvement); ignored when ``schedule`` is given. 0 skips fine-tuning.
     :param validation_data: (X_val, Y_val) for early stopping when ``schedule`` sets a patience.
     """
-    _plans(network)  # the conversion's own error for a network that does not convert, before the data's shape
+    extractor, convertible = split_convertible_head(network)  # the conversion's own error for a network with no convertible tail
+    if extractor is not None:
+        X = extracted_features(extractor, _check_inputs(X, "X"))
+        if validation_data is not None:
+            validation_data = extracted_features(extractor, _check_inputs(validation_data[0], "validation X")), validation_data[1]
+        made = make_convertible(convertible, X, Y, likelihood=likelihood, activation=activation, truncation_level=truncation_level,
+                                steps=steps, schedule=schedule, validation_data=validation_data, seed=seed)
+        made.network = tf_keras.Sequential([tf_keras.Input(network.input_shape[1:])] + list(extractor.layers) + list(made.network.layers),
+                                           name=made.network.name)
+        return made
     X, Y = _check_data(X, Y)
     logits, head, mismatch = swap_to_zonal(network, X, activation, truncation_level, seed=seed)
     likelihood = resolve_head_likelihood(head, likelihood)
