@@ -16,6 +16,7 @@ from check_shapes import check_shapes
 
 from ..zonal.conditionals import fast_conditional_enabled, symmetric_variances
 from ..zonal.inducing_variables import ActivationFeature
+from .inducing_samples import samples_from_inducing_draws, shares_inducing_variables
 from .likelihoods import LIKELIHOOD_REGISTRY, likelihood_name, output_width
 from ..validation import check_inputs, check_matrix, check_targets, dgp_input_width
 
@@ -149,9 +150,14 @@ def sample_layers(dgp: gpflux.models.DeepGP, X, num_samples: int, seed: Optional
     return propagate_samples(dgp, X, num_samples, lambda layer, shape, dtype: generator.normal(shape, dtype=dtype))
 
 
-def propagate_samples(dgp: gpflux.models.DeepGP, X, num_samples: int, normal) -> Tuple[List[tf.Tensor], tf.Tensor, tf.Tensor]:
+def propagate_samples(dgp: gpflux.models.DeepGP, X, num_samples: int, normal, inducing_normal=None) -> Tuple[List[tf.Tensor], tf.Tensor, tf.Tensor]:
     """:func:`sample_layers` with the standard normal draws given: ``normal(layer_index, shape, dtype)``
-    (e.g. stateless, for a compiled function). Memory O(num_samples · N · max(M_ℓ, P_ℓ))."""
+    (e.g. stateless, for a compiled function). Memory O(num_samples · N · max(M_ℓ, P_ℓ)).
+
+    With ``inducing_normal(layer_index, shape, dtype)`` (normals [S, P, M], one set per sample), the hidden layers
+    after the first that share their inducing variables across outputs are sampled from one draw of their inducing
+    outputs per sample (:mod:`~activated_dgp.deep.inducing_samples`): each row has the same distribution as from its
+    marginal, at M²/2 + M·P multiply-adds per row instead of P quadratic forms."""
     X = tf.convert_to_tensor(X)
     batch_shape = tf.stack([num_samples, tf.shape(X)[0]])
 
@@ -163,6 +169,13 @@ def propagate_samples(dgp: gpflux.models.DeepGP, X, num_samples: int, normal) ->
 
     hidden, samples = None, []
     for index, layer in enumerate(dgp.f_layers[:-1]):
+        if hidden is not None and inducing_normal is not None and shares_inducing_variables(layer):
+            hidden = samples_from_inducing_draws(
+                layer, hidden, lambda shape, dtype, index=index: inducing_normal(index, shape, dtype),
+                lambda shape, dtype, index=index: normal(index, shape, dtype),
+            )
+            samples.append(hidden)
+            continue
         mean, var = moments(layer, hidden)
         draw = mean + tf.sqrt(var) * normal(index, tf.shape(mean), mean.dtype)
         hidden = tf.reshape(draw, tf.concat([batch_shape, [draw.shape[-1]]], 0))
@@ -190,6 +203,8 @@ PROGRESS_AFTER_SECONDS = 2.0
 
 #: The draw stream of a Monte Carlo likelihood's own draws in :class:`RowDraws` (layer ℓ's samples use stream ℓ).
 _LIKELIHOOD_STREAM = -1
+#: Layer ℓ's inducing draws in :class:`RowDraws` use stream ``_INDUCING_STREAM − ℓ``.
+_INDUCING_STREAM = -2
 
 
 def resolve_model(model, X):
@@ -247,6 +262,11 @@ class RowDraws:
     def normal(self, shape, dtype) -> tf.Tensor:
         z = self._draws(_LIKELIHOOD_STREAM, shape[:1], shape[-1], dtype)  # [B, Q, S, P]
         return tf.reshape(tf.transpose(z, [1, 2, 0, 3]), shape)
+
+    def inducing_normal(self, layer, shape, dtype) -> tf.Tensor:
+        """[S, P, M] normals for layer ``layer``'s inducing draws: sample s's are a function of (seed, layer, s) only,
+        shared by every row and batch of the prediction."""
+        return row_normals(self.seed, _INDUCING_STREAM - layer, 0, shape[0], shape[1:], dtype)
 
 
 def _likelihood_points(likelihood) -> int:
@@ -328,7 +348,7 @@ class PredictionFunctions:
     def _samples(self, X, seed, start):
         draws = RowDraws(seed, start, tf.shape(X)[0], self.num_samples)
         with symmetric_variances():  # no gradients here: the variances as quadratic forms, half the products' work
-            samples, mean, var = propagate_samples(self._dgp(), X, self.num_samples, draws.layer_normal)
+            samples, mean, var = propagate_samples(self._dgp(), X, self.num_samples, draws.layer_normal, draws.inducing_normal)
         return samples, mean, var, draws
 
     def _per_sample(self, values):
@@ -647,8 +667,10 @@ def predict_y(
     (m_s, v_s) the moments of y given the output layer's Gaussian q(f_L | h^(s)), h^(s) the s-th sample propagated
     through layers 1..L−1 (the output layer needs no samples: its moments are closed forms given its input).
     Cost per point: S samples through L layers, i.e. about S forward passes of the network twin, plus the
-    variance work of each layer, about S · M_ℓ²/2 · (P_ℓ + 2) multiply-adds (the triangular solve and one quadratic
-    form per output, :func:`activated_dgp.zonal.conditionals.symmetric_variances`; layer 1 once, its input is x).
+    variance work: layer 1 once (its input is x), M_1²/2 · (P_1 + 2) multiply-adds (the triangular solve and one
+    quadratic form per output, :func:`activated_dgp.zonal.conditionals.symmetric_variances`); the hidden layers after
+    it S · (M_ℓ²/2 + M_ℓ P_ℓ), sampled from one draw of their inducing outputs per sample
+    (:mod:`~activated_dgp.deep.inducing_samples`, the same distribution per row); the output layer S · M_L²/2 · (P_L + 2).
     """
     dgp, X = _prepared(dgp, X)
     return run_batched(dgp, "y_moments", X, num_samples, seed, None, batch_size, memory_budget, progress)
