@@ -221,7 +221,7 @@ def test_warnings_only_when_the_jitter_changes_the_eigenpairs_and_for_non_psd_gr
 
 
 def test_default_offsets_give_the_nystrom_eigenpairs_off_the_sphere():
-    """The README's example: k-means ReLU filters on 2-D Gaussian data under an RBF kernel. Without offsets the
+    """The example of docs/tour.md: k-means ReLU filters on 2-D Gaussian data under an RBF kernel. Without offsets the
     span is positively homogeneous and misses the eigenfunctions; the default offsets (hinges through the filters)
     recover Nyström's eigenvalues (a dense eigendecomposition of the 2,000-point Gram matrix) within 2 %."""
     X = np.random.default_rng(0).normal(size=(2000, 2))

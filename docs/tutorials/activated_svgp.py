@@ -84,5 +84,5 @@ plt.legend()
 plt.show()
 
 # %% [markdown]
-# The same kernel and features build deep models: see [Convert your own network](convert_your_network.md) and
-# [GPflux layers](gpflux_layers.md).
+# The same kernel and features build deep models: see [Convert your own network](../convert_your_network/) and
+# [GPflux layers](../gpflux_layers/).

@@ -8,7 +8,7 @@
 # 2. **Conversion** (`dgp_from_keras`) gives each layer the network's directions W and the variational mean that
 #    reproduces the next linear map: the DGP's mean propagation *is* the forward pass.
 # 3. **Stage 2** optimises the ELBO over every DGP parameter. `train_two_stage(X, Y, network=...)` does
-#    conversion and stage 2 with the library's default recipe (docs/activated_dgp.md says which and why);
+#    conversion and stage 2 with the library's default recipe ([Which stage-2 recipe](../../activated_dgp/#which-stage-2-recipe) says which and why);
 #    `dgp_from_keras` and `train_dgp` are the two steps on their own.
 
 # %%
@@ -116,7 +116,7 @@ plot_uncertainty(network(grid).numpy(), mean, variance, "network", "converted DG
 # a tanh layer) stay a feature extractor g, and the dense head after them converts on the features g(x). In stage 2
 # `train_dgp_with_extractor` trains g together with the DGP on the ELBO. On rotated MNIST that is what keeps the
 # converted classifier's lead under dataset shift; with g frozen it does not beat MC dropout
-# (docs/results/rotated_mnist.md). Here g is a tanh layer, which the converter refuses. Below, the two steps by
+# ([rotated MNIST results](../../results/rotated_mnist/)). Here g is a tanh layer, which the converter refuses. Below, the two steps by
 # hand; `train_two_stage(X, Y, network=whole)` does the same split (`split_convertible_head`), trains a copy of g
 # with the default recipe, and returns it as `result.extractor`.
 
