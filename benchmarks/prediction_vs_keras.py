@@ -37,14 +37,19 @@ DEFAULTS = {"points": 10_000}
 def multiply_adds(D=INPUT_DIM, M=UNITS, widths=WIDTHS, S=SAMPLES) -> dict:
     """Multiply-adds per predicted point: ``forward`` (S forward passes through layers 2..L and one through layer 1:
     the directions W h̃, M (D_ℓ + 1), and the output map, M P_ℓ) and ``variance`` per row of layer ℓ (S rows for
-    layers 2..L, one for layer 1): the triangular solve L⁻¹Kuf, M²/2, and the quadratic forms, M(M+1)/2 · (P_ℓ + 1)
-    for P_ℓ ≥ 2 (:func:`activated_dgp.zonal.conditionals.symmetric_variances`), P_ℓ M² + P_ℓ M otherwise."""
+    layers 2..L, one for layer 1): the triangular solve L⁻¹Kuf, M²/2, and, for the first and the output layer, the
+    quadratic forms, M(M+1)/2 · (P_ℓ + 1) for P_ℓ ≥ 2 (:func:`activated_dgp.zonal.conditionals.symmetric_variances`),
+    P_ℓ M² + P_ℓ M otherwise; the hidden layers in between are sampled from one draw of their inducing outputs per
+    sample (:mod:`activated_dgp.deep.inducing_samples`), whose M·P per row is counted in the forward pass."""
     forward = variance = 0.0
     inputs = D
     for index, P in enumerate(widths):
         rows = 1 if index == 0 else S
         forward += rows * (M * (inputs + 1) + M * P)
-        variance += rows * (M * M / 2 + (M * (M + 1) / 2 * (P + 1) if P >= 2 else P * M * (M + 1)))
+        if 0 < index < len(widths) - 1:  # sampled from one draw of the inducing outputs per sample: the solve only
+            variance += rows * M * M / 2
+        else:
+            variance += rows * (M * M / 2 + (M * (M + 1) / 2 * (P + 1) if P >= 2 else P * M * (M + 1)))
         inputs = P
     return {"forward": forward, "variance": variance}
 
@@ -122,8 +127,9 @@ widths {widths}, float64; `predict_y` with its defaults: S = {S} samples, memory
 | floor: {per_point / 1e6:.2f} M multiply-adds per point at the measured rate | {floor:.3f} | {floor / keras:.1f} |
 
 - The floor: S = {S} samples through layers 2..L cost S forward passes of the network ({terms["forward"] / 1e6:.2f} M multiply-adds
-  per point), plus the variance work per sampled row ({terms["variance"] / 1e6:.2f} M): the triangular solve, M²/2, and the
-  quadratic forms a_nᵀ(L_p L_pᵀ − I)a_n over the upper triangle, M(M+1)/2 · (P + 1); the rate is one float64
+  per point), plus the variance work per sampled row ({terms["variance"] / 1e6:.2f} M): the triangular solve, M²/2, and, in
+  the first and the output layer, the quadratic forms a_nᵀ(L_p L_pᵀ − I)a_n over the upper triangle, M(M+1)/2 · (P + 1)
+  (the hidden layers between are sampled from one draw of their inducing outputs per sample); the rate is one float64
   [S·8, M(M+1)/2] · [M(M+1)/2, P] product measured in the same run,
   {rate * 2 / 1e9:.1f} GFLOP/s. `predict_y` ran at {floor / dgp:.0%} of that rate.
 - Peak RSS grew by {record["peak_rss_growth_mib"]:.0f} MiB during `predict_y` (outputs included).

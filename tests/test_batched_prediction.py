@@ -88,12 +88,15 @@ def test_prediction_is_the_dense_monte_carlo_estimate_of_gpflows_conditional_wit
 
 
 def test_the_batch_size_follows_the_budget_and_not_n():
-    """One row's working set is S · max_ℓ [2M + 3 max(MP, M(M+1)/2) + 6P + D] values (the variance work dominates);
-    the batch is ⌊budget / row⌋ rows (below the cache-sized target) whatever N is, and every compiled call sees at most that many rows."""
+    """One row's working set: layer 1's variance work once, 2M + 3 max(MP, M(M+1)/2) + D values, and per sample the
+    largest of its 6P draws, the hidden layers' inducing-draw samples (3M + 6P + D) and the output layer's variance work
+    (2M + 3 max(MP, M(M+1)/2) + 6P + D); the batch is ⌊budget / row⌋ rows (below the cache-sized target) whatever N is,
+    and every compiled call sees at most that many rows."""
     dgp, S = _dgp(num_layers=3, num_units=8), 4
-    widths = [(2, 8, 2), (2, 8, 2), (2, 8, 1)]  # (D, M, P) of each layer: bottlenecks of width D = 2
-    per_sample = max(max(2 * M + 3 * max(M * P, M * (M + 1) // 2 if P > 1 else 0) + 6 * P + D for D, M, P in widths), 1 * (1 + 4))
-    assert bytes_per_row(dgp, S) == S * per_sample * 8
+    (D1, M1, P1), (D2, M2, P2), (D3, M3, P3) = (2, 8, 2), (2, 8, 2), (2, 8, 1)  # (D, M, P): bottlenecks of width D = 2
+    once = 2 * M1 + 3 * max(M1 * P1, M1 * (M1 + 1) // 2) + D1
+    per_sample = max(6 * P1, 3 * M2 + 6 * P2 + D2, 2 * M3 + 3 * M3 * P3 + 6 * P3 + D3, 1 * (1 + 4))
+    assert bytes_per_row(dgp, S) == (once + S * per_sample) * 8
     budget = 10 * bytes_per_row(dgp, S) + 7
     assert [prediction_batch_size(dgp, S, budget, num_rows=n) for n in (15, 1_000, 10**7)] == [10, 10, 10]
     assert prediction_batch_size(dgp, S, budget, num_rows=3) == 3

@@ -282,24 +282,32 @@ def _likelihood_points(likelihood) -> int:
 def bytes_per_row(dgp: gpflux.models.DeepGP, num_samples: int) -> int:
     """The working set of one row of X in a batched prediction with S = ``num_samples`` samples, in bytes:
 
-        S · max( max_ℓ [2 M_ℓ + 3 max(M_ℓ P_ℓ, K_ℓ) + 6 P_ℓ + D_ℓ],  P_L (Q + 4) ) · (bytes per value),
+        (W_1 + S · max( max_ℓ [2 M_ℓ + 3 max(M_ℓ P_ℓ, K_ℓ) + 6 P_ℓ + D_ℓ],  P_L (Q + 4) )) · (bytes per value),
 
-    M_ℓ the inducing variables, P_ℓ the outputs and D_ℓ the input width of layer ℓ, K_ℓ = M_ℓ(M_ℓ + 1)/2 where
+    with layer 1 (which sees each row once) counted once, W_1 = 2 M_1 + 3 max(M_1 P_1, K_1) + D, and only its
+    6 P_1 draws and samples per sample; M_ℓ the inducing variables, P_ℓ the outputs and D_ℓ the input width of layer ℓ (for the hidden layers after the
+    first that are sampled from inducing draws, :func:`propagate_samples`, the term is 3 M_ℓ + 6 P_ℓ + D_ℓ), K_ℓ = M_ℓ(M_ℓ + 1)/2 where
     P_ℓ ≥ 2 (else 0), Q the likelihood's quadrature points or Monte Carlo draws. The middle term is the conditional's
     variance work (:func:`activated_dgp.zonal.conditionals.whitened_marginals`): the per-output products L_pᵀA,
     [S·B, P·M] for a batch, their squares and GPflow's broadcast [P, M, S·B] on its own path, or the K products
-    a_i a_j of the quadratic forms; the rest are Kuf and L⁻¹Kuf, the moments, draws and samples.
-    Layer 1 sees each row once, not S times: counting it S times only errs on the safe side."""
+    a_i a_j of the quadratic forms; the rest are Kuf and L⁻¹Kuf, the moments, draws and samples."""
     num_samples = checked_num_samples(num_samples)
     itemsize = dgp.f_layers[0].q_mu.dtype.size
     width, per_sample = dgp_input_width(dgp) or 1, 0
-    for layer in dgp.f_layers:
+    last, once = len(dgp.f_layers) - 1, 0
+    for index, layer in enumerate(dgp.f_layers):
         M, P = int(layer.inducing_variable.num_inducing), int(layer.num_latent_gps)
         upper = M * (M + 1) // 2 if P >= 2 else 0  # the quadratic forms' a_i a_j (symmetric_variances)
-        per_sample = max(per_sample, 2 * M + 3 * max(M * P, upper) + 6 * P + width)
+        if index == 0 and last > 0:  # sees each row once; its moments are tiled to the S samples
+            once = 2 * M + 3 * max(M * P, upper) + width
+            per_sample = max(per_sample, 6 * P)
+        elif index < last and shares_inducing_variables(layer):  # sampled from inducing draws: Kuf, L⁻¹Kuf, samples
+            per_sample = max(per_sample, 3 * M + 6 * P + width)
+        else:
+            per_sample = max(per_sample, 2 * M + 3 * max(M * P, upper) + 6 * P + width)
         width = P
     per_sample = max(per_sample, width * (_likelihood_points(dgp.likelihood_layer.likelihood) + 4))
-    return num_samples * per_sample * itemsize
+    return (once + num_samples * per_sample) * itemsize
 
 
 def _mib(num_bytes: float) -> str:

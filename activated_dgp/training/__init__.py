@@ -33,10 +33,11 @@ from .recipes import (
 )
 from .schedule import TrainingSchedule
 from .two_stage import TwoStageResult, split_validation, train_two_stage
-from .convertible import ConvertibleNetwork, make_convertible, swap_to_zonal
+from .convertible import ConvertibleNetwork, fine_tuning_schedule, make_convertible, swap_to_zonal
 
 __all__ = [
     "ConvertibleNetwork",
+    "fine_tuning_schedule",
     "make_convertible",
     "swap_to_zonal",
     "TwoStageResult",

@@ -66,6 +66,8 @@ def build_plain_network(input_dim: int, seed: int) -> tf_keras.Sequential:
     return tf_keras.Sequential(layers, name="plain_nn")
 
 
+#: The fine-tuning steps of ``relu_adgp``'s ``make_convertible`` and of its control ``relu_tuned_ts``.
+FINE_TUNING_STEPS = 10_000
 #: The hidden width of the ``relu`` network: the plain network's unit count.
 RELU_WIDTH = NUM_UNITS
 

@@ -9,6 +9,8 @@
 * ``nn_ts`` — temperature scaling for regression (Guo et al. 2017 adapted): the NN's network;
   predictive N(f(x), T σ²_train) with T fitted on the validation part by minimising the validation NLL,
   whose minimiser is T = MSE_val / MSE_train (closed form).
+* ``relu``, ``relu_ts`` — the same for the network most users have, a 2-hidden-layer ReLU MLP with biases;
+  ``relu_tuned_ts`` — ``relu_ts`` after the extra training ``relu_adgp``'s network gets (the control for it).
 """
 
 from __future__ import annotations
@@ -16,8 +18,11 @@ from __future__ import annotations
 from typing import Optional
 
 import numpy as np
+import tensorflow as tf
+import tf_keras
 
-from experiments.methods.networks import NetworkCache, fit_network, fit_twin, network_mean, training_mse
+from activated_dgp.training import fine_tuning_schedule, train_network
+from experiments.methods.networks import FINE_TUNING_STEPS, NetworkCache, fit_network, fit_twin, network_mean, training_mse
 from experiments.methods.protocol import Budget, Prediction, SplitData, fit_parts
 
 ENSEMBLE_SIZE = 5
@@ -63,10 +68,26 @@ def predict_relu_ts(data: SplitData, budget: Budget, networks: Optional[NetworkC
     return _temperature_scaled("relu", data, budget, networks)
 
 
-def _temperature_scaled(kind: str, data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Prediction:
-    """The ``kind`` network's mean with the noise N(f(x), T·MSE_train), T fitted on the validation part."""
+def predict_relu_tuned_ts(data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Prediction:
+    """``relu_ts`` after the same extra training that ``relu_adgp``'s network gets from ``make_convertible``: the ReLU
+    network fine-tuned on the fit part by :func:`activated_dgp.training.fine_tuning_schedule`, then temperature-scaled."""
+    if not budget.converged:
+        raise ValueError(f"relu_tuned_ts needs a converged budget (its validation part); got {budget.name!r}")
+    network, history = fit_network("relu", data, budget, data.seed, networks)
+    (X_fit, y_fit), _ = data.validation_split()
+    tuned = tf_keras.models.clone_model(network)
+    tuned.set_weights(network.get_weights())
+    tf.random.set_seed(data.seed)
+    train_network(tuned, X_fit, y_fit, "gaussian", fine_tuning_schedule(FINE_TUNING_STEPS, len(X_fit)))
+    return _temperature_scaled("relu", data, budget, networks, network=(tuned, history))
+
+
+def _temperature_scaled(kind: str, data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None,
+                        network=None) -> Prediction:
+    """The ``kind`` network's mean with the noise N(f(x), T·MSE_train), T fitted on the validation part (``network``:
+    a (network, history) to use instead of the split's cached one)."""
     if budget.converged:  # the NN's own network (trained on the fit part, stopped on the validation part)
-        network, history = fit_network(kind, data, budget, data.seed, networks)
+        network, history = network or fit_network(kind, data, budget, data.seed, networks)
         (X_fit, y_fit), (X_val, y_val) = data.validation_split()
     else:
         (X_fit, y_fit), (X_val, y_val) = data.validation_split()

@@ -102,7 +102,7 @@ RECIPE_METHODS = ("adgp_paper", "adgp_elbo", "adgp_floor")
 #: The ADGP ensemble of issue 36 first exists in v6 as well.
 ENSEMBLE_METHODS = ("adgp_ensemble",)
 #: The methods on the network most users have (a plain ReLU MLP) first exist in v6 too.
-RELU_METHODS = ("relu", "relu_ts", "relu_bare", "relu_adgp")
+RELU_METHODS = ("relu", "relu_ts", "relu_tuned_ts", "relu_bare", "relu_adgp")
 METHOD_CHANGES = {
     "v2": ("*",), "v3": ("adgp", "plain_adgp"), "v4": ("adgp", "plain_adgp"), "v5": ("dgp",),
     "v6": ("network", "nn", "nn_ts", "dropout", "ensemble", "adgp", "plain_adgp", *RECIPE_METHODS, *ENSEMBLE_METHODS, *RELU_METHODS),

@@ -19,7 +19,7 @@ from experiments.methods.dropout import predict_dropout
 from experiments.methods.lla import (LLA_EXACT_MAX_PARAMETERS, predict_lla_exact, predict_lla_last_layer,
                                      predict_lla_neuralef, twin_parameter_count)
 from experiments.methods.networks import NetworkCache
-from experiments.methods.nn import predict_ensemble, predict_nn, predict_nn_ts, predict_plain, predict_relu, predict_relu_ts
+from experiments.methods.nn import predict_ensemble, predict_nn, predict_nn_ts, predict_plain, predict_relu, predict_relu_ts, predict_relu_tuned_ts
 from experiments.methods.protocol import Budget, Prediction, SplitData
 from experiments.methods.scoring import shift_diagnostics
 
@@ -41,6 +41,7 @@ METHODS: Dict[str, Callable[[SplitData, Budget, NetworkCache], Prediction]] = {
     "adgp_ensemble": predict_adgp_ensemble,
     "relu": predict_relu,
     "relu_ts": predict_relu_ts,
+    "relu_tuned_ts": predict_relu_tuned_ts,
     "relu_bare": predict_relu_bare,
     "relu_adgp": predict_relu_adgp,
 }
@@ -62,6 +63,7 @@ LABELS = {
     "adgp_ensemble": "ADGP Ensemble",
     "relu": "ReLU NN",
     "relu_ts": "ReLU NN+TS",
+    "relu_tuned_ts": "ReLU NN+TS (fine-tuned)",
     "relu_bare": "ReLU→ADGP (as is)",
     "relu_adgp": "ReLU→ADGP (made convertible)",
 }

@@ -32,7 +32,7 @@ LLA_METHODS = ("lla_last_layer", "lla_exact", "lla_neuralef")
 RECIPE_METHODS = ("adgp_paper", "adgp_elbo", "adgp_floor")
 ENSEMBLE_METHODS = ("adgp_ensemble",)  # issue 36: run when named
 #: the network most users have (a plain ReLU MLP), its temperature scaling and its conversions; run when named
-RELU_METHODS = ("relu", "relu_ts", "relu_bare", "relu_adgp")
+RELU_METHODS = ("relu", "relu_ts", "relu_tuned_ts", "relu_bare", "relu_adgp")
 METHOD_ORDER = DEFAULT_METHODS + LLA_METHODS + RECIPE_METHODS + ENSEMBLE_METHODS + RELU_METHODS
 #: The split protocols of ``--splits-kind`` (activated_dgp.data.uci.SPLIT_PROTOCOLS): "published", the fixed 90/10
 #: splits (random ones where a set has none); "gap", one split per input feature (the middle third held out).
