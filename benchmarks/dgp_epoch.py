@@ -3,8 +3,11 @@
 Data: a 10,000 × 8 synthetic regression set; minibatch 128 (79 steps per epoch); three layers, 128 units /
 inducing variables each, float64. Models, all trained with ``keras.Model.fit`` and Adam in the same process:
 
-* activated DGP — :func:`activated_dgp.build_activated_dgp` (ZonalArcCosine + Softplus ActivationFeature, Ñ = 20);
-  also with the whole step XLA-compiled (``TrainingSchedule(jit_compile=True)``; on CPU XLA's Cholesky and
+* activated DGP — :func:`activated_dgp.build_activated_dgp` (ZonalArcCosine + Softplus ActivationFeature, Ñ = 20),
+  whose layers own their training step (:class:`activated_dgp.deep.layers.ActivatedGPLayer`: q_sqrt read once, no
+  ``fill_triangular``, the q_sqrt products over the lower triangle); also with gpflux's own ``GPLayer`` step
+  (traced inside :func:`activated_dgp.deep.layers.gpflux_step`: q_sqrt transformed in the conditional and again in
+  the KL, the batched conditional of :mod:`activated_dgp.zonal.conditionals`), and with the whole step XLA-compiled (``TrainingSchedule(jit_compile=True)``; on CPU XLA's Cholesky and
   triangular solves replace LAPACK's);
 * GPflux DGP — ``gpflux.architectures.build_constant_input_dim_deep_gp`` (SquaredExponential, 128 inducing points);
 * network twin — :func:`activated_dgp.build_activated_nn` on MSE (the DGP's mean forward pass as a network);
@@ -17,6 +20,10 @@ the per-epoch figure is the median of the remaining ones. The models take turns 
 Run:  python -m benchmarks.dgp_epoch            (writes docs/results/dgp_epoch.json and the "dgp_epoch" block of
                                                 docs/benchmarks.md; ``--report-only`` rewrites the block from the
                                                 record, timing nothing)
+      python -m benchmarks.dgp_epoch --output docs/results/dgp_epoch_owned.json --skip-xla --rounds 2
+                                               (a record elsewhere, e.g. under load: docs/benchmarks.md is left as it
+                                                is and the block is printed; ``--skip-xla`` leaves out the slow
+                                                XLA-step model)
 """
 
 from __future__ import annotations
@@ -82,27 +89,42 @@ def gpflux_dgp_model(X):
     return dgp
 
 
-def build_trainers(X, Y):
-    """name → (fit(epochs, callback)) closures over compiled keras models."""
-    from activated_dgp import build_activated_nn
+OWNED, GPFLUX_STEP, XLA = "activated DGP", "activated DGP, gpflux's GPLayer step", "activated DGP, XLA step (jit_compile=True)"
 
-    def dgp_trainer(dgp, jit_compile=False):
+
+def build_trainers(X, Y, skip_xla: bool = False):
+    """name → (fit(epochs, callback)) closures over compiled keras models."""
+    import contextlib
+
+    from activated_dgp import build_activated_nn
+    from activated_dgp.deep.layers import gpflux_step
+
+    def dgp_trainer(dgp, jit_compile=False, context=contextlib.nullcontext):
         model = dgp.as_training_model()
         model.compile(tf_keras.optimizers.Adam(0.01), jit_compile=jit_compile)
-        return lambda epochs, timer: model.fit({"inputs": X, "targets": Y}, batch_size=BATCH, epochs=epochs, verbose=0, callbacks=[timer])
+
+        def fit(epochs, timer):
+            with context():  # acts when the train function is traced, in the first fit
+                return model.fit({"inputs": X, "targets": Y}, batch_size=BATCH, epochs=epochs, verbose=0, callbacks=[timer])
+
+        return fit
 
     def network_trainer(network):
         network.compile(tf_keras.optimizers.Adam(0.01), loss="mse")
         return lambda epochs, timer: network.fit(X, Y, batch_size=BATCH, epochs=epochs, verbose=0, callbacks=[timer])
 
     twin = build_activated_nn(INPUT_DIM, num_layers=NUM_LAYERS, num_units=NUM_UNITS, activation=ACTIVATION, seed=0)
-    return {
-        "activated DGP": dgp_trainer(activated_dgp_model()),
-        "activated DGP, XLA step (jit_compile=True)": dgp_trainer(activated_dgp_model(), jit_compile=True),
+    trainers = {
+        OWNED: dgp_trainer(activated_dgp_model()),
+        GPFLUX_STEP: dgp_trainer(activated_dgp_model(), context=gpflux_step),
+        XLA: dgp_trainer(activated_dgp_model(), jit_compile=True),
         "GPflux DGP (SE, 128 inducing points)": dgp_trainer(gpflux_dgp_model(X)),
         "network twin": network_trainer(twin),
         "plain MLP (Dense softplus)": network_trainer(_plain_mlp()),
     }
+    if skip_xla:
+        del trainers[XLA]
+    return trainers
 
 
 OUTPUT = Path(__file__).resolve().parents[1] / "docs" / "results" / "dgp_epoch.json"
@@ -112,13 +134,13 @@ REFERENCE = "GPflux DGP (SE, 128 inducing points)"
 DEFAULTS = {"rounds": 2, "epochs_per_round": 3}
 
 
-def measure(rounds: int, epochs_per_round: int, output=OUTPUT) -> dict:
+def measure(rounds: int, epochs_per_round: int, output=OUTPUT, skip_xla: bool = False, command_options: dict | None = None) -> dict:
     """Seconds of every epoch of every model, the models taking turns for ``rounds`` rounds of ``epochs_per_round``
     epochs; the record, written to ``output`` (None: not written)."""
     from benchmarks._report import command_line, machine_state, write_record
 
     X, Y = _data()
-    trainers = build_trainers(X, Y)
+    trainers = build_trainers(X, Y, skip_xla)
     epochs = {name: [] for name in trainers}  # per model, per round, the seconds of each epoch
     for round_index in range(rounds):
         for name, fit in trainers.items():
@@ -127,7 +149,8 @@ def measure(rounds: int, epochs_per_round: int, output=OUTPUT) -> dict:
             epochs[name].append([round(t, 4) for t in timer.times])
             print(f"round {round_index + 1}/{rounds} {name:40s} epochs (s): " + ", ".join(f"{t:.2f}" for t in timer.times), flush=True)
     given = {"rounds": rounds, "epochs_per_round": epochs_per_round}
-    record = {"command": command_line("python -m benchmarks.dgp_epoch", given, DEFAULTS), "N": len(X), "D": INPUT_DIM,
+    command = command_line("python -m benchmarks.dgp_epoch", given, DEFAULTS) + "".join(f" {option}" for option in (command_options or {}).values() if option)
+    record = {"command": command, "N": len(X), "D": INPUT_DIM,
               "layers": NUM_LAYERS, "units": NUM_UNITS, "batch": BATCH, "activation": ACTIVATION, **given,
               "models": [{"model": name, "epoch_seconds_per_round": times} for name, times in epochs.items()], **machine_state()}
     if output is not None:
@@ -141,8 +164,8 @@ def first_and_steady(model: dict) -> tuple:
     return seconds[0], seconds[1:]
 
 
-def markdown(record: dict) -> str:
-    """The "dgp_epoch" block of docs/benchmarks.md from its record: median epoch after the first, per model."""
+def markdown(record: dict, output: Path = OUTPUT) -> str:
+    """The "dgp_epoch" block of docs/benchmarks.md from its record (at ``output``): median epoch after the first, per model."""
     from benchmarks._report import load_average_line, record_line
 
     first = {model["model"]: first_and_steady(model)[0] for model in record["models"]}
@@ -152,9 +175,13 @@ def markdown(record: dict) -> str:
         f"| {name} | {per_epoch[name]:.2f} | {per_epoch[name] / per_epoch[REFERENCE]:.2f} | {first[name]:.1f} | {len(steady[name])} |"
         for name in per_epoch
     )
-    ratio = per_epoch["activated DGP"] / per_epoch[REFERENCE]
-    twin_ratio = per_epoch["activated DGP"] / per_epoch["network twin"]
-    return f"""{record_line(OUTPUT, record["command"])}
+    ratio = per_epoch[OWNED] / per_epoch[REFERENCE]
+    twin_ratio = per_epoch[OWNED] / per_epoch["network twin"]
+    step_line = (
+        f"\n- The owned step takes {per_epoch[OWNED] / per_epoch[GPFLUX_STEP]:.2f}× the epoch time of the same model with gpflux's GPLayer step."
+        if GPFLUX_STEP in per_epoch else ""
+    )
+    return f"""{record_line(output, record["command"])}
 
 Command: `{record["command"]}` ({record["N"]:,} × {record["D"]} regression data, minibatch {record["batch"]}, {record["layers"]} layers of {record["units"]}
 units / inducing variables, float64, Adam through `keras.Model.fit`; {record["rounds"]} rounds × {record["epochs_per_round"]} epochs per model, taking turns).
@@ -164,7 +191,7 @@ units / inducing variables, float64, Adam through `keras.Model.fit`; {record["ro
 {rows}
 
 - The activated DGP takes {ratio:.2f}× the epoch time of GPflux's standard DGP (issue 15's target ≤ 0.5×) and {twin_ratio:.1f}× that of its
-  network twin, which computes the same basis functions without the GP's covariance algebra.
+  network twin, which computes the same basis functions without the GP's covariance algebra.{step_line}
 {load_average_line(record)}"""
 
 
@@ -178,10 +205,15 @@ def report_from_records() -> str:
 def _options(parser) -> None:
     parser.add_argument("--rounds", type=int, default=DEFAULTS["rounds"])
     parser.add_argument("--epochs-per-round", type=int, default=DEFAULTS["epochs_per_round"])
+    parser.add_argument("--output", help="write the record here instead, leave docs/benchmarks.md as it is and print the block")
+    parser.add_argument("--skip-xla", action="store_true", help="leave out the XLA-step model (minutes per round on a CPU)")
 
 
 def _measure(args, output):
-    return measure(args.rounds, args.epochs_per_round, output=output)
+    options = {"output": f"--output {args.output}" if args.output else "", "skip_xla": "--skip-xla" if args.skip_xla else ""}
+    if args.output and output is not None:
+        return markdown(measure(args.rounds, args.epochs_per_round, Path(args.output), args.skip_xla, options), Path(args.output))
+    return measure(args.rounds, args.epochs_per_round, output=output, skip_xla=args.skip_xla, command_options=options)
 
 
 if __name__ == "__main__":

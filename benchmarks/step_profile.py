@@ -18,8 +18,9 @@ times are not meaningful. Run with one thread per pool so that op times add up t
     python -m benchmarks.step_profile --flops            (multiply-adds of a step's forward pass, per layer)
     python -m benchmarks.step_profile --compare-with DIR (this checkout's step against the checkout in DIR's, and
                                                           GPflux's, taking turns in one process)
-    python -m benchmarks.step_profile --compare-fast-conditional   (the activated DGP's step and BatchPredictor
-        with the batched conditional of activated_dgp.zonal.conditionals against GPflow's, taking turns in one process)
+    python -m benchmarks.step_profile --compare-fast-conditional   (the activated DGP's step with its owned step,
+        gpflux's step and GPflow's conditional, and BatchPredictor with the batched conditional of
+        activated_dgp.zonal.conditionals against GPflow's, taking turns in one process)
 
 The script runs on older checkouts too (it uses only ``build_activated_dgp`` and gpflux):
 ``PYTHONPATH=DIR python benchmarks/step_profile.py --count-ops`` counts the ops of DIR's step.
@@ -138,8 +139,8 @@ def part_of(name: str, kind: str) -> str:
         return "executor (scheduling between ops)"
     if name.startswith("CpuExecutable"):
         return "Kuu, Kuf: XLA Clenshaw sums"
-    if "fill_triangular" in name:  # the q_sqrt parameter's transform, evaluated where q_sqrt is read (conditional, KL)
-        return "q_sqrt transform (fill_triangular)"
+    if "fill_triangular" in name or "q_sqrt_layout" in name:  # the q_sqrt parameter's transform, evaluated where q_sqrt
+        return "q_sqrt transform (fill_triangular, or the owned step's gathers)"  # is read (conditional, KL), or its owned layout
     if scope in ("Kuf", "Kuu"):
         return "Kuu, Kuf: other ops"
     if scope == "prior_kl":
@@ -327,18 +328,24 @@ def compare_steps(X, Y, models: dict, chunks: int, steps: int, trace_contexts: d
 
 
 def compare_fast_conditional(X, Y, chunks: int, steps: int, prediction_points: int, prediction_batches=(64, 1024)) -> str:
-    """The activated DGP's training step, and ``BatchPredictor.predict_y`` (S = 32), with the batched conditional
-    (:mod:`activated_dgp.zonal.conditionals`) against GPflow's (traced inside ``gpflow_conditional()``), taking turns in
-    one process: ratios new / old of step time and of prediction time (the inverse of the throughput ratio)."""
+    """The activated DGP's training step with the layers' owned step, with gpflux's step (traced inside
+    ``gpflux_step()``: the batched conditional of :mod:`activated_dgp.zonal.conditionals`) and with GPflow's conditional
+    (inside ``gpflow_conditional()``), and ``BatchPredictor.predict_y`` (S = 32) with the batched conditional against
+    GPflow's, taking turns in one process: ratios new / old of step time and of prediction time (the inverse of the
+    throughput ratio)."""
     from activated_dgp.deep import BatchPredictor
     from activated_dgp.zonal.conditionals import gpflow_conditional
 
+    from activated_dgp.deep.layers import gpflux_step
+
     models = {}
-    for name in ("batched conditional", "GPflow's conditional"):
+    names = ("owned step", "gpflux's step, batched conditional", "GPflow's conditional")
+    for name in names:
         dgp = activated_dgp_model()
         models[name] = dgp.as_training_model()
         models[name].compile(tf_keras.optimizers.Adam(0.01))
-    lines = ["training step (activated DGP):", compare_steps(X, Y, models, chunks, steps, {"GPflow's conditional": gpflow_conditional})]
+    contexts = {names[1]: gpflux_step, names[2]: gpflow_conditional}
+    lines = ["training step (activated DGP):", compare_steps(X, Y, models, chunks, steps, contexts)]
     dgp = activated_dgp_model()
     for batch in prediction_batches:
         points = X[: max(prediction_points, batch)]

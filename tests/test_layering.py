@@ -151,8 +151,8 @@ def test_subpackages_import_only_downwards():
 
 def test_zonal_modules_import_in_order():
     """The zonal core bottom-up: Gegenbauer machinery, Funk–Hecke quadrature, activations and spectra, kernels,
-    inducing variables, covariances, conditional."""
-    order = ["spherical", "funk_hecke", "spectra", "kernels", "inducing_variables", "covariances", "conditionals"]
+    inducing variables, covariances, conditional, the activated layers' owned step."""
+    order = ["spherical", "funk_hecke", "spectra", "kernels", "inducing_variables", "covariances", "conditionals", "owned_conditional"]
     graph = _graph(_modules())
     modules = [f"activated_dgp.zonal.{name}" for name in order]
     assert set(modules) == {name for name in graph if name.startswith("activated_dgp.zonal.")}

@@ -28,7 +28,9 @@ they are gpflux's ``GPLayer`` and ``LikelihoodLayer``.
 
 from __future__ import annotations
 
+import contextlib
 import warnings
+from typing import Iterator
 
 import gpflow
 import gpflux
@@ -36,11 +38,34 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_probability as tfp
 import tf_keras
+from gpflow.conditionals import conditional
+from gpflow.config import default_jitter
+from gpflow.covariances import Kuf, Kuu
+from gpflow.kullback_leiblers import prior_kl
 from gpflux.layers.likelihood_layer import unwrap_dist
+
+from ..zonal.conditionals import SharedActivationFeature, fast_conditional_enabled, symmetric_variances_active
+from ..zonal.owned_conditional import is_lower_fill_triangular, owned_layout, owned_marginals_and_kl
 
 from .likelihoods import LIKELIHOOD_REGISTRY, likelihood_name
 
-__all__ = ["ActivatedGPLayer", "LikelihoodLayer", "DeepGPModel", "check_target_shape"]
+__all__ = ["ActivatedGPLayer", "LikelihoodLayer", "DeepGPModel", "check_target_shape", "gpflux_step"]
+
+_owned_step = True
+
+
+@contextlib.contextmanager
+def gpflux_step() -> Iterator[None]:
+    """Within this context, graphs traced for :class:`ActivatedGPLayer` take gpflux's ``GPLayer`` step: q_sqrt read
+    and transformed in ``predict`` and again in ``prior_kl``, the conditional through GPflow's dispatch (for an
+    activated layer, :mod:`activated_dgp.zonal.conditionals`' batched one). For comparisons (the dgp_epoch
+    benchmark); like :func:`~activated_dgp.zonal.conditionals.gpflow_conditional` it acts at trace time."""
+    global _owned_step
+    previous, _owned_step = _owned_step, False
+    try:
+        yield
+    finally:
+        _owned_step = previous
 
 
 WHOLE_MODEL_ERROR = (
@@ -82,13 +107,92 @@ class _SavesNestedVariables:
 
 class ActivatedGPLayer(_SavesNestedVariables, gpflux.layers.GPLayer):
     """gpflux's ``GPLayer`` whose ``.weights.h5`` state holds the kernel, inducing-variable and mean-function
-    parameters too (module docstring); built by :func:`activated_dgp.deep.builders.activated_gp_layer`."""
+    parameters too (module docstring), with the training step of :mod:`activated_dgp.zonal.owned_conditional`; built
+    by :func:`activated_dgp.deep.builders.activated_gp_layer`.
+
+    One call (a training or evaluation step) reads q_sqrt's variable and q_μ once, computes one Cholesky of Kuu
+    and shares them between the conditional and the KL term. For the marginals (``full_cov = full_output_cov =
+    False``) of a :class:`~activated_dgp.zonal.conditionals.SharedActivationFeature` layer with gpflux's
+    lower-triangular q_sqrt, whitened or not, the mean, variance and KL come from q_sqrt's unconstrained vector
+    without its ``fill_triangular`` transform, the P outputs' q_sqrt products skipping the zero upper triangle
+    (:func:`~activated_dgp.zonal.owned_conditional.owned_marginals_and_kl`). Every other case (full covariances,
+    other inducing variables or q_sqrt transforms, inside
+    :func:`~activated_dgp.zonal.conditionals.gpflow_conditional`, predictions inside
+    :func:`~activated_dgp.zonal.conditionals.symmetric_variances`) is GPflow's ``conditional`` and ``prior_kl``, given
+    the q_sqrt value read once per call. The values are GPflow's to round-off. Inside :func:`gpflux_step` the layer
+    takes gpflux's own step."""
+
+    _step_values = None  # within call: the values one step shares between predict and prior_kl
 
     @tf.autograph.experimental.do_not_convert
     def call(self, inputs, *args, **kwargs):
         """gpflux's call, traced without AutoGraph, with its loss KL[q(u) ‖ p(u)] / N added in evaluation too
-        (module docstring). ``training`` gates nothing else in gpflux's GPLayer: the output distribution is the same."""
-        return super().call(inputs, *args, **{**kwargs, "training": True})
+        (module docstring), q_sqrt and q_μ read once for the conditional and the KL. ``training`` gates nothing
+        else in gpflux's GPLayer: the output distribution is the same."""
+        object.__setattr__(self, "_step_values", {} if _owned_step else None)
+        try:
+            return super().call(inputs, *args, **{**kwargs, "training": True})
+        finally:
+            object.__setattr__(self, "_step_values", None)
+
+    def _read(self, name: str, read):
+        """A value read once per call (``read()`` outside a call, or inside :func:`gpflux_step`)."""
+        if self._step_values is None:
+            return read()
+        if name not in self._step_values:
+            self._step_values[name] = read()
+        return self._step_values[name]
+
+    def _q_sqrt(self) -> tf.Tensor:
+        return self._read("q_sqrt", lambda: tf.convert_to_tensor(self.q_sqrt))
+
+    def owns_conditional(self, full_cov: bool = False, full_output_cov: bool = False) -> bool:
+        """Whether :meth:`predict` with these options takes the owned algebra (class docstring) at trace time."""
+        return (
+            _owned_step
+            and fast_conditional_enabled()
+            and not full_cov
+            and not full_output_cov
+            and not (symmetric_variances_active() and self._step_values is None)
+            and isinstance(self.inducing_variable, SharedActivationFeature)
+            and isinstance(self.kernel, gpflow.kernels.SharedIndependent)
+            and is_lower_fill_triangular(self.q_sqrt.transform)
+            and self.q_sqrt.shape.rank == 3
+            and self.q_sqrt.shape.is_fully_defined()
+        )
+
+    def predict(self, inputs, *, full_cov: bool = False, full_output_cov: bool = False):
+        """gpflux's ``predict`` (mean with the mean function, and the (co)variance), by the owned algebra where it
+        applies (class docstring), else by GPflow's ``conditional`` on the q_sqrt value read once per call."""
+        if not self.owns_conditional(full_cov, full_output_cov):
+            mean, cov = conditional(
+                inputs, self.inducing_variable, self.kernel, self.q_mu, q_sqrt=self._q_sqrt(),
+                full_cov=full_cov, full_output_cov=full_output_cov, white=self.whiten,
+            )
+            return mean + self.mean_function(inputs), cov
+        num_outputs, num_inducing = int(self.q_sqrt.shape[0]), int(self.q_sqrt.shape[1])
+        Kmm = Kuu(self.inducing_variable, self.kernel, jitter=default_jitter())  # [M, M]
+        Kmn = Kuf(self.inducing_variable, self.kernel, inputs)  # [M, batch..., N]
+        Knn = self.kernel.kernel(inputs, full_cov=False)  # [batch..., N]
+        with tf.name_scope("conditional"):
+            Lm = tf.linalg.cholesky(Kmm)
+        q_mu = self._read("q_mu", lambda: tf.convert_to_tensor(self.q_mu))
+        x = self._read("q_sqrt_vector", lambda: tf.convert_to_tensor(self.q_sqrt.unconstrained_variable))
+        mean, var, kl = owned_marginals_and_kl(
+            tf.reshape(Kmn, [num_inducing, -1]), Lm, tf.reshape(Knn, [-1]), q_mu, x,
+            owned_layout(num_inducing, num_outputs, self.whiten), self.whiten, with_kl=self._step_values is not None,
+        )
+        if kl is not None:
+            self._step_values["prior_kl"] = kl
+        shape = tf.concat([tf.shape(Knn), [num_outputs]], 0)  # [batch..., N, P]
+        return tf.reshape(mean, shape) + self.mean_function(inputs), tf.reshape(var, shape)
+
+    def prior_kl(self) -> tf.Tensor:
+        """KL[q(u) ‖ p(u)] (KL[q(v) ‖ p(v)] whitened): within a call, the one the owned algebra computed with the
+        conditional (class docstring), else GPflow's ``prior_kl`` on the q_sqrt value read once per call."""
+        if self._step_values is not None and "prior_kl" in self._step_values:
+            return self._step_values["prior_kl"]
+        return prior_kl(self.inducing_variable, self.kernel, self.q_mu, self._q_sqrt(), whiten=self.whiten)
 
 
 class LikelihoodLayer(_SavesNestedVariables, gpflux.layers.LikelihoodLayer):

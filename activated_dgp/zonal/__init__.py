@@ -16,7 +16,9 @@ Modules, each importing only from those above it:
 * :mod:`~activated_dgp.zonal.covariances` — Kuu and Kuf, registered with ``gpflow.covariances``
   (:func:`basis_coefficients`, :func:`inducing_coefficients`);
 * :mod:`~activated_dgp.zonal.conditionals` — the activated layers' shared feature and conditional, registered with
-  ``gpflow.conditionals``.
+  ``gpflow.conditionals``;
+* :mod:`~activated_dgp.zonal.owned_conditional` — the algebra of the activated layers' own training step (marginals and
+  KL from q_sqrt's unconstrained vector).
 
 Renamed names (the old ones still resolve from ``activated_dgp`` and their modules, with a DeprecationWarning):
 ``Activation`` → ``ZonalActivation`` (a σ of the cosine, not a Keras activation), ``ACTIVATIONS`` →

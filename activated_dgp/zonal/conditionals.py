@@ -24,9 +24,10 @@ GPflow's own types keep GPflow's conditional. Every case other than whitened, fu
 full_output_cov = False (the training step and the Monte Carlo predictions) calls GPflow's conditional, as does
 every case inside :func:`gpflow_conditional` (a context manager for comparisons and tests).
 
-The q_sqrt parameter's transform (``fill_triangular``) is still evaluated twice per training step, once here and
-once in the KL term: gpflux's ``GPLayer`` reads ``self.q_sqrt`` in ``predict`` and in ``prior_kl`` separately,
-and sharing one value would need a ``GPLayer`` subclass holding a tensor between the two calls.
+The library's activated layers (:class:`activated_dgp.deep.layers.ActivatedGPLayer`) take their training step from
+:mod:`activated_dgp.zonal.owned_conditional` instead (q_sqrt read once per step, without its ``fill_triangular``
+transform); this conditional serves GPflow's dispatch, i.e. direct ``conditional`` calls, gpflux's own ``GPLayer``
+on these inducing variables, and the activated layers' predictions inside :func:`symmetric_variances`.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ from gpflow.covariances import Kuf, Kuu
 
 from .inducing_variables import ActivationFeature
 
-__all__ = ["SharedActivationFeature", "whitened_marginals", "gpflow_conditional", "fast_conditional_enabled", "symmetric_variances"]
+__all__ = ["SharedActivationFeature", "whitened_marginals", "gpflow_conditional", "fast_conditional_enabled", "symmetric_variances", "symmetric_variances_active"]
 
 _enabled = True
 _symmetric = False
@@ -64,6 +65,11 @@ def symmetric_variances() -> Iterator[None]:
         yield
     finally:
         _symmetric = previous
+
+
+def symmetric_variances_active() -> bool:
+    """Whether graphs traced now are inside :func:`symmetric_variances`."""
+    return _symmetric
 
 
 def fast_conditional_enabled() -> bool:
