@@ -1,10 +1,11 @@
 """Every tutorial under docs/tutorials runs, in its fast mode (small data, few epochs), and the docs site builds in
-strict mode (mkdocs: no warning, no broken reference).
+strict mode (mkdocs: no warning, no broken reference; it renders the tutorials without executing them again).
 
-The tutorials run in ONE fresh Python process (``RUNNER``), one after another, so that TensorFlow, GPflow and GPflux
-are imported once (≈ 14 CPU-seconds a process on this machine) instead of once per tutorial. Each still runs as a
-user runs it: as ``__main__`` from its own file (``runpy.run_path``), in a namespace of its own and an empty working
-folder of its own, with the Keras session cleared, GPflow's configuration restored and figures closed before it."""
+The tutorials run in the fresh process of tests/conftest.py (``RUNNER``), one after another, so that TensorFlow, GPflow
+and GPflux are imported once (≈ 14 CPU-seconds a process on this machine) instead of once per tutorial. Each still runs
+as a user runs it: as ``__main__`` from its own file (``runpy.run_path``), in a namespace of its own and an empty
+working folder of its own, with the Keras session cleared, GPflow's configuration restored and figures closed before
+it."""
 
 import importlib.util
 import json
@@ -43,6 +44,9 @@ for tutorial in tutorials:
         error = traceback.format_exc()
     results[tutorial] = dict(error=error, output=output.getvalue()[-3000:], seconds=time.perf_counter() - start)
     (folder / "results.json").write_text(json.dumps(results))
+tf_keras.backend.clear_session()  # the process as it was found
+gpflow.config.set_config(config)
+matplotlib.pyplot.close("all")
 """
 
 
@@ -55,18 +59,16 @@ def test_there_are_tutorials():
 
 
 @pytest.fixture(scope="module")
-def tutorial_runs(tmp_path_factory) -> dict:
+def tutorial_runs(tmp_path_factory, fresh_process) -> dict:
     """{tutorial path: {"error", "output", "seconds"}} from one run of ``RUNNER`` over every tutorial."""
     folder = tmp_path_factory.mktemp("tutorials")
-    run = subprocess.run(
-        [sys.executable, "-c", RUNNER, str(folder), *map(str, TUTORIALS)], cwd=folder, env=_environment(), capture_output=True,
-        text=True, timeout=1200,
-    )
-    results = json.loads((folder / "results.json").read_text()) if (folder / "results.json").exists() else {}
-    if len(results) < len(TUTORIALS):  # the process itself died (a crash, not an exception): say where
+    try:
+        fresh_process.run(RUNNER, folder, *TUTORIALS, cwd=folder, env={"ADGP_TUTORIAL_FAST": "1"}, timeout=1200)
+    except (AssertionError, RuntimeError) as stopped:  # the runner itself failed or its process died: say where
+        results = json.loads((folder / "results.json").read_text()) if (folder / "results.json").exists() else {}
         missing = [t.name for t in TUTORIALS if str(t) not in results]
-        pytest.fail(f"the tutorial runner stopped before {missing} (exit {run.returncode}):\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}")
-    return results
+        pytest.fail(f"the tutorial runner stopped before {missing}:\n{stopped}")
+    return json.loads((folder / "results.json").read_text())
 
 
 @pytest.mark.parametrize("tutorial", TUTORIALS, ids=[t.stem for t in TUTORIALS])
