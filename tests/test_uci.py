@@ -338,9 +338,10 @@ def test_first_split_runs_only_the_later_splits_and_a_bad_one_is_named(tmp_path,
             _run(tmp_path, "--method", "nn", "--splits", "3", "--first-split", bad)
 
 
-def test_adgp_interrupted_after_stage_1_resumes_from_the_saved_network(tmp_path, monkeypatch):
+def test_adgp_interrupted_after_stage_1_resumes_from_the_saved_network(tmp_path, monkeypatch, converged_tiny_run):
     """Interrupt an ADGP cell after stage 1, resume in a clean state (no in-process cache): the network is
-    loaded from its checkpoint, not trained again, and the record equals that of an uninterrupted run."""
+    loaded from its checkpoint, not trained again, and the record equals that of an uninterrupted run (the shared
+    converged-tiny run's, whose ADGP took the NN's network from memory)."""
     from experiments.methods import adgp as adgp_module, networks as networks_module
 
     real_two_stage, real_train_network, trained = adgp_module.train_two_stage, networks_module.train_network, []
@@ -354,16 +355,16 @@ def test_adgp_interrupted_after_stage_1_resumes_from_the_saved_network(tmp_path,
 
     monkeypatch.setattr(networks_module, "train_network", counting)
     monkeypatch.setattr(adgp_module, "train_two_stage", interrupted)
+    converged = ("--method", "adgp", "--splits", "1", "--budget", "converged-tiny")
     with pytest.raises(KeyboardInterrupt):
-        _run(tmp_path / "resumed", "--method", "adgp", "--splits", "1")
+        _run(tmp_path / "resumed", *converged)
     assert trained == [1] and len(list((tmp_path / "resumed" / "networks").glob("*.json"))) == 1
     assert not (tmp_path / "resumed" / "records.jsonl").exists() or not (tmp_path / "resumed" / "records.jsonl").read_text()
     monkeypatch.setattr(adgp_module, "train_two_stage", real_two_stage)
-    _run(tmp_path / "resumed", "--method", "adgp", "--splits", "1")  # a new run holds no network in memory
+    _run(tmp_path / "resumed", *converged)  # a new run holds no network in memory
     assert trained == [1]  # stage 1 came from the checkpoint
-    _run(tmp_path / "straight", "--method", "adgp", "--splits", "1")
-    assert trained == [1, 1]
-    resumed, straight = (json.loads((tmp_path / name / "records.jsonl").read_text()) for name in ("resumed", "straight"))
+    resumed = json.loads((tmp_path / "resumed" / "records.jsonl").read_text())
+    straight = next(r for r in _records(converged_tiny_run) if r["method"] == "adgp")
     for name in ("rmse", "nlpd"):
         assert resumed[name] == pytest.approx(straight[name], rel=1e-12)
     assert resumed["extra"]["init_rmse"] == straight["extra"]["init_rmse"]  # the identical network
@@ -695,7 +696,8 @@ def test_the_neuralef_lla_cell_resumes_its_training_from_a_checkpoint_keyed_by_i
     import experiments.methods as methods
     from experiments.methods import lla as um
 
-    monkeypatch.setattr(um, "LLA_NEURALEF_STEPS", 30)
+    steps = 10  # a few steps: the test is about the checkpoint, not the eigenfunctions
+    monkeypatch.setattr(um, "LLA_NEURALEF_STEPS", steps)
     monkeypatch.setattr(um, "LLA_EIGENPAIRS", 3)
     rng = np.random.default_rng(0)
     X = rng.normal(size=(60, 2))
@@ -709,7 +711,7 @@ def test_the_neuralef_lla_cell_resumes_its_training_from_a_checkpoint_keyed_by_i
     starts, draw = [], neuralef_module._minibatches
     monkeypatch.setattr(neuralef_module, "_minibatches", lambda seed, N, batch, start: starts.append(start) or draw(seed, N, batch, start))
     again = um.predict_lla_neuralef(data, budget, um.NetworkCache(tmp_path))  # a fresh cache: the network from disk
-    assert starts == [30]  # restored at its last step: no step taken
+    assert starts == [steps]  # restored at its last step: no step taken
     np.testing.assert_array_equal(first[0], again[0]), np.testing.assert_array_equal(first[1], again[1])
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("lla-neuralef")) == directories
 
