@@ -1,10 +1,17 @@
+import json
 import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import gpflow  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(autouse=True)
@@ -81,3 +88,103 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+# ------------------------------------------------------------------------------------------ the fresh process
+
+#: The reader process: started fresh (its first act imports the library, recording any DeprecationWarning of ours),
+#: then runs each script it is sent as ``__main__`` in a namespace of its own, with the request's argv, working folder
+#: and environment, printing into a buffer; it answers one JSON line per script on the file descriptor it is given.
+_READER = r"""
+import contextlib, io, json, os, sys, traceback, warnings
+answers = os.fdopen(int(sys.argv[1]), "w")
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import activated_dgp, activated_dgp.zonal, activated_dgp.deep, activated_dgp.training
+answers.write(json.dumps([str(w.message) for w in caught if "is deprecated; use activated_dgp" in str(w.message)]) + "\n")
+answers.flush()
+for line in sys.stdin:
+    request = json.loads(line)
+    saved_environment, saved_path = dict(os.environ), list(sys.path)
+    os.environ.update(request["env"])
+    os.chdir(request["cwd"])
+    sys.argv = ["-c", *request["argv"]]
+    output, error = io.StringIO(), None
+    try:
+        with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
+            exec(compile(request["code"], "<fresh process>", "exec"), {"__name__": "__main__"})
+    except (Exception, SystemExit):
+        error = traceback.format_exc()
+    os.environ.clear(), os.environ.update(saved_environment)
+    sys.path[:] = saved_path
+    answers.write(json.dumps({"stdout": output.getvalue(), "error": error}) + "\n")
+    answers.flush()
+"""
+
+
+class FreshProcess:
+    """A Python process that never held the tests' objects: scripts sent to it load what a test saved, as a user's
+    new session would. One per test session (one per pytest-xdist worker), started on first use, so that the suite
+    imports TensorFlow, GPflow and the library once per worker instead of once per round trip."""
+
+    def __init__(self):
+        self._process = None
+
+    def _start(self):
+        read, write = os.pipe()
+        self._log = tempfile.TemporaryFile()  # TensorFlow's C++ log lines: never a pipe nobody reads
+        environment = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", MPLBACKEND="Agg",
+                           PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+        self._process = subprocess.Popen([sys.executable, "-c", _READER, str(write)], stdin=subprocess.PIPE, stdout=self._log,
+                                         stderr=subprocess.STDOUT, pass_fds=(write,), env=environment, text=True, cwd=ROOT)
+        os.close(write)
+        self._answers = os.fdopen(read)
+        self._import_warnings = json.loads(self._answer(600))
+
+    def _answer(self, timeout: float) -> str:
+        import select
+
+        ready, _, _ = select.select([self._answers], [], [], timeout)
+        line = self._answers.readline() if ready else None
+        if not line:
+            self._process.kill()
+            self._process.wait()
+            self._log.seek(0)
+            why = "died" if ready else f"gave no answer in {timeout:.0f} s"
+            raise RuntimeError(f"the fresh process {why}:\n" + self._log.read().decode(errors="replace")[-3000:])
+        return line
+
+    def _ensure(self):
+        if self._process is None or self._process.poll() is not None:
+            self._start()
+
+    @property
+    def import_warnings(self) -> list:
+        """The messages of the library's own DeprecationWarnings seen while the process imported activated_dgp and
+        its subpackages, its first act."""
+        self._ensure()
+        return self._import_warnings
+
+    def run(self, code: str, *argv, cwd=None, env=None, timeout: float = 1200) -> str:
+        """Run ``code`` as a script (``sys.argv[1:]`` = ``argv``, working folder ``cwd``, ``env`` added to the
+        environment) in the fresh process: its printed output, or an AssertionError with the script's traceback."""
+        self._ensure()
+        request = dict(code=code, argv=[str(a) for a in argv], cwd=str(cwd or ROOT), env=dict(env or {}))
+        self._process.stdin.write(json.dumps(request) + "\n")
+        self._process.stdin.flush()
+        answer = json.loads(self._answer(timeout))
+        assert answer["error"] is None, f"the script failed in the fresh process:\n{answer['stdout'][-3000:]}\n{answer['error']}"
+        return answer["stdout"]
+
+    def close(self):
+        if self._process is not None and self._process.poll() is None:
+            self._process.stdin.close()
+            self._process.wait(timeout=60)
+
+
+@pytest.fixture(scope="session")
+def fresh_process():
+    """``fresh_process.run(script, *argv, cwd=…, env=…)``: the script's output from a process other than the test's."""
+    process = FreshProcess()
+    yield process
+    process.close()

@@ -23,9 +23,12 @@ def test_banana_data_is_standardised_and_balanced():
         banana_dataset(1)
 
 
-def test_far_field_dgp_closer_to_half_than_network():
+@pytest.mark.parametrize("dgp_epochs", [150, pytest.param(400, marks=pytest.mark.slow)])
+def test_far_field_dgp_closer_to_half_than_network(dgp_epochs):
+    """150 ELBO epochs already empty the far field (0.000 against the network's 0.498) and keep the near field within
+    0.016 of the network's; 400 (slow) bring the near field to within 0.003."""
     X, Y = banana_dataset(300, seed=1)
-    run = run_configuration(X, Y, 1, num_units=50, network_epochs=80, dgp_epochs=400, num_samples=32, seed=1)
+    run = run_configuration(X, Y, 1, num_units=50, network_epochs=80, dgp_epochs=dgp_epochs, num_samples=32, seed=1)
     assert run["conversion_mismatch"] < 1e-8
     assert run["network_accuracy"] > 0.9 and run["dgp_accuracy"] > 0.9
     assert run["elbo_after"] > run["elbo_before"]

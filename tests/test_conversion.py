@@ -5,10 +5,8 @@ Every network here is also evaluated by a NumPy forward pass written in this fil
 report. Mean-function round trips are checked in a fresh process.
 """
 
+import inspect
 import json
-import os
-import subprocess
-import sys
 
 import gpflow
 import numpy as np
@@ -21,7 +19,6 @@ from activated_dgp.deep.twin import ActivatedLayer
 from test_persistence import layerwise  # each layer's mean and variance at the previous layer's mean
 
 L = tf_keras.layers
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the subprocess imports this checkout
 
 NUMPY_ACTIVATIONS = {
     "relu": lambda z: np.maximum(z, 0.0),
@@ -278,8 +275,7 @@ LOADER = """
 import sys, json
 import numpy as np
 from activated_dgp import load_dgp
-sys.path.insert(0, sys.argv[4])
-from test_persistence import layerwise
+""" + inspect.getsource(layerwise) + """
 X = np.load(sys.argv[2])
 out = {}
 for name in json.loads(sys.argv[3]):
@@ -290,7 +286,7 @@ print(json.dumps(out))
 """
 
 
-def test_mean_functions_save_and_load_in_a_fresh_process(tmp_path, rng):
+def test_mean_functions_save_and_load_in_a_fresh_process(tmp_path, rng, fresh_process):
     """Zero, Constant, Identity and Linear (and a converted biased MLP) come back with their values: the fresh
     process's layer-by-layer predictions equal the saving process's."""
     X = rng.normal(size=(15, 2))
@@ -316,12 +312,7 @@ def test_mean_functions_save_and_load_in_a_fresh_process(tmp_path, rng):
         save_dgp(dgp, tmp_path / name)
     names = list(models)
     np.save(tmp_path / "x.npy", X)
-    run = subprocess.run(
-        [sys.executable, "-c", LOADER, str(tmp_path), str(tmp_path / "x.npy"), json.dumps(names), os.path.dirname(__file__)], check=True,
-        capture_output=True, text=True,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": os.pathsep.join(filter(None, [REPO_ROOT, os.environ.get("PYTHONPATH")]))},
-    )
-    loaded = json.loads(run.stdout.strip().splitlines()[-1])
+    loaded = json.loads(fresh_process.run(LOADER, tmp_path, tmp_path / "x.npy", json.dumps(names)).strip().splitlines()[-1])
     for name in names:
         np.testing.assert_allclose(loaded[name], layerwise(models[name], X), rtol=1e-12, atol=1e-14, err_msg=name)
         assert loaded[name + "/types"] == [type(layer.mean_function).__name__ for layer in models[name].f_layers]

@@ -21,7 +21,7 @@ def _setup(seed=0):
     extractor = tf_keras.Sequential([tf_keras.Input((D,)), tf_keras.layers.Dense(FEATURES, activation="tanh")])
     features = extractor(X).numpy().astype(np.float64)
     head = build_activated_nn(FEATURES, num_layers=1, num_units=10, truncation_level=6, lengthscales=[2.0], seed=seed)
-    train_network(head, features, Y, schedule=TrainingSchedule(epochs=10, batch_size=32))
+    train_network(head, features, Y, schedule=TrainingSchedule(epochs=10, batch_size=30))
     dgp = dgp_from_keras(head, N, X=features, noise_variance=0.05).dgp
     return X, Y, extractor, dgp
 

@@ -2,9 +2,6 @@
 p → 0.5 along rays, the unchanged mean propagation, the conditional's variance, and saving in a fresh process."""
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import gpflow
@@ -178,7 +175,7 @@ def test_refit_recentres_the_ball_after_hidden_layers_move(rng):
     assert np.max(kernel.residual_diag(H).numpy()) == 0.0
 
 
-def test_save_load_fresh_process_exact(rng, tmp_path):
+def test_save_load_fresh_process_exact(rng, tmp_path, fresh_process):
     dgp, X = _classifier(rng, far=True)
     kernel = dgp.f_layers[0].kernel.kernel
     kernel.far_variance.assign(7.5)  # moved away from anything a rebuild would give
@@ -199,10 +196,7 @@ def test_save_load_fresh_process_exact(rng, tmp_path):
         print(json.dumps(dict(far=has_far_field(dgp), order=k.far_order, mean=m.numpy().tolist(), var=v.numpy().tolist())))
         """
     )
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))}
-    output = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, env=env)
-    loaded = json.loads(output.stdout.strip().splitlines()[-1])
+    loaded = json.loads(fresh_process.run(script).strip().splitlines()[-1])
     assert loaded["far"] and loaded["order"] == kernel.far_order
     np.testing.assert_array_equal(np.array(loaded["mean"]), mean.numpy())
     np.testing.assert_array_equal(np.array(loaded["var"]), var.numpy())

@@ -1,5 +1,5 @@
-"""The spectral-figures study (experiments.figures): its committed record is what the figure code gives, and the
-tables on docs/figures.md are what its report makes from that record."""
+"""The spectral-figures study (experiments.figures): its committed record is what the figure code gives (the tables
+on docs/figures.md from that record: tests/test_committed_pages.py)."""
 
 import json
 from pathlib import Path
@@ -7,33 +7,13 @@ from pathlib import Path
 import numpy as np
 
 from experiments import figures
-from experiments.harness import blocks, cli
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDS = ROOT / "docs" / "results" / "figures" / "records.jsonl"
-PAGE = ROOT / "docs" / "figures.md"
 
 
 def _committed(figure: str) -> dict:
     return next(r for r in map(json.loads, RECORDS.read_text().splitlines()) if r["figure"] == figure)
-
-
-def test_the_committed_tables_are_what_the_records_give(tmp_path):
-    """Each table block of the page equals the report's output from the committed records, and nothing else on
-    the page changes (so ``python -m experiments report`` leaves a fresh clone clean)."""
-    committed = PAGE.read_text()
-    stale = committed
-    for name in figures.TABLES:
-        stale = stale.replace(blocks.read_block(PAGE, name), "stale\n")
-    page = tmp_path / "figures.md"
-    page.write_text(stale)
-    out = tmp_path / "figures"
-    out.mkdir()
-    (out / "records.jsonl").write_text(RECORDS.read_text())
-    options = cli.parse("figures", figures, ["--report-only", "--quiet", "--out", str(out), "--doc", str(page)])
-    records = [r for r in map(json.loads, RECORDS.read_text().splitlines()) if r["protocol"] == figures.PROTOCOL]
-    figures.report(records, options)
-    assert blocks.without_commands(page.read_text()) == blocks.without_commands(committed)
 
 
 def test_the_spectra_record_is_what_the_figure_code_gives(tmp_path):

@@ -209,34 +209,6 @@ def test_benchmarks_import_no_study():
         assert "sys.path.insert" not in path.read_text(), f"{path.name} patches sys.path"
 
 
-@pytest.mark.parametrize("name, page", [("eigenpro_mnist", "docs/results/eigenpro.md"),
-                                        ("neuralef_mnist", "docs/results/neuralef_mnist.md"),
-                                        ("eigenfunction_features", "docs/results/eigenfunction_features.md"),
-                                        ("eigenpro_p_equals_n", "docs/results/eigenpro.md")])
-def test_a_committed_page_is_what_its_records_give(tmp_path, name, page):
-    """The generated block of a committed page equals what the study's report makes from the committed records
-    (so ``python -m experiments report`` leaves a fresh clone clean), and the report touches nothing else."""
-    from experiments.harness import cli
-
-    root = Path(__file__).resolve().parents[1]
-    committed = (root / page).read_text()
-    stale = tmp_path / "page.md"
-    stale.write_text(committed.replace(blocks.read_block(root / page, name), "stale\n"))
-    out = tmp_path / name
-    out.mkdir()
-    records = root / "docs" / "results" / name / "records.jsonl"
-    if records.exists():
-        (out / "records.jsonl").write_text(records.read_text())
-    study = registry.study(name)
-    options = cli.parse(name, study, ["--report-only", "--quiet", "--out", str(out)]
-                        + (["--page", str(stale)] if name.startswith("eigenpro") else []))
-    if not name.startswith("eigenpro"):
-        stale = tmp_path / f"{name}.md"  # the page next to --out
-        stale.write_text(committed.replace(blocks.read_block(root / page, name), "stale\n"))
-    run_study(study, options)
-    assert stale.read_text() == committed
-
-
 def test_every_registered_study_has_the_study_shape():
     from experiments.harness.study import check_study
 

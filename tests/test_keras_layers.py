@@ -6,15 +6,11 @@ The round trip is checked in a fresh process against the values the saving proce
 """
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
 import pytest
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 BUILD = textwrap.dedent(
     """
@@ -31,16 +27,9 @@ BUILD = textwrap.dedent(
 )
 
 
-def _run(code: str, cwd) -> str:
-    result = subprocess.run(
-        [sys.executable, "-c", BUILD + textwrap.dedent(code)], cwd=cwd, capture_output=True, text=True,
-        env={**os.environ, "PYTHONPATH": REPO_ROOT, "TF_CPP_MIN_LOG_LEVEL": "3"}, timeout=600,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return result.stdout
 
 
-def test_weights_h5_of_the_training_model_restores_every_parameter_in_a_fresh_process(tmp_path, monkeypatch):
+def test_weights_h5_of_the_training_model_restores_every_parameter_in_a_fresh_process(tmp_path, monkeypatch, fresh_process):
     monkeypatch.chdir(tmp_path)  # saved here, in the test's process; loaded in a fresh one
     exec(
         BUILD
@@ -61,7 +50,7 @@ def test_weights_h5_of_the_training_model_restores_every_parameter_in_a_fresh_pr
     )
     names = json.loads((tmp_path / "names.json").read_text())
     assert any("softplus" in n for n in names) and any(n.startswith("Variable") for n in names)  # kernel params and W
-    out = _run(
+    out = fresh_process.run(BUILD + textwrap.dedent(
         """
         dgp = build(seed=1)  # another seed: every value differs before loading
         model = dgp.as_training_model()
@@ -70,9 +59,8 @@ def test_weights_h5_of_the_training_model_restores_every_parameter_in_a_fresh_pr
         model.load_weights("m.weights.h5")
         after = max(float(np.max(np.abs(v.numpy() - truth[f"arr_{i}"]))) for i, v in enumerate(model.weights))
         print(len(model.weights), before, after)
-        """,
-        tmp_path,
-    )
+        """
+    ), cwd=tmp_path)
     count, before, after = out.split()
     assert int(count) == len(names) and float(before) > 0.05 and float(after) == 0.0
 

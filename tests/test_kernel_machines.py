@@ -306,9 +306,9 @@ def test_tail_averaging_reaches_least_squares_where_the_last_iterate_stalls():
     errors = {}
     for average_after in (None, 5):
         model = EigenPro3(kernel, Z, subsample_size=80, num_eigenpairs=6, projection="exact", batch_size=20, power_iterations=10,
-                          average_after=average_after).fit(X, y, epochs=40, progress=False)
+                          average_after=average_after).fit(X, y, epochs=20, progress=False)
         errors[average_after] = np.linalg.norm(model.predict(X) - fitted) / np.linalg.norm(fitted)
-    assert errors[5] < 1e-2 and errors[None] > 5 * errors[5]
+    assert errors[5] < 1e-2 and errors[None] > 5 * errors[5]  # after 20 epochs 0.0054 against 0.087
 
 
 def test_averaged_training_resumes_from_a_checkpoint_exactly(tmp_path):

@@ -4,9 +4,6 @@ vector, eq. 22 of Deng et al. (2022) in its N C × N C (pre-Woodbury) form with 
 NTK Gram, Bayesian linear regression on the last layer's features, Gauss–Hermite quadrature and Monte
 Carlo for the classification predictives."""
 
-import os
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -18,7 +15,6 @@ from scipy.special import expit, logsumexp, softmax
 from activated_dgp import saving
 from activated_dgp.eigen import LinearisedLaplace
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def mlp(input_dim, outputs, width=8, seed=0, hidden=1):
@@ -430,7 +426,7 @@ def test_softmax_predictive_against_monte_carlo(rng):
     np.testing.assert_allclose(variance, p * (1 - p), rtol=1e-12)
 
 
-def test_save_load_in_a_fresh_process(tmp_path, rng):
+def test_save_load_in_a_fresh_process(tmp_path, rng, fresh_process):
     X, Y = data("softmax", 30, 2, 3, rng)
     X_test = rng.normal(size=(5, 2))
     np.save(tmp_path / "X_test.npy", X_test), np.save(tmp_path / "X.npy", X), np.save(tmp_path / "Y.npy", Y)
@@ -465,8 +461,7 @@ def test_save_load_in_a_fresh_process(tmp_path, rng):
         np.savez({str(tmp_path / "loaded.npz")!r}, **out)
         """
     )
-    environment = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""), TF_CPP_MIN_LOG_LEVEL="3")
-    subprocess.run([sys.executable, "-c", script], check=True, cwd=REPO, env=environment, capture_output=True)
+    fresh_process.run(script)
     loaded = np.load(tmp_path / "loaded.npz")
     for method, arrays in expected.items():
         for i, array in enumerate(arrays):

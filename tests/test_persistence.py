@@ -1,8 +1,8 @@
 """Saving and restoring: every Keras path for the network twin, activated DGPs of every registered kind,
 a DGP in the middle of training with its optimiser, refusals at save time, and the architecture config.
 
-All round trips are checked in a fresh process (one subprocess loads every artefact the module fixture
-writes, to keep the suite fast) against the in-memory model that wrote them. Each saved model has
+All round trips are checked in a fresh process (one script of tests/conftest.py's fresh process loads every
+artefact the module fixture writes, to keep the suite fast) against the in-memory model that wrote them. Each saved model has
 parameters moved away from anything the builders would produce, so a loader that drops a parameter fails.
 """
 
@@ -10,8 +10,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 import textwrap
 import warnings
 
@@ -83,7 +81,6 @@ def extractor_moments(model, X):
 """
 exec(EXTRACTOR_SOURCE)  # train_dgp_with_extractor's wrapper, built identically here and in the fresh process
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the subprocess imports this checkout
 
 N = 40
 PROBIT_JITTER = 1e-3  # gpflow.likelihoods.utils.inv_probit: ε + (1 − 2ε) Φ(f)
@@ -254,7 +251,7 @@ def _train_1_layer(dgp, X, Y, epochs, initial_epoch=0, callbacks=()):
 
 
 @pytest.fixture(scope="module")
-def fresh_process(tmp_path_factory, interrupt_after):
+def round_trips(tmp_path_factory, interrupt_after, fresh_process):
     """Write every artefact, load them all in ONE fresh Python process; returns (expected, loaded, info, extra)."""
     gpflow.config.set_default_float(np.float64)
     root = tmp_path_factory.mktemp("persistence")
@@ -362,11 +359,7 @@ def fresh_process(tmp_path_factory, interrupt_after):
     extra["extractor_other_seeds"] = [extractor_moments(extractor_dgp(seed, N), Xe) for seed in (5, 6, 7)]  # noqa: F821
 
     (root / "meta.json").write_text(json.dumps(meta))
-    (root / "script.py").write_text(SCRIPT.replace("BUMP\n", BUMP_SOURCE).replace("EXTRACTOR\n", EXTRACTOR_SOURCE))
-    subprocess.run(
-        [sys.executable, str(root / "script.py"), str(root)], check=True,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": os.pathsep.join(filter(None, [REPO_ROOT, os.environ.get("PYTHONPATH")]))},
-    )
+    fresh_process.run(SCRIPT.replace("BUMP\n", BUMP_SOURCE).replace("EXTRACTOR\n", EXTRACTOR_SOURCE), root)
     with np.load(root / "loaded.npz") as data:
         loaded = {key: data[key] for key in data.files}
     info = json.loads((root / "loaded.json").read_text())
@@ -380,29 +373,29 @@ KERAS_PATHS = ["weights_h5", "legacy_h5", "tf_format", "model_checkpoint", "kera
 
 
 @pytest.mark.parametrize("path", ["weights", "checkpoint", "model_checkpoint"])
-def test_the_extractor_wrapper_round_trips_in_a_fresh_process(fresh_process, path):
+def test_the_extractor_wrapper_round_trips_in_a_fresh_process(round_trips, path):
     """train_dgp_with_extractor's ExtractorDGP (extractor and DGP) through a tf-keras weights file, a
     tf.train.Checkpoint and Keras' ModelCheckpoint passed to the fit as a callback; its .keras / full-model save is a
     clear error (tests/test_extractor.py)."""
-    expected, loaded, _, extra = fresh_process
+    expected, loaded, _, extra = round_trips
     for other in extra["extractor_other_seeds"]:  # the models loaded into start elsewhere, so a lost weight shows
         assert np.max(np.abs(other - expected[f"extractor/{path}"])) > 1e-3
     np.testing.assert_allclose(loaded[f"extractor/{path}"], expected[f"extractor/{path}"], rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("path", KERAS_PATHS)
-def test_every_keras_saving_path_restores_W_in_a_fresh_process(fresh_process, path):
-    expected, loaded, _, extra = fresh_process
+def test_every_keras_saving_path_restores_W_in_a_fresh_process(round_trips, path):
+    expected, loaded, _, extra = round_trips
     assert np.max(np.abs(extra["W_trained"] - extra["W_init"])) > 1e-2  # training moved W, so losing it would show
     np.testing.assert_array_equal(loaded[f"keras_W/{path}"], expected[f"keras_W/{path}"])
     np.testing.assert_array_equal(loaded[f"keras/{path}"], expected[f"keras/{path}"])
 
 
-def test_the_extractor_fit_resumes_from_backup_and_restore_in_a_fresh_process(fresh_process):
+def test_the_extractor_fit_resumes_from_backup_and_restore_in_a_fresh_process(round_trips):
     """train_dgp_with_extractor(callbacks=[BackupAndRestore]) interrupted after epoch 1 of 3 here, resumed in the
     fresh process from a model built with another seed: it runs epochs 2 and 3 only and ends where the
     uninterrupted fit ended (Adam's state restored too; float round-off of the resumed graph aside)."""
-    expected, loaded, info, extra = fresh_process
+    expected, loaded, info, extra = round_trips
     assert info["extractor_backup_epochs_run"] == 2
     assert np.max(np.abs(extra["extractor_interrupted"] - expected["extractor/weights"])) > 1e-3
     # the extractor's weights are float32 (Keras conv layers): multithreaded float32 reductions may sum in another
@@ -410,8 +403,8 @@ def test_the_extractor_fit_resumes_from_backup_and_restore_in_a_fresh_process(fr
     np.testing.assert_allclose(loaded["extractor/backup"], expected["extractor/weights"], rtol=1e-5, atol=1e-7)
 
 
-def test_backup_and_restore_resumes_the_interrupted_fit(fresh_process):
-    expected, loaded, info, extra = fresh_process
+def test_backup_and_restore_resumes_the_interrupted_fit(round_trips):
+    expected, loaded, info, extra = round_trips
     assert info["backup_epochs_run"] == 2  # epochs 3 and 4 only: it resumed, it did not start again
     assert np.max(np.abs(extra["backup_interrupted_output"] - expected["backup/output"])) > 1e-3
     np.testing.assert_allclose(loaded["backup/output"], expected["backup/output"], rtol=1e-10, atol=1e-12)
@@ -421,8 +414,8 @@ CASES = ["per_dim_lengthscales", "gaussian_converted_unwhitened", "logistic_relu
 
 
 @pytest.mark.parametrize("name", CASES)
-def test_dgp_round_trip_in_a_fresh_process_predicts_identically(fresh_process, name):
-    expected, loaded, info, extra = fresh_process
+def test_dgp_round_trip_in_a_fresh_process_predicts_identically(round_trips, name):
+    expected, loaded, info, extra = round_trips
     np.testing.assert_array_equal(loaded[f"dgp/{name}"], expected[f"dgp/{name}"])
     np.testing.assert_allclose(loaded[f"lpd/{name}"], expected[f"lpd/{name}"], rtol=1e-12)
     dgp = extra["dgps"][name]
@@ -432,10 +425,10 @@ def test_dgp_round_trip_in_a_fresh_process_predicts_identically(fresh_process, n
     assert info[f"trainable/{name}"] == frozen
 
 
-def test_probit_comes_back_probit(fresh_process):
+def test_probit_comes_back_probit(round_trips):
     """Independent truth: for a probit link p(y=1) = ∫ Φ(f) N(f; μ, σ²) df = Φ(μ / √(1 + σ²)) in closed form
     (GPflow's inv_probit keeps it off 0 and 1 as ε + (1 − 2ε)Φ, ε = 10⁻³); the logistic link differs."""
-    _, loaded, info, _ = fresh_process
+    _, loaded, info, _ = round_trips
     assert info["likelihood/probit_swish"] == ["Bernoulli", "inv_probit"]
     moments = loaded["f_moments/probit_swish"]
     closed_form = PROBIT_JITTER + (1 - 2 * PROBIT_JITTER) * norm.cdf(moments[:, 0] / np.sqrt(1.0 + moments[:, 1]))
@@ -444,8 +437,8 @@ def test_probit_comes_back_probit(fresh_process):
     assert np.max(np.abs(logistic - closed_form)) > 1e-3
 
 
-def test_resuming_mid_training_with_the_optimiser_continues_the_same_trajectory(fresh_process):
-    expected, loaded, info, _ = fresh_process
+def test_resuming_mid_training_with_the_optimiser_continues_the_same_trajectory(round_trips):
+    expected, loaded, info, _ = round_trips
     assert info["resume_epoch/resumed"] == 2 and info["optimizer_iterations"] == 2  # full batch: one step per epoch
     assert info["optimizer_learning_rate"] == pytest.approx(0.02)  # the scheduled value at the interruption
     np.testing.assert_allclose(loaded["resume/resumed"], expected["resume/resumed"], rtol=1e-9, atol=1e-12)
@@ -453,11 +446,11 @@ def test_resuming_mid_training_with_the_optimiser_continues_the_same_trajectory(
     assert np.max(np.abs(loaded["resume/fresh_optimizer"] - expected["resume/resumed"])) > 1e-3
 
 
-def test_optimizer_state_round_trips_through_its_checkpoint_in_a_fresh_process(fresh_process):
+def test_optimizer_state_round_trips_through_its_checkpoint_in_a_fresh_process(round_trips):
     """Adam's step count and its m and v slots for every trainable gpflow Parameter, read from the
     optimiser's own ``variables`` before the interruption and after :func:`load_optimizer` in the fresh
     process, ordered by name: equal, and nonzero (a fresh Adam's slots are zeros, so a lost state shows)."""
-    _, loaded, info, extra = fresh_process
+    _, loaded, info, extra = round_trips
     saved = sorted(extra["optimizer"], key=lambda item: item[0])  # stable: equal names keep Keras' order
     order = sorted(range(len(info["optimizer_names"])), key=lambda i: info["optimizer_names"][i])
     assert [info["optimizer_names"][i] for i in order] == [name for name, _ in saved]

@@ -194,20 +194,6 @@ def test_the_page_renders_with_no_screen_record(tmp_path):
     assert f"not yet decidable: {expected} cells missing" in page and page.count("| incomplete |") == len(recipes.CANDIDATES)
 
 
-def test_the_committed_page_is_what_the_committed_records_give(tmp_path, monkeypatch):
-    """``python -m experiments report`` leaves docs/results/recipes.md as committed (a stale block comes back)."""
-    from experiments.harness import blocks, cli
-
-    root = Path(__file__).resolve().parents[1]
-    monkeypatch.chdir(root)  # the default record paths, as the committed page names them
-    committed = (root / "docs/results/recipes.md").read_text()
-    stale = tmp_path / "recipes.md"
-    stale.write_text(committed.replace(blocks.read_block(root / "docs/results/recipes.md", "recipes"), "stale\n"))
-    cli.main("recipes", recipes, ["--report-only", "--quiet", "--out", str(tmp_path / "recipes"), "--doc", str(stale),
-                                  "--figure", str(tmp_path / "recipes.png")])
-    assert stale.read_text() == committed
-
-
 def test_train_two_stage_defaults_are_the_rules_choice_from_the_committed_records(monkeypatch):
     """The default recipe and far-field setting of ``train_two_stage`` are the winner the written rule picks from the
     committed screen records, or ``by_likelihood`` once the follow-up rule is met on the committed records (a record

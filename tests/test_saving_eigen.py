@@ -2,7 +2,7 @@
 activated_dgp.save / activated_dgp.load: round trips in a fresh process, refusals, tampered directories, and
 Laplace directories written by activated_dgp 0.1.
 
-Every saved object is loaded in ONE fresh Python process (to keep the suite fast) and its predictions are compared
+Every saved object is loaded by ONE script in a fresh Python process (tests/conftest.py's, to keep the suite fast) and its predictions are compared
 bit for bit with those of the object that was saved. Each object's state is away from anything its constructor
 makes: fitted or trained, kernels with parameters moved off their defaults (one of them frozen), an optimiser that
 has taken steps, an EigenPro model that averages its iterates. Training continued in the fresh process (NeuralEF,
@@ -13,8 +13,6 @@ counters and epoch histories that predictions do not read.
 import inspect
 import json
 import os
-import subprocess
-import sys
 import warnings
 
 import gpflow
@@ -28,7 +26,6 @@ from activated_dgp import ActivationFeature, ZonalArcCosine, eigen, saving
 from activated_dgp.eigen import IKA, LinearisedLaplace, NeuralEF, Nystrom, activation_basis, neural_eigenfunction
 from activated_dgp.kernel_machines import EigenPro2, EigenPro3
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LEGACY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "laplace_format1")
 
 
@@ -152,8 +149,9 @@ def machine_cases(X, Y):
 
 
 @pytest.fixture(scope="module")
-def fresh_process(tmp_path_factory):
-    """Save every case, load them all in ONE fresh Python process; returns (expected, loaded, info, objects)."""
+def round_trips(tmp_path_factory, fresh_process):
+    """Save every case, load them all in ONE script of the fresh process (tests/conftest.py); returns (expected,
+    loaded, info, objects)."""
     gpflow.config.set_default_float(np.float64)
     root = tmp_path_factory.mktemp("saving_eigen")
     X, Y, X_test = data()
@@ -183,11 +181,7 @@ def fresh_process(tmp_path_factory):
         objects[name].fit(X, Y, epochs=meta["epochs"][name] + 2, progress=False)
         expected[f"continued/{name}"] = objects[name].predict(X_test)
     (root / "meta.json").write_text(json.dumps(meta))
-    (root / "script.py").write_text(SCRIPT.replace("SHARED\n", SHARED))
-    subprocess.run(
-        [sys.executable, str(root / "script.py"), str(root)], check=True,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": os.pathsep.join(filter(None, [REPO_ROOT, os.environ.get("PYTHONPATH")]))},
-    )
+    fresh_process.run(SCRIPT.replace("SHARED\n", SHARED), root)
     with np.load(root / "loaded.npz") as loaded:
         loaded = {key: loaded[key] for key in loaded.files}
     return expected, loaded, json.loads((root / "loaded.json").read_text()), objects
@@ -201,8 +195,8 @@ MACHINES = ["eigenpro3", "eigenpro3_feature", "eigenpro2"]
 
 
 @pytest.mark.parametrize("name", EIGEN + LAPLACE + MACHINES)
-def test_a_loaded_object_predicts_bit_for_bit_in_a_fresh_process(fresh_process, name):
-    expected, loaded, info, objects = fresh_process
+def test_a_loaded_object_predicts_bit_for_bit_in_a_fresh_process(round_trips, name):
+    expected, loaded, info, objects = round_trips
     np.testing.assert_array_equal(loaded[name], expected[name])
     if name in MACHINES:
         np.testing.assert_array_equal(loaded[f"{name}/history"], expected[f"{name}/history"])
@@ -213,9 +207,9 @@ def test_a_loaded_object_predicts_bit_for_bit_in_a_fresh_process(fresh_process, 
         assert info.get(name, type(objects[name]).__name__) == type(objects[name]).__name__
 
 
-def test_state_is_away_from_what_the_constructors_make(fresh_process):
+def test_state_is_away_from_what_the_constructors_make(round_trips):
     """So that a variable the loader dropped would show in the predictions."""
-    _, _, _, objects = fresh_process
+    _, _, _, objects = round_trips
     assert objects["neuralef"].optimizer.iterations.numpy() > 0 and not np.allclose(objects["neuralef"]._sigma.numpy(), 1.0)
     assert objects["lla_exact"].prior_precision != 1.0 and objects["lla_diagonal"].validation_nll is not None
     model = objects["eigenpro3"]
@@ -225,16 +219,16 @@ def test_state_is_away_from_what_the_constructors_make(fresh_process):
     assert np.max(np.abs(fresh._normalised(X_test).numpy()[:, :2] - objects["neuralef"]._normalised(X_test).numpy()[:, :2])) > 1e-3
 
 
-def test_the_kernel_comes_back_with_its_values_and_trainable_flags(fresh_process):
-    expected, loaded, info, _ = fresh_process
+def test_the_kernel_comes_back_with_its_values_and_trainable_flags(round_trips):
+    expected, loaded, info, _ = round_trips
     np.testing.assert_array_equal(loaded["kernel_values"], expected["kernel_values"])
     assert not np.allclose(expected["kernel_values"][:2], 1.0)  # moved off the defaults
     assert "kernels[1].variance" not in " ".join(info["kernel_trainable"]) and any("kernels[1].lengthscales" in p for p in info["kernel_trainable"])
 
 
 @pytest.mark.parametrize("name", ["neuralef", "eigenpro3", "eigenpro3_feature", "eigenpro2"])
-def test_training_continues_in_a_fresh_process_as_it_would_have_here(fresh_process, name):
-    expected, loaded, _, _ = fresh_process
+def test_training_continues_in_a_fresh_process_as_it_would_have_here(round_trips, name):
+    expected, loaded, _, _ = round_trips
     np.testing.assert_array_equal(loaded[f"continued/{name}"], expected[f"continued/{name}"])
 
 

@@ -1,6 +1,8 @@
 """Stage 2's guard: train_dgp never hands back parameters worse than its start on the training ELBO (no
 validation data), checked against copies taken before training and against gpflux's own DeepGP.elbo."""
 
+import functools
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -10,13 +12,23 @@ from activated_dgp.data.streaming import ArraySource
 from activated_dgp.training import TrainingSchedule, guard_rows, negative_elbo_score, train_dgp, train_network
 
 
-def _converted(num_layers=1, n=80, seed=0):
+@functools.lru_cache(maxsize=None)
+def _trained(num_layers, n, seed):
+    """The data and a trained network twin, built once per module and shape (conversion does not change it)."""
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(n, 2))
     Y = np.sin(X[:, :1]) + 0.1 * rng.normal(size=(n, 1))
     tf.random.set_seed(seed)
     network = build_activated_nn(2, num_layers=num_layers, num_units=8, truncation_level=6, seed=seed)
-    train_network(network, X, Y, schedule=TrainingSchedule(epochs=10, batch_size=32))
+    train_network(network, X, Y, schedule=TrainingSchedule(epochs=10, batch_size=40, verbose=0))
+    return X, Y, network
+
+
+def _converted(num_layers=1, n=80, seed=0):
+    """A fresh DGP converted from the trained twin (minibatches of 40 rows in the tests below: with 80 rows every
+    batch has the same shape, so a fit traces its step once)."""
+    X, Y, network = _trained(num_layers, n, seed)
+    tf.random.set_seed(seed)
     return X, Y, dgp_from_keras(network, len(X), X=X).dgp
 
 
@@ -36,8 +48,8 @@ def test_a_forced_divergence_ends_exactly_at_the_start(streaming):
     X, Y, dgp = _converted(num_layers=2)
     before = _copies(dgp)
     start = negative_elbo_score(dgp, *guard_rows((X, Y), seed=0), seed=0)()
-    schedule = TrainingSchedule(epochs=4, batch_size=32, learning_rate=30.0, ramp_steps=0)  # every step overshoots
-    data = (ArraySource(X, Y, block_rows=32), None) if streaming else (X, Y)
+    schedule = TrainingSchedule(epochs=4, batch_size=40, learning_rate=30.0, ramp_steps=0)  # every step overshoots
+    data = (ArraySource(X, Y, block_rows=40), None) if streaming else (X, Y)
     history = train_dgp(dgp, *data, schedule)
     assert history["restored"] is True and history["restored_step"] == 0 and history["best_step"] == 0
     assert history["check_objective"] == "negative_elbo"
@@ -91,6 +103,7 @@ def test_guard_score_is_gpflux_elbo_on_the_same_rows():
     assert not np.array_equal(guard_rows((X, Y), seed=4)[0], rows_X)
 
 
+@pytest.mark.slow  # a 1,000-epoch network and two 100-epoch stage 2s (the guard itself: the forced divergences above)
 def test_reported_divergence_no_longer_loses_the_network():
     """Issue 31's case (experiments/stage2_divergence.py, docs/results/stage2.md "Divergence"): a plain softplus
     network fitted to sin(3x) with first-layer |kernel| ≈ 5–6, converted, then 100 epochs of default stage 2.
@@ -212,7 +225,7 @@ def test_a_step_that_raises_on_a_nan_ends_the_fit_at_the_best_check_with_a_warni
     back (equal to the copy the callback took after that epoch), the history says why, and a warning says so."""
     X, Y, dgp = _converted(num_layers=2)
     poison = _poison_at(dgp, epoch=2)
-    schedule = TrainingSchedule(epochs=4, batch_size=32, learning_rate=1e-3, ramp_steps=0)
+    schedule = TrainingSchedule(epochs=4, batch_size=40, learning_rate=1e-3, ramp_steps=0)
     with pytest.warns(UserWarning, match=r"non-finite value in epoch 3 .* best check"):
         history = train_dgp(dgp, X, Y, schedule, callbacks=[poison])
     assert "NaN" in history["error"]
@@ -227,6 +240,6 @@ def test_a_step_that_raises_on_a_nan_ends_the_fit_at_the_best_check_with_a_warni
 
 def test_without_a_check_to_go_back_to_the_nan_is_a_named_error():
     X, Y, dgp = _converted(num_layers=2)
-    schedule = TrainingSchedule(epochs=3, batch_size=32, learning_rate=1e-3, ramp_steps=0)
+    schedule = TrainingSchedule(epochs=3, batch_size=40, learning_rate=1e-3, ramp_steps=0)
     with pytest.raises(FloatingPointError, match=r"non-finite value in epoch 2 and has no check to go back to"):
         train_dgp(dgp, X, Y, schedule, callbacks=[_poison_at(dgp, epoch=1)], guard=False)

@@ -50,6 +50,9 @@ for tutorial in tutorials:
     results[tutorial] = dict(error=error, output=output.getvalue()[-3000:], seconds=time.perf_counter() - start,
                              cpu_seconds=time.process_time() - cpu)
     (folder / "results.json").write_text(json.dumps(results))
+tf_keras.backend.clear_session()  # the process as it was found
+gpflow.config.set_config(config)
+matplotlib.pyplot.close("all")
 """
 
 

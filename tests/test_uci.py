@@ -177,24 +177,29 @@ def _run(out, *extra):
     return uci.main(["--dataset", "boston-embedded", "--budget", "tiny", "--out", str(out), "--quiet", *extra])
 
 
+#: the methods of the shared converged-tiny run. plain→ADGP and the ELBO-v and v-floor recipes take ADGP's path with
+#: another network or stage-2 recipe (the recipes themselves: tests/test_stage2_recipes.py); they join the run in the
+#: slow test below
+SHARED_METHODS = ("nn", "dropout", "ensemble", "nn_ts", "dgp", "adgp", "plain", "adgp_paper")
+DEFAULT_METHODS = ("nn", "dropout", "ensemble", "nn_ts", "dgp", "adgp", "plain", "plain_adgp")
+
+
 @pytest.fixture(scope="module")
 def converged_tiny_run(tmp_path_factory):
-    """One run of every default method and of the stage-2 recipes on one split at the converged-tiny budget (early
-    stopping on a validation part, the benchmark's protocol at a test's size), shared by the tests that read its
-    records and networks."""
-    from experiments.uci import RECIPE_METHODS
-
+    """One run of SHARED_METHODS on one split at the converged-tiny budget (early stopping on a validation part, the
+    benchmark's protocol at a test's size), shared by the tests that read its records and networks."""
     out = tmp_path_factory.mktemp("uci_converged_tiny")
-    methods = "nn,dropout,ensemble,nn_ts,dgp,adgp,plain,plain_adgp," + ",".join(RECIPE_METHODS)  # every default method, issue 36's recipes
-    _run(out, "--method", methods, "--splits", "1", "--budget", "converged-tiny")
+    _run(out, "--method", ",".join(SHARED_METHODS), "--splits", "1", "--budget", "converged-tiny")
     return out
 
 
-def test_every_method_end_to_end(converged_tiny_run):
-    tmp_path = converged_tiny_run
-    defaults = ["nn", "dropout", "ensemble", "nn_ts", "dgp", "adgp", "plain", "plain_adgp"]
-    records = [r for r in map(json.loads, (tmp_path / "records.jsonl").read_text().splitlines()) if r["method"] in defaults]
-    assert sorted(r["method"] for r in records) == sorted(defaults)
+def _records(folder):
+    return [json.loads(line) for line in (folder / "records.jsonl").read_text().splitlines()]
+
+
+def _check_end_to_end(folder, methods):
+    records = [r for r in _records(folder) if r["method"] in methods]
+    assert sorted(r["method"] for r in records) == sorted(methods)
     for r in records:
         assert np.isfinite(r["rmse"]) and np.isfinite(r["nlpd"]) and r["num_test"] == 51 and r["num_train"] == 455
         assert 0.0 <= r["coverage_90"] <= 1.0 and 0.0 <= r["calibration_error"] <= 1.0
@@ -205,40 +210,60 @@ def test_every_method_end_to_end(converged_tiny_run):
     assert by_method["adgp"]["extra"]["init_rmse"] == pytest.approx(by_method["nn"]["rmse"], rel=1e-4)
     assert by_method["adgp"]["extra"]["conversion_mismatch"] < 1e-6
     for name in ("table.md", "summary.csv", "uci.png"):
-        assert (tmp_path / name).stat().st_size > 0
-    assert "ADGP" in (tmp_path / "table.md").read_text() and "**Calibration**" in (tmp_path / "table.md").read_text()
+        assert (folder / name).stat().st_size > 0
+    assert "ADGP" in (folder / "table.md").read_text() and "**Calibration**" in (folder / "table.md").read_text()
 
 
-def test_recipe_methods_run_from_the_nns_network_and_score_the_fit_without_the_far_field(tmp_path, converged_tiny_run):
-    """Issue 36's UCI recipe methods (experiments/recipes/ screens them) in the shared converged-tiny run."""
-    from experiments.methods import BUDGETS, RECIPE_FLOOR
+def test_every_shared_method_end_to_end(converged_tiny_run):
+    _check_end_to_end(converged_tiny_run, [m for m in DEFAULT_METHODS if m in SHARED_METHODS])
 
-    records = {r["method"]: r for r in map(json.loads, (converged_tiny_run / "records.jsonl").read_text().splitlines())}
-    assert {"adgp_elbo", "adgp_floor", "adgp_paper", "nn_ts"} <= set(records)
-    nn_ts = records["nn_ts"]
-    for method in ("adgp_paper", "adgp_elbo", "adgp_floor"):
-        r = records[method]
-        assert np.isfinite(r["rmse"]) and np.isfinite(r["nlpd"])
-        assert r["extra"]["init_rmse"] == pytest.approx(nn_ts["rmse"], rel=1e-9)  # stage 1 is the NN's own network
-        off = r["extra"]["far_field_off"]
-        assert np.isfinite(off["rmse"]) and np.isfinite(off["nlpd"])
+
+def _check_recipe(records, method):
+    """A recipe method's record (issue 36's UCI recipes, experiments/recipes/ screens them) in a converged run."""
+    r, nn_ts = records[method], records["nn_ts"]
+    assert np.isfinite(r["rmse"]) and np.isfinite(r["nlpd"])
+    assert r["extra"]["init_rmse"] == pytest.approx(nn_ts["rmse"], rel=1e-9)  # stage 1 is the NN's own network
+    off = r["extra"]["far_field_off"]
+    assert np.isfinite(off["rmse"]) and np.isfinite(off["nlpd"])
+
+
+def test_the_paper_recipe_runs_from_the_nns_network_and_scores_the_fit_without_the_far_field(tmp_path, converged_tiny_run):
+    from experiments.methods import BUDGETS
+
+    records = {r["method"]: r for r in _records(converged_tiny_run)}
+    _check_recipe(records, "adgp_paper")
     # the paper's recipe: v = 1 in every layer, noise = the network's validation MSE (NN+TS measured it on the same
     # rows; train_two_stage floors the noise at 1e-4), and every ELBO step of the budget: no early stopping
-    paper = records["adgp_paper"]["extra"]
+    nn_ts, paper = records["nn_ts"], records["adgp_paper"]["extra"]
     assert paper["kernel_variances"] == [1.0, 1.0, 1.0] and paper["stage2_early_stopping"] is False
     assert paper["initial_noise_variance"] == pytest.approx(max(nn_ts["extra"]["validation_mse"], 1e-4), rel=1e-9)
     num_fit = records["adgp_paper"]["num_train"] - round(0.1 * records["adgp_paper"]["num_train"])
     per_epoch = math.ceil(num_fit / 128)
     dgp_steps = BUDGETS["converged-tiny"].dgp_steps
     assert paper["dgp"]["steps_run"] == math.ceil(dgp_steps / per_epoch) * per_epoch
+    # a recipe needs the validation part of a converged budget: a clear error before anything trains
+    with pytest.raises(ValueError, match="converged budget"):
+        _run(tmp_path / "fixed", "--method", "adgp_floor")  # _run's budget is the fixed "tiny"
+
+
+@pytest.mark.slow  # three more ADGP fits: every default method and issue 36's recipes in one converged-tiny run
+def test_every_method_and_recipe_end_to_end(tmp_path, converged_tiny_run):
+    import shutil
+
+    from experiments.uci import RECIPE_METHODS
+    from experiments.methods import RECIPE_FLOOR
+
+    shutil.copytree(converged_tiny_run, tmp_path, dirs_exist_ok=True)  # the shared cells and networks: only the others run
+    _run(tmp_path, "--method", ",".join(DEFAULT_METHODS + RECIPE_METHODS), "--splits", "1", "--budget", "converged-tiny")
+    _check_end_to_end(tmp_path, DEFAULT_METHODS)
+    records = {r["method"]: r for r in _records(tmp_path)}
+    for method in RECIPE_METHODS:
+        _check_recipe(records, method)
     # the ELBO-chosen and the floored candidates stop early, as adgp does; the floor bounds every layer's v
     assert records["adgp_elbo"]["extra"]["options"] == {"kernel_variance": "elbo", "noise_variance": "selected"}
     floor = records["adgp_floor"]["extra"]
     assert min(floor["kernel_variances"]) >= RECIPE_FLOOR * (1 - 1e-12) and floor["options"]["kernel_variance_floor"] == str(RECIPE_FLOOR)
     assert records["adgp_elbo"]["extra"]["stage2_early_stopping"] is True and floor["stage2_early_stopping"] is True
-    # a recipe needs the validation part of a converged budget: a clear error before anything trains
-    with pytest.raises(ValueError, match="converged budget"):
-        _run(tmp_path / "fixed", "--method", "adgp_floor")  # _run's budget is the fixed "tiny"
 
 
 def test_rescore_adds_calibration_from_the_saved_networks_only(tmp_path, converged_tiny_run):
@@ -313,9 +338,10 @@ def test_first_split_runs_only_the_later_splits_and_a_bad_one_is_named(tmp_path,
             _run(tmp_path, "--method", "nn", "--splits", "3", "--first-split", bad)
 
 
-def test_adgp_interrupted_after_stage_1_resumes_from_the_saved_network(tmp_path, monkeypatch):
+def test_adgp_interrupted_after_stage_1_resumes_from_the_saved_network(tmp_path, monkeypatch, converged_tiny_run):
     """Interrupt an ADGP cell after stage 1, resume in a clean state (no in-process cache): the network is
-    loaded from its checkpoint, not trained again, and the record equals that of an uninterrupted run."""
+    loaded from its checkpoint, not trained again, and the record equals that of an uninterrupted run (the shared
+    converged-tiny run's, whose ADGP took the NN's network from memory)."""
     from experiments.methods import adgp as adgp_module, networks as networks_module
 
     real_two_stage, real_train_network, trained = adgp_module.train_two_stage, networks_module.train_network, []
@@ -329,16 +355,16 @@ def test_adgp_interrupted_after_stage_1_resumes_from_the_saved_network(tmp_path,
 
     monkeypatch.setattr(networks_module, "train_network", counting)
     monkeypatch.setattr(adgp_module, "train_two_stage", interrupted)
+    converged = ("--method", "adgp", "--splits", "1", "--budget", "converged-tiny")
     with pytest.raises(KeyboardInterrupt):
-        _run(tmp_path / "resumed", "--method", "adgp", "--splits", "1")
+        _run(tmp_path / "resumed", *converged)
     assert trained == [1] and len(list((tmp_path / "resumed" / "networks").glob("*.json"))) == 1
     assert not (tmp_path / "resumed" / "records.jsonl").exists() or not (tmp_path / "resumed" / "records.jsonl").read_text()
     monkeypatch.setattr(adgp_module, "train_two_stage", real_two_stage)
-    _run(tmp_path / "resumed", "--method", "adgp", "--splits", "1")  # a new run holds no network in memory
+    _run(tmp_path / "resumed", *converged)  # a new run holds no network in memory
     assert trained == [1]  # stage 1 came from the checkpoint
-    _run(tmp_path / "straight", "--method", "adgp", "--splits", "1")
-    assert trained == [1, 1]
-    resumed, straight = (json.loads((tmp_path / name / "records.jsonl").read_text()) for name in ("resumed", "straight"))
+    resumed = json.loads((tmp_path / "resumed" / "records.jsonl").read_text())
+    straight = next(r for r in _records(converged_tiny_run) if r["method"] == "adgp")
     for name in ("rmse", "nlpd"):
         assert resumed[name] == pytest.approx(straight[name], rel=1e-12)
     assert resumed["extra"]["init_rmse"] == straight["extra"]["init_rmse"]  # the identical network
@@ -560,31 +586,6 @@ def test_report_takes_each_methods_newest_version_and_carries_records_only_up_to
     assert older_versions(records) == ["B (v5): every set"]
 
 
-@pytest.mark.parametrize("run", range(len(__import__("experiments.uci", fromlist=["REPORT_RUNS"]).REPORT_RUNS)))
-def test_the_committed_pages_are_what_their_records_give(tmp_path, run):
-    """``python -m experiments report`` runs the study once per page (REPORT_RUNS): a stale generated block comes
-    back equal to the committed page, from the committed records alone (nothing trained, no data read)."""
-    from experiments import uci
-    from experiments.harness import blocks
-
-    root = Path(__file__).resolve().parents[1]
-    argv = uci.REPORT_RUNS[run]
-    source, page = Path(argv[argv.index("--out") + 1]), Path(argv[argv.index("--doc") + 1])
-    committed = (root / page).read_text()
-    stale = tmp_path / page.name
-    stale.write_text(committed.replace(blocks.read_block(root / page, "uci"), "stale\n"))
-    out = tmp_path / source.name
-    out.mkdir()
-    (out / "records.jsonl").write_text((root / source / "records.jsonl").read_text())
-    paths = {argv.index("--out"), argv.index("--out") + 1, argv.index("--doc"), argv.index("--doc") + 1}
-    flags = [a for i, a in enumerate(argv) if i not in paths]  # every other option of the page's run
-    uci.main(["--report-only", "--quiet", *flags, "--out", str(out), "--doc", str(stale)])
-    # the marker names the run's own report command, here with the temporary paths (python -m experiments report
-    # writes the committed one: tests/test_harness.py::test_report_commands_name_the_committed_pages)
-    assert blocks.without_commands(stale.read_text()) == blocks.without_commands(committed)
-    assert (out / "table.md").read_text() == blocks.read_block(stale, "uci").rstrip("\n") + "\n"
-
-
 def test_lla_rows_run_on_the_nns_network_and_the_exact_one_only_where_the_ggn_fits(tmp_path):
     """The twin's P counted by hand: per layer M (D_in + 1) directions and M · D_out linear weights. Boston (D = 13)
     has P = 3·128·14 + 128·13·2 + 128 = 8,832 > 5,000, so no exact-LLA cell; the last-layer LLA shares the NN's
@@ -622,12 +623,9 @@ def test_far_field_table_pairs_each_split_with_its_own_fit_without_the_residual(
     assert next(line for line in rounding if line.startswith("| power-plant")).endswith("| yes |")  # rounding is no cost
 
 
-def test_adgp_ensemble_is_the_uniform_mixture_of_its_members_adgps(monkeypatch):
-    """adgp_ensemble (issue 36) against a direct computation: each member is an ADGP fit of the member's seed (split
-    seed + 1000·m, the same network; the second member refitted on its own as an ``adgp`` gives the same predictive),
-    and the ensemble's NLPD is log (1/M) Σ_m p_m(y) with p_m the member's sample mixture, by scipy. Also: the far-field-off score is the same stack with every residual switched off."""
-    from dataclasses import replace
-
+def _adgp_ensemble(monkeypatch, members=2):
+    """predict_adgp_ensemble on a small problem at the tiny budget, with each member's own fit recorded as the
+    ensemble made it: (data, budget, networks, (means, variances, info), [(seed, means, variances)])."""
     import experiments.methods as um
     from experiments.methods import adgp as adgp_module
 
@@ -636,7 +634,6 @@ def test_adgp_ensemble_is_the_uniform_mixture_of_its_members_adgps(monkeypatch):
     y = np.sin(X[:, :1]) + 0.1 * rng.normal(size=(60, 1))
     data = um.SplitData(X[:50], y[:50], X[50:], y[50:], 1.0, seed=7)
     budget, networks = um.BUDGETS["tiny"], um.NetworkCache()
-    members = 2  # the method's ENSEMBLE_SIZE = 5 in the benchmark; two members test the same stacking
     fitted, real = [], adgp_module._adgp
 
     def recorded(*args, **kwargs):  # each member's own fit, as the ensemble made it
@@ -644,20 +641,38 @@ def test_adgp_ensemble_is_the_uniform_mixture_of_its_members_adgps(monkeypatch):
         fitted.append((kwargs["seed"], result[0], result[1]))
         return result
 
-    monkeypatch.setattr(adgp_module, "_adgp", recorded)
-    means, variances, info = adgp_module.predict_adgp_ensemble(data, budget, networks, members=members)
+    with monkeypatch.context() as patch:
+        patch.setattr(adgp_module, "_adgp", recorded)
+        prediction = adgp_module.predict_adgp_ensemble(data, budget, networks, members=members)
+    return data, budget, networks, prediction, fitted
+
+
+def test_adgp_ensemble_is_the_uniform_mixture_of_its_members_adgps(monkeypatch):
+    """adgp_ensemble (issue 36) against a direct computation: each member is an ADGP fit of the member's seed (split
+    seed + 1000·m, the same network), and the ensemble's NLPD is log (1/M) Σ_m p_m(y) with p_m the member's sample
+    mixture, by scipy. Also: the far-field-off score is the same stack with every residual switched off."""
+    members = 2  # the method's ENSEMBLE_SIZE = 5 in the benchmark; two members test the same stacking
+    data, budget, _, (means, variances, info), fitted = _adgp_ensemble(monkeypatch, members)
     assert info["members"] == members and means.shape == (members * budget.mc_samples, 10)
     assert [seed for seed, _, _ in fitted] == [data.seed + 1000 * m for m in range(members)]
-    # the second member is an ``adgp`` of its seed: refitted on its own, the same predictive
-    monkeypatch.setattr(adgp_module, "_adgp", real)
-    mm, vv, _ = um.METHODS["adgp"](replace(data, seed=data.seed + 1000), budget, networks)
-    np.testing.assert_allclose(mm, fitted[1][1], rtol=1e-9), np.testing.assert_allclose(vv, fitted[1][2], rtol=1e-9)
     member_density = [np.mean(norm.pdf(data.y_test[:, 0][None], m, np.sqrt(v)), axis=0) for _, m, v in fitted]
     expected_nlpd = -np.mean(np.log(np.mean(member_density, axis=0)))
     scores = regression_metrics(data.y_test, means, variances)
     np.testing.assert_allclose(scores["nlpd"], expected_nlpd, rtol=1e-6)
     off = [extra["far_field_off"]["nlpd"] for extra in info["member_extras"]]
     assert np.isfinite(info["far_field_off"]["nlpd"]) and len(off) == members
+
+
+@pytest.mark.slow  # a third ADGP fit
+def test_an_adgp_ensembles_member_is_the_adgp_of_its_seed(monkeypatch):
+    """The second member refitted on its own as an ``adgp`` of its seed gives the same predictive."""
+    from dataclasses import replace
+
+    import experiments.methods as um
+
+    data, budget, networks, _, fitted = _adgp_ensemble(monkeypatch)
+    mm, vv, _ = um.METHODS["adgp"](replace(data, seed=data.seed + 1000), budget, networks)
+    np.testing.assert_allclose(mm, fitted[1][1], rtol=1e-9), np.testing.assert_allclose(vv, fitted[1][2], rtol=1e-9)
 
 
 def test_the_adgp_ensembles_members_are_trained_with_the_librarys_default_regression_recipe():
@@ -681,7 +696,8 @@ def test_the_neuralef_lla_cell_resumes_its_training_from_a_checkpoint_keyed_by_i
     import experiments.methods as methods
     from experiments.methods import lla as um
 
-    monkeypatch.setattr(um, "LLA_NEURALEF_STEPS", 30)
+    steps = 10  # a few steps: the test is about the checkpoint, not the eigenfunctions
+    monkeypatch.setattr(um, "LLA_NEURALEF_STEPS", steps)
     monkeypatch.setattr(um, "LLA_EIGENPAIRS", 3)
     rng = np.random.default_rng(0)
     X = rng.normal(size=(60, 2))
@@ -695,7 +711,7 @@ def test_the_neuralef_lla_cell_resumes_its_training_from_a_checkpoint_keyed_by_i
     starts, draw = [], neuralef_module._minibatches
     monkeypatch.setattr(neuralef_module, "_minibatches", lambda seed, N, batch, start: starts.append(start) or draw(seed, N, batch, start))
     again = um.predict_lla_neuralef(data, budget, um.NetworkCache(tmp_path))  # a fresh cache: the network from disk
-    assert starts == [30]  # restored at its last step: no step taken
+    assert starts == [steps]  # restored at its last step: no step taken
     np.testing.assert_array_equal(first[0], again[0]), np.testing.assert_array_equal(first[1], again[1])
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("lla-neuralef")) == directories
 

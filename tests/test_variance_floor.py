@@ -20,7 +20,7 @@ def _one_layer_wanting_a_tiny_variance(seed=0):
     X = rng.normal(size=(60, 3))
     tf.random.set_seed(seed)
     network = build_activated_nn(3, num_layers=1, num_units=10, truncation_level=8, lengthscales=[2.0], seed=seed)
-    train_network(network, X, np.sin(X[:, :1]), schedule=TrainingSchedule(epochs=5, batch_size=32))
+    train_network(network, X, np.sin(X[:, :1]), schedule=TrainingSchedule(epochs=5, batch_size=30))
     dgp = dgp_from_keras(network, len(X), X=X).dgp
     dgp.likelihood_layer.likelihood.variance.assign(1e-5)
     return X, network(X).numpy(), dgp
@@ -101,8 +101,8 @@ def test_train_two_stage_passes_the_floor():
     result = train_two_stage(
         X, Y, architecture=dict(num_layers=2, num_units=8, truncation_level=6),
         recipe=stage2_recipe("floor", kernel_variance_floor=0.05, far_field=False),
-        seed=0, network_schedule=TrainingSchedule(epochs=3, batch_size=32),
-        dgp_schedule=TrainingSchedule(epochs=2, batch_size=32, patience=1),
+        seed=0, network_schedule=TrainingSchedule(epochs=3, batch_size=36),
+        dgp_schedule=TrainingSchedule(epochs=2, batch_size=36, patience=1),
     )
     assert result.recipe == "floor" and len(result.kernel_variances) == 2 and min(result.kernel_variances) >= 0.05 * (1 - 1e-12)
     assert result.dgp_history["best_validation"] is not None and np.isfinite(result.dgp_history["best_validation"])
