@@ -218,6 +218,22 @@ def test_every_shared_method_end_to_end(converged_tiny_run):
     _check_end_to_end(converged_tiny_run, [m for m in DEFAULT_METHODS if m in SHARED_METHODS])
 
 
+def test_the_relu_methods_end_to_end(tmp_path):
+    """The network most users have (a ReLU MLP): as is, temperature-scaled, fine-tuned and temperature-scaled, and made
+    convertible then converted, from one cached network."""
+    methods = ("relu", "relu_ts", "relu_tuned_ts", "relu_adgp")
+    _run(tmp_path, "--method", ",".join(methods), "--splits", "1", "--budget", "converged-tiny")
+    records = {r["method"]: r for r in _records(tmp_path)}
+    assert sorted(records) == sorted(methods)
+    for r in records.values():
+        assert np.isfinite(r["rmse"]) and np.isfinite(r["nlpd"]) and r["num_test"] == 51
+    assert records["relu_ts"]["rmse"] == pytest.approx(records["relu"]["rmse"], rel=1e-12)  # the same network's mean
+    assert records["relu_adgp"]["extra"]["init_rmse"] == pytest.approx(records["relu"]["rmse"], rel=1e-9)  # from that network
+    swapped = records["relu_adgp"]["extra"]["swapped"]
+    assert swapped["final_loss"] <= swapped["refit_loss"] + 1e-12  # make_convertible never hands back a worse network
+    assert records["relu_adgp"]["extra"]["conversion_mismatch"] < 1e-6  # the swapped network converts exactly
+
+
 def _check_recipe(records, method):
     """A recipe method's record (issue 36's UCI recipes, experiments/recipes/ screens them) in a converged run."""
     r, nn_ts = records[method], records["nn_ts"]

@@ -26,7 +26,7 @@ from activated_dgp.deep.far_field import far_field_switched_off, has_far_field
 from activated_dgp.metrics import regression_metrics
 from activated_dgp.training import STAGE2_RECIPES as LIBRARY_RECIPES
 from experiments.methods.dgp import dgp_mixture, elbo_fit_summary
-from experiments.methods.networks import FINE_TUNING_STEPS, NetworkCache, fit_network, network_mean, training_mse
+from experiments.methods.networks import NetworkCache, fine_tuning_steps, fit_network, network_mean, training_mse
 from experiments.methods.nn import ENSEMBLE_SIZE
 from experiments.methods.protocol import Budget, Prediction, SplitData, fit_parts, protocol_schedule
 from experiments.methods.scoring import mixture_mean_std
@@ -80,7 +80,7 @@ def _adgp(kind: str, data: SplitData, budget: Budget, networks: Optional[Network
     extra = {}
     converted = network
     if swap:  # make_convertible: zonal Swish units refitted to the network, fine-tuned on the fit part
-        made = make_convertible(network, X, y, steps=FINE_TUNING_STEPS, seed=seed)
+        made = make_convertible(network, X, y, steps=fine_tuning_steps(budget), seed=seed)
         converted = made.network
         extra["swapped"] = {"rmse": regression_metrics(data.y_test, network_mean(converted, data.X_test), training_mse(converted, X, y),
                                                        data.y_scale)["rmse"],

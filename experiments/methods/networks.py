@@ -66,8 +66,10 @@ def build_plain_network(input_dim: int, seed: int) -> tf_keras.Sequential:
     return tf_keras.Sequential(layers, name="plain_nn")
 
 
-#: The fine-tuning steps of ``relu_adgp``'s ``make_convertible`` and of its control ``relu_tuned_ts``.
-FINE_TUNING_STEPS = 10_000
+def fine_tuning_steps(budget) -> int:
+    """The fine-tuning steps of ``relu_adgp``'s ``make_convertible`` and of its control ``relu_tuned_ts``: a third of
+    the budget's network steps (10,000 at converged-long), at least one."""
+    return max(1, budget.nn_steps // 3)
 #: The hidden width of the ``relu`` network: the plain network's unit count.
 RELU_WIDTH = NUM_UNITS
 

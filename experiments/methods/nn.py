@@ -22,7 +22,7 @@ import tensorflow as tf
 import tf_keras
 
 from activated_dgp.training import fine_tuning_schedule, train_network
-from experiments.methods.networks import FINE_TUNING_STEPS, NetworkCache, fit_network, fit_twin, network_mean, training_mse
+from experiments.methods.networks import NetworkCache, fit_network, fine_tuning_steps, fit_twin, network_mean, training_mse
 from experiments.methods.protocol import Budget, Prediction, SplitData, fit_parts
 
 ENSEMBLE_SIZE = 5
@@ -78,7 +78,7 @@ def predict_relu_tuned_ts(data: SplitData, budget: Budget, networks: Optional[Ne
     tuned = tf_keras.models.clone_model(network)
     tuned.set_weights(network.get_weights())
     tf.random.set_seed(data.seed)
-    train_network(tuned, X_fit, y_fit, "gaussian", fine_tuning_schedule(FINE_TUNING_STEPS, len(X_fit)))
+    train_network(tuned, X_fit, y_fit, "gaussian", fine_tuning_schedule(fine_tuning_steps(budget), len(X_fit)))
     return _temperature_scaled("relu", data, budget, networks, network=(tuned, history))
 
 
