@@ -57,7 +57,11 @@ matplotlib.pyplot.close("all")
 
 
 def _environment() -> dict:
-    return dict(os.environ, ADGP_TUTORIAL_FAST="1", MPLBACKEND="Agg", TF_CPP_MIN_LOG_LEVEL="3", NO_MKDOCS_2_WARNING="1")
+    """The runner's environment: fast mode, no display, quiet TensorFlow, and this checkout first on the import path
+    (so the scripts run the code under test whatever package is installed)."""
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    return dict(os.environ, ADGP_TUTORIAL_FAST="1", MPLBACKEND="Agg", TF_CPP_MIN_LOG_LEVEL="3", NO_MKDOCS_2_WARNING="1",
+                PYTHONPATH=path)
 
 
 def python_blocks(page: Path) -> list:
