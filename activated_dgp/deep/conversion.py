@@ -103,14 +103,19 @@ def _warn_if_the_means_kl_dwarfs_the_data(kls: list, num_data: int, plans) -> No
     if not total > num_data:
         return
     worst = int(np.argmax(kls))
+    name = resolve_activation(plans[worst].units.activation).name
+    if any(resolve_activation(plan.units.activation).name == "relu" for plan in plans):
+        why = ("a ReLU unit's grows with truncation_level and the input dimension without bound, a smooth unit's is "
+               "bounded (Dutordoir et al., 2021, Fig. 4): activated_dgp.make_convertible swaps ReLU units for zonal Swish "
+               "units refitted to the network, or a lower truncation_level lowers a ReLU layer's at the price of the mismatch")
+    else:
+        why = ("for these smooth units it is bounded, and it grows with the size of the weights and with the number of "
+               "units per data point")
     warnings.warn(
         f"the converted means carry a KL of {total:.3g} nats into the ELBO, {total / num_data:.3g} per data point "
-        f"({kls[worst]:.3g} in GP layer {worst}, input dimension {plans[worst].units.W.shape[1]}, "
-        f"{resolve_activation(plans[worst].units.activation).name} units). Stage 2's ELBO will shrink these means "
-        "away from the network's. The KL is half the squared RKHS norm of the means: a ReLU unit's grows with "
-        "truncation_level and the input dimension, a softplus unit's is bounded (Dutordoir et al., 2021, Fig. 4); "
-        "a lower truncation_level lowers a ReLU layer's at the price of the mismatch (ConversionReport.mean_kl and "
-        ".layers; docs/activated_dgp.md, 'How exact it is').",
+        f"({kls[worst]:.3g} in GP layer {worst}, input dimension {plans[worst].units.W.shape[1]}, {name} units). "
+        "Stage 2's ELBO will shrink these means away from the network's. The KL is half the squared RKHS norm of the "
+        f"means: {why} (ConversionReport.mean_kl and .layers; docs/activated_dgp.md, 'How exact it is').",
         stacklevel=3,
     )
 
