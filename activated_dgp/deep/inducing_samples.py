@@ -18,7 +18,7 @@ V_s = L⁻¹ u_s.
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Callable
 
 import gpflow
 import tensorflow as tf
