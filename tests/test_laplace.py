@@ -435,7 +435,7 @@ def test_save_load_in_a_fresh_process(tmp_path, rng, fresh_process):
     model.save(tmp_path / "model.keras")
     expected = {}
     neuralef = {"num_eigenpairs": 3, "neuralef_steps": 30, "ntk_samples": 50, "neuralef_options": {"width": 8}}
-    for method, options in [("exact", {}), ("neuralef", neuralef)]:
+    for method, options in [("exact", {}), ("lowrank", {"num_eigenpairs": 4}), ("neuralef", neuralef)]:
         fit = {"checkpoint_dir": training} if method == "neuralef" else {}
         la = LinearisedLaplace(model, "softmax", prior_precision=0.5, method=method, verbose=0, **options).fit(X, Y, **fit)
         la.save(str(tmp_path / method))
@@ -448,7 +448,7 @@ def test_save_load_in_a_fresh_process(tmp_path, rng, fresh_process):
         model = tf_keras.models.load_model({str(tmp_path / "model.keras")!r})
         X_test = np.load({str(tmp_path / "X_test.npy")!r})
         out = {{}}
-        for method in ("exact", "neuralef"):
+        for method in ("exact", "lowrank", "neuralef"):
             la = LinearisedLaplace.load({str(tmp_path)!r} + "/" + method, model)
             for i, t in enumerate((*la.predict_f(X_test), *la.predict_y(X_test))):
                 out[f"{{method}}_{{i}}"] = t.numpy()

@@ -22,8 +22,11 @@ with J(x) = ∂_θ g(x, θ_MAP) [C, P] and Λ_i = −∂²_ff log p(y_i | f) at 
   Grosse 2015, Ritter et al. 2018), A_l = E[ã ãᵀ] of the layer's bias-augmented inputs and G_l = Σ_i E_iᵀ Λ_i E_i of
   its back-propagated output signals, inverted through the factors' eigendecompositions (:mod:`.kfac`); for a
   chain of Dense layers.
+* ``"lowrank"``: Σ⁻¹ ≈ V diag(e) Vᵀ + δ I with the top k = ``num_eigenpairs`` eigenpairs of the GGN by Lanczos
+  (:mod:`.lowrank`; Daxberger et al. 2021, §3.2), inverted by Woodbury: Σ = δ⁻¹ I − V diag(e / (δ (e + δ))) Vᵀ.
+  No P × P matrix is formed; the test covariances need J(x) V and the NTK block J(x) J(x)ᵀ.
 
-``variables=`` restricts exact, diagonal and kron to a subnetwork: some of the model's trainable variables (whole
+``variables=`` restricts exact, diagonal, kron and lowrank to a subnetwork: some of the model's trainable variables (whole
 layers for kron), the others fixed at θ_MAP.
 
 For a chain of Dense and ``ActivatedLayer`` layers (the library's twins, :func:`~activated_dgp.build_activated_nn`)
@@ -63,13 +66,14 @@ H = Σ_i F_iᵀ Λ_i F_i is eigendecomposed once, H = V diag(e) Vᵀ, so that Σ
 δ (the diagonal method keeps diag H). The latent variance is J(x) Σ J(x)ᵀ = ‖diag(e + δ)^(−1/2) Vᵀ F(x)ᵀ‖².
 
 Prior precision (``prior_precision=``): a positive float; ``"marginal_likelihood"`` (exact, last_layer,
-diagonal) maximises the Laplace evidence over δ,
+diagonal, kron, lowrank) maximises the Laplace evidence over δ,
 
     log p(D | δ) ≈ log p(D | θ_MAP) + log p(θ_MAP | δ) + (m/2) log 2π − ½ log det Σ⁻¹
                  = log p(D | θ_MAP) − (δ/2) ‖θ_MAP‖² + (m/2) log δ − ½ Σ_j log(e_j + δ),
 
 (MacKay 1992; Immer et al. 2021, eq. 5; Daxberger et al. 2021), m the number of parameters in the
-posterior (those of the last layer for ``last_layer``), with θ_MAP fixed; by a grid over log δ refined
+posterior (those of the last layer for ``last_layer``), with θ_MAP fixed (for ``lowrank`` the P − k eigenvalues
+left out count as 0, so their terms are (P − k) log δ); by a grid over log δ refined
 by a bounded scalar search. ``"validation"`` picks δ from ``prior_precision_grid`` by the validation
 negative log predictive density; ``fit`` then needs ``validation_data=(X_val, Y_val)``. After ``fit``,
 :meth:`LinearisedLaplace.optimize_prior_precision` (``"marglik"`` or ``"gridsearch"``, laplace-torch's names) does
@@ -109,13 +113,14 @@ from .laplace_likelihoods import (
     predictive_probabilities,
 )
 from .kfac import KroneckerFactors, check_kron_layers
+from .lowrank import top_ggn_eigenpairs
 from .neuralef import NeuralEF
 from . import ika, nystrom  # noqa: F401  (register the kinds of the eigenfunctions a saved approximation may hold)
 from .ntk import jacobian_function, jacobian_kernel
 
 __all__ = ["LinearisedLaplace", "METHODS", "JACOBIAN_CACHE_BYTES"]
 
-METHODS = ("exact", "last_layer", "diagonal", "kron", "neuralef", "eigenfunctions")
+METHODS = ("exact", "last_layer", "diagonal", "kron", "lowrank", "neuralef", "eigenfunctions")
 PRIOR_PRECISION_SEARCHES = ("marginal_likelihood", "validation")
 _EIGEN_METHODS = ("neuralef", "eigenfunctions")
 #: the largest training-Jacobian array (N C P float64 numbers, in bytes) that ``method="neuralef"`` computes
@@ -154,8 +159,8 @@ def _last_dense_variables(model) -> list:
 
 def _variable_indices(model, variables, method: str) -> list:
     """The positions of ``variables`` in ``model.trainable_variables`` (a subnetwork), checked."""
-    if method not in ("exact", "diagonal", "kron"):
-        raise ValueError(f"variables= (a subnetwork) is for methods exact, diagonal and kron, not {method!r}")
+    if method not in ("exact", "diagonal", "kron", "lowrank"):
+        raise ValueError(f"variables= (a subnetwork) is for methods exact, diagonal, kron and lowrank, not {method!r}")
     position = {v.ref(): i for i, v in enumerate(model.trainable_variables)}
     variables = list(variables)
     if not variables:
@@ -205,7 +210,7 @@ class LinearisedLaplace:
     :param noise_variance: σ² of the Gaussian likelihood (ignored otherwise).
     :param prior_precision: δ > 0, or ``"marginal_likelihood"`` or ``"validation"``.
     :param method: one of :data:`METHODS`.
-    :param num_eigenpairs: k for ``neuralef``.
+    :param num_eigenpairs: k for ``neuralef``, and the rank k < P for ``lowrank``.
     :param eigenfunctions: the eigenpairs for ``eigenfunctions`` (see the module docstring).
     :param ntk_samples: ``None`` (default): NeuralEF trains on the exact NTK, with the per-example Jacobians
         as features (P per point, B C backward passes per step); an integer S: the Rademacher estimate of
@@ -220,7 +225,7 @@ class LinearisedLaplace:
         mc for softmax); ``num_samples`` and ``seed`` for "mc".
     :param batch_size: points per Jacobian evaluation (its Jacobians take batch_size · C · P · 8 bytes).
     :param max_parameters: the largest P (or last-layer size) for which exact/last_layer form P × P.
-    :param variables: for exact, diagonal and kron, the trainable variables of the subnetwork the posterior covers
+    :param variables: for exact, diagonal, kron and lowrank, the trainable variables of the subnetwork the posterior covers
         (default: all of them); the others stay at θ_MAP.
     :param prior_precision_grid: the δ values ``"validation"`` tries (default 10^−4 … 10^4, 33 values).
     :param verbose: 1 prints progress of long fits, 0 is silent.
@@ -260,7 +265,7 @@ class LinearisedLaplace:
             if prior_precision not in PRIOR_PRECISION_SEARCHES:
                 raise ValueError(f"prior_precision must be a positive number or one of {PRIOR_PRECISION_SEARCHES}, got {prior_precision!r}")
             if prior_precision == "marginal_likelihood" and method in _EIGEN_METHODS:
-                raise ValueError(f"prior_precision='marginal_likelihood' is for exact, last_layer, diagonal and kron, not {method!r}")
+                raise ValueError(f"prior_precision='marginal_likelihood' is for exact, last_layer, diagonal, kron and lowrank, not {method!r}")
         else:
             prior_precision = _positive(prior_precision, "prior_precision")
         predictive = PREDICTIVES[likelihood][0] if predictive is None else predictive
@@ -466,14 +471,18 @@ class LinearisedLaplace:
         Lambda = output_hessians(self.likelihood, F_map, self.noise_variance)
         self._log(f"GGN of method {self.method!r} over {X.shape[0]} points ({self.num_outputs} outputs)")
         ggn = None
-        if self.method == "kron":
+        if self.method == "lowrank":
+            batches = lambda: self._feature_batches(X, "GGN Jacobians", eigen=False)  # noqa: E731
+            values, vectors = top_ggn_eigenpairs(batches, Lambda, self.num_parameters, self.num_eigenpairs, self.jacobian_cache_bytes, self._log, self.seed)
+            ggn = None
+        elif self.method == "kron":
             self.kron = KroneckerFactors(self._layerwise)
             for rows in self._progress_batches(X.shape[0], "Kronecker factors"):
                 self.kron.accumulate(X[rows], Lambda[rows])
             ggn = self.kron.finalise().eigenvalues()
         elif self._layerwise_covariance and self.method == "diagonal":
             ggn = sum(self._layerwise.ggn_diagonal(X[rows], Lambda[rows]) for rows in self._progress_batches(X.shape[0], "GGN (layer-wise)"))
-        for rows, F in self._feature_batches(X, "GGN") if ggn is None else ():
+        for rows, F in self._feature_batches(X, "GGN") if ggn is None and self.method != "lowrank" else ():
             # Λ_i F_i first, then one product: a three-operand np.einsum loops over b, c, d, p and q at once
             # (50 s per batch of 256 at m = 1,280, C = 10)
             weighted = np.einsum("bcd,bdq->bcq", Lambda[rows], F)
@@ -482,7 +491,9 @@ class LinearisedLaplace:
             else:
                 term = F.reshape(-1, F.shape[2]).T @ weighted.reshape(-1, F.shape[2])
             ggn = term if ggn is None else ggn + term
-        if self.method in ("diagonal", "kron"):
+        if self.method == "lowrank":
+            self.ggn_eigenvalues, self.ggn_eigenvectors = values, vectors
+        elif self.method in ("diagonal", "kron"):
             self.ggn_eigenvalues, self.ggn_eigenvectors = ggn, None
         else:
             values, vectors = np.linalg.eigh(0.5 * (ggn + ggn.T))
@@ -503,18 +514,19 @@ class LinearisedLaplace:
 
     def log_marginal_likelihood(self, prior_precision: Optional[float] = None) -> float:
         """The Laplace evidence at δ (default: the fitted one), see the module docstring; exact,
-        last_layer, diagonal and kron only."""
+        last_layer, diagonal, kron and lowrank only."""
         if self.method in _EIGEN_METHODS:
-            raise ValueError(f"the Laplace evidence is available for exact, last_layer, diagonal and kron, not {self.method!r}")
+            raise ValueError(f"the Laplace evidence is available for exact, last_layer, diagonal, kron and lowrank, not {self.method!r}")
         if self.input_dim is None:
             raise ValueError("the LinearisedLaplace approximation is not fitted yet (call fit first)")
         delta = _positive(self.prior_precision if prior_precision is None else prior_precision, "prior_precision")
-        m = self.ggn_eigenvalues.shape[0]
+        kept = self.ggn_eigenvalues.shape[0]
+        m = self.num_parameters if self.method == "lowrank" else kept  # lowrank: the P − k left out count as 0
         return float(
             self._log_likelihood
             - 0.5 * delta * self._theta_norm2
             + 0.5 * m * np.log(delta)
-            - 0.5 * np.sum(np.log(self.ggn_eigenvalues + delta))
+            - 0.5 * (np.sum(np.log(self.ggn_eigenvalues + delta)) + (m - kept) * np.log(delta))
         )
 
     def optimize_prior_precision(self, method: str = "marglik", val_data: Optional[Tuple] = None, grid: Optional[Sequence[float]] = None) -> float:
@@ -596,6 +608,9 @@ class LinearisedLaplace:
         where it can), or F itself (diagonal)."""
         if self.ggn_eigenvectors is None:
             return self._features(X)
+        if self.method == "lowrank":  # [J V, J Jᵀ]: [B, C, k + C]
+            F = self._features(X)
+            return np.concatenate([F @ self.ggn_eigenvectors, F @ np.swapaxes(F, 1, 2)], axis=2)
         if self._layerwise_covariance:
             return self._layerwise.jacobian_times(X, self.ggn_eigenvectors)
         return self._features(X) @ self.ggn_eigenvectors
@@ -605,6 +620,10 @@ class LinearisedLaplace:
         if self.ggn_eigenvectors is None:  # diagonal
             F = projected
             return (F / (self.ggn_eigenvalues + delta)[None, None, :]) @ np.swapaxes(F, 1, 2)  # batched BLAS, not a 3-operand einsum
+        if self.method == "lowrank":  # δ⁻¹ J Jᵀ − (J V) diag(e / (δ (e + δ))) (J V)ᵀ (module docstring)
+            e = self.ggn_eigenvalues
+            JV, JJ = projected[:, :, : e.size], projected[:, :, e.size :]
+            return JJ / delta - (JV * (e / (delta * (e + delta)))[None, None, :]) @ np.swapaxes(JV, 1, 2)
         root = projected / np.sqrt(self.ggn_eigenvalues + delta)[None, None, :]
         return root @ np.swapaxes(root, 1, 2)
 

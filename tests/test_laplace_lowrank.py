@@ -1,0 +1,76 @@
+"""The low-rank linearised Laplace approximation (``method="lowrank"``) against the dense GGN written in the test:
+its top-k eigenpairs by numpy, the Woodbury posterior as a dense inverse, the evidence as a dense log-determinant."""
+
+import os
+import sys
+
+import numpy as np
+import pytest
+from scipy.optimize import minimize_scalar
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_laplace import data, dense_jacobians, hessians, mlp  # noqa: E402
+
+from activated_dgp.eigen import Laplace, LinearisedLaplace  # noqa: E402
+
+
+def dense_ggn(model, X, likelihood, noise=None):
+    J, F = dense_jacobians(model, X)
+    Lambda = hessians(likelihood, F, noise)
+    return np.einsum("ncp,ncd,ndq->pq", J, Lambda, J), J
+
+
+def top(H, k):
+    values, vectors = np.linalg.eigh(H)
+    return values[::-1][:k], vectors[:, ::-1][:, :k]
+
+
+@pytest.mark.parametrize("likelihood, C, cache", [("gaussian", 2, True), ("softmax", 3, True), ("softmax", 3, False)])
+def test_lowrank_eigenpairs_and_predictive_match_the_dense_ggn(likelihood, C, cache, rng):
+    X, Y = data(likelihood, 25, 2, C, rng)
+    model = mlp(2, C, width=6, seed=3)
+    k, delta, noise = 5, 0.7, 0.1
+    la = LinearisedLaplace(model, likelihood, noise_variance=noise, prior_precision=delta, method="lowrank", num_eigenpairs=k,
+                           jacobian_cache_bytes=2**30 if cache else 0, batch_size=7, verbose=0).fit(X, Y)
+    H, _ = dense_ggn(model, X, likelihood, noise)
+    values, vectors = top(H, k)
+    np.testing.assert_allclose(la.ggn_eigenvalues, values, rtol=1e-8)
+    np.testing.assert_allclose(la.ggn_eigenvectors @ la.ggn_eigenvectors.T, vectors @ vectors.T, atol=1e-8)  # same subspace
+    X_test = rng.normal(size=(6, 2))
+    J_test, _ = dense_jacobians(model, X_test)
+    Sigma = np.linalg.inv(vectors @ np.diag(values) @ vectors.T + delta * np.eye(H.shape[0]))  # dense, not Woodbury
+    expected = np.einsum("ncp,pq,ndq->ncd", J_test, Sigma, J_test)
+    np.testing.assert_allclose(la.predict_f(X_test, full_output_cov=True)[1].numpy(), expected, rtol=1e-8, atol=1e-12)
+
+
+def test_lowrank_evidence_and_marginal_likelihood_prior_match_a_dense_computation(rng):
+    X, Y = data("gaussian", 30, 2, 1, rng)
+    model = mlp(2, 1, width=5, seed=6)
+    k, noise = 6, 0.05
+    la = LinearisedLaplace(model, noise_variance=noise, prior_precision="marginal_likelihood", method="lowrank", num_eigenpairs=k, verbose=0).fit(X, Y)
+    H, _ = dense_ggn(model, X, "gaussian", noise)
+    values, vectors = top(H, k)
+    approx = vectors @ np.diag(values) @ vectors.T
+    theta = np.concatenate([v.numpy().ravel() for v in model.trainable_variables])
+    _, F = dense_jacobians(model, X)
+    log_lik = -0.5 * np.sum((Y - F) ** 2) / noise - 0.5 * Y.size * np.log(2 * np.pi * noise)
+
+    def evidence(delta):
+        return log_lik - 0.5 * delta * theta @ theta + 0.5 * theta.size * np.log(delta) - 0.5 * np.linalg.slogdet(approx + delta * np.eye(theta.size))[1]
+
+    for delta in (0.01, 1.0, 30.0):
+        np.testing.assert_allclose(la.log_marginal_likelihood(delta), evidence(delta), rtol=1e-9)
+    best = minimize_scalar(lambda t: -evidence(np.exp(t)), bounds=(np.log(1e-6), np.log(1e6)), method="bounded", options={"xatol": 1e-10})
+    np.testing.assert_allclose(np.log(la.prior_precision), best.x, atol=1e-5)
+
+
+def test_lowrank_through_the_factory_and_its_errors(rng):
+    X, Y = data("softmax", 15, 2, 3, rng)
+    model = mlp(2, 3, width=4, seed=1)
+    la = Laplace(model, "classification", "last_layer", "lowrank", num_eigenpairs=3, prior_precision=0.5, verbose=0).fit(X, Y)
+    assert la.method == "lowrank" and la.num_parameters == 4 * 3 + 3  # the last Dense layer's kernel and bias
+    J, F = dense_jacobians(model, X)
+    H = np.einsum("ncp,ncd,ndq->pq", J[:, :, -15:], hessians("softmax", F), J[:, :, -15:])
+    np.testing.assert_allclose(la.ggn_eigenvalues, top(H, 3)[0], rtol=1e-8)
+    with pytest.raises(ValueError, match="rank < P"):
+        LinearisedLaplace(model, "softmax", method="lowrank", num_eigenpairs=15, variables=model.layers[-1].trainable_variables, verbose=0).fit(X, Y)
