@@ -27,16 +27,16 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np  # noqa: E402
 
-INPUT_DIM, UNITS, WIDTHS, SAMPLES = 8, 64, (64, 64, 1), 100
+INPUT_DIM, UNITS, WIDTHS, SAMPLES, TRUNCATION = 8, 64, (64, 64, 1), 100, 20
 OUTPUT = Path(__file__).resolve().parents[1] / "docs" / "results" / "prediction_vs_keras.json"
 REPORT_COMMAND = "python -m benchmarks.prediction_vs_keras --report-only"
 REPORT_BLOCKS = [("docs/benchmarks.md", "prediction-vs-keras")]
 DEFAULTS = {"points": 10_000}
 
 
-def multiply_adds(D=INPUT_DIM, M=UNITS, widths=WIDTHS, S=SAMPLES) -> dict:
+def multiply_adds(D=INPUT_DIM, M=UNITS, widths=WIDTHS, S=SAMPLES, truncation=TRUNCATION) -> dict:
     """Multiply-adds per predicted point: ``forward`` (S forward passes through layers 2..L and one through layer 1:
-    the directions W h̃, M (D_ℓ + 1), and the output map, M P_ℓ) and ``variance`` per row of layer ℓ (S rows for
+    the directions W h̃, M (D_ℓ + 1), the Clenshaw sum of the zonal series, 2 Ñ M, and the output map, M P_ℓ) and ``variance`` per row of layer ℓ (S rows for
     layers 2..L, one for layer 1): the triangular solve L⁻¹Kuf, M²/2, and, for the first and the output layer, the
     quadratic forms, M(M+1)/2 · (P_ℓ + 1) for P_ℓ ≥ 2 (:func:`activated_dgp.zonal.conditionals.symmetric_variances`),
     P_ℓ M² + P_ℓ M otherwise; the hidden layers in between are sampled from one draw of their inducing outputs per
@@ -45,7 +45,7 @@ def multiply_adds(D=INPUT_DIM, M=UNITS, widths=WIDTHS, S=SAMPLES) -> dict:
     inputs = D
     for index, P in enumerate(widths):
         rows = 1 if index == 0 else S
-        forward += rows * (M * (inputs + 1) + M * P)
+        forward += rows * (M * (inputs + 1) + 2 * truncation * M + M * P)
         if 0 < index < len(widths) - 1:  # sampled from one draw of the inducing outputs per sample: the solve only
             variance += rows * M * M / 2
         else:
@@ -127,7 +127,7 @@ widths {widths}, float64; `predict_y` with its defaults: S = {S} samples, memory
 | floor: {per_point / 1e6:.2f} M multiply-adds per point at the measured rate | {floor:.3f} | {floor / keras:.1f} |
 
 - The floor: S = {S} samples through layers 2..L cost S forward passes of the network ({terms["forward"] / 1e6:.2f} M multiply-adds
-  per point), plus the variance work per sampled row ({terms["variance"] / 1e6:.2f} M): the triangular solve, M²/2, and, in
+  per point, the zonal series' Clenshaw sums, 2 Ñ M per unit layer and row, included), plus the variance work per sampled row ({terms["variance"] / 1e6:.2f} M): the triangular solve, M²/2, and, in
   the first and the output layer, the quadratic forms a_nᵀ(L_p L_pᵀ − I)a_n over the upper triangle, M(M+1)/2 · (P + 1)
   (the hidden layers between are sampled from one draw of their inducing outputs per sample); the rate is one float64
   [S·8, M(M+1)/2] · [M(M+1)/2, P] product measured in the same run,
