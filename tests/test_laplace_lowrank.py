@@ -6,7 +6,7 @@ import sys
 
 import numpy as np
 import pytest
-from scipy.optimize import minimize_scalar
+from scipy.optimize import minimize, minimize_scalar
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_laplace import data, dense_jacobians, hessians, mlp  # noqa: E402
@@ -74,3 +74,64 @@ def test_lowrank_through_the_factory_and_its_errors(rng):
     np.testing.assert_allclose(la.ggn_eigenvalues, top(H, 3)[0], rtol=1e-8)
     with pytest.raises(ValueError, match="rank < P"):
         LinearisedLaplace(model, "softmax", method="lowrank", num_eigenpairs=15, variables=model.layers[-1].trainable_variables, verbose=0).fit(X, Y)
+
+
+def dense_evidence(H_at_1, theta, sse, n, delta, noise):
+    """The Laplace evidence written densely: GGN H_at_1 / σ² (Λ = I/σ²), log p(D | θ_MAP) of the Gaussian."""
+    P = theta.size
+    return (-0.5 * sse / noise - 0.5 * n * np.log(2 * np.pi * noise) - 0.5 * delta * theta @ theta + 0.5 * P * np.log(delta)
+            - 0.5 * np.linalg.slogdet(H_at_1 / noise + delta * np.eye(P))[1])
+
+
+@pytest.mark.parametrize("method", ["exact", "diagonal", "kron", "lowrank"])
+def test_noise_and_prior_by_marginal_likelihood_match_a_dense_2d_optimisation(method, rng):
+    X, Y = data("gaussian", 40, 2, 1, rng)
+    model = mlp(2, 1, width=4, seed=8)
+    options = {"num_eigenpairs": 5} if method == "lowrank" else {}
+    la = LinearisedLaplace(model, noise_variance="marginal_likelihood", prior_precision="marginal_likelihood", method=method, verbose=0, **options).fit(X, Y)
+    J, F = dense_jacobians(model, X)
+    H = np.einsum("ncp,ncq->pq", J, J)  # the GGN at σ² = 1
+    if method == "diagonal":
+        H = np.diag(np.diag(H))
+    elif method == "lowrank":
+        values, vectors = top(H, 5)
+        H = vectors @ np.diag(values) @ vectors.T
+    elif method == "kron":  # the Kronecker blocks, from the library's factors rescaled to σ² = 1 (checked densely in test_laplace_kfac)
+        from scipy.linalg import block_diag
+        H = block_diag(*la.kron.dense_blocks()) * la.noise_variance
+    theta = np.concatenate([v.numpy().ravel() for v in model.trainable_variables])
+    sse, n = float(np.sum((Y - F) ** 2)), Y.size
+    best = minimize(lambda z: -dense_evidence(H, theta, sse, n, np.exp(z[0]), np.exp(z[1])), np.log([1.0, sse / n]), method="Nelder-Mead",
+                    options={"xatol": 1e-9, "fatol": 1e-12, "maxiter": 20000})
+    np.testing.assert_allclose(np.log([la.prior_precision, la.noise_variance]), best.x, atol=1e-4)
+    np.testing.assert_allclose(la.log_marginal_likelihood(), -best.fun, rtol=1e-9)
+    for delta, noise in ((0.3, 0.02), (3.0, 0.5)):
+        np.testing.assert_allclose(la.log_marginal_likelihood(delta, noise), dense_evidence(H, theta, sse, n, delta, noise), rtol=1e-9)
+    # the predictive at the chosen noise: J Σ Jᵀ + σ² with Σ = (H/σ² + δ I)⁻¹, dense
+    X_test = rng.normal(size=(5, 2))
+    J_test, _ = dense_jacobians(model, X_test)
+    Sigma = np.linalg.inv(H / la.noise_variance + la.prior_precision * np.eye(theta.size))
+    expected = np.einsum("ncp,pq,ncq->nc", J_test, Sigma, J_test) + la.noise_variance
+    np.testing.assert_allclose(la.predict_y(X_test)[1].numpy(), expected, rtol=1e-7)
+
+
+def test_noise_by_marginal_likelihood_at_a_fixed_prior_and_its_errors(tmp_path, rng):
+    X, Y = data("gaussian", 30, 2, 1, rng)
+    model = mlp(2, 1, width=4, seed=9)
+    la = LinearisedLaplace(model, noise_variance="marginal_likelihood", prior_precision=2.0, method="exact", verbose=0).fit(X, Y)
+    J, F = dense_jacobians(model, X)
+    H = np.einsum("ncp,ncq->pq", J, J)
+    theta = np.concatenate([v.numpy().ravel() for v in model.trainable_variables])
+    sse = float(np.sum((Y - F) ** 2))
+    best = minimize_scalar(lambda t: -dense_evidence(H, theta, sse, Y.size, 2.0, np.exp(t)), bounds=(-15, 5), method="bounded", options={"xatol": 1e-11})
+    assert la.prior_precision == 2.0
+    np.testing.assert_allclose(np.log(la.noise_variance), best.x, atol=1e-5)
+    again = LinearisedLaplace.load(la.save(str(tmp_path)))  # the fitted noise and the setting come back
+    assert again.noise_variance == la.noise_variance and again.noise_variance_setting == "marginal_likelihood"
+    np.testing.assert_allclose(again.log_marginal_likelihood(2.0, 0.1), la.log_marginal_likelihood(2.0, 0.1), rtol=1e-12)
+    with pytest.raises(ValueError, match="gaussian"):
+        LinearisedLaplace(mlp(2, 3), "softmax", noise_variance="marginal_likelihood")
+    with pytest.raises(ValueError, match="evidence"):
+        LinearisedLaplace(model, noise_variance="marginal_likelihood", prior_precision="validation")
+    with pytest.raises(ValueError, match="noise_variance"):
+        LinearisedLaplace(model, noise_variance="ml")

@@ -79,6 +79,12 @@ negative log predictive density; ``fit`` then needs ``validation_data=(X_val, Y_
 :meth:`LinearisedLaplace.optimize_prior_precision` (``"marglik"`` or ``"gridsearch"``, laplace-torch's names) does
 either again; for ``kron`` the e_j are the products a_i g_j of the Kronecker factors' eigenvalues.
 
+Gaussian noise (``noise_variance=``): a positive σ², or ``"marginal_likelihood"`` (exact, last_layer, diagonal,
+kron, lowrank): the GGN is accumulated at the maximum-likelihood noise σ₀² = Σ‖y − g(x)‖² / (N C) and, since every
+variant's GGN is proportional to 1/σ², rescaled by σ₀²/σ² for any other σ², so that the evidence above, with
+log p(D | θ_MAP) = −Σ‖y − g(x)‖²/(2σ²) − (N C/2) log 2πσ², is maximised over (log δ, log σ²) jointly by L-BFGS-B with its
+analytic gradient (or over σ² alone at a fixed δ); laplace-torch leaves σ to a gradient loop of the user's.
+
 Predictives (``predict_y``): Gaussian N(μ, J Σ Jᵀ + σ² I) exactly; Bernoulli by the probit
 approximation (default, MacKay 1992) or Monte Carlo; softmax by Monte Carlo over the Gaussian latent
 (default: 1,000 samples from ``numpy.random.default_rng(seed)``) or the generalised probit.
@@ -95,7 +101,7 @@ from typing import Optional, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 import tf_keras
-from scipy.optimize import minimize_scalar
+from scipy.optimize import minimize, minimize_scalar
 
 from .. import saving
 from ..deep import persistence  # noqa: F401  (registers the kind "network", which a saved approximation holds)
@@ -207,7 +213,8 @@ class LinearisedLaplace:
     :param model: a built tf-keras model, X [N, D] → latent outputs [N, C] (logits for classification).
     :param likelihood: ``"gaussian"`` (Y [N, C] reals), ``"bernoulli"`` (C = 1, logistic link, labels 0/1
         [N, 1]) or ``"softmax"`` (C ≥ 2 logits, labels 0..C−1 [N, 1]).
-    :param noise_variance: σ² of the Gaussian likelihood (ignored otherwise).
+    :param noise_variance: σ² of the Gaussian likelihood (ignored otherwise), or ``"marginal_likelihood"`` (see the
+        module docstring).
     :param prior_precision: δ > 0, or ``"marginal_likelihood"`` or ``"validation"``.
     :param method: one of :data:`METHODS`.
     :param num_eigenpairs: k for ``neuralef``, and the rank k < P for ``lowrank``.
@@ -235,7 +242,7 @@ class LinearisedLaplace:
         self,
         model,
         likelihood: str = "gaussian",
-        noise_variance: float = 1.0,
+        noise_variance=1.0,
         prior_precision=1.0,
         method: str = "exact",
         num_eigenpairs: int = 10,
@@ -286,7 +293,18 @@ class LinearisedLaplace:
         if verbose not in (0, 1, True, False):
             raise ValueError(f"verbose must be 0 or 1, got {verbose!r}")
         self.model, self.likelihood, self.method = model, likelihood, method
-        self.noise_variance = _positive(noise_variance, "noise_variance")
+        if isinstance(noise_variance, str):
+            if noise_variance != "marginal_likelihood":
+                raise ValueError(f"noise_variance must be a positive number or 'marginal_likelihood', got {noise_variance!r}")
+            if likelihood != "gaussian":
+                raise ValueError(f"noise_variance='marginal_likelihood' is for the gaussian likelihood, not {likelihood!r}")
+            if method in _EIGEN_METHODS or prior_precision == "validation":
+                raise ValueError("noise_variance='marginal_likelihood' needs the Laplace evidence: methods exact, last_layer, "
+                                 "diagonal, kron or lowrank, and a fixed or 'marginal_likelihood' prior precision")
+            self.noise_variance_setting, self.noise_variance = noise_variance, 1.0
+        else:
+            self.noise_variance = _positive(noise_variance, "noise_variance")
+            self.noise_variance_setting = self.noise_variance
         self.prior_precision_setting = prior_precision
         self.num_eigenpairs = check_positive_int(num_eigenpairs, "num_eigenpairs")
         self.eigenfunctions = eigenfunctions
@@ -468,6 +486,10 @@ class LinearisedLaplace:
             raise ValueError(f"checkpoint_dir checkpoints NeuralEF's training; method {self.method!r} has none")
         if self.method == "neuralef":
             self._fit_neuralef(X, checkpoint_dir)
+        if self.likelihood == "gaussian":
+            self._squared_error, self._num_targets = float(np.sum((Y - F_map) ** 2)), int(Y.size)
+            if self.noise_variance_setting == "marginal_likelihood":  # σ₀², the maximum-likelihood noise at θ_MAP
+                self.noise_variance = max(self._squared_error / self._num_targets, 1e-12 * max(float(np.var(Y)), 1e-300))
         Lambda = output_hessians(self.likelihood, F_map, self.noise_variance)
         self._log(f"GGN of method {self.method!r} over {X.shape[0]} points ({self.num_outputs} outputs)")
         ggn = None
@@ -502,7 +524,9 @@ class LinearisedLaplace:
         if self.method not in _EIGEN_METHODS:
             self._theta_norm2 = float(np.sum(self._parameter_vector() ** 2))
         setting = self.prior_precision_setting
-        if setting == "marginal_likelihood":
+        if self.noise_variance_setting == "marginal_likelihood":
+            self.prior_precision = self._maximise_evidence_with_noise(None if setting == "marginal_likelihood" else setting)
+        elif setting == "marginal_likelihood":
             self.prior_precision = self._maximise_evidence()
         elif setting == "validation":
             self.prior_precision = self._select_by_validation(X_val, Y_val)
@@ -512,9 +536,13 @@ class LinearisedLaplace:
             self.log_evidence = self.log_marginal_likelihood()
         return self
 
-    def log_marginal_likelihood(self, prior_precision: Optional[float] = None) -> float:
-        """The Laplace evidence at δ (default: the fitted one), see the module docstring; exact,
-        last_layer, diagonal, kron and lowrank only."""
+    def log_marginal_likelihood(self, prior_precision: Optional[float] = None, noise_variance: Optional[float] = None) -> float:
+        """The Laplace evidence at δ (default: the fitted one) and, for the Gaussian likelihood, σ² (default: the fitted
+        one; the GGN rescaled by σ_fit²/σ²), see the module docstring; exact, last_layer, diagonal, kron and lowrank
+        only."""
+        if noise_variance is not None:
+            return self._evidence_and_gradient(np.log(_positive(self.prior_precision if prior_precision is None else prior_precision, "prior_precision")),
+                                               np.log(self._checked_noise(noise_variance)))[0]
         if self.method in _EIGEN_METHODS:
             raise ValueError(f"the Laplace evidence is available for exact, last_layer, diagonal, kron and lowrank, not {self.method!r}")
         if self.input_dim is None:
@@ -560,6 +588,62 @@ class LinearisedLaplace:
         if self.method not in _EIGEN_METHODS:
             self.log_evidence = self.log_marginal_likelihood()
         return self.prior_precision
+
+    def _checked_noise(self, noise_variance) -> float:
+        if self.likelihood != "gaussian":
+            raise ValueError(f"noise_variance is a parameter of the gaussian likelihood, not of {self.likelihood!r}")
+        if self.method in _EIGEN_METHODS:
+            raise ValueError(f"the Laplace evidence is available for exact, last_layer, diagonal, kron and lowrank, not {self.method!r}")
+        if self.input_dim is None:
+            raise ValueError("the LinearisedLaplace approximation is not fitted yet (call fit first)")
+        return _positive(noise_variance, "noise_variance")
+
+    def _evidence_and_gradient(self, log_delta: float, log_noise: float) -> Tuple[float, np.ndarray]:
+        """The Laplace evidence at δ = exp(log_delta), σ² = exp(log_noise) and its gradient in (log δ, log σ²).
+
+        With c = σ_fit²/σ² the GGN's eigenvalues are c e_j, and
+        ∂/∂log δ = −δ‖θ‖²/2 + m/2 − ½ Σ δ/(c e_j + δ) − (m − k)/2,  ∂/∂log σ² = SSE/(2σ²) − n/2 + ½ Σ c e_j/(c e_j + δ)."""
+        delta, noise = np.exp(log_delta), np.exp(log_noise)
+        e = self.ggn_eigenvalues * (self.noise_variance / noise)
+        kept = e.shape[0]
+        m = self.num_parameters if self.method == "lowrank" else kept
+        n, sse = self._num_targets, self._squared_error
+        value = (-0.5 * sse / noise - 0.5 * n * np.log(2 * np.pi * noise) - 0.5 * delta * self._theta_norm2 + 0.5 * m * np.log(delta)
+                 - 0.5 * (np.sum(np.log(e + delta)) + (m - kept) * np.log(delta)))
+        gradient = np.array([
+            -0.5 * delta * self._theta_norm2 + 0.5 * m - 0.5 * np.sum(delta / (e + delta)) - 0.5 * (m - kept),
+            0.5 * sse / noise - 0.5 * n + 0.5 * np.sum(e / (e + delta)),
+        ])
+        return float(value), gradient
+
+    def _set_noise_variance(self, noise: float) -> None:
+        """Move the fitted approximation to noise σ²: the GGN (eigenvalues, or the Kronecker factors G) scales by σ_fit²/σ²."""
+        scale = self.noise_variance / noise
+        self.ggn_eigenvalues = self.ggn_eigenvalues * scale
+        if self.kron is not None:
+            self.kron.scale_output_factors(scale)
+        self.noise_variance = float(noise)
+        self._log_likelihood = float(-0.5 * self._squared_error / noise - 0.5 * self._num_targets * np.log(2 * np.pi * noise))
+
+    def _maximise_evidence_with_noise(self, fixed_delta: Optional[float]) -> float:
+        """Set σ² (and δ, unless ``fixed_delta``) to the maximiser of the Laplace evidence (module docstring); returns δ."""
+        start_noise = np.log(self.noise_variance)
+        if fixed_delta is None:
+            start_delta = np.log(self._maximise_evidence())
+            objective = lambda z: tuple(-part for part in self._evidence_and_gradient(z[0], z[1]))  # noqa: E731
+            bounds = [(np.log(1e-8), np.log(1e8)), (start_noise - 30.0, start_noise + 30.0)]
+            result = minimize(objective, np.array([start_delta, start_noise]), jac=True, method="L-BFGS-B", bounds=bounds,
+                              options={"ftol": 1e-15, "gtol": 1e-10, "maxiter": 1000})
+            log_delta, log_noise = result.x
+        else:
+            log_delta = np.log(fixed_delta)
+            objective = lambda z: tuple(-part if i == 0 else -part[1:] for i, part in enumerate(self._evidence_and_gradient(log_delta, z[0])))  # noqa: E731
+            result = minimize(objective, np.array([start_noise]), jac=True, method="L-BFGS-B", bounds=[(start_noise - 30.0, start_noise + 30.0)],
+                              options={"ftol": 1e-15, "gtol": 1e-10, "maxiter": 1000})
+            (log_noise,) = result.x
+        self._set_noise_variance(float(np.exp(log_noise)))
+        self._log(f"noise and prior precision by marginal likelihood: σ² = {self.noise_variance:.6g}, δ = {np.exp(log_delta):.6g}")
+        return float(np.exp(log_delta))
 
     def _maximise_evidence(self) -> float:
         log_grid = np.linspace(np.log(1e-8), np.log(1e8), 161)
@@ -718,6 +802,9 @@ class LinearisedLaplace:
         self.prior_precision, self.log_evidence = config["prior_precision"], config["log_evidence"]
         self._log_likelihood, self._theta_norm2 = config["log_likelihood_at_map"], config["parameter_norm2"]
         self.ntk_source = config.get("ntk_source")
+        self.noise_variance_setting = config.get("noise_variance_setting", self.noise_variance)
+        if config.get("squared_error") is not None:
+            self._squared_error, self._num_targets = config["squared_error"], config["num_targets"]
         self.ggn_eigenvalues = arrays["ggn_eigenvalues"]
         self.ggn_eigenvectors = arrays["ggn_eigenvectors"] if "ggn_eigenvectors" in arrays else None
         if self.method == "kron":
@@ -746,6 +833,9 @@ def _settings(laplace: LinearisedLaplace) -> dict:
         parameter_norm2=getattr(laplace, "_theta_norm2", None),
         variable_indices=laplace.variable_indices,
         ntk_source=laplace.ntk_source,
+        noise_variance_setting=laplace.noise_variance_setting,
+        squared_error=getattr(laplace, "_squared_error", None),
+        num_targets=getattr(laplace, "_num_targets", None),
     )
 
 
