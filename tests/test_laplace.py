@@ -482,8 +482,6 @@ def test_bad_input(rng):
         LinearisedLaplace(model, prior_precision=-1.0)
     with pytest.raises(ValueError, match="prior_precision"):
         LinearisedLaplace(model, prior_precision="evidence")
-    with pytest.raises(ValueError, match="marginal_likelihood"):
-        LinearisedLaplace(model, method="neuralef", prior_precision="marginal_likelihood")
     with pytest.raises(ValueError, match="max_parameters"):
         LinearisedLaplace(model, method="exact", max_parameters=10)
     with pytest.raises(ValueError, match="jacobian_cache_bytes"):

@@ -135,3 +135,30 @@ def test_noise_by_marginal_likelihood_at_a_fixed_prior_and_its_errors(tmp_path, 
         LinearisedLaplace(model, noise_variance="marginal_likelihood", prior_precision="validation")
     with pytest.raises(ValueError, match="noise_variance"):
         LinearisedLaplace(model, noise_variance="ml")
+
+
+def test_eigenfunction_lla_evidence_with_exact_ntk_eigenpairs_is_the_dense_low_rank_evidence(rng):
+    """Gaussian likelihood, the NTK's exact top-k eigenpairs (dense Gram in the test): eq. 22's evidence (the P − k
+    left-out GGN eigenvalues as 0) equals the dense low-rank evidence with the GGN's top k, and its maximiser over δ
+    is the dense one's."""
+    from test_laplace import DenseNTKEigenpairs
+
+    X, Y = data("gaussian", 20, 2, 1, rng)
+    model = mlp(2, 1, width=5, seed=12)
+    k, noise = 4, 0.1
+    eigen = DenseNTKEigenpairs(model, X, k)
+    la = LinearisedLaplace(model, noise_variance=noise, prior_precision="marginal_likelihood", method="eigenfunctions", eigenfunctions=eigen, verbose=0).fit(X, Y)
+    H, _ = dense_ggn(model, X, "gaussian", noise)
+    values, vectors = top(H, k)
+    approx = vectors @ np.diag(values) @ vectors.T
+    theta = np.concatenate([v.numpy().ravel() for v in model.trainable_variables])
+    _, F = dense_jacobians(model, X)
+    log_lik = -0.5 * np.sum((Y - F) ** 2) / noise - 0.5 * Y.size * np.log(2 * np.pi * noise)
+
+    def evidence(delta):
+        return log_lik - 0.5 * delta * theta @ theta + 0.5 * theta.size * np.log(delta) - 0.5 * np.linalg.slogdet(approx + delta * np.eye(theta.size))[1]
+
+    for delta in (0.05, 2.0):
+        np.testing.assert_allclose(la.log_marginal_likelihood(delta), evidence(delta), rtol=1e-8)
+    best = minimize_scalar(lambda t: -evidence(np.exp(t)), bounds=(np.log(1e-6), np.log(1e6)), method="bounded", options={"xatol": 1e-10})
+    np.testing.assert_allclose(np.log(la.prior_precision), best.x, atol=1e-5)

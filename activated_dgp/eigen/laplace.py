@@ -65,22 +65,23 @@ All methods share one computation: with features F(x) [C, m] (J(x), last-layer J
 H = Σ_i F_iᵀ Λ_i F_i is eigendecomposed once, H = V diag(e) Vᵀ, so that Σ = V diag(1/(e + δ)) Vᵀ for any
 δ (the diagonal method keeps diag H). The latent variance is J(x) Σ J(x)ᵀ = ‖diag(e + δ)^(−1/2) Vᵀ F(x)ᵀ‖².
 
-Prior precision (``prior_precision=``): a positive float; ``"marginal_likelihood"`` (exact, last_layer,
-diagonal, kron, lowrank) maximises the Laplace evidence over δ,
+Prior precision (``prior_precision=``): a positive float; ``"marginal_likelihood"`` (every method) maximises the Laplace evidence over δ,
 
     log p(D | δ) ≈ log p(D | θ_MAP) + log p(θ_MAP | δ) + (m/2) log 2π − ½ log det Σ⁻¹
                  = log p(D | θ_MAP) − (δ/2) ‖θ_MAP‖² + (m/2) log δ − ½ Σ_j log(e_j + δ),
 
 (MacKay 1992; Immer et al. 2021, eq. 5; Daxberger et al. 2021), m the number of parameters in the
 posterior (those of the last layer for ``last_layer``), with θ_MAP fixed (for ``lowrank`` the P − k eigenvalues
-left out count as 0, so their terms are (P − k) log δ); by a grid over log δ refined
+left out count as 0, so their terms are (P − k) log δ; for ``neuralef`` and ``eigenfunctions`` likewise, with the
+eigenvalues e_j of Σ_i Ψ̃_iᵀ Λ_i Ψ̃_i; for the Gaussian likelihood (Λ = I/σ²) with the NTK's exact top-k eigenpairs
+these are the GGN's top k, since H = Σ J_iᵀ J_i / σ² and the Gram J Jᵀ / σ² share their non-zero spectrum, so the
+evidence is then ``lowrank``'s); by a grid over log δ refined
 by a bounded scalar search. ``"validation"`` picks δ from ``prior_precision_grid`` by the validation
 negative log predictive density; ``fit`` then needs ``validation_data=(X_val, Y_val)``. After ``fit``,
 :meth:`LinearisedLaplace.optimize_prior_precision` (``"marglik"`` or ``"gridsearch"``, laplace-torch's names) does
 either again; for ``kron`` the e_j are the products a_i g_j of the Kronecker factors' eigenvalues.
 
-Gaussian noise (``noise_variance=``): a positive σ², or ``"marginal_likelihood"`` (exact, last_layer, diagonal,
-kron, lowrank): the GGN is accumulated at the maximum-likelihood noise σ₀² = Σ‖y − g(x)‖² / (N C) and, since every
+Gaussian noise (``noise_variance=``): a positive σ², or ``"marginal_likelihood"`` (every method): the GGN is accumulated at the maximum-likelihood noise σ₀² = Σ‖y − g(x)‖² / (N C) and, since every
 variant's GGN is proportional to 1/σ², rescaled by σ₀²/σ² for any other σ², so that the evidence above, with
 log p(D | θ_MAP) = −Σ‖y − g(x)‖²/(2σ²) − (N C/2) log 2πσ², is maximised over (log δ, log σ²) jointly by L-BFGS-B with its
 analytic gradient (or over σ² alone at a fixed δ); laplace-torch leaves σ to a gradient loop of the user's.
@@ -129,6 +130,8 @@ __all__ = ["LinearisedLaplace", "METHODS", "JACOBIAN_CACHE_BYTES"]
 METHODS = ("exact", "last_layer", "diagonal", "kron", "lowrank", "neuralef", "eigenfunctions")
 PRIOR_PRECISION_SEARCHES = ("marginal_likelihood", "validation")
 _EIGEN_METHODS = ("neuralef", "eigenfunctions")
+#: the methods whose GGN keeps k < P eigenvalues: their evidence counts the P − k others as 0
+_LOW_RANK = ("lowrank",) + _EIGEN_METHODS
 #: the largest training-Jacobian array (N C P float64 numbers, in bytes) that ``method="neuralef"`` computes
 #: once and trains NeuralEF on, instead of recomputing the batch's Jacobians at every step (1 GiB)
 JACOBIAN_CACHE_BYTES = 2**30
@@ -271,8 +274,6 @@ class LinearisedLaplace:
         if isinstance(prior_precision, str):
             if prior_precision not in PRIOR_PRECISION_SEARCHES:
                 raise ValueError(f"prior_precision must be a positive number or one of {PRIOR_PRECISION_SEARCHES}, got {prior_precision!r}")
-            if prior_precision == "marginal_likelihood" and method in _EIGEN_METHODS:
-                raise ValueError(f"prior_precision='marginal_likelihood' is for exact, last_layer, diagonal, kron and lowrank, not {method!r}")
         else:
             prior_precision = _positive(prior_precision, "prior_precision")
         predictive = PREDICTIVES[likelihood][0] if predictive is None else predictive
@@ -298,9 +299,9 @@ class LinearisedLaplace:
                 raise ValueError(f"noise_variance must be a positive number or 'marginal_likelihood', got {noise_variance!r}")
             if likelihood != "gaussian":
                 raise ValueError(f"noise_variance='marginal_likelihood' is for the gaussian likelihood, not {likelihood!r}")
-            if method in _EIGEN_METHODS or prior_precision == "validation":
-                raise ValueError("noise_variance='marginal_likelihood' needs the Laplace evidence: methods exact, last_layer, "
-                                 "diagonal, kron or lowrank, and a fixed or 'marginal_likelihood' prior precision")
+            if prior_precision == "validation":
+                raise ValueError("noise_variance='marginal_likelihood' needs the Laplace evidence at a fixed or "
+                                 "'marginal_likelihood' prior precision, not 'validation'")
             self.noise_variance_setting, self.noise_variance = noise_variance, 1.0
         else:
             self.noise_variance = _positive(noise_variance, "noise_variance")
@@ -521,8 +522,7 @@ class LinearisedLaplace:
             values, vectors = np.linalg.eigh(0.5 * (ggn + ggn.T))
             self.ggn_eigenvalues, self.ggn_eigenvectors = np.maximum(values, 0.0), vectors
         self._log_likelihood = log_likelihood(self.likelihood, F_map, Y, self.noise_variance)
-        if self.method not in _EIGEN_METHODS:
-            self._theta_norm2 = float(np.sum(self._parameter_vector() ** 2))
+        self._theta_norm2 = float(np.sum(self._parameter_vector() ** 2))
         setting = self.prior_precision_setting
         if self.noise_variance_setting == "marginal_likelihood":
             self.prior_precision = self._maximise_evidence_with_noise(None if setting == "marginal_likelihood" else setting)
@@ -532,24 +532,20 @@ class LinearisedLaplace:
             self.prior_precision = self._select_by_validation(X_val, Y_val)
         else:
             self.prior_precision = setting
-        if self.method not in _EIGEN_METHODS:
-            self.log_evidence = self.log_marginal_likelihood()
+        self.log_evidence = self.log_marginal_likelihood()
         return self
 
     def log_marginal_likelihood(self, prior_precision: Optional[float] = None, noise_variance: Optional[float] = None) -> float:
         """The Laplace evidence at δ (default: the fitted one) and, for the Gaussian likelihood, σ² (default: the fitted
-        one; the GGN rescaled by σ_fit²/σ²), see the module docstring; exact, last_layer, diagonal, kron and lowrank
-        only."""
+        one; the GGN rescaled by σ_fit²/σ²), see the module docstring."""
         if noise_variance is not None:
             return self._evidence_and_gradient(np.log(_positive(self.prior_precision if prior_precision is None else prior_precision, "prior_precision")),
                                                np.log(self._checked_noise(noise_variance)))[0]
-        if self.method in _EIGEN_METHODS:
-            raise ValueError(f"the Laplace evidence is available for exact, last_layer, diagonal, kron and lowrank, not {self.method!r}")
         if self.input_dim is None:
             raise ValueError("the LinearisedLaplace approximation is not fitted yet (call fit first)")
         delta = _positive(self.prior_precision if prior_precision is None else prior_precision, "prior_precision")
         kept = self.ggn_eigenvalues.shape[0]
-        m = self.num_parameters if self.method == "lowrank" else kept  # lowrank: the P − k left out count as 0
+        m = self.num_parameters if self.method in _LOW_RANK else kept  # the P − k left out count as 0
         return float(
             self._log_likelihood
             - 0.5 * delta * self._theta_norm2
@@ -560,8 +556,7 @@ class LinearisedLaplace:
     def optimize_prior_precision(self, method: str = "marglik", val_data: Optional[Tuple] = None, grid: Optional[Sequence[float]] = None) -> float:
         """Choose δ again after ``fit`` (laplace-torch's name and methods), set it and return it:
 
-        * ``"marglik"``: maximise the Laplace evidence of the module docstring over log δ (exact, last_layer,
-          diagonal, kron), as ``prior_precision="marginal_likelihood"`` does;
+        * ``"marglik"``: maximise the Laplace evidence of the module docstring over log δ (every method), as ``prior_precision="marginal_likelihood"`` does;
         * ``"gridsearch"``: the δ of ``grid`` (default ``prior_precision_grid``) with the smallest negative log
           predictive density on ``val_data=(X_val, Y_val)``, as ``prior_precision="validation"`` does.
         """
@@ -570,8 +565,6 @@ class LinearisedLaplace:
         if method == "marglik":
             if val_data is not None or grid is not None:
                 raise ValueError("method='marglik' takes no val_data or grid")
-            if self.method in _EIGEN_METHODS:
-                raise ValueError(f"method='marglik' is for exact, last_layer, diagonal and kron, not {self.method!r}")
             self.prior_precision = self._maximise_evidence()
         elif method == "gridsearch":
             if not isinstance(val_data, (tuple, list)) or len(val_data) != 2:
@@ -585,15 +578,12 @@ class LinearisedLaplace:
             self.prior_precision = self._select_by_validation(X_val, self._check_Y(val_data[1], X_val.shape[0], "Y_val"))
         else:
             raise ValueError(f"unknown prior-precision method {method!r}; use 'marglik' or 'gridsearch'")
-        if self.method not in _EIGEN_METHODS:
-            self.log_evidence = self.log_marginal_likelihood()
+        self.log_evidence = self.log_marginal_likelihood()
         return self.prior_precision
 
     def _checked_noise(self, noise_variance) -> float:
         if self.likelihood != "gaussian":
             raise ValueError(f"noise_variance is a parameter of the gaussian likelihood, not of {self.likelihood!r}")
-        if self.method in _EIGEN_METHODS:
-            raise ValueError(f"the Laplace evidence is available for exact, last_layer, diagonal, kron and lowrank, not {self.method!r}")
         if self.input_dim is None:
             raise ValueError("the LinearisedLaplace approximation is not fitted yet (call fit first)")
         return _positive(noise_variance, "noise_variance")
@@ -606,7 +596,7 @@ class LinearisedLaplace:
         delta, noise = np.exp(log_delta), np.exp(log_noise)
         e = self.ggn_eigenvalues * (self.noise_variance / noise)
         kept = e.shape[0]
-        m = self.num_parameters if self.method == "lowrank" else kept
+        m = self.num_parameters if self.method in _LOW_RANK else kept
         n, sse = self._num_targets, self._squared_error
         value = (-0.5 * sse / noise - 0.5 * n * np.log(2 * np.pi * noise) - 0.5 * delta * self._theta_norm2 + 0.5 * m * np.log(delta)
                  - 0.5 * (np.sum(np.log(e + delta)) + (m - kept) * np.log(delta)))
