@@ -35,7 +35,7 @@ def add_options(parser) -> None:
     parser.add_argument("--patches", type=int, default=200_000, help="patches cut from the MNIST test images (default %(default)s)")
     parser.add_argument("--samples", type=int, nargs="+", default=[1_000, 5_000, 15_000],
                         help="IKA sample sizes S with random filters; k-means filters at the largest (default %(default)s)")
-    parser.add_argument("--trials", type=int, default=5, help="independent draws of samples, filters and test patches")
+    parser.add_argument("--trials", type=int, default=5, help="independent draws of samples, filters and test patches (default %(default)s)")
     parser.add_argument("--test", type=int, default=2_000, help="held-out test patches, scored over all pairs (default %(default)s)")
     parser.add_argument("--num-filters", type=int, default=128, help="n, the filters (default %(default)s)")
     parser.add_argument("--ranks", type=int, nargs="+", default=[8, 16, 32, 64, 128],
