@@ -143,14 +143,17 @@ def notes(s: Dict) -> List[str]:
     zero_km = [r["nystrom_zero_eigenvalues"] for r in records if r["filters"] == "k-means"]
     jitter = {f: sum(r["ika_jitter_warning"] for r in records if r["filters"] == f) for f in ("random", "k-means")}
     counts = {f: sum(r["filters"] == f for r in records) for f in ("random", "k-means")}
+    def span(values):
+        low, high = min(values, default=0), max(values, default=0)
+        return "none" if high == 0 else (f"{low}" if low == high else f"{low}–{high}")
+
     out = [f"Data: {first['num_train'] + first['num_test_pool']:,} random 7×7 patches of the {first['num_images']:,} MNIST "
            f"test images (the paper: 1,000,000 of STL-10), {first['num_train']:,} for training (the samples and filters "
            f"are drawn from these) and {first['num_test_pool']:,} held out; errors over all pairs of "
            f"{first['num_test']:,} test patches of each trial; σ² = {first['sigma2']:.4f}; "
            f"{100 * first['duplicates']:.1f} % of the training patches repeat another exactly (blank background).",
-           f"Numerics: κ(W, W) has {min(zero)}–{max(zero)} numerically zero eigenvalues (≤ 1e-10 λ_max) with random filters "
-           f"(Nyström then drops those directions at m = n) and {min(zero_km) if zero_km else 0}–{max(zero_km) if zero_km else 0} "
-           f"with k-means filters; IKA's P̃ needed jitter that changed the kept eigenpairs in {jitter['random']} of "
+           f"Numerics: κ(W, W) has {span(zero)} numerically zero eigenvalues (≤ 1e-10 λ_max) with random filters "
+           f"(Nyström then drops those directions at m = n) and {span(zero_km)} with k-means filters; IKA's P̃ needed jitter that changed the kept eigenpairs in {jitter['random']} of "
            f"{counts['random']} random-filter cells and {jitter['k-means']} of {counts['k-means']} k-means cells."]
     cost = {}
     for r in records:
