@@ -11,8 +11,8 @@ n-eigenfunction one: one fit per cell scores every m.
 The preprocessed patches are built once and shared by the cells through the artifact cache (:func:`shared_patches`).
 A trial fixes the draws shared by its cells (:func:`draw_trial`): a random order of the training patches (the
 samples for S are its first S, so the samples of a smaller S are among those of a larger), the random filters
-(drawn among the distinct patches of the smallest S's samples, so the same filters serve every S; MNIST's blank
-patches all coincide after preprocessing, and repeated landmarks make κ(W, W) singular) and the test patches.
+(drawn among the distinct patches of the smallest S's samples, so the same filters serve every S; the blank patches
+of one MNIST image coincide after preprocessing, and repeated landmarks make κ(W, W) singular) and the test patches.
 """
 
 from __future__ import annotations
