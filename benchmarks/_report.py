@@ -19,7 +19,7 @@ BENCHMARKS_DOC = ROOT / "docs" / "benchmarks.md"
 #: it is, :func:`report_block`) and ``REPORT_BLOCKS``, the (page, block name) pairs it writes; ``python -m
 #: experiments report`` calls them all through :func:`report_from_records`.
 REPORTED = ("benchmarks.covariances", "benchmarks.dgp_epoch", "benchmarks.eigenpro",
-            "benchmarks.laplace_neuralef", "benchmarks.lla_rotated_mnist_cost", "benchmarks.neuralef_vs_nystrom",
+            "benchmarks.laplace_far_field", "benchmarks.laplace_neuralef", "benchmarks.lla_rotated_mnist_cost", "benchmarks.neuralef_vs_nystrom",
             "benchmarks.prediction", "benchmarks.prediction_vs_keras", "benchmarks.prediction_cnn_vs_keras", "benchmarks.streaming", "benchmarks.tracing", "benchmarks.twin_training")
 
 

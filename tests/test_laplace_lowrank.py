@@ -162,3 +162,34 @@ def test_eigenfunction_lla_evidence_with_exact_ntk_eigenpairs_is_the_dense_low_r
         np.testing.assert_allclose(la.log_marginal_likelihood(delta), evidence(delta), rtol=1e-8)
     best = minimize_scalar(lambda t: -evidence(np.exp(t)), bounds=(np.log(1e-6), np.log(1e6)), method="bounded", options={"xatol": 1e-10})
     np.testing.assert_allclose(np.log(la.prior_precision), best.x, atol=1e-5)
+
+
+@pytest.mark.parametrize("likelihood, C, k", [("gaussian", 1, 4), ("softmax", 3, 6)])
+def test_the_subspace_covariance_with_exact_eigenpairs_is_the_lla_with_the_ggn_projected_on_the_top_ntk_directions(likelihood, C, k, rng):
+    """J(x) Σ_k J(x)ᵀ with Σ_k⁻¹ = V_k V_kᵀ H V_k V_kᵀ + δ I, V_k the top right singular vectors of the training
+    Jacobian (dense SVD in the test); far from the data too, where eq. 22 alone loses most of the prior variance."""
+    from test_laplace import DenseNTKEigenpairs
+
+    X, Y = data(likelihood, 20, 2, C, rng)
+    model = mlp(2, C, width=5, seed=13)
+    delta, noise = 0.8, 0.1
+    eigen = DenseNTKEigenpairs(model, X, k)
+    common = dict(noise_variance=noise, prior_precision=delta, method="eigenfunctions", eigenfunctions=eigen, verbose=0)
+    la = LinearisedLaplace(model, likelihood, covariance="subspace", **common).fit(X, Y)
+    plain = LinearisedLaplace(model, likelihood, **common).fit(X, Y)
+    H, J = dense_ggn(model, X, likelihood, noise)
+    V = np.linalg.svd(J.reshape(-1, J.shape[2]), full_matrices=False)[2][:k].T  # [P, k]
+    projector = V @ V.T
+    Sigma = np.linalg.inv(projector @ H @ projector + delta * np.eye(H.shape[0]))
+    X_test = np.concatenate([rng.normal(size=(4, 2)), 30.0 * rng.normal(size=(3, 2))])  # near and far
+    J_test, _ = dense_jacobians(model, X_test)
+    expected = np.einsum("ncp,pq,ndq->ncd", J_test, Sigma, J_test)
+    covariance = la.predict_f(X_test, full_output_cov=True)[1].numpy()
+    np.testing.assert_allclose(covariance, expected, rtol=1e-6, atol=1e-9 * np.abs(expected).max())
+    far = np.trace(plain.predict_f(X_test[4:], full_output_cov=True)[1].numpy(), axis1=1, axis2=2)
+    assert np.all(far < 0.5 * np.trace(expected[4:], axis1=1, axis2=2))  # the prior variance eq. 22 loses far away
+    # at the training inputs the two differ by δ⁻¹ J (I − V_k V_kᵀ) Jᵀ (module docstring)
+    J_train = J
+    gap = np.einsum("ncp,pq,ndq->ncd", J_train, np.eye(V.shape[0]) - projector, J_train) / delta
+    np.testing.assert_allclose(la.predict_f(X, full_output_cov=True)[1].numpy() - plain.predict_f(X, full_output_cov=True)[1].numpy(), gap,
+                               rtol=1e-6, atol=1e-9 * np.abs(gap).max())

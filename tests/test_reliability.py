@@ -321,6 +321,7 @@ CASES = [
     ("LinearisedLaplace", "unknown method", lambda c: adgp.eigen.LinearisedLaplace(_tanh_network(), method="kronecker")),
     ("LinearisedLaplace", "negative prior precision", lambda c: adgp.eigen.LinearisedLaplace(_tanh_network(), prior_precision=-1.0)),
     ("LinearisedLaplace", "unknown noise setting", lambda c: adgp.eigen.LinearisedLaplace(_tanh_network(), noise_variance="ml")),
+    ("LinearisedLaplace", "covariance of another method", lambda c: adgp.eigen.LinearisedLaplace(_tanh_network(), method="exact", covariance="subspace")),
     ("LinearisedLaplace.fit", "low rank not below P", lambda c: adgp.eigen.LinearisedLaplace(_tanh_network(), method="lowrank", num_eigenpairs=10_000, verbose=0).fit(c.X, c.Y)),
     ("LinearisedLaplace.fit", "NaN in X", lambda c: adgp.eigen.LinearisedLaplace(_tanh_network(), verbose=0).fit(c.nan_X, c.Y)),
     ("LinearisedLaplace.fit", "labels not 0/1 for bernoulli", lambda c: adgp.eigen.LinearisedLaplace(_tanh_network(), likelihood="bernoulli", verbose=0).fit(c.X, c.Y)),

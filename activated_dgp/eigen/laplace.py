@@ -57,6 +57,19 @@ the same factors. Other networks use their per-example Jacobians.
   B × B Gram is then computed layer by layer without the [B, P] rows,
   :meth:`~activated_dgp.eigen.layerwise.LayerwiseJacobian.combination_gram`). Truncating to k pairs drops the kernel's tail, so eq. 22's
   variances differ from eq. 21's unless the k pairs cover the NTK's spectrum.
+  With ``covariance="subspace"`` the eigenfunctions are used only on the training inputs, to find the directions
+  in parameter space they stand for: their Nyström extension through the NTK, ψ_j(x) = J(x) Jᵀ ψ_j(X) / (N μ_j),
+  is linear in J(x), ψ_j(x) √μ_j = J(x) w_j with w_j = Σ_i J_iᵀ ψ_j(x_i) / (N √μ_j) (N counting the (x, c) pairs).
+  With V_k an orthonormal basis of the w_j, the posterior is the LLA with the GGN projected onto them,
+
+      f(x) ~ GP( g(x, θ_MAP),  J(x) Σ_k J(x')ᵀ ),   Σ_k⁻¹ = V_k V_kᵀ H V_k V_kᵀ + δ I,
+
+  computed as ``lowrank`` does (Woodbury: δ⁻¹ J Jᵀ − (J V) diag(e / (δ (e + δ))) (J V)ᵀ, e the eigenvalues of
+  V_kᵀ H V_k). With the NTK's exact eigenpairs, w_j = V_j, the top right singular vectors of the training Jacobian,
+  and eq. 22 at the training inputs is this posterior minus δ⁻¹ J (I − V_k V_kᵀ) Jᵀ; away from the data eq. 22
+  keeps only the learnt networks' extrapolation of ψ_j, where this form keeps the prior variance of every direction
+  the data do not constrain. It costs two passes of Jacobians over the training data and, per test point, J(x) V_k
+  and J(x) J(x)ᵀ (as ``lowrank``).
 * ``"eigenfunctions"``: eq. 22 with eigenpairs the user gives (``eigenfunctions=``, any object with
   ``eigenvalues`` [k] and ``__call__(inputs) -> [M, k]`` on the inputs above, e.g. a fitted
   :class:`~activated_dgp.eigen.Nystrom` on the NTK, or exact eigenpairs in a test).
@@ -125,13 +138,15 @@ from .neuralef import NeuralEF
 from . import ika, nystrom  # noqa: F401  (register the kinds of the eigenfunctions a saved approximation may hold)
 from .ntk import jacobian_function, jacobian_kernel
 
-__all__ = ["LinearisedLaplace", "METHODS", "JACOBIAN_CACHE_BYTES"]
+__all__ = ["LinearisedLaplace", "METHODS", "COVARIANCES", "JACOBIAN_CACHE_BYTES"]
 
 METHODS = ("exact", "last_layer", "diagonal", "kron", "lowrank", "neuralef", "eigenfunctions")
 PRIOR_PRECISION_SEARCHES = ("marginal_likelihood", "validation")
 _EIGEN_METHODS = ("neuralef", "eigenfunctions")
 #: the methods whose GGN keeps k < P eigenvalues: their evidence counts the P − k others as 0
 _LOW_RANK = ("lowrank",) + _EIGEN_METHODS
+#: the covariances of the eigenfunction methods (:class:`LinearisedLaplace`'s ``covariance``)
+COVARIANCES = ("eq22", "subspace")
 #: the largest training-Jacobian array (N C P float64 numbers, in bytes) that ``method="neuralef"`` computes
 #: once and trains NeuralEF on, instead of recomputing the batch's Jacobians at every step (1 GiB)
 JACOBIAN_CACHE_BYTES = 2**30
@@ -139,7 +154,7 @@ _LEGACY_CONFIG = "laplace.json"  # the file of a directory saved by activated_dg
 #: the constructor arguments a saved fit records (besides the prior precision), under the same names
 _SETTINGS = (
     "likelihood", "noise_variance", "method", "num_eigenpairs", "ntk_samples", "neuralef_steps", "neuralef_options",
-    "predictive", "num_samples", "seed", "batch_size", "max_parameters",
+    "predictive", "num_samples", "seed", "batch_size", "max_parameters", "covariance",
 )
 
 
@@ -239,6 +254,9 @@ class LinearisedLaplace:
         (default: all of them); the others stay at θ_MAP.
     :param prior_precision_grid: the δ values ``"validation"`` tries (default 10^−4 … 10^4, 33 values).
     :param verbose: 1 prints progress of long fits, 0 is silent.
+    :param covariance: for ``neuralef`` and ``eigenfunctions``: ``"eq22"`` (default, eq. 22 as written) or
+        ``"subspace"`` (the LLA with the GGN projected onto the parameter directions of the eigenfunctions' Nyström
+        extension, see the module docstring).
     """
 
     def __init__(
@@ -262,6 +280,7 @@ class LinearisedLaplace:
         prior_precision_grid: Optional[Sequence[float]] = None,
         verbose: int = 1,
         variables: Optional[Sequence[tf.Variable]] = None,
+        covariance: str = "eq22",
     ):
         if not isinstance(model, tf_keras.Model):
             raise ValueError(f"model must be a tf-keras Model, got {type(model).__name__}")
@@ -293,6 +312,11 @@ class LinearisedLaplace:
             raise ValueError("prior_precision_grid must be a non-empty list of positive numbers")
         if verbose not in (0, 1, True, False):
             raise ValueError(f"verbose must be 0 or 1, got {verbose!r}")
+        if covariance not in COVARIANCES:
+            raise ValueError(f"unknown covariance {covariance!r}; use one of {COVARIANCES}")
+        if covariance != "eq22" and method not in _EIGEN_METHODS:
+            raise ValueError(f"covariance={covariance!r} is for the eigenfunction methods {_EIGEN_METHODS}, not {method!r}")
+        self.covariance = covariance
         self.model, self.likelihood, self.method = model, likelihood, method
         if isinstance(noise_variance, str):
             if noise_variance != "marginal_likelihood":
@@ -497,7 +521,13 @@ class LinearisedLaplace:
         if self.method == "lowrank":
             batches = lambda: self._feature_batches(X, "GGN Jacobians", eigen=False)  # noqa: E731
             values, vectors = top_ggn_eigenpairs(batches, Lambda, self.num_parameters, self.num_eigenpairs, self.jacobian_cache_bytes, self._log, self.seed)
-            ggn = None
+        elif self._woodbury:  # the eigenfunctions' subspace V, then V_kᵀ H V_k = Σ (J V)ᵀ Λ (J V)
+            subspace, projected = self._eigenfunction_subspace(X), 0.0
+            for rows, J in self._feature_batches(X, "GGN in the eigenfunction subspace", eigen=False):
+                F = J @ subspace
+                projected = projected + F.reshape(-1, F.shape[2]).T @ np.einsum("bcd,bdq->bcq", Lambda[rows], F).reshape(-1, F.shape[2])
+            values, rotation = np.linalg.eigh(0.5 * (projected + projected.T))
+            values, vectors = np.maximum(values[::-1], 0.0), subspace @ rotation[:, ::-1]
         elif self.method == "kron":
             self.kron = KroneckerFactors(self._layerwise)
             for rows in self._progress_batches(X.shape[0], "Kronecker factors"):
@@ -505,7 +535,7 @@ class LinearisedLaplace:
             ggn = self.kron.finalise().eigenvalues()
         elif self._layerwise_covariance and self.method == "diagonal":
             ggn = sum(self._layerwise.ggn_diagonal(X[rows], Lambda[rows]) for rows in self._progress_batches(X.shape[0], "GGN (layer-wise)"))
-        for rows, F in self._feature_batches(X, "GGN") if ggn is None and self.method != "lowrank" else ():
+        for rows, F in self._feature_batches(X, "GGN") if ggn is None and not self._woodbury else ():
             # Λ_i F_i first, then one product: a three-operand np.einsum loops over b, c, d, p and q at once
             # (50 s per batch of 256 at m = 1,280, C = 10)
             weighted = np.einsum("bcd,bdq->bcq", Lambda[rows], F)
@@ -514,7 +544,7 @@ class LinearisedLaplace:
             else:
                 term = F.reshape(-1, F.shape[2]).T @ weighted.reshape(-1, F.shape[2])
             ggn = term if ggn is None else ggn + term
-        if self.method == "lowrank":
+        if self._woodbury:
             self.ggn_eigenvalues, self.ggn_eigenvectors = values, vectors
         elif self.method in ("diagonal", "kron"):
             self.ggn_eigenvalues, self.ggn_eigenvectors = ggn, None
@@ -682,8 +712,8 @@ class LinearisedLaplace:
         where it can), or F itself (diagonal)."""
         if self.ggn_eigenvectors is None:
             return self._features(X)
-        if self.method == "lowrank":  # [J V, J Jᵀ]: [B, C, k + C]
-            F = self._features(X)
+        if self._woodbury:  # [J V, J Jᵀ]: [B, C, k + C]
+            F = self._features(X, eigen=False)
             return np.concatenate([F @ self.ggn_eigenvectors, F @ np.swapaxes(F, 1, 2)], axis=2)
         if self._layerwise_covariance:
             return self._layerwise.jacobian_times(X, self.ggn_eigenvectors)
@@ -694,12 +724,30 @@ class LinearisedLaplace:
         if self.ggn_eigenvectors is None:  # diagonal
             F = projected
             return (F / (self.ggn_eigenvalues + delta)[None, None, :]) @ np.swapaxes(F, 1, 2)  # batched BLAS, not a 3-operand einsum
-        if self.method == "lowrank":  # δ⁻¹ J Jᵀ − (J V) diag(e / (δ (e + δ))) (J V)ᵀ (module docstring)
+        if self._woodbury:  # δ⁻¹ J Jᵀ − (J V) diag(e / (δ (e + δ))) (J V)ᵀ (module docstring)
             e = self.ggn_eigenvalues
             JV, JJ = projected[:, :, : e.size], projected[:, :, e.size :]
             return JJ / delta - (JV * (e / (delta * (e + delta)))[None, None, :]) @ np.swapaxes(JV, 1, 2)
         root = projected / np.sqrt(self.ggn_eigenvalues + delta)[None, None, :]
         return root @ np.swapaxes(root, 1, 2)
+
+    @property
+    def _woodbury(self) -> bool:
+        """Whether the posterior is δ I plus a rank-k GGN in the parameter directions ``ggn_eigenvectors`` [P, k]
+        (``lowrank``, and the eigen methods with ``covariance="subspace"``)."""
+        return self.method == "lowrank" or (self.method in _EIGEN_METHODS and self.covariance == "subspace")
+
+    def _eigenfunction_subspace(self, X: np.ndarray) -> np.ndarray:
+        """V_k [P, k]: an orthonormal basis of the parameter directions w_j = Σ_i J_iᵀ ψ_j(x_i) / (N √μ_j) of the
+        eigenfunctions' Nyström extension (module docstring), eigenvalues μ_j ≤ 0 left out."""
+        mu = np.asarray(tf.convert_to_tensor(self.eigenfunctions.eigenvalues), dtype=np.float64).reshape(-1)
+        W = 0.0
+        for rows, J in self._feature_batches(X, "eigenfunction subspace", eigen=False):
+            W = W + np.einsum("bcp,bck->pk", J, self._eigen_features(X[rows]))  # Σ J_iᵀ √μ ψ(x_i)
+        keep = mu > 0
+        W = W[:, keep] / (X.shape[0] * self.num_outputs * mu[keep])
+        Q, R = np.linalg.qr(W)
+        return Q[:, np.abs(np.diag(R)) > 1e-12 * max(np.abs(np.diag(R)).max(), 1e-300)]
 
     def _latent_covariance(self, X: np.ndarray, delta: float) -> np.ndarray:
         """J(X) Σ J(X)ᵀ [N, C, C] at prior precision δ, in batches (layer-wise where the network allows)."""
@@ -863,7 +911,7 @@ def _rebuild_laplace(config: dict, arrays: dict, children: dict):
         jacobian_cache_bytes=config["jacobian_cache_bytes"],
         verbose=0,
         variables=None if indices is None else [network.trainable_variables[i] for i in indices],
-        **{name: config[name] for name in _SETTINGS},
+        **{name: config[name] for name in _SETTINGS if name in config},  # settings added later keep their defaults
     )
     laplace._restore_fit(config, arrays)
     if config["method"] == "neuralef":
@@ -900,7 +948,7 @@ def _load_legacy(directory, model, eigenfunctions, verbose: int) -> LinearisedLa
         eigenfunctions=eigenfunctions,
         verbose=verbose,
         variables=None if indices is None else [model.trainable_variables[i] for i in indices],
-        **{name: config[name] for name in _SETTINGS},
+        **{name: config[name] for name in _SETTINGS if name in config},  # settings added later keep their defaults
     )
     with np.load(os.path.join(directory, "laplace.npz")) as arrays:
         laplace._restore_fit(config, {name: arrays[name] for name in arrays.files})
