@@ -954,7 +954,8 @@ def _load_legacy(directory, model, eigenfunctions, verbose: int) -> LinearisedLa
         laplace._restore_fit(config, {name: arrays[name] for name in arrays.files})
     if laplace.method == "neuralef":
         inputs_width = laplace.input_dim + (laplace.num_outputs if laplace.num_outputs > 1 else 0)
-        laplace.eigenfunctions = NeuralEF(laplace.num_eigenpairs, input_dim=inputs_width, **{"seed": laplace.seed, **laplace.neuralef_options})
+        # 0.1 saved NeuralEF with its then default of no extra networks
+        laplace.eigenfunctions = NeuralEF(laplace.num_eigenpairs, input_dim=inputs_width, **{"seed": laplace.seed, "oversampling": 0, **laplace.neuralef_options})
         tf.train.Checkpoint(model=laplace.eigenfunctions).read(os.path.join(directory, "neuralef", "ckpt")).expect_partial()
     return laplace
 

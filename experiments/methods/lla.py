@@ -20,6 +20,8 @@ from experiments.methods.protocol import Budget, Prediction, SplitData, fit_part
 LLA_EXACT_MAX_PARAMETERS = 5000
 LLA_EIGENPAIRS = 20
 LLA_NEURALEF_STEPS = 2000
+#: the recorded cells' NeuralEF: k networks and no extra ones (NeuralEF's default before it took k extra)
+LLA_NEURALEF_OPTIONS = {"oversampling": 0}
 
 
 def twin_parameter_count(input_dim: int) -> int:
@@ -35,7 +37,7 @@ def _lla(method: str, data: SplitData, budget: Budget, networks: Optional[Networ
     prior = ("validation" if validation is not None else 1.0) if eigen else "marginal_likelihood"
     lla = LinearisedLaplace(
         network, likelihood="gaussian", noise_variance=noise, prior_precision=prior, method=method,
-        num_eigenpairs=LLA_EIGENPAIRS, neuralef_steps=LLA_NEURALEF_STEPS, seed=data.seed,
+        num_eigenpairs=LLA_EIGENPAIRS, neuralef_steps=LLA_NEURALEF_STEPS, neuralef_options=LLA_NEURALEF_OPTIONS, seed=data.seed,
         max_parameters=LLA_EXACT_MAX_PARAMETERS, verbose=0,
     )
     lla.fit(X, y, validation_data=validation if prior == "validation" else None,
