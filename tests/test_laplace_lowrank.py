@@ -193,3 +193,60 @@ def test_the_subspace_covariance_with_exact_eigenpairs_is_the_lla_with_the_ggn_p
     gap = np.einsum("ncp,pq,ndq->ncd", J_train, np.eye(V.shape[0]) - projector, J_train) / delta
     np.testing.assert_allclose(la.predict_f(X, full_output_cov=True)[1].numpy() - plain.predict_f(X, full_output_cov=True)[1].numpy(), gap,
                                rtol=1e-6, atol=1e-9 * np.abs(gap).max())
+
+
+@pytest.mark.parametrize("method", ["exact", "diagonal", "kron", "lowrank", "last_layer"])
+def test_weight_sample_root_squares_to_the_dense_posterior_covariance(method, rng):
+    """R Rᵀ = Σ for the sampler θ = θ_MAP + R z, Σ written densely in the test from the dense GGN (kron: from the
+    Kronecker factors computed in numpy, as in test_laplace_kfac)."""
+    from scipy.linalg import block_diag
+    from test_laplace_kfac import numpy_factors
+
+    from activated_dgp.eigen.laplace_sampling import parameter_root_times
+
+    X, Y = data("softmax", 18, 2, 3, rng)
+    model = mlp(2, 3, width=4, seed=21)
+    delta = 0.6
+    options = {"num_eigenpairs": 5} if method == "lowrank" else {}
+    la = LinearisedLaplace(model, "softmax", prior_precision=delta, method=method, verbose=0, **options).fit(X, Y)
+    H, J = dense_ggn(model, X, "softmax")
+    if method == "diagonal":
+        H = np.diag(np.diag(H))
+    elif method == "lowrank":
+        values, vectors = top(H, 5)
+        H = vectors @ np.diag(values) @ vectors.T
+    elif method == "kron":
+        _, F = dense_jacobians(model, X)
+        A, G = numpy_factors(model, X, hessians("softmax", F))
+        H = block_diag(*[np.kron(a, g) for a, g in zip(A, G)])
+    elif method == "last_layer":
+        H = H[-15:, -15:]  # the last Dense layer: kernel 4 × 3 and bias 3
+    Sigma = np.linalg.inv(H + delta * np.eye(H.shape[0]))
+    R = parameter_root_times(la, np.eye(H.shape[0]))
+    np.testing.assert_allclose(R @ R.T, Sigma, rtol=1e-8, atol=1e-10 * np.abs(Sigma).max())
+
+
+def test_weight_sample_predictive_of_a_model_linear_in_its_weights(rng):
+    """g(x) = x W + b is linear in θ, so the NN predictive's mean and variance over S samples are those of the
+    sampled linear outputs, and approach the GLM predictive as S grows (within 5 Monte Carlo standard errors)."""
+    import tf_keras
+
+    X = rng.normal(size=(30, 2))
+    Y = X @ np.array([[1.0], [-2.0]]) + 0.3 * rng.normal(size=(30, 1))
+    model = tf_keras.Sequential([tf_keras.Input((2,), dtype="float64"), tf_keras.layers.Dense(1, dtype="float64")])
+    model.layers[-1].set_weights([np.array([[0.9], [-1.8]]), np.array([0.1])])
+    before = [w.copy() for w in model.get_weights()]
+    la = LinearisedLaplace(model, noise_variance=0.09, prior_precision=2.0, method="exact", verbose=0).fit(X, Y)
+    X_test = np.concatenate([rng.normal(size=(3, 2)), 10 * rng.normal(size=(2, 2))])
+    glm_mean, glm_var = (t.numpy() for t in la.predict_y(X_test))
+    S = 4000
+    mean, var = (t.numpy() for t in la.predict_y(X_test, pred_type="nn", num_samples=S, seed=3))
+    latent = glm_var - 0.09
+    np.testing.assert_allclose(mean, glm_mean, atol=5 * np.sqrt(latent.max() / S))
+    np.testing.assert_allclose(var - 0.09, latent, rtol=5 * np.sqrt(2 / S))
+    for w, b in zip(model.get_weights(), before):  # the network is left at θ_MAP
+        np.testing.assert_array_equal(w, b)
+    with pytest.raises(ValueError, match="pred_type"):
+        la.predict_y(X_test, pred_type="sample")
+    with pytest.raises(ValueError, match="marginal"):
+        la.predict_y(X_test, pred_type="nn", full_output_cov=True)

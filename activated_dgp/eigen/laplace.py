@@ -99,7 +99,8 @@ variant's GGN is proportional to 1/σ², rescaled by σ₀²/σ² for any other 
 log p(D | θ_MAP) = −Σ‖y − g(x)‖²/(2σ²) − (N C/2) log 2πσ², is maximised over (log δ, log σ²) jointly by L-BFGS-B with its
 analytic gradient (or over σ² alone at a fixed δ); laplace-torch leaves σ to a gradient loop of the user's.
 
-Predictives (``predict_y``): Gaussian N(μ, J Σ Jᵀ + σ² I) exactly; Bernoulli by the probit
+Predictives (``predict_y``; with ``pred_type="nn"`` by weight samples through the network instead,
+:mod:`.laplace_sampling`): Gaussian N(μ, J Σ Jᵀ + σ² I) exactly; Bernoulli by the probit
 approximation (default, MacKay 1992) or Monte Carlo; softmax by Monte Carlo over the Gaussian latent
 (default: 1,000 samples from ``numpy.random.default_rng(seed)``) or the generalised probit.
 """
@@ -133,6 +134,7 @@ from .laplace_likelihoods import (
     predictive_probabilities,
 )
 from .kfac import KroneckerFactors, check_kron_layers
+from .laplace_sampling import weight_sample_predictive
 from .lowrank import top_ggn_eigenpairs
 from .neuralef import NeuralEF
 from . import ika, nystrom  # noqa: F401  (register the kinds of the eigenfunctions a saved approximation may hold)
@@ -774,11 +776,23 @@ class LinearisedLaplace:
         variance = covariance if full else np.diagonal(covariance, axis1=1, axis2=2).copy()
         return tf.constant(mean), tf.constant(variance)
 
-    def predict_y(self, X, full_output_cov: bool = False):
+    def predict_y(self, X, full_output_cov: bool = False, pred_type: str = "glm", num_samples: int = 100, seed: Optional[int] = None):
         """The predictive of y: Gaussian, mean g(X) and variance J Σ Jᵀ + σ² ([N, C], or [N, C, C] with
         ``full_output_cov``); classification, class probabilities p [N, C] (p(y = 1) [N, 1] for Bernoulli,
         by the probit approximation or Monte Carlo, see the module docstring) and the variance p(1 − p)
-        of each class indicator. float64 tensors."""
+        of each class indicator. float64 tensors.
+
+        ``pred_type="nn"`` (laplace-torch's name) is the predictive of ``num_samples`` weight samples θ ~ N(θ_MAP, Σ)
+        run through the network instead (:mod:`.laplace_sampling`; seeded by ``seed``, default the approximation's);
+        marginal variances only."""
+        if pred_type not in ("glm", "nn"):
+            raise ValueError(f"unknown pred_type {pred_type!r}; use 'glm' (the linearised predictive) or 'nn' (weight samples)")
+        if pred_type == "nn":
+            if full_output_cov:
+                raise ValueError("pred_type='nn' gives marginal variances only; use full_output_cov=False")
+            mean, variance = weight_sample_predictive(self, self._check_X(X), check_positive_int(num_samples, "num_samples"),
+                                                      self.seed if seed is None else int(seed))
+            return tf.constant(mean), tf.constant(variance)
         mean, covariance = self._latent(self._check_X(X))
         if self.likelihood == "gaussian":
             covariance = covariance + self.noise_variance * np.eye(self.num_outputs)[None]
