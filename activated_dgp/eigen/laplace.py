@@ -111,7 +111,7 @@ import json
 import os
 import time
 import warnings
-from typing import Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -149,6 +149,8 @@ _EIGEN_METHODS = ("neuralef", "eigenfunctions")
 _LOW_RANK = ("lowrank",) + _EIGEN_METHODS
 #: the covariances of the eigenfunction methods (:class:`LinearisedLaplace`'s ``covariance``)
 COVARIANCES = ("eq22", "subspace")
+#: one prior precision for all weights, or one per layer (diagonal: per variable; kron: per Dense layer)
+PRIOR_STRUCTURES = ("scalar", "layerwise")
 #: the largest training-Jacobian array (N C P float64 numbers, in bytes) that ``method="neuralef"`` computes
 #: once and trains NeuralEF on, instead of recomputing the batch's Jacobians at every step (1 GiB)
 JACOBIAN_CACHE_BYTES = 2**30
@@ -156,7 +158,7 @@ _LEGACY_CONFIG = "laplace.json"  # the file of a directory saved by activated_dg
 #: the constructor arguments a saved fit records (besides the prior precision), under the same names
 _SETTINGS = (
     "likelihood", "noise_variance", "method", "num_eigenpairs", "ntk_samples", "neuralef_steps", "neuralef_options",
-    "predictive", "num_samples", "seed", "batch_size", "max_parameters", "covariance",
+    "predictive", "num_samples", "seed", "batch_size", "max_parameters", "covariance", "prior_structure",
 )
 
 
@@ -283,6 +285,7 @@ class LinearisedLaplace:
         verbose: int = 1,
         variables: Optional[Sequence[tf.Variable]] = None,
         covariance: str = "eq22",
+        prior_structure: str = "scalar",
     ):
         if not isinstance(model, tf_keras.Model):
             raise ValueError(f"model must be a tf-keras Model, got {type(model).__name__}")
@@ -292,9 +295,17 @@ class LinearisedLaplace:
             raise ValueError(f"unknown likelihood {likelihood!r}; use one of {LIKELIHOOD_NAMES}")
         if method not in METHODS:
             raise ValueError(f"unknown method {method!r}; use one of {METHODS}")
+        if prior_structure not in PRIOR_STRUCTURES:
+            raise ValueError(f"unknown prior_structure {prior_structure!r}; use one of {PRIOR_STRUCTURES}")
+        if prior_structure == "layerwise" and method not in ("diagonal", "kron"):
+            raise ValueError(f"prior_structure='layerwise' is for methods diagonal and kron, not {method!r}")
         if isinstance(prior_precision, str):
             if prior_precision not in PRIOR_PRECISION_SEARCHES:
                 raise ValueError(f"prior_precision must be a positive number or one of {PRIOR_PRECISION_SEARCHES}, got {prior_precision!r}")
+            if prior_structure == "layerwise" and prior_precision == "validation":
+                raise ValueError("prior_structure='layerwise' chooses its precisions by 'marginal_likelihood', not 'validation'")
+        elif prior_structure == "layerwise" and np.ndim(prior_precision) == 1:
+            prior_precision = np.array([_positive(value, "prior_precision") for value in prior_precision])
         else:
             prior_precision = _positive(prior_precision, "prior_precision")
         predictive = PREDICTIVES[likelihood][0] if predictive is None else predictive
@@ -319,15 +330,16 @@ class LinearisedLaplace:
         if covariance != "eq22" and method not in _EIGEN_METHODS:
             raise ValueError(f"covariance={covariance!r} is for the eigenfunction methods {_EIGEN_METHODS}, not {method!r}")
         self.covariance = covariance
+        self.prior_structure = prior_structure
         self.model, self.likelihood, self.method = model, likelihood, method
         if isinstance(noise_variance, str):
             if noise_variance != "marginal_likelihood":
                 raise ValueError(f"noise_variance must be a positive number or 'marginal_likelihood', got {noise_variance!r}")
             if likelihood != "gaussian":
                 raise ValueError(f"noise_variance='marginal_likelihood' is for the gaussian likelihood, not {likelihood!r}")
-            if prior_precision == "validation":
-                raise ValueError("noise_variance='marginal_likelihood' needs the Laplace evidence at a fixed or "
-                                 "'marginal_likelihood' prior precision, not 'validation'")
+            if isinstance(prior_precision, str) and prior_precision == "validation" or prior_structure != "scalar":
+                raise ValueError("noise_variance='marginal_likelihood' needs the Laplace evidence at a scalar fixed or "
+                                 "'marginal_likelihood' prior precision")
             self.noise_variance_setting, self.noise_variance = noise_variance, 1.0
         else:
             self.noise_variance = _positive(noise_variance, "noise_variance")
@@ -496,7 +508,7 @@ class LinearisedLaplace:
         model output that is not finite.
         """
         X = check_matrix(X, "X")
-        if (validation_data is not None) != (self.prior_precision_setting == "validation"):
+        if (validation_data is not None) != (isinstance(self.prior_precision_setting, str) and self.prior_precision_setting == "validation"):
             raise ValueError("validation_data=(X_val, Y_val) is required by, and only used by, prior_precision='validation'")
         self.input_dim = X.shape[1]
         F_map = self._outputs(X)
@@ -556,11 +568,12 @@ class LinearisedLaplace:
         self._log_likelihood = log_likelihood(self.likelihood, F_map, Y, self.noise_variance)
         self._theta_norm2 = float(np.sum(self._parameter_vector() ** 2))
         setting = self.prior_precision_setting
+        search = setting if isinstance(setting, str) else None
         if self.noise_variance_setting == "marginal_likelihood":
-            self.prior_precision = self._maximise_evidence_with_noise(None if setting == "marginal_likelihood" else setting)
-        elif setting == "marginal_likelihood":
+            self.prior_precision = self._maximise_evidence_with_noise(None if search == "marginal_likelihood" else setting)
+        elif search == "marginal_likelihood":
             self.prior_precision = self._maximise_evidence()
-        elif setting == "validation":
+        elif search == "validation":
             self.prior_precision = self._select_by_validation(X_val, Y_val)
         else:
             self.prior_precision = setting
@@ -575,6 +588,8 @@ class LinearisedLaplace:
                                                np.log(self._checked_noise(noise_variance)))[0]
         if self.input_dim is None:
             raise ValueError("the LinearisedLaplace approximation is not fitted yet (call fit first)")
+        if self.prior_structure == "layerwise":
+            return self._layerwise_evidence_and_gradient(np.log(self._checked_layer_precisions(self.prior_precision if prior_precision is None else prior_precision)))[0]
         delta = _positive(self.prior_precision if prior_precision is None else prior_precision, "prior_precision")
         kept = self.ggn_eigenvalues.shape[0]
         m = self.num_parameters if self.method in _LOW_RANK else kept  # the P − k left out count as 0
@@ -599,6 +614,8 @@ class LinearisedLaplace:
                 raise ValueError("method='marglik' takes no val_data or grid")
             self.prior_precision = self._maximise_evidence()
         elif method == "gridsearch":
+            if self.prior_structure == "layerwise":
+                raise ValueError("prior_structure='layerwise' chooses its precisions by method='marglik', not 'gridsearch'")
             if not isinstance(val_data, (tuple, list)) or len(val_data) != 2:
                 raise ValueError("method='gridsearch' needs val_data=(X_val, Y_val)")
             if grid is not None:
@@ -667,12 +684,63 @@ class LinearisedLaplace:
         self._log(f"noise and prior precision by marginal likelihood: σ² = {self.noise_variance:.6g}, δ = {np.exp(log_delta):.6g}")
         return float(np.exp(log_delta))
 
-    def _maximise_evidence(self) -> float:
+    def _per_parameter(self, delta):
+        """δ as one value per parameter (layerwise), or the scalar itself."""
+        if self.prior_structure != "layerwise":
+            return delta
+        return np.repeat(self._checked_layer_precisions(delta), self._prior_groups())
+
+    def _prior_groups(self) -> List[int]:
+        """The sizes of the parameter groups that share a prior precision under ``prior_structure="layerwise"``, in
+        parameter order: each variable (diagonal) or each Dense layer's kernel and bias (kron)."""
+        if self.method == "kron":
+            return self.kron.layer_sizes()
+        return [int(np.prod(v.shape)) for v in self.variables]
+
+    def _checked_layer_precisions(self, values) -> np.ndarray:
+        values = np.atleast_1d(np.asarray(values, dtype=np.float64))
+        groups = self._prior_groups()
+        if values.size == 1:
+            values = np.full(len(groups), values[0])
+        if values.shape != (len(groups),) or not np.all(np.isfinite(values) & (values > 0)):
+            raise ValueError(f"prior_structure='layerwise' needs {len(groups)} positive prior precisions (one per "
+                             f"{'Dense layer' if self.method == 'kron' else 'variable'}), got {values.tolist()}")
+        return values
+
+    def _layerwise_evidence_and_gradient(self, log_deltas: np.ndarray) -> Tuple[float, np.ndarray]:
+        """The Laplace evidence with one δ_l per group (module docstring, δ‖θ‖² and m log δ summed per group) and
+        its gradient in log δ_l: −δ_l‖θ_l‖²/2 + m_l/2 − ½ Σ_(j in l) δ_l / (e_j + δ_l)."""
+        deltas = np.exp(np.asarray(log_deltas, dtype=np.float64))
+        sizes = self._prior_groups()
+        per_parameter = np.repeat(deltas, sizes)
+        theta2 = np.add.reduceat(self._parameter_vector() ** 2, np.cumsum([0] + sizes[:-1]))
+        e = self.ggn_eigenvalues  # diagonal: per parameter; kron: the products a_i g_j, layer by layer
+        value = (self._log_likelihood - 0.5 * np.sum(deltas * theta2) + 0.5 * np.sum(np.asarray(sizes) * np.log(deltas))
+                 - 0.5 * np.sum(np.log(e + per_parameter)))
+        shares = np.add.reduceat(per_parameter / (e + per_parameter), np.cumsum([0] + sizes[:-1]))
+        return float(value), -0.5 * deltas * theta2 + 0.5 * np.asarray(sizes) - 0.5 * shares
+
+    def _maximise_layerwise_evidence(self) -> np.ndarray:
+        start = np.full(len(self._prior_groups()), np.log(self._maximise_evidence_scalar()))
+        objective = lambda z: tuple(-part for part in self._layerwise_evidence_and_gradient(z))  # noqa: E731
+        result = minimize(objective, start, jac=True, method="L-BFGS-B", bounds=[(np.log(1e-8), np.log(1e8))] * start.size,
+                          options={"ftol": 1e-15, "gtol": 1e-10, "maxiter": 2000})
+        deltas = np.exp(result.x)
+        self._log(f"prior precisions by marginal likelihood, one per group: {np.array2string(deltas, precision=4)}")
+        return deltas
+
+    def _maximise_evidence(self):
+        """The δ (or, layerwise, the δ_l) maximising the Laplace evidence."""
+        return self._maximise_layerwise_evidence() if self.prior_structure == "layerwise" else self._maximise_evidence_scalar()
+
+    def _maximise_evidence_scalar(self) -> float:
+        evidence = (lambda delta: self._layerwise_evidence_and_gradient(np.full(len(self._prior_groups()), np.log(delta)))[0]) \
+            if self.prior_structure == "layerwise" else self.log_marginal_likelihood
         log_grid = np.linspace(np.log(1e-8), np.log(1e8), 161)
-        values = np.array([self.log_marginal_likelihood(np.exp(t)) for t in log_grid])
+        values = np.array([evidence(np.exp(t)) for t in log_grid])
         best = int(np.argmax(values))
         low, high = log_grid[max(best - 1, 0)], log_grid[min(best + 1, len(log_grid) - 1)]
-        result = minimize_scalar(lambda t: -self.log_marginal_likelihood(np.exp(t)), bounds=(low, high), method="bounded", options={"xatol": 1e-10})
+        result = minimize_scalar(lambda t: -evidence(np.exp(t)), bounds=(low, high), method="bounded", options={"xatol": 1e-10})
         delta = float(np.exp(result.x)) if -result.fun >= values[best] else float(np.exp(log_grid[best]))
         if best in (0, len(log_grid) - 1):
             self._log(f"the evidence is largest at the edge of δ ∈ [1e-8, 1e8] (δ = {delta:.3g})")
@@ -725,7 +793,7 @@ class LinearisedLaplace:
         """F Σ Fᵀ [B, C, C] for Σ = (H + δ I)⁻¹, from :meth:`_projected`'s F V (or F, diagonal)."""
         if self.ggn_eigenvectors is None:  # diagonal
             F = projected
-            return (F / (self.ggn_eigenvalues + delta)[None, None, :]) @ np.swapaxes(F, 1, 2)  # batched BLAS, not a 3-operand einsum
+            return (F / (self.ggn_eigenvalues + self._per_parameter(delta))[None, None, :]) @ np.swapaxes(F, 1, 2)  # batched BLAS, not a 3-operand einsum
         if self._woodbury:  # δ⁻¹ J Jᵀ − (J V) diag(e / (δ (e + δ))) (J V)ᵀ (module docstring)
             e = self.ggn_eigenvalues
             JV, JJ = projected[:, :, : e.size], projected[:, :, e.size :]
@@ -755,8 +823,10 @@ class LinearisedLaplace:
         """J(X) Σ J(X)ᵀ [N, C, C] at prior precision δ, in batches (layer-wise where the network allows)."""
         if self.method == "kron":
             return np.concatenate([self.kron.covariance(X[rows], delta) for rows in self._batches(X.shape[0])], axis=0)
+        if self.method == "kron" and self.prior_structure == "layerwise":
+            delta = self._checked_layer_precisions(delta)
         if self._layerwise_covariance and self.ggn_eigenvectors is None:
-            variances = 1.0 / (self.ggn_eigenvalues + delta)
+            variances = 1.0 / (self.ggn_eigenvalues + self._per_parameter(delta))
             return np.concatenate([self._layerwise.covariance(X[rows], variances) for rows in self._batches(X.shape[0])], axis=0)
         return np.concatenate([self._covariance(self._projected(X[rows]), delta) for rows in self._batches(X.shape[0])], axis=0)
 
@@ -870,11 +940,16 @@ class LinearisedLaplace:
 # ---------------------------------------------------------------- saving (activated_dgp.save / load)
 
 
+def _as_json(value):
+    """A prior precision as JSON: a number, a name, or a list (one per layer)."""
+    return np.asarray(value).tolist() if isinstance(value, np.ndarray) else value
+
+
 def _settings(laplace: LinearisedLaplace) -> dict:
     return dict(
         {name: getattr(laplace, name) for name in _SETTINGS},
-        prior_precision=laplace.prior_precision,
-        prior_precision_setting=laplace.prior_precision_setting,
+        prior_precision=_as_json(laplace.prior_precision),
+        prior_precision_setting=_as_json(laplace.prior_precision_setting),
         jacobian_cache_bytes=laplace.jacobian_cache_bytes,
         input_dim=laplace.input_dim,
         num_outputs=laplace.num_outputs,

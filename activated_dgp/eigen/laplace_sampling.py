@@ -34,7 +34,9 @@ def parameter_root_times(laplace, Z: np.ndarray) -> np.ndarray:
                          "or a parameter method (exact, last_layer, diagonal, kron, lowrank)")
     if laplace.method == "kron":
         blocks, start = [], 0
-        for (a, QA, g, QG) in laplace.kron.eigen:
+        deltas = np.broadcast_to(np.asarray(laplace._checked_layer_precisions(delta) if laplace.prior_structure == "layerwise" else delta,
+                                            dtype=np.float64), (len(laplace.kron.eigen),))
+        for (a, QA, g, QG), delta in zip(laplace.kron.eigen, deltas):
             size = a.size * g.size
             block = Z[start : start + size].reshape(a.size, g.size, -1)  # [in + 1, out, S], row-major per sample
             scaled = block / np.sqrt(np.outer(a, g) + delta)[:, :, None]
@@ -42,7 +44,7 @@ def parameter_root_times(laplace, Z: np.ndarray) -> np.ndarray:
             start += size
         return np.concatenate(blocks, axis=0)
     if V is None:  # diagonal
-        return Z / np.sqrt(e + delta)[:, None]
+        return Z / np.sqrt(e + laplace._per_parameter(delta))[:, None]
     if laplace._woodbury:
         return Z / np.sqrt(delta) + V @ (((e + delta) ** -0.5 - delta**-0.5)[:, None] * (V.T @ Z))
     return V @ (Z / np.sqrt(e + delta)[:, None])
