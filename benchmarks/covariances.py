@@ -1,4 +1,4 @@
-"""Time and peak memory of the activated Kuf/Kuu against GPflow's closed-form kernels (issue 2).
+"""Time and peak memory of the activated Kuf/Kuu against GPflow's closed-form kernels.
 
 Sizes: M = 128 inducing variables, N = 10,000 inputs, D = 8, truncation level Ñ = 20, float64.
 Baselines timed in the same run: ``gpflow.kernels.ArcCosine(order=1)`` and

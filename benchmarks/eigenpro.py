@@ -1,4 +1,4 @@
-"""EigenPro 3 benchmarks (issue 13): iterations to a target error per preconditioner, and scaling.
+"""EigenPro 3 benchmarks: iterations to a target error per preconditioner, and scaling.
 
 ``iterations`` (machine-independent counts): protein (first --n rows, standardised features), p random
 centers, Laplacian kernel (Exponential, lengthscale 2), exact projection, consistent update, full batch
@@ -33,10 +33,10 @@ ratio and the relative difference of the results (the iteration is the same, so 
 timing behind them go to docs/figures/eigenpro_projection_speed.json (written atomically; not with --no-write), the
 record docs/kernel_machines.md names (it quotes no speed-up until one is committed).
 
-Run:  nice -n 10 python -m benchmarks.eigenpro iterations --data-dir ../shared/data
-      python -m benchmarks.eigenpro scaling --data-dir ../shared/data     (quiet machine; writes its record and docs/benchmarks.md)
-      python -m benchmarks.eigenpro gram-cache --data-dir ../shared/data  (quiet machine; ~5 min)
-      nice -n 10 python -m benchmarks.eigenpro projection-speed --data-dir ../shared/data   (~5 min; writes its record)
+Run:  nice -n 10 python -m benchmarks.eigenpro iterations --data-dir $ADGP_DATA_DIR
+      python -m benchmarks.eigenpro scaling --data-dir $ADGP_DATA_DIR     (quiet machine; writes its record and docs/benchmarks.md)
+      python -m benchmarks.eigenpro gram-cache --data-dir $ADGP_DATA_DIR  (quiet machine; ~5 min)
+      nice -n 10 python -m benchmarks.eigenpro projection-speed --data-dir $ADGP_DATA_DIR   (~5 min; writes its record)
 """
 
 from __future__ import annotations
@@ -227,7 +227,7 @@ def scaling(args, output=SCALING_RECORD):
     cells = scaling_cells(args.scaling_n)
     gram_cache_bytes = int(args.gram_cache_gib * 2**30)
     given = {name: getattr(args, name) for name in SCALING_DEFAULTS}
-    record = {"command": command_line("python -m benchmarks.eigenpro scaling --data-dir ../shared/data", given, SCALING_DEFAULTS),
+    record = {"command": command_line("python -m benchmarks.eigenpro scaling --data-dir $ADGP_DATA_DIR", given, SCALING_DEFAULTS),
               **given, "cells": [list(cell) for cell in cells], "rows": []}
     for index, (n, p) in enumerate(cells):
         queue = context.Queue()
@@ -272,7 +272,7 @@ def report_scaling() -> str:
     from benchmarks._report import report_block
 
     return report_block("eigenpro_scaling", scaling_table, SCALING_RECORD, SCALING_REPORT_COMMAND,
-                        made_by="python -m benchmarks.eigenpro scaling --data-dir ../shared/data")
+                        made_by="python -m benchmarks.eigenpro scaling --data-dir $ADGP_DATA_DIR")
 
 
 def gram_cache(args):

@@ -23,7 +23,7 @@ Error: mean |κ(x, y) − φ(x)·φ(y)| over all pairs of ``--test`` held-out te
 for ranks m = 128 (all) and m = 32, averaged over ``--trials`` independent draws of filters and samples.
 Relative error reduction = 1 − error_IKA / error_Nyström (the paper: 18.6 % random, 9.1 % k-means, STL-10).
 
-Run:  python -m benchmarks.ika_vs_nystrom --data-dir ../shared/data   (writes the "ika" section of
+Run:  python -m benchmarks.ika_vs_nystrom --data-dir $ADGP_DATA_DIR   (writes the "ika" section of
       docs/benchmarks.md; a few minutes on 2 cores)
 """
 
@@ -173,9 +173,9 @@ def markdown(record: dict) -> str:
         relation = "lower" if value > 0 else "higher"
         return f"{filters} filters: IKA's error is {abs(value):.1f} % {relation} than Nyström's (paper, STL-10: {paper} % lower)"
 
-    doc = f"""## IKA against Nyström on MNIST patches (issue 4)
+    doc = f"""## IKA against Nyström on MNIST patches
 
-Command: `python -m benchmarks.ika_vs_nystrom --data-dir ../shared/data` ({num_patches:,} random 7×7 patches of the
+Command: `python -m benchmarks.ika_vs_nystrom --data-dir $ADGP_DATA_DIR` ({num_patches:,} random 7×7 patches of the
 10,000 MNIST test images; GCN, PCA whitening (ε = {WHITENING_EPSILON}), unit length (IKA §4.1); 80/20 train/test split; Gaussian
 kernel with σ² = 10th percentile of squared distances = {sigma2:.4f}; n = {NUM_FILTERS} filters; IKA with S = {num_samples:,} samples and
 basis exp(w_i·x/σ²) ∝ κ(x, w_i); Nyström with the filters as landmarks; mean |κ − φ·φ| over all pairs of {num_test:,} test

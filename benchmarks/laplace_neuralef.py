@@ -163,7 +163,7 @@ def cache_markdown(record: dict) -> str:
         for name, fit in fits.items()
     )
     return (
-        "## LLA NeuralEF: training Jacobians cached (issue 33)\n\n"
+        "## LLA NeuralEF: training Jacobians cached\n\n"
         f"Record: `docs/results/laplace_neuralef_cache.json` (made by `{CACHE_COMMAND}`). A 6-128-128-1 tanh MLP (P = {record['P']:,}), N = {record['N']}, "
         f"k = {record['k']}, batch {record['batch_size']}; `LinearisedLaplace(method=\"neuralef\")` fit (NeuralEF steps, Ritz step, "
         "GGN), same seed, in one process. One Jacobian batch of 256 points takes "

@@ -1,4 +1,4 @@
-"""What the rotated-MNIST LLA rows can afford to cover (issue 33): the time of one Jacobian of the 10 logits of 64
+"""What the rotated-MNIST LLA rows can afford to cover: the time of one Jacobian of the 10 logits of 64
 images with respect to the parameters of the whole CNN, of its dense head (on frozen conv features), of the head after
 its first activated layer, and of the last Dense layer, on the study's network (experiments.rotated_mnist,
 Ñ = 20, random weights: the cost does not depend on their values). Extrapolated to one pass over 4,500 training
@@ -168,7 +168,7 @@ def markdown(record: dict) -> str:
         f"{row['ratio']}× | {row['max_relative_difference']:.1e} |" for row in record["diagonal_lla"])
     loads = sorted({tuple(row["load_average_1_5_15"]) for row in record["rows"] + record["diagonal_lla"]})
     return (
-        "## LLA on the rotated-MNIST network: Jacobian cost, and the diagonal LLA layer by layer (issue 33)\n\n"
+        "## LLA on the rotated-MNIST network: Jacobian cost, and the diagonal LLA layer by layer\n\n"
         "Record: `docs/results/lla_rotated_mnist_cost.json` (made by `python -m benchmarks.lla_rotated_mnist_cost`). The study's "
         f"CNN (Ñ = {record['truncation_level']}, random weights), the Jacobian of the 10 logits of 64 images:\n\n"
         "| parameters | P | s per 64 images | s per 4,500 images |\n|---|---|---|---|\n" + rows + "\n\n"

@@ -256,7 +256,7 @@ def report(results, sizes, steps: int, nystrom_max: int) -> str:
             base, nef = seconds(name, LANCZOS, size), seconds(name, "NeuralEF", size)
             if base is not None and nef is not None:
                 notes.append(f"- {name}, N = {size:,}: NeuralEF / Nyström (Lanczos, top {NUM_EIGENPAIRS}) time = {nef / base:.2f}.")
-    return f"""## NeuralEF against Nyström (issues 4, 16)
+    return f"""## NeuralEF against Nyström
 
 Command: `nice -n 15 python -m benchmarks.neuralef_vs_nystrom --sizes {' '.join(map(str, sizes))} --steps {steps} --nystrom-max {nystrom_max}`
 (NeuralEF paper §4.1 set-up: (x x' + 1.5)^4 on U[−1, 1] and exp(−|x − x'|²/2) on U[−2, 2], k = {NUM_EIGENPAIRS}.

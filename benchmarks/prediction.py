@@ -1,4 +1,4 @@
-"""Prediction throughput: ``BatchPredictor`` with S = 32 samples, and the floating-point floor per point (issue 15).
+"""Prediction throughput: ``BatchPredictor`` with S = 32 samples, and the floating-point floor per point.
 
 Model: a three-layer activated DGP, 128 units per layer, D = 8, float64, Gaussian likelihood (untrained:
 the cost does not depend on the values). Inputs are a memmap in a temporary directory, so the input does not

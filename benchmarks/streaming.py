@@ -1,4 +1,4 @@
-"""Training from files in constant memory: one epoch of an activated DGP on N = 2,000,000 rows (issue 15).
+"""Training from files in constant memory: one epoch of an activated DGP on N = 2,000,000 rows.
 
 A synthetic regression set, y = sin(2 x₁) + x₂x₃/2 + 0.1 ε with x ~ N(0, I_8), is written in chunks to two
 ``.npy`` files in a temporary directory and trained for one epoch with

@@ -1,4 +1,4 @@
-"""Why does the activated twin train slower and worse than a plain network of its shape? (issue 31, part 3)
+"""Why does the activated twin train slower and worse than a plain network of its shape?
 
 Short seeded runs on a row-subsample of a UCI set's published split 0: every variant gets the same rows,
 the same minibatch order seed, the same number of Adam steps and the same learning-rate schedule; the

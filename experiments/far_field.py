@@ -1,4 +1,4 @@
-"""Far-field uncertainty of the activated DGP, with and without the far-field residual (issue 32).
+"""Far-field uncertainty of the activated DGP, with and without the far-field residual.
 
     nice -n 10 python -m experiments far_field [--out docs/results/far_field] [--quick]
 
@@ -227,7 +227,7 @@ def _summary(record, state, factor):
 
 
 def target_lines(records) -> list:
-    """Issue 32's targets, read from the ADGP records with the residual on: classification, far-field |p − 0.5| at
+    """The far-field targets, read from the ADGP records with the residual on: classification, far-field |p − 0.5| at
     10× the data radius ≤ 0.05 with held-out accuracy within 1 point of the network's; 1-D regression, |E[y] − ȳ| /
     std[y] ≤ 1 at 100× the data range and ≤ 2 at 10× (the range is 2R for data symmetric about x̄: factors 200 and
     20 of R)."""
@@ -336,7 +336,7 @@ def _write_page(records, options, figure) -> None:
                 f"{'—' if outside is None else f'{outside:.3f}'} |"
             )
     command = "nice -n 10 python -m experiments far_field" + (f" --out {Path(options.out).as_posix()}" if Path(options.out).name != "far_field" else "") + (f" --far-order {options.far_order}" if options.far_order != DEFAULT_ORDER else "") + (f" --activation {options.activation}" if options.activation != DEFAULT_ACTIVATION else "")
-    text = f"""# Far-field uncertainty (issue 32)
+    text = f"""# Far-field uncertainty
 
 ![far field]({figure.name})
 
@@ -374,7 +374,7 @@ off; the paired table "The far-field residual in distribution" in [uci.md](uci.m
 and without it. Rotated MNIST, every angle: [rotated_mnist_recipes_paper.md](rotated_mnist_recipes_paper.md) (the
 paper's recipe with the residual, each seed's fit also scored with it switched off).
 
-Issue 32's targets, with the residual on (generated from the records):
+The targets, with the residual on (generated from the records):
 
 {chr(10).join(target_lines(records))}
 

@@ -1,6 +1,6 @@
 """Rotated MNIST: dataset shift by rotating the test digits 0°…180° (Dutordoir et al., 2021, Sec. 5.3, Fig. 8, E.2).
 
-    python -m experiments rotated_mnist --data-dir ../shared/data --out docs/results/rotated_mnist \\
+    python -m experiments rotated_mnist --data-dir $ADGP_DATA_DIR --out docs/results/rotated_mnist \\
         --seeds 0 1 2 --epochs 10
 
 (``python -m experiments.rotated_mnist …`` is the same command.) Models (appendix E.2): a CNN feature extractor

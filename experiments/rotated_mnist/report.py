@@ -142,7 +142,7 @@ SHIFT_ANGLES = (120, 135, 150, 165, 180)  # issue 32's target: the far field hel
 
 
 def far_field_lines(records: List[Dict], dataset: str, angles) -> List[str]:
-    """The paired far-field table (issue 32): per model with ``far_field_off`` scores, the test log-likelihood with
+    """The paired far-field table: per model with ``far_field_off`` scores, the test log-likelihood with
     the residual and without it (the same fit), seed means per angle, and in how many seeds it is better at every
     angle of :data:`SHIFT_ANGLES`."""
     lines: List[str] = []

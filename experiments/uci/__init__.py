@@ -1,7 +1,7 @@
 """UCI regression benchmark (Dutordoir et al., 2021, Sec. 5.2, Fig. 7, appendix E.1).
 
     python -m experiments uci --dataset boston-embedded --method nn,adgp --budget small
-    python -m experiments uci --dataset all --method all --data-dir ../shared/data --out docs/results/uci
+    python -m experiments uci --dataset all --method all --data-dir $ADGP_DATA_DIR --out docs/results/uci
     python -m experiments uci --report-only --out docs/results/uci_long --doc docs/results/uci.md
     python -m experiments uci --splits-kind gap --dataset yacht --method nn --budget converged
 

@@ -27,7 +27,7 @@ KEY = ("dataset", "method", "split", "protocol")  # the protocol (budget key) is
 METRICS = ("rmse", "nlpd", "rmse_original", "nlpd_original")
 CALIBRATION_METRICS = ("coverage_90", "calibration_error")
 DEFAULT_METHODS = ("nn", "dropout", "ensemble", "nn_ts", "dgp", "adgp", "plain", "plain_adgp")  # "all"
-#: the linearised Laplace rows (issue 33), run when named (``--method lla_last_layer,…``); tabled when recorded
+#: the linearised Laplace rows, run when named (``--method lla_last_layer,…``); tabled when recorded
 LLA_METHODS = ("lla_last_layer", "lla_exact", "lla_neuralef")
 #: the stage-2 recipe candidates (issue 36; experiments/recipes/ reads them), run when named; tabled when recorded
 RECIPE_METHODS = ("adgp_paper", "adgp_elbo", "adgp_floor")

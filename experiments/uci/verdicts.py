@@ -32,12 +32,12 @@ def claims(records: Sequence[Dict]) -> List[str]:
         ("nlpd", "plain_adgp", "plain", "plain→ADGP NLPD < the plain network's (not a target)"),
         ("nlpd", "plain_adgp", "dgp", "plain→ADGP NLPD < classic DGP (not a target)"),
         ("nlpd", "plain_adgp", "adgp", "plain→ADGP NLPD < ADGP (converting the plain network instead of the twin)"),
-        ("nlpd", "adgp_ensemble", "ensemble", "ADGP ensemble NLPD < the network ensemble (issue 36 target: ≥ 6 of 9)"),
-        ("nlpd", "adgp_ensemble", "dgp", "ADGP ensemble NLPD < classic DGP (issue 36 target: ≥ 5 of 9)"),
-        ("nlpd", "lla_neuralef", "nn", "LLA NeuralEF NLPD < NN, its MAP network (issue 33; the direction of the NeuralEF paper's Table 2)"),
+        ("nlpd", "adgp_ensemble", "ensemble", "ADGP ensemble NLPD < the network ensemble (target: ≥ 6 of 9)"),
+        ("nlpd", "adgp_ensemble", "dgp", "ADGP ensemble NLPD < classic DGP (target: ≥ 5 of 9)"),
+        ("nlpd", "lla_neuralef", "nn", "LLA NeuralEF NLPD < NN, its MAP network (the direction of the NeuralEF paper's Table 2)"),
         ("nlpd", "lla_neuralef", "nn_ts", "LLA NeuralEF NLPD < NN+TS (not a target)"),
         ("nlpd", "lla_neuralef", "lla_last_layer", "LLA NeuralEF NLPD < LLA last layer (not a target)"),
-        ("nlpd", "lla_neuralef", "adgp", "LLA NeuralEF NLPD < ADGP (issue 33: reported as measured)"),
+        ("nlpd", "lla_neuralef", "adgp", "LLA NeuralEF NLPD < ADGP (reported as measured)"),
         ("nlpd", "lla_last_layer", "nn", "LLA last layer NLPD < NN (not a target)"),
     ):
         pairs = []
