@@ -24,7 +24,7 @@ for ranks m = 128 (all) and m = 32, averaged over ``--trials`` independent draws
 Relative error reduction = 1 − error_IKA / error_Nyström (the paper: 18.6 % random, 9.1 % k-means, STL-10).
 
 Run:  python -m benchmarks.ika_vs_nystrom --data-dir $ADGP_DATA_DIR   (writes the "ika" section of
-      docs/benchmarks.md; a few minutes on 2 cores)
+      docs/benchmarks*.md; a few minutes on 2 cores)
 """
 
 from __future__ import annotations
@@ -146,7 +146,7 @@ def record_run(data_dir, num_patches: int, num_samples: int, num_test: int, tria
 
 
 def markdown(record: dict) -> str:
-    """The "ika" section of docs/benchmarks.md from a record of :func:`record_run`."""
+    """The "ika" section of docs/benchmarks*.md from a record of :func:`record_run`."""
     num_patches, num_samples, num_test = record["num_patches"], record["num_samples"], record["num_test"]
     trials, sigma2, duplicates, minutes = record["trials"], record["sigma2"], record["duplicates"], record["minutes"]
     results = {(r["filters"], r["rank"]): r["trials"] for r in record["results"]}
@@ -204,11 +204,11 @@ patches; {trials} trials (mean ± std); {minutes:.1f} min on 2 CPU cores). Recor
 
 
 REPORT_COMMAND = "python -m benchmarks.ika_vs_nystrom --report-only"
-REPORT_BLOCKS = [("docs/benchmarks.md", "ika")]
+REPORT_BLOCKS = [("docs/benchmarks_kernels.md", "ika")]
 
 
 def report_from_records() -> str:
-    """The "ika" section of docs/benchmarks.md from its record (``--report-only``)."""
+    """The "ika" section of docs/benchmarks*.md from its record (``--report-only``)."""
     from benchmarks._report import write_section
 
     text = markdown(json.loads(RECORD.read_text()))
@@ -225,7 +225,7 @@ def main(argv=None) -> None:
     parser.add_argument("--samples", type=int, default=10_000, help="IKA sample size S")
     parser.add_argument("--test", type=int, default=3_000, help="held-out test patches (all pairs)")
     parser.add_argument("--trials", type=int, default=3)
-    parser.add_argument("--no-write", action="store_true", help="print the table without touching docs/benchmarks.md or the record")
+    parser.add_argument("--no-write", action="store_true", help="print the table without touching docs/benchmarks*.md or the record")
     shared_option(parser, "--report-only", help="write the section from the record, run nothing")
     args = parser.parse_args(argv)
     if args.report_only:

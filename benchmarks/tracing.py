@@ -9,7 +9,7 @@ tracing as written computes the same numbers.
 
 The network: three hidden ReLU layers of WIDTH units on N × D standard normal inputs, one output (a UCI-sized ADGP).
 
-Run:  python -m benchmarks.tracing      (writes docs/results/tracing.json and its block of docs/benchmarks.md;
+Run:  python -m benchmarks.tracing      (writes docs/results/tracing.json and its block of docs/benchmarks*.md;
       ``--report-only`` rewrites the block from the record, timing nothing)
 """
 
@@ -93,7 +93,7 @@ def main() -> None:
 
 
 REPORT_COMMAND = "python -m benchmarks.tracing --report-only"
-REPORT_BLOCKS = [("docs/benchmarks.md", "tracing")]
+REPORT_BLOCKS = [("docs/benchmarks_training.md", "tracing")]
 
 
 def markdown(record: dict) -> str:

@@ -27,8 +27,8 @@ BLOCK_COMMAND = "python -m experiments uci --report-only"  # the marker's comman
 #: patience-500 run's records each under the protocol version it was made with.
 REPORT_RUNS = [  # v5's first: the last run's table.md, summary.csv and uci.png are the newest records'
     ["--only-version", "v5", "--out", "docs/results/uci_long", "--doc", "docs/results/uci_long.md"],
-    ["--out", "docs/results/uci_long", "--doc", "docs/results/uci.md"],
-    ["--as-recorded", "--out", "docs/results/uci", "--doc", "docs/results/uci_patience500.md"],
+    ["--out", "docs/results/uci_long", "--doc", "docs/results/uci_tables.md"],
+    ["--as-recorded", "--out", "docs/results/uci", "--doc", "docs/results/uci_patience500_tables.md"],
     ["--splits-kind", "gap", "--out", GAP_OUT.as_posix(), "--doc", f"{GAP_OUT.as_posix()}.md"],
 ]
 
