@@ -278,16 +278,20 @@ def compare_runs(runs: Sequence[Tuple[List[Dict], Optional[Sequence[str]]]], dat
 
 
 #: the pages ``python -m experiments report`` rewrites (the committed runs that have a page), then the comparison
-#: tables of rotated_mnist.md (``--compare`` into a generated block)
-REPORT_RUNS = [["--out", f"docs/results/{run}", "--doc", f"docs/results/{run}.md", "--figure", f"docs/figures/{run}.png"]
-               for run in ("rotated_mnist", "rotated_mnist_n20_full", "rotated_mnist_n20_remedies", "rotated_mnist_controls")]
-#: the stage-2 recipe screen's runs (issue 36; one records folder per recipe, experiments.recipes), those that have records
+#: tables of the Ñ = 20 and Ñ = 8 pages (``--compare`` into a generated block)
+REPORT_RUNS = [["--out", f"docs/results/{run}", "--doc", f"docs/results/{page}.md", "--figure", f"docs/figures/{run}.png"]
+               for run, page in (("rotated_mnist", "rotated_mnist_n8"), ("rotated_mnist_n20_full", "rotated_mnist_n20_full"),
+                                 ("rotated_mnist_n20_remedies", "rotated_mnist_n20_remedies"),
+                                 ("rotated_mnist_controls", "rotated_mnist_controls"))]
+#: the stage-2 recipe screen's runs (one records folder per recipe, experiments.recipes), those that have records
 REPORT_RUNS += [["--out", f"docs/results/rotated_mnist_recipes/{recipe}", "--doc", f"docs/results/rotated_mnist_recipes_{recipe}.md",
                  "--figure", f"docs/figures/rotated_mnist_recipes_{recipe}.png"]
                 for recipe in ("paper", "validation", "elbo", "floor")
                 if (REPO / f"docs/results/rotated_mnist_recipes/{recipe}/records.jsonl").exists()]
 _RUNS = "docs/results/rotated_mnist"
-REPORT_RUNS += [["--doc", "docs/results/rotated_mnist.md", "--block", block, "--compare", *compare]
+_COMPARE_PAGES = {"compare_n20": "rotated_mnist_n20", "compare_remedies": "rotated_mnist_remedies",
+                  "compare_elbo": "rotated_mnist_remedies", "compare_n20_reduced": "rotated_mnist_n8"}
+REPORT_RUNS += [["--doc", f"docs/results/{_COMPARE_PAGES[block]}.md", "--block", block, "--compare", *compare]
                 for block, compare in (
                     ("compare_n20", [f"{_RUNS}_n20_remedies:nn,nn_dropout,nn_ts", f"{_RUNS}:adgp", f"{_RUNS}_n20_full:adgp,adgp_ft",
                                      "--seeds", "0", "1", "2", "--figure", "docs/figures/rotated_mnist_n20_compare.png"]),
