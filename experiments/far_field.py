@@ -337,8 +337,9 @@ def _write_page(records, options, figure) -> None:
                 f"{'—' if outside is None else f'{outside:.3f}'} |"
             )
     command = "nice -n 10 python -m experiments far_field" + (f" --out {Path(options.out).as_posix()}" if Path(options.out).name != "far_field" else "") + (f" --far-order {options.far_order}" if options.far_order != DEFAULT_ORDER else "") + (f" --activation {options.activation}" if options.activation != DEFAULT_ACTIVATION else "")
-    variant = (f" (zonal {options.activation.capitalize()} twins)" if options.activation != DEFAULT_ACTIVATION else "") + (
-        f" (far-field residual of order {options.far_order})" if options.far_order != DEFAULT_ORDER else "")
+    variant = ", ".join(([f"zonal {options.activation.capitalize()} twins"] if options.activation != DEFAULT_ACTIVATION else [])
+                        + ([f"far-field residual of order {options.far_order}"] if options.far_order != DEFAULT_ORDER else []))
+    variant = f" ({variant})" if variant else ""
     near, far = _grid_label(records, 10), _grid_label(records, 100)
     text = f"""# Far-field uncertainty{variant}: does the activated DGP say "I don't know" far from the data?
 

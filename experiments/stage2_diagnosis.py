@@ -365,23 +365,23 @@ def weight_decay_markdown(records, uci_records=()) -> str:
 
 
 def write_side_studies(out: Path, uci_out: Path = Path("docs") / "results" / "uci_long") -> None:
-    """The two generated blocks made from the retired side studies' committed records: the output layer's joint
-    noise on ``<out>.md``, the twin's weight decay on ``<out>_dgp_gap.md`` (each written where its page exists)."""
+    """The two generated blocks of ``<out>.md`` made from the retired side studies' committed records."""
     from experiments.harness.blocks import write_block
     from experiments.harness.study import load_records
     from experiments.methods import BUDGETS
 
     page = Path(out).parent / f"{Path(out).name}.md"
-    gap_page = Path(out).parent / f"{Path(out).name}_dgp_gap.md"
     output_layer, weight_decay = Path(out) / "output_layer.jsonl", Path(out) / "twin_weight_decay.jsonl"
-    if output_layer.exists() and page.exists():
+    if not page.exists():
+        return
+    if output_layer.exists():
         records = ResultStore(output_layer, ("dataset", "split")).records()
         write_block(page, "stage2_output_layer", output_layer_markdown(records), REPORT_COMMAND)
-    if weight_decay.exists() and gap_page.exists():
+    if weight_decay.exists():
         records = ResultStore(weight_decay, ("dataset", "split", "weight_decay")).records()
         budgets = sorted({r.get("budget", "converged-long") for r in records})
         uci_records = [r for b in budgets for r in load_records("uci", uci_out, protocol=BUDGETS[b].key())]
-        write_block(gap_page, "twin_weight_decay", weight_decay_markdown(records, uci_records), REPORT_COMMAND)
+        write_block(page, "twin_weight_decay", weight_decay_markdown(records, uci_records), REPORT_COMMAND)
 
 
 def main(argv=None) -> list:
