@@ -1,16 +1,20 @@
 """The built docs site, opened page by page in a real browser (headless Chromium).
 
 The site is the strict build of tests/conftest.py's ``built_site`` (shared with test_tutorials.py), served on
-127.0.0.1 by Python's http.server. Every page of mkdocs.yml's nav is fetched over HTTP (it must answer 200) and
-opened in Chromium, whose DOM after loading (``--dump-dom``) must hold main content text, internal links that resolve
-to files of the built site, images whose files exist and are not empty, and, on a tutorial page, rendered output
-cells.
+127.0.0.1 by Python's http.server. Every page of mkdocs.yml's nav must answer HTTP 200 and, once loaded in Chromium,
+have main content text, internal links that resolve to files of the built site, images the browser decoded (and
+whose files are not empty) and, on a tutorial page, rendered output cells.
 
-Without Chromium the test skips, except where ``ADGP_REQUIRE_BROWSER=1`` (set by .ci/run, which installs Debian's
+One Chromium process serves every page: it is driven over the DevTools protocol on a pipe
+(``--remote-debugging-pipe``: JSON messages ending in a NUL byte on file descriptors 3 and 4), so no WebSocket
+client or browser-automation package is needed.
+
+Without Chromium the tests skip, except where ``ADGP_REQUIRE_BROWSER=1`` (set by .ci/run, which installs Debian's
 ``chromium``): there a missing browser is a failure."""
 
 import functools
 import http.server
+import json
 import os
 import shutil
 import subprocess
@@ -18,7 +22,6 @@ import threading
 import urllib.error
 import urllib.parse
 import urllib.request
-from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -27,8 +30,18 @@ from test_docs_pages import nav_pages
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync")
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         # the site is local: every other host fails at once (the theme asks for web fonts it can do without)
+         "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1")
 OUTPUT_CELL = "jp-OutputArea-output"  # mkdocs-jupyter's class of a rendered output
+#: what the checks read from a loaded page, evaluated in the page: resolved link targets, each image's source and
+#: whether the browser decoded it, the text of the main content, and the number of rendered notebook outputs
+PAGE_FACTS = f"""JSON.stringify({{
+  links: Array.from(document.querySelectorAll("a[href]"), a => a.href),
+  images: Array.from(document.images, i => [i.currentSrc || i.src, i.complete && i.naturalWidth > 0]),
+  text: (document.querySelector("main article") || document.querySelector("main") || document.body).innerText,
+  outputs: document.getElementsByClassName("{OUTPUT_CELL}").length,
+}})"""
 
 
 def _browser() -> str:
@@ -41,30 +54,80 @@ def _browser() -> str:
     return found
 
 
-class _Page(HTMLParser):
-    """What the checks read from a dumped DOM: hrefs, image sources, the text inside <main>/<article>, classes."""
+class Chromium:
+    """A headless Chromium driven over the DevTools protocol on a pipe: :meth:`facts` loads a URL in one tab and
+    returns :data:`PAGE_FACTS` of it."""
 
-    def __init__(self):
-        super().__init__()
-        self.hrefs, self.images, self.classes, self.main_text, self._depth = [], [], set(), [], 0
+    def __init__(self, executable: str, profile: Path, timeout: float = 60.0):
+        commands_read, self._commands = os.pipe()
+        self._replies, replies_write = os.pipe()
 
-    def handle_starttag(self, tag, attrs):
-        attrs = dict(attrs)
-        self.classes.update((attrs.get("class") or "").split())
-        if tag == "a" and attrs.get("href"):
-            self.hrefs.append(attrs["href"])
-        if tag == "img":
-            self.images.append(attrs.get("src") or "")
-        if tag in ("main", "article"):
-            self._depth += 1
+        def descriptors():  # in the child: the protocol's fds 3 (commands in) and 4 (replies out), inheritable
+            read_end, write_end = os.dup(commands_read), os.dup(replies_write)
+            os.dup2(read_end, 3)
+            os.dup2(write_end, 4)
 
-    def handle_endtag(self, tag):
-        if tag in ("main", "article") and self._depth:
-            self._depth -= 1
+        self._process = subprocess.Popen([executable, *FLAGS, "--remote-debugging-pipe", f"--user-data-dir={profile}",
+                                          "about:blank"], preexec_fn=descriptors, close_fds=False,
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        os.close(commands_read)
+        os.close(replies_write)
+        self._buffer, self._id, self._timeout = b"", 0, timeout
+        target = self.call("Target.createTarget", {"url": "about:blank"})["targetId"]
+        self._session = self.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+        self.call("Page.enable", session=True)
 
-    def handle_data(self, data):
-        if self._depth and data.strip():
-            self.main_text.append(data.strip())
+    def _read(self) -> dict:
+        while b"\0" not in self._buffer:
+            chunk = os.read(self._replies, 1 << 16)
+            if not chunk:
+                raise RuntimeError(f"Chromium closed its DevTools pipe: {self._process.stderr.read()[-1500:]!r}")
+            self._buffer += chunk
+        message, self._buffer = self._buffer.split(b"\0", 1)
+        return json.loads(message)
+
+    def call(self, method: str, params=None, session: bool = False) -> dict:
+        self._id += 1
+        message = {"id": self._id, "method": method, "params": params or {}}
+        if session:
+            message["sessionId"] = self._session
+        os.write(self._commands, json.dumps(message).encode() + b"\0")
+        while (reply := self._read()).get("id") != self._id:
+            pass  # events in between
+        if "error" in reply:
+            raise RuntimeError(f"{method}: {reply['error']}")
+        return reply["result"]
+
+    def facts(self, url: str) -> dict:
+        navigation = self.call("Page.navigate", {"url": url}, session=True)
+        if navigation.get("errorText"):
+            raise RuntimeError(f"{url}: {navigation['errorText']}")
+        while not (self._read().get("method") == "Page.loadEventFired"):
+            pass
+        value = self.call("Runtime.evaluate", {"expression": PAGE_FACTS, "returnByValue": True}, session=True)
+        return json.loads(value["result"]["value"])
+
+    def close(self) -> None:
+        try:
+            self.call("Browser.close")
+            self._process.wait(timeout=10)
+        except (RuntimeError, OSError, subprocess.TimeoutExpired):
+            self._process.kill()
+            self._process.wait()
+        os.close(self._commands)
+        os.close(self._replies)
+        self._process.stderr.close()
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+def _serve(folder: Path):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_QuietHandler, directory=str(folder)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}/"
 
 
 def _site_file(site: Path, page_url: str, reference: str):
@@ -76,31 +139,6 @@ def _site_file(site: Path, page_url: str, reference: str):
     return target / "index.html" if target.is_dir() or url.path.endswith("/") else target
 
 
-@pytest.fixture(scope="module")
-def served_site(built_site):
-    returncode, output, site = built_site
-    assert returncode == 0, output
-    handler = functools.partial(_QuietHandler, directory=str(site))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield site, f"http://127.0.0.1:{server.server_address[1]}/"
-    server.shutdown()
-    server.server_close()
-
-
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-
-
-def _dump_dom(browser: str, url: str, profile: Path) -> str:
-    run = subprocess.run([browser, *FLAGS, f"--user-data-dir={profile}", "--dump-dom", url],
-                         capture_output=True, text=True, timeout=60)
-    assert run.returncode == 0, f"{browser} failed on {url}: {run.stderr[-1500:]}"
-    return run.stdout
-
-
 def _page_url(base: str, page: str) -> str:
     """The site URL mkdocs gives nav page ``page`` (use_directory_urls)."""
     stem = page.rsplit(".", 1)[0]
@@ -109,62 +147,93 @@ def _page_url(base: str, page: str) -> str:
     return base + stem + "/"
 
 
-def test_every_nav_page_opens_in_a_browser_with_content_links_images_and_outputs(served_site, tmp_path):
-    browser = _browser()
-    site, base = served_site
-    pages = nav_pages()
-    assert len(pages) > 20
-    problems = []
-    for page in pages:
-        url = _page_url(base, page)
-        try:
-            with urllib.request.urlopen(url, timeout=30) as response:
-                status = response.status
-        except urllib.error.HTTPError as error:
-            status = error.code
-        if status != 200:
-            problems.append(f"{page}: HTTP {status} at {url}")
-            continue
-        dom = _page(_dump_dom(browser, url, tmp_path / "profile"))
-        if len(" ".join(dom.main_text)) < 40:
-            problems.append(f"{page}: no main content text")
-        for href in dom.hrefs:
-            target = _site_file(site, url, href)
-            if target is not None and not target.is_file():
-                problems.append(f"{page}: broken link {href}")
-        for src in dom.images:
-            if src.startswith("data:image/"):
-                if len(src) < 100:
-                    problems.append(f"{page}: empty inline image")
-                continue
-            target = _site_file(site, url, src)
-            if target is None or not target.is_file() or target.stat().st_size == 0:
-                problems.append(f"{page}: image {src!r} does not load")
-        if page.startswith("tutorials/") and OUTPUT_CELL not in dom.classes:
-            problems.append(f"{page}: no rendered output cell")
+def _status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=30) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+def _problems(browser: Chromium, site: Path, url: str, page: str) -> list:
+    """What is wrong with ``page`` at ``url`` as the browser shows it (an empty list when nothing is)."""
+    if (status := _status(url)) != 200:
+        return [f"{page}: HTTP {status} at {url}"]
+    facts, problems = browser.facts(url), []
+    if len(facts["text"].split()) < 5:
+        problems.append(f"{page}: no main content text")
+    for link in facts["links"]:
+        target = _site_file(site, url, link)
+        if target is not None and not target.is_file():
+            problems.append(f"{page}: broken link {link}")
+    for source, decoded in facts["images"]:
+        target = None if source.startswith("data:") else _site_file(site, url, source)
+        empty = target is not None and (not target.is_file() or target.stat().st_size == 0)
+        if not decoded or empty:
+            problems.append(f"{page}: image {source[:80]!r} does not load")
+    if page.startswith("tutorials/") and facts["outputs"] == 0:
+        problems.append(f"{page}: no rendered output cell")
+    return problems
+
+
+@pytest.fixture(scope="module")
+def chromium(tmp_path_factory):
+    browser = Chromium(_browser(), tmp_path_factory.mktemp("chromium-profile"))
+    yield browser
+    browser.close()
+
+
+def test_every_nav_page_opens_in_a_browser_with_content_links_images_and_outputs(built_site, chromium):
+    returncode, output, site = built_site
+    assert returncode == 0, output
+    server, base = _serve(site)
+    try:
+        pages = nav_pages()
+        assert len(pages) > 20 and any(page.startswith("tutorials/") for page in pages)
+        problems = [problem for page in pages for problem in _problems(chromium, site, _page_url(base, page), page)]
+    finally:
+        server.shutdown()
+        server.server_close()
     assert not problems, "\n".join(problems)
 
 
-def _page(dom: str) -> _Page:
-    parsed = _Page()
-    parsed.feed(dom)
-    return parsed
-
-
-def test_the_checks_catch_a_broken_link_a_missing_image_and_an_empty_page(tmp_path):
+def test_the_checks_catch_an_error_an_empty_page_a_broken_link_a_missing_image_and_a_tutorial_without_output(
+        tmp_path, chromium):
+    """A hand-made site with one fault per page: each must be reported, and the sound page not at all."""
     site = tmp_path / "site"
-    (site / "a").mkdir(parents=True)
-    (site / "a" / "index.html").write_text("x")
-    (site / "img.png").write_bytes(b"")
-    base = "http://127.0.0.1:8000/a/"
-    assert _site_file(site, base, "../a/").is_file()
-    assert not _site_file(site, base, "../b/").is_file()
-    assert _site_file(site, base, "https://example.org/") is None
-    assert _site_file(site, base, "../img.png").stat().st_size == 0
-    parsed = _page('<html><body><nav><a href="../b/">b</a></nav><main><p>Text of the page.</p>'
-                   '<img src="../img.png"><div class="jp-OutputArea-output">1</div></main></body></html>')
-    assert parsed.hrefs == ["../b/"] and parsed.images == ["../img.png"] and OUTPUT_CELL in parsed.classes
-    assert parsed.main_text == ["Text of the page.", "1"]
+    text = "<p>Some words of main content on this page.</p>"
+    pages = {
+        "good": f'<main>{text}<a href="../empty/">x</a><img src="../pixel.gif"></main>',
+        "empty": "<main></main>",
+        "link": f'<main>{text}<a href="../nowhere/">x</a></main>',
+        "image": f'<main>{text}<img src="../missing.png"></main>',
+        "tutorials/notebook": f"<main>{text}</main>",
+    }
+    for name, body in pages.items():
+        (site / name).mkdir(parents=True)
+        (site / name / "index.html").write_text(f"<!doctype html><html><body>{body}</body></html>")
+    (site / "pixel.gif").write_bytes(bytes.fromhex("47494638396101000100800000ffffff00000021f90401000000002c00000000"
+                                                   "010001000002024401003b"))
+    server, base = _serve(site)
+    try:
+        found = {name: _problems(chromium, site, base + name + "/", name) for name in [*pages, "absent"]}
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert found["good"] == []
+    assert found["empty"] == ["empty: no main content text"]
+    assert found["link"] == [f"link: broken link {base}nowhere/"]
+    assert found["image"] == [f"image: image '{base}missing.png' does not load"]
+    assert found["tutorials/notebook"] == ["tutorials/notebook: no rendered output cell"]
+    assert found["absent"] == [f"absent: HTTP 404 at {base}absent/"]
+
+
+def test_page_urls_and_site_files():
+    site = Path("/site")
     assert _page_url("http://h/", "index.md") == "http://h/" and _page_url("http://h/", "howto/index.md") == "http://h/howto/"
     assert _page_url("http://h/", "results/uci.md") == "http://h/results/uci/"
     assert _page_url("http://h/", "tutorials/x.ipynb") == "http://h/tutorials/x/"
+    assert _site_file(site, "http://h/a/", "../b/#top") == site / "b" / "index.html"
+    assert _site_file(site, "http://h/a/", "../f.png") == site / "f.png"
+    assert _site_file(site, "http://h/a/", "https://example.org/") is None
+    assert _site_file(site, "http://h/a/", "mailto:x@example.org") is None
