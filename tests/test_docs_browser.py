@@ -22,11 +22,12 @@ import threading
 import urllib.error
 import urllib.parse
 import urllib.request
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 
-from test_docs_pages import nav_pages
+from test_docs_pages import FORBIDDEN, nav_pages
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -226,6 +227,39 @@ def test_the_checks_catch_an_error_an_empty_page_a_broken_link_a_missing_image_a
     assert found["image"] == [f"image: image '{base}missing.png' does not load"]
     assert found["tutorials/notebook"] == ["tutorials/notebook: no rendered output cell"]
     assert found["absent"] == [f"absent: HTTP 404 at {base}absent/"]
+
+
+class _Text(HTMLParser):
+    """The text a reader sees in an HTML page: everything outside <script> and <style>."""
+
+    def __init__(self):
+        super().__init__()
+        self.parts, self._hidden = [], 0
+
+    def handle_starttag(self, tag, attrs):
+        if tag in ("script", "style"):
+            self._hidden += 1
+
+    def handle_endtag(self, tag):
+        if tag in ("script", "style") and self._hidden:
+            self._hidden -= 1
+
+    def handle_data(self, data):
+        if not self._hidden:
+            self.parts.append(data)
+
+
+def test_the_built_site_names_no_issue_session_or_machine_path(built_site):
+    """What test_docs_pages.py checks in the sources, in what the site shows: the API pages' docstrings included."""
+    returncode, output, site = built_site
+    assert returncode == 0, output
+    hits = []
+    for page in sorted(site.rglob("*.html")):
+        parser = _Text()
+        parser.feed(page.read_text())
+        text = " ".join(parser.parts)
+        hits += [f"{page.relative_to(site)}: {text[max(0, m.start() - 40):m.end() + 20]!r}" for m in FORBIDDEN.finditer(text)]
+    assert not hits, "\n".join(hits[:40])
 
 
 def test_page_urls_and_site_files():
