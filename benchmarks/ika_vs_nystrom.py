@@ -1,4 +1,4 @@
-"""IKA against Nyström: mean absolute kernel-approximation error on 7×7 MNIST patches (IKA paper §4, issue 4).
+"""IKA against Nyström: mean absolute kernel-approximation error on 7×7 MNIST patches (IKA paper §4).
 
 Preprocessing (IKA §4.1), on the 10,000 official MNIST test images (``--data-dir``/mnist):
 

@@ -10,7 +10,7 @@ test inputs against eq. 22 with the exact eigenpairs, and the fit time (2 shared
 
 Run:  nice -n 10 python -m benchmarks.laplace_neuralef      (writes docs/results/laplace_neuralef.json)
 
-``--cache`` times instead the training-Jacobian cache of ``method="neuralef"`` (issue 33: a UCI cell took 1,068 s
+``--cache`` times instead the training-Jacobian cache of ``method="neuralef"`` (a UCI cell took 1,068 s
 because every NeuralEF step recomputed the batch's Jacobians). Set-up: a 6-128-128-1 tanh MLP (P = 17,537) fitted
 to y = sin(x_1) + 0.1 ε, x ~ N(0, I_6), N = 300, k = 20, batch 256; the same fit (seed, steps) with the Jacobians
 recomputed every step (``jacobian_cache_bytes=0``) and computed once (the default; here the 300 × 300 Gram), in

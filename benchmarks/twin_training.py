@@ -9,7 +9,7 @@ Variants are named ``plain`` (Dense(128, softplus) with biases, Glorot) or ``twi
 e.g. ``twin:ls=sqrt`` (ℓ = √(D+1) in every layer), ``twin:lr=0.003``, ``twin:N=10``, ``twin:act=relu`` (without
 ``act=`` the zonal Softplus, the library default when the records were made),
 ``twin:wscale=3`` (initial W multiplied by 3), ``twin:init=legacy`` (rows of W ~ N(0, I/(D+1)) whatever ℓ,
-the initialiser before issue 31). Each run appends one JSON record to
+the initialiser before the ℓ-aware one). Each run appends one JSON record to
 ``docs/results/twin_training/<dataset>.jsonl`` (or ``<out>.jsonl``); ``--report NAME ...`` writes the page
 docs/results/twin_training_tables.md and the figure twin_training/curves.png from those files.
 
@@ -92,7 +92,7 @@ def build(kind: str, options: dict, input_dim: int, seed: int) -> tf_keras.Model
     for layer in network.layers:
         if hasattr(layer, "feature"):
             factor = float(options.get("wscale", 1.0))
-            if options.get("init") == "legacy":  # rows ~ N(0, I/(D+1)) whatever ℓ (the initialiser before issue 31)
+            if options.get("init") == "legacy":  # rows ~ N(0, I/(D+1)) whatever ℓ (the initialiser before the ℓ-aware one)
                 factor *= math.sqrt(np.sum(np.broadcast_to(np.asarray(layer.lengthscales, dtype=float) ** -2.0, (layer.W.shape[1],))))
             layer.W.assign(layer.W * factor)
     return network

@@ -34,7 +34,7 @@ import numpy as np  # noqa: E402
 
 PAGE = Path("docs") / "results" / "eigenpro.md"
 CELLS = [(p, method) for p in (100, 1000, 5000) for method in ("random", "kmeans")] + [(20000, "noisy-copies")]
-# The consistent update with the inexact projection: θ = S P Sᵀ u since commit 2e7d7dd (eighth session); records made
+# The consistent update with the inexact projection: θ = S P Sᵀ u since commit 2e7d7dd; records made
 # before it (θ = S P S u, which diverged at p = n) keep that label and are reported apart, never mixed with new ones.
 UPDATE = "S P S^T"
 OLD_UPDATE = "S P S"

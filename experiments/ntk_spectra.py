@@ -1,4 +1,4 @@
-"""NTK spectra at CPU scale (NeuralEF, Deng et al. 2022, §4.2.2, Fig. 4–5; issue 33).
+"""NTK spectra at CPU scale (NeuralEF, Deng et al. 2022, §4.2.2, Fig. 4–5).
 
     nice -n 10 python -m experiments ntk_spectra --data-dir $ADGP_DATA_DIR [--seeds 2] [--fast]
 

@@ -260,7 +260,7 @@ def follow_up(rotated: Dict[str, Dict], controls: Dict) -> FollowUp:
     return FollowUp(per_seed, verdict)
 
 
-#: Issue 36's full size for the finalists: UCI nine sets × five published splits (protein three) under the screen's
+#: The full size for the finalists: UCI nine sets × five published splits (protein three) under the screen's
 #: budget, rotated MNIST three seeds with the conv layers fine-tuned (``adgp_ft``) and frozen (``adgp``).
 FULL_SIZE_DATASETS = tuple(UCI_DATASETS)  # the nine shared UCI sets
 FULL_SIZE_SPLITS = {"protein-tertiary-structure": 3}  # every other set: 5

@@ -234,7 +234,7 @@ def run_cell(cell, options, context) -> Dict:
 def far_field_off_results(context, config: Config, splits: Splits, progress_key: str, groups, predict, dgps) -> Dict:
     """The same fitted model scored at every angle with every DGP's far-field residual switched off
     (:func:`activated_dgp.deep.far_field.far_field_switched_off`, exactly zero), the same features and samples: the
-    paired "without" of issue 32, stored as ``far_field_off`` (metric → per-angle list)."""
+    paired "without" of the far-field residual, stored as ``far_field_off`` (metric → per-angle list)."""
     from contextlib import ExitStack
 
     from activated_dgp.deep.far_field import far_field_switched_off

@@ -138,7 +138,7 @@ def report_markdown(records: List[Dict], dataset: str, figure: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-SHIFT_ANGLES = (120, 135, 150, 165, 180)  # issue 32's target: the far field helps at 120°–180° in each seed
+SHIFT_ANGLES = (120, 135, 150, 165, 180)  # the far-field target: the residual helps at 120°–180° in each seed
 
 
 def far_field_lines(records: List[Dict], dataset: str, angles) -> List[str]:
@@ -165,7 +165,7 @@ def far_field_lines(records: List[Dict], dataset: str, angles) -> List[str]:
 
 
 def lla_check_lines(table, angles) -> List[str]:
-    """Issue 33's target for the LLA rows, per seed (rows paired with ``nn`` by seed): the angles at which the LLA's
+    """The LLA rows' target, per seed (rows paired with ``nn`` by seed): the angles at which the LLA's
     test NLL and ECE are both at or below the MAP network's (``nn``)."""
     if "nn" not in table or not any(m in table for m in LLA_MODELS):
         return []
@@ -191,7 +191,7 @@ def _paired_by_seed(table, model: str, other: str) -> List[Tuple[int, int, int]]
 
 
 def ensemble_check_lines(table, angles) -> List[str]:
-    """Issue 36's ADGP ensemble paired by seed with its own first member (``adgp``: member 0 is that seed's frozen
+    """The ADGP ensemble paired by seed with its own first member (``adgp``: member 0 is that seed's frozen
     ADGP), with one fine-tuned ADGP and with the deep ensemble of the same networks: the angles at which the
     ensemble's test log-likelihood is above each."""
     if "adgp_ensemble" not in table:

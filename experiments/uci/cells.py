@@ -29,9 +29,9 @@ CALIBRATION_METRICS = ("coverage_90", "calibration_error")
 DEFAULT_METHODS = ("nn", "dropout", "ensemble", "nn_ts", "dgp", "adgp", "plain", "plain_adgp")  # "all"
 #: the linearised Laplace rows, run when named (``--method lla_last_layer,…``); tabled when recorded
 LLA_METHODS = ("lla_last_layer", "lla_exact", "lla_neuralef")
-#: the stage-2 recipe candidates (issue 36; experiments/recipes/ reads them), run when named; tabled when recorded
+#: the stage-2 recipe candidates (experiments/recipes/ reads them), run when named; tabled when recorded
 RECIPE_METHODS = ("adgp_paper", "adgp_elbo", "adgp_floor")
-ENSEMBLE_METHODS = ("adgp_ensemble",)  # issue 36: run when named
+ENSEMBLE_METHODS = ("adgp_ensemble",)  # run when named
 #: the network most users have (a plain ReLU MLP), its temperature scaling and its conversions; run when named
 RELU_METHODS = RELU_PROTOCOL_METHODS
 METHOD_ORDER = DEFAULT_METHODS + LLA_METHODS + RECIPE_METHODS + ENSEMBLE_METHODS + RELU_METHODS

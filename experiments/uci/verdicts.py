@@ -59,7 +59,7 @@ def claims(records: Sequence[Dict]) -> List[str]:
         if line:
             lines.append(line)
     # accuracy targets: ADGP's RMSE against its network's (the stage-2 issue), the twin's against the plain network's
-    # (the twin issue): better, or within one standard error (over the shared splits) of the other's mean RMSE
+    # (the twin's target): better, or within one standard error (over the shared splits) of the other's mean RMSE
     for method, other, text in (
         ("adgp", "nn", "ADGP RMSE better than NN or within one standard error of NN's mean"),
         ("nn", "plain", "The twin (NN) RMSE better than the plain network's or within one standard error of its mean"),
@@ -165,7 +165,7 @@ def _within_one_se(records: Sequence[Dict], datasets: Sequence[str], method: str
 def _best_step_claim(records: Sequence[Dict], datasets: Sequence[str], method: str = "nn", fraction: float = 0.8,
                      control: str = "plain") -> Optional[str]:
     """Whether the twin's early stopping found its best step within ``fraction`` of the network cap on every split
-    (the twin issue's "still improving when stopped" check), per dataset: the largest best step over splits. Where it
+    (the twin's "still improving when stopped" check), per dataset: the largest best step over splits. Where it
     did not, the plain network of the same shape (``control``) on the same splits says whether the cap binds the twin
     alone or any network: its largest best step, and on how many shared splits it stopped later than the twin."""
     best = {}  # (method, dataset) -> {split: (best step, cap)}
