@@ -2,8 +2,8 @@
 
 The site is the strict build of tests/conftest.py's ``built_site`` (shared with test_tutorials.py), served on
 127.0.0.1 by Python's http.server. Every page of mkdocs.yml's nav must answer HTTP 200 and, once loaded in Chromium,
-have main content text, internal links that resolve to files of the built site, images the browser decoded (and
-whose files are not empty) and, on a tutorial page, rendered output cells.
+have main content text, internal links that resolve to files of the built site (and to an anchor of the page where
+they name one), images the browser decoded (and whose files are not empty) and, on a tutorial page, rendered output cells.
 
 One Chromium process serves every page: it is driven over the DevTools protocol on a pipe
 (``--remote-debugging-pipe``: JSON messages ending in a NUL byte on file descriptors 3 and 4), so no WebSocket
@@ -16,6 +16,7 @@ import functools
 import http.server
 import json
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -156,6 +157,12 @@ def _status(url: str) -> int:
         return error.code
 
 
+@functools.lru_cache(maxsize=None)
+def _anchors(path: Path) -> frozenset:
+    """The element ids of a built HTML page (the anchors a link can name)."""
+    return frozenset(re.findall(r"""\bid=["']?([^"'\s>]+)""", path.read_text()))
+
+
 def _problems(browser: Chromium, site: Path, url: str, page: str) -> list:
     """What is wrong with ``page`` at ``url`` as the browser shows it (an empty list when nothing is)."""
     if (status := _status(url)) != 200:
@@ -167,6 +174,9 @@ def _problems(browser: Chromium, site: Path, url: str, page: str) -> list:
         target = _site_file(site, url, link)
         if target is not None and not target.is_file():
             problems.append(f"{page}: broken link {link}")
+        elif target is not None and target.suffix == ".html" and (anchor := urllib.parse.urlparse(link).fragment):
+            if urllib.parse.unquote(anchor) not in _anchors(target):
+                problems.append(f"{page}: link {link} names an anchor its page does not have")
     for source, decoded in facts["images"]:
         target = None if source.startswith("data:") else _site_file(site, url, source)
         empty = target is not None and (not target.is_file() or target.stat().st_size == 0)
@@ -198,15 +208,15 @@ def test_every_nav_page_opens_in_a_browser_with_content_links_images_and_outputs
     assert not problems, "\n".join(problems)
 
 
-def test_the_checks_catch_an_error_an_empty_page_a_broken_link_a_missing_image_and_a_tutorial_without_output(
+def test_the_checks_catch_an_error_an_empty_page_a_broken_link_or_anchor_a_missing_image_and_a_bare_tutorial(
         tmp_path, chromium):
     """A hand-made site with one fault per page: each must be reported, and the sound page not at all."""
     site = tmp_path / "site"
     text = "<p>Some words of main content on this page.</p>"
     pages = {
-        "good": f'<main>{text}<a href="../empty/">x</a><img src="../pixel.gif"></main>',
+        "good": f'<main id="top">{text}<a href="../empty/">x</a><img src="../pixel.gif"></main>',
         "empty": "<main></main>",
-        "link": f'<main>{text}<a href="../nowhere/">x</a></main>',
+        "link": f'<main>{text}<a href="../nowhere/">x</a><a href="../good/#top">y</a><a href="../good/#gone">z</a></main>',
         "image": f'<main>{text}<img src="../missing.png"></main>',
         "tutorials/notebook": f"<main>{text}</main>",
     }
@@ -223,7 +233,8 @@ def test_the_checks_catch_an_error_an_empty_page_a_broken_link_a_missing_image_a
         server.server_close()
     assert found["good"] == []
     assert found["empty"] == ["empty: no main content text"]
-    assert found["link"] == [f"link: broken link {base}nowhere/"]
+    assert found["link"] == [f"link: broken link {base}nowhere/",
+                             f"link: link {base}good/#gone names an anchor its page does not have"]
     assert found["image"] == [f"image: image '{base}missing.png' does not load"]
     assert found["tutorials/notebook"] == ["tutorials/notebook: no rendered output cell"]
     assert found["absent"] == [f"absent: HTTP 404 at {base}absent/"]
