@@ -387,7 +387,7 @@ SE kernel's fraction is 1 far away (its features vanish there), so the SVGP reve
 and its std grows with slope q + 1/2, which makes |E f| / std f fall like r^(1/2 − q).
 
 UCI, in distribution: each UCI ADGP record of protocol v6 also scores the same fit with the residual switched
-off; the paired table "The far-field residual in distribution" in [uci_tables.md](uci_tables.md) gives, per set, the NLPD with
+off; the paired table "The far-field residual in distribution" in [uci_analysis.md](uci_analysis.md) gives, per set, the NLPD with
 and without it. Rotated MNIST, every angle: [rotated_mnist_recipes_paper.md](rotated_mnist_recipes_paper.md) (the
 paper's recipe with the residual, each seed's fit also scored with it switched off).
 

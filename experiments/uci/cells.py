@@ -75,6 +75,8 @@ def add_options(parser) -> None:
     parser.add_argument("--mc-samples", type=int, help="override the budget's MC samples at test time")
     parser.add_argument("--max-splits", action="append", default=[], metavar="DATASET=K", help="fewer splits for one dataset, e.g. protein=3")
     parser.add_argument("--doc", default=None, help="Markdown page whose generated block is replaced by the table")
+    parser.add_argument("--part", choices=("all", "tables", "analysis"), default="all",
+                        help="with --doc: the part of the report the page's block holds (the metric tables, or the claims and the sections after them)")
     parser.add_argument("--as-recorded", action="store_true",
                         help="with --report-only: every record under the protocol version it was made with (no carry-over of unchanged methods to the current version)")
     parser.add_argument("--only-version", metavar="vK", default=None,
