@@ -25,7 +25,6 @@ SECTION_PAGES = {
     "laplace_neuralef_cache": DOCS / "benchmarks_kernels.md",
     "lla_rotated_mnist_cost": DOCS / "benchmarks_kernels.md",
     "eigenpro_scaling": DOCS / "benchmarks_kernels.md",
-    "ika": DOCS / "benchmarks_kernels.md",
     "neuralef": DOCS / "benchmarks_neuralef.md",
     "neuralef_quiet": DOCS / "benchmarks_neuralef.md",
 }
@@ -35,8 +34,8 @@ SECTION_PAGES = {
 #: record and rewrites its blocks, timing and training nothing; a block whose record is not committed yet is left as
 #: it is, :func:`report_block`) and ``REPORT_BLOCKS``, the (page, block name) pairs it writes; ``python -m
 #: experiments report`` calls them all through :func:`report_from_records`.
-REPORTED = ("benchmarks.covariances", "benchmarks.dgp_epoch", "benchmarks.eigenpro", "benchmarks.ika_vs_nystrom",
-            "benchmarks.laplace_neuralef", "benchmarks.lla_rotated_mnist_cost", "benchmarks.neuralef_vs_nystrom",
+REPORTED = ("benchmarks.covariances", "benchmarks.dgp_epoch", "benchmarks.eigenpro",
+            "benchmarks.laplace_far_field", "benchmarks.laplace_neuralef", "benchmarks.lla_rotated_mnist_cost", "benchmarks.neuralef_vs_nystrom",
             "benchmarks.prediction", "benchmarks.prediction_vs_keras", "benchmarks.prediction_cnn_vs_keras", "benchmarks.streaming", "benchmarks.tracing", "benchmarks.twin_training")
 
 

@@ -27,16 +27,16 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np  # noqa: E402
 
-INPUT_DIM, UNITS, WIDTHS, SAMPLES = 8, 64, (64, 64, 1), 100
+INPUT_DIM, UNITS, WIDTHS, SAMPLES, TRUNCATION = 8, 64, (64, 64, 1), 100, 20
 OUTPUT = Path(__file__).resolve().parents[1] / "docs" / "results" / "prediction_vs_keras.json"
 REPORT_COMMAND = "python -m benchmarks.prediction_vs_keras --report-only"
 REPORT_BLOCKS = [("docs/benchmarks_prediction.md", "prediction-vs-keras")]
 DEFAULTS = {"points": 10_000}
 
 
-def multiply_adds(D=INPUT_DIM, M=UNITS, widths=WIDTHS, S=SAMPLES) -> dict:
+def multiply_adds(D=INPUT_DIM, M=UNITS, widths=WIDTHS, S=SAMPLES, truncation=TRUNCATION) -> dict:
     """Multiply-adds per predicted point: ``forward`` (S forward passes through layers 2..L and one through layer 1:
-    the directions W h̃, M (D_ℓ + 1), and the output map, M P_ℓ) and ``variance`` per row of layer ℓ (S rows for
+    the directions W h̃, M (D_ℓ + 1), the Clenshaw sum of the zonal series, 2 Ñ M, and the output map, M P_ℓ) and ``variance`` per row of layer ℓ (S rows for
     layers 2..L, one for layer 1): the triangular solve L⁻¹Kuf, M²/2, and, for the first and the output layer, the
     quadratic forms, M(M+1)/2 · (P_ℓ + 1) for P_ℓ ≥ 2 (:func:`activated_dgp.zonal.conditionals.symmetric_variances`),
     P_ℓ M² + P_ℓ M otherwise; the hidden layers in between are sampled from one draw of their inducing outputs per
@@ -45,7 +45,7 @@ def multiply_adds(D=INPUT_DIM, M=UNITS, widths=WIDTHS, S=SAMPLES) -> dict:
     inputs = D
     for index, P in enumerate(widths):
         rows = 1 if index == 0 else S
-        forward += rows * (M * (inputs + 1) + M * P)
+        forward += rows * (M * (inputs + 1) + 2 * truncation * M + M * P)
         if 0 < index < len(widths) - 1:  # sampled from one draw of the inducing outputs per sample: the solve only
             variance += rows * M * M / 2
         else:
@@ -94,7 +94,7 @@ def measure(points: int, output=OUTPUT) -> dict:
     print(f"Keras predict {keras_seconds:.3f} s, predict_y {dgp_seconds:.3f} s ({dgp_seconds / keras_seconds:.1f}×), "
           f"floor {floor_seconds:.3f} s (predict_y at {floor_seconds / dgp_seconds:.0%} of the floor's rate)", flush=True)
     record = {"command": command_line("python -m benchmarks.prediction_vs_keras", {"points": points}, DEFAULTS),
-              "D": INPUT_DIM, "units": UNITS, "widths": list(WIDTHS), "samples": SAMPLES, "points": points,
+              "D": INPUT_DIM, "units": UNITS, "widths": list(WIDTHS), "samples": SAMPLES, "truncation": TRUNCATION, "points": points,
               "memory_budget_bytes": DEFAULT_MEMORY_BUDGET, "batch_size": batch_size,
               "keras_seconds": round(keras_seconds, 4), "predict_y_seconds": round(dgp_seconds, 4),
               "peak_rss_growth_mib": round(rss_growth, 1), "multiply_adds_per_point": {k: round(v) for k, v in terms.items()},
@@ -114,6 +114,7 @@ def markdown(record: dict) -> str:
     per_point = sum(terms.values())
     floor = points * per_point / rate
     widths = " × ".join(map(str, record["widths"]))
+    series = f", the zonal series' Clenshaw sums, 2 Ñ M per layer and row at Ñ = {record['truncation']}, included" if "truncation" in record else ""
     return f"""{record_line(OUTPUT, record["command"])}
 
 Command: `{record["command"]}` ({points:,} points, D = {record["D"]}, a converted twin of 3 layers of M = {M} units with
@@ -127,7 +128,7 @@ widths {widths}, float64; `predict_y` with its defaults: S = {S} samples, memory
 | floor: {per_point / 1e6:.2f} M multiply-adds per point at the measured rate | {floor:.3f} | {floor / keras:.1f} |
 
 - The floor: S = {S} samples through layers 2..L cost S forward passes of the network ({terms["forward"] / 1e6:.2f} M multiply-adds
-  per point), plus the variance work per sampled row ({terms["variance"] / 1e6:.2f} M): the triangular solve, M²/2, and, in
+  per point{series}), plus the variance work per sampled row ({terms["variance"] / 1e6:.2f} M): the triangular solve, M²/2, and, in
   the first and the output layer, the quadratic forms a_nᵀ(L_p L_pᵀ − I)a_n over the upper triangle, M(M+1)/2 · (P + 1)
   (the hidden layers between are sampled from one draw of their inducing outputs per sample); the rate is one float64
   [S·8, M(M+1)/2] · [M(M+1)/2, P] product measured in the same run,

@@ -243,8 +243,12 @@ def report(name, totals: collections.Counter, top: int) -> str:
 
 
 def flop_table(widths=(INPUT_DIM, INPUT_DIM, 1), M=NUM_UNITS, B=BATCH, d=INPUT_DIM + 1, truncation=20) -> str:
-    """Multiply-adds of one step's forward pass, per layer (P outputs, M inducing, B rows): the gradient costs
-    about twice the products again. Whitened layers: the KL needs no Cholesky and only O(P M²) sums of squares."""
+    """Multiply-adds of one step's forward pass, per layer (P outputs, M inducing, B rows), of the activated DGP and
+    of its network twin, which evaluates the same basis functions (cosines and Clenshaw sum) and one linear map per
+    layer; the gradient costs about twice the products again in both. Whitened layers: the KL needs no Cholesky and
+    only O(P M²) sums of squares. The owned step skips the zero upper triangle of the q_sqrt products: k column blocks
+    cost (k + 1)/(2k) of P M² B (k = 8 here)."""
+    blocks = 8
     rows = []
     for index, P in enumerate(widths):
         terms = {
@@ -261,7 +265,19 @@ def flop_table(widths=(INPUT_DIM, INPUT_DIM, 1), M=NUM_UNITS, B=BATCH, d=INPUT_D
     for name in names:
         values = [t[name] for _, _, t in rows]
         lines.append(f"| {name} | " + " | ".join(f"{v / 1e6:.2f} M" for v in values) + f" | {sum(values) / 1e6:.2f} M | {sum(values) / total:.0%} |")
-    lines.append(f"| forward total | " + " | ".join(f"{sum(t.values()) / 1e6:.2f} M" for _, _, t in rows) + f" | {total / 1e6:.1f} M | 100% |")
+    lines.append("| forward total | " + " | ".join(f"{sum(t.values()) / 1e6:.2f} M" for _, _, t in rows) + f" | {total / 1e6:.1f} M | 100% |")
+    products = sum(t["q_sqrt products L_pᵀA (P M² B)"] for _, _, t in rows)
+    owned = total - products * (1 - (blocks + 1) / (2 * blocks))
+    twin = sum(M * B * d + 2 * truncation * M * B + M * P * B for P in widths)
+    lines += [
+        "",
+        f"- The network twin's forward pass: the same cosines and Clenshaw sums and one [B, M] · [M, P] map per layer, "
+        f"{twin / 1e6:.2f} M multiply-adds.",
+        f"- The activated DGP's step does {total / twin:.1f}× the twin's arithmetic with GPflow's conditional and "
+        f"{owned / twin:.1f}× with the owned step ({owned / 1e6:.1f} M: the q_sqrt products over the lower triangle only, "
+        f"{(blocks + 1) / (2 * blocks):.0%} of P M² B). At equal arithmetic rates the DGP's step costs that multiple of "
+        "the twin's; a measured ratio below it means the twin's step is bound by per-op overhead rather than arithmetic.",
+    ]
     return "\n".join(lines)
 
 

@@ -200,7 +200,8 @@ def test_benchmarks_import_no_study():
     studies = set(registry.STUDIES.values()) | {"experiments.uci", "experiments.uci.cells", "experiments.uci.report", "experiments.rotated_mnist",
                                                  "experiments.rotated_mnist.cells", "experiments.rotated_mnist.config", "experiments.rotated_mnist.models",
                                                  "experiments.rotated_mnist.report", "experiments.recipes.cells", "experiments.recipes.report",
-                                                 "experiments.recipes.rule"}
+                                                 "experiments.recipes.rule", "experiments.ika_patches.cells",
+                                                 "experiments.ika_patches.patches", "experiments.ika_patches.report"}
     for path in Path(__file__).resolve().parents[1].glob("benchmarks/*.py"):
         tree = ast.parse(path.read_text())
         imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}

@@ -17,7 +17,8 @@ from activated_dgp.eigen import Laplace, LinearisedLaplace  # noqa: E402
     "subset, structure, method, layers",
     [("all", "full", "exact", None), ("all", "diag", "diagonal", None), ("all", "kron", "kron", None),
      ("last_layer", "full", "last_layer", None), ("last_layer", "diag", "diagonal", [-1]), ("last_layer", "kron", "kron", [-1]),
-     ("subnetwork", "full", "exact", [0]), ("subnetwork", "kron", "kron", [0])],
+     ("subnetwork", "full", "exact", [0]), ("subnetwork", "kron", "kron", [0]), ("all", "lowrank", "lowrank", None),
+     ("subnetwork", "lowrank", "lowrank", [0])],
 )
 def test_factory_gives_the_configuration_it_names(subset, structure, method, layers, rng):
     X, Y = data("softmax", 15, 2, 3, rng)
@@ -47,8 +48,6 @@ def test_factory_errors(rng):
         Laplace(model, "regression", subset_of_weights="some")
     with pytest.raises(ValueError, match="hessian_structure"):
         Laplace(model, "regression", hessian_structure="block")
-    with pytest.raises(ValueError, match="lowrank"):
-        Laplace(model, "regression", "all", "lowrank")
     with pytest.raises(ValueError, match="subnetwork_variables"):
         Laplace(model, "regression", "subnetwork", "full")
     with pytest.raises(ValueError, match="subnetwork_variables"):

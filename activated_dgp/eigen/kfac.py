@@ -112,6 +112,12 @@ class KroneckerFactors:
             saved.update({f"kron_A_{l}": A, f"kron_G_{l}": G, f"kron_a_{l}": a, f"kron_QA_{l}": QA, f"kron_g_{l}": g, f"kron_QG_{l}": QG})
         return saved
 
+    def scale_output_factors(self, scale: float) -> None:
+        """Multiply every G_l (and its eigenvalues) by ``scale``: a Gaussian likelihood's GGN at another noise σ²
+        (Λ = I/σ², so G ∝ 1/σ²)."""
+        self.G = [G * scale for G in self.G]
+        self.eigen = [(a, QA, g * scale, QG) for a, QA, g, QG in self.eigen]
+
     def eigenvalues(self) -> np.ndarray:
         """All eigenvalues a_i g_j of the block-diagonal Kronecker GGN [P] (for the log-determinant)."""
         return np.concatenate([np.outer(a, g).reshape(-1) for a, _, g, _ in self.eigen])

@@ -22,8 +22,11 @@ with J(x) = ∂_θ g(x, θ_MAP) [C, P] and Λ_i = −∂²_ff log p(y_i | f) at 
   Grosse 2015, Ritter et al. 2018), A_l = E[ã ãᵀ] of the layer's bias-augmented inputs and G_l = Σ_i E_iᵀ Λ_i E_i of
   its back-propagated output signals, inverted through the factors' eigendecompositions (:mod:`.kfac`); for a
   chain of Dense layers.
+* ``"lowrank"``: Σ⁻¹ ≈ V diag(e) Vᵀ + δ I with the top k = ``num_eigenpairs`` eigenpairs of the GGN by Lanczos
+  (:mod:`.lowrank`; Daxberger et al. 2021, §3.2), inverted by Woodbury: Σ = δ⁻¹ I − V diag(e / (δ (e + δ))) Vᵀ.
+  No P × P matrix is formed; the test covariances need J(x) V and the NTK block J(x) J(x)ᵀ.
 
-``variables=`` restricts exact, diagonal and kron to a subnetwork: some of the model's trainable variables (whole
+``variables=`` restricts exact, diagonal, kron and lowrank to a subnetwork: some of the model's trainable variables (whole
 layers for kron), the others fixed at θ_MAP.
 
 For a chain of Dense and ``ActivatedLayer`` layers (the library's twins, :func:`~activated_dgp.build_activated_nn`)
@@ -54,6 +57,19 @@ the same factors. Other networks use their per-example Jacobians.
   B × B Gram is then computed layer by layer without the [B, P] rows,
   :meth:`~activated_dgp.eigen.layerwise.LayerwiseJacobian.combination_gram`). Truncating to k pairs drops the kernel's tail, so eq. 22's
   variances differ from eq. 21's unless the k pairs cover the NTK's spectrum.
+  With ``covariance="subspace"`` the eigenfunctions are used only on the training inputs, to find the directions
+  in parameter space they stand for: their Nyström extension through the NTK, ψ_j(x) = J(x) Jᵀ ψ_j(X) / (N μ_j),
+  is linear in J(x), ψ_j(x) √μ_j = J(x) w_j with w_j = Σ_i J_iᵀ ψ_j(x_i) / (N √μ_j) (N counting the (x, c) pairs).
+  With V_k an orthonormal basis of the w_j, the posterior is the LLA with the GGN projected onto them,
+
+      f(x) ~ GP( g(x, θ_MAP),  J(x) Σ_k J(x')ᵀ ),   Σ_k⁻¹ = V_k V_kᵀ H V_k V_kᵀ + δ I,
+
+  computed as ``lowrank`` does (Woodbury: δ⁻¹ J Jᵀ − (J V) diag(e / (δ (e + δ))) (J V)ᵀ, e the eigenvalues of
+  V_kᵀ H V_k). With the NTK's exact eigenpairs, w_j = V_j, the top right singular vectors of the training Jacobian,
+  and eq. 22 at the training inputs is this posterior minus δ⁻¹ J (I − V_k V_kᵀ) Jᵀ; away from the data eq. 22
+  keeps only the learnt networks' extrapolation of ψ_j, where this form keeps the prior variance of every direction
+  the data do not constrain. It costs two passes of Jacobians over the training data and, per test point, J(x) V_k
+  and J(x) J(x)ᵀ (as ``lowrank``).
 * ``"eigenfunctions"``: eq. 22 with eigenpairs the user gives (``eigenfunctions=``, any object with
   ``eigenvalues`` [k] and ``__call__(inputs) -> [M, k]`` on the inputs above, e.g. a fitted
   :class:`~activated_dgp.eigen.Nystrom` on the NTK, or exact eigenpairs in a test).
@@ -62,18 +78,26 @@ All methods share one computation: with features F(x) [C, m] (J(x), last-layer J
 H = Σ_i F_iᵀ Λ_i F_i is eigendecomposed once, H = V diag(e) Vᵀ, so that Σ = V diag(1/(e + δ)) Vᵀ for any
 δ (the diagonal method keeps diag H). The latent variance is J(x) Σ J(x)ᵀ = ‖diag(e + δ)^(−1/2) Vᵀ F(x)ᵀ‖².
 
-Prior precision (``prior_precision=``): a positive float; ``"marginal_likelihood"`` (exact, last_layer,
-diagonal) maximises the Laplace evidence over δ,
+Prior precision (``prior_precision=``): a positive float; ``"marginal_likelihood"`` (every method) maximises the Laplace evidence over δ,
 
     log p(D | δ) ≈ log p(D | θ_MAP) + log p(θ_MAP | δ) + (m/2) log 2π − ½ log det Σ⁻¹
                  = log p(D | θ_MAP) − (δ/2) ‖θ_MAP‖² + (m/2) log δ − ½ Σ_j log(e_j + δ),
 
 (MacKay 1992; Immer et al. 2021, eq. 5; Daxberger et al. 2021), m the number of parameters in the
-posterior (those of the last layer for ``last_layer``), with θ_MAP fixed; by a grid over log δ refined
+posterior (those of the last layer for ``last_layer``), with θ_MAP fixed (for ``lowrank`` the P − k eigenvalues
+left out count as 0, so their terms are (P − k) log δ; for ``neuralef`` and ``eigenfunctions`` likewise, with the
+eigenvalues e_j of Σ_i Ψ̃_iᵀ Λ_i Ψ̃_i; for the Gaussian likelihood (Λ = I/σ²) with the NTK's exact top-k eigenpairs
+these are the GGN's top k, since H = Σ J_iᵀ J_i / σ² and the Gram J Jᵀ / σ² share their non-zero spectrum, so the
+evidence is then ``lowrank``'s); by a grid over log δ refined
 by a bounded scalar search. ``"validation"`` picks δ from ``prior_precision_grid`` by the validation
 negative log predictive density; ``fit`` then needs ``validation_data=(X_val, Y_val)``. After ``fit``,
 :meth:`LinearisedLaplace.optimize_prior_precision` (``"marglik"`` or ``"gridsearch"``, laplace-torch's names) does
 either again; for ``kron`` the e_j are the products a_i g_j of the Kronecker factors' eigenvalues.
+
+Gaussian noise (``noise_variance=``): a positive σ², or ``"marginal_likelihood"`` (every method): the GGN is accumulated at the maximum-likelihood noise σ₀² = Σ‖y − g(x)‖² / (N C) and, since every
+variant's GGN is proportional to 1/σ², rescaled by σ₀²/σ² for any other σ², so that the evidence above, with
+log p(D | θ_MAP) = −Σ‖y − g(x)‖²/(2σ²) − (N C/2) log 2πσ², is maximised over (log δ, log σ²) jointly by L-BFGS-B with its
+analytic gradient (or over σ² alone at a fixed δ); laplace-torch leaves σ to a gradient loop of the user's.
 
 Predictives (``predict_y``): Gaussian N(μ, J Σ Jᵀ + σ² I) exactly; Bernoulli by the probit
 approximation (default, MacKay 1992) or Monte Carlo; softmax by Monte Carlo over the Gaussian latent
@@ -91,7 +115,7 @@ from typing import Optional, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 import tf_keras
-from scipy.optimize import minimize_scalar
+from scipy.optimize import minimize, minimize_scalar
 
 from .. import saving
 from ..deep import persistence  # noqa: F401  (registers the kind "network", which a saved approximation holds)
@@ -109,15 +133,20 @@ from .laplace_likelihoods import (
     predictive_probabilities,
 )
 from .kfac import KroneckerFactors, check_kron_layers
+from .lowrank import top_ggn_eigenpairs
 from .neuralef import NeuralEF
 from . import ika, nystrom  # noqa: F401  (register the kinds of the eigenfunctions a saved approximation may hold)
 from .ntk import jacobian_function, jacobian_kernel
 
-__all__ = ["LinearisedLaplace", "METHODS", "JACOBIAN_CACHE_BYTES"]
+__all__ = ["LinearisedLaplace", "METHODS", "COVARIANCES", "JACOBIAN_CACHE_BYTES"]
 
-METHODS = ("exact", "last_layer", "diagonal", "kron", "neuralef", "eigenfunctions")
+METHODS = ("exact", "last_layer", "diagonal", "kron", "lowrank", "neuralef", "eigenfunctions")
 PRIOR_PRECISION_SEARCHES = ("marginal_likelihood", "validation")
 _EIGEN_METHODS = ("neuralef", "eigenfunctions")
+#: the methods whose GGN keeps k < P eigenvalues: their evidence counts the P − k others as 0
+_LOW_RANK = ("lowrank",) + _EIGEN_METHODS
+#: the covariances of the eigenfunction methods (:class:`LinearisedLaplace`'s ``covariance``)
+COVARIANCES = ("eq22", "subspace")
 #: the largest training-Jacobian array (N C P float64 numbers, in bytes) that ``method="neuralef"`` computes
 #: once and trains NeuralEF on, instead of recomputing the batch's Jacobians at every step (1 GiB)
 JACOBIAN_CACHE_BYTES = 2**30
@@ -125,7 +154,7 @@ _LEGACY_CONFIG = "laplace.json"  # the file of a directory saved by activated_dg
 #: the constructor arguments a saved fit records (besides the prior precision), under the same names
 _SETTINGS = (
     "likelihood", "noise_variance", "method", "num_eigenpairs", "ntk_samples", "neuralef_steps", "neuralef_options",
-    "predictive", "num_samples", "seed", "batch_size", "max_parameters",
+    "predictive", "num_samples", "seed", "batch_size", "max_parameters", "covariance",
 )
 
 
@@ -154,8 +183,8 @@ def _last_dense_variables(model) -> list:
 
 def _variable_indices(model, variables, method: str) -> list:
     """The positions of ``variables`` in ``model.trainable_variables`` (a subnetwork), checked."""
-    if method not in ("exact", "diagonal", "kron"):
-        raise ValueError(f"variables= (a subnetwork) is for methods exact, diagonal and kron, not {method!r}")
+    if method not in ("exact", "diagonal", "kron", "lowrank"):
+        raise ValueError(f"variables= (a subnetwork) is for methods exact, diagonal, kron and lowrank, not {method!r}")
     position = {v.ref(): i for i, v in enumerate(model.trainable_variables)}
     variables = list(variables)
     if not variables:
@@ -202,10 +231,11 @@ class LinearisedLaplace:
     :param model: a built tf-keras model, X [N, D] → latent outputs [N, C] (logits for classification).
     :param likelihood: ``"gaussian"`` (Y [N, C] reals), ``"bernoulli"`` (C = 1, logistic link, labels 0/1
         [N, 1]) or ``"softmax"`` (C ≥ 2 logits, labels 0..C−1 [N, 1]).
-    :param noise_variance: σ² of the Gaussian likelihood (ignored otherwise).
+    :param noise_variance: σ² of the Gaussian likelihood (ignored otherwise), or ``"marginal_likelihood"`` (see the
+        module docstring).
     :param prior_precision: δ > 0, or ``"marginal_likelihood"`` or ``"validation"``.
     :param method: one of :data:`METHODS`.
-    :param num_eigenpairs: k for ``neuralef``.
+    :param num_eigenpairs: k for ``neuralef``, and the rank k < P for ``lowrank``.
     :param eigenfunctions: the eigenpairs for ``eigenfunctions`` (see the module docstring).
     :param ntk_samples: ``None`` (default): NeuralEF trains on the exact NTK, with the per-example Jacobians
         as features (P per point, B C backward passes per step); an integer S: the Rademacher estimate of
@@ -220,17 +250,20 @@ class LinearisedLaplace:
         mc for softmax); ``num_samples`` and ``seed`` for "mc".
     :param batch_size: points per Jacobian evaluation (its Jacobians take batch_size · C · P · 8 bytes).
     :param max_parameters: the largest P (or last-layer size) for which exact/last_layer form P × P.
-    :param variables: for exact, diagonal and kron, the trainable variables of the subnetwork the posterior covers
+    :param variables: for exact, diagonal, kron and lowrank, the trainable variables of the subnetwork the posterior covers
         (default: all of them); the others stay at θ_MAP.
     :param prior_precision_grid: the δ values ``"validation"`` tries (default 10^−4 … 10^4, 33 values).
     :param verbose: 1 prints progress of long fits, 0 is silent.
+    :param covariance: for ``neuralef`` and ``eigenfunctions``: ``"eq22"`` (default, eq. 22 as written) or
+        ``"subspace"`` (the LLA with the GGN projected onto the parameter directions of the eigenfunctions' Nyström
+        extension, see the module docstring).
     """
 
     def __init__(
         self,
         model,
         likelihood: str = "gaussian",
-        noise_variance: float = 1.0,
+        noise_variance=1.0,
         prior_precision=1.0,
         method: str = "exact",
         num_eigenpairs: int = 10,
@@ -247,6 +280,7 @@ class LinearisedLaplace:
         prior_precision_grid: Optional[Sequence[float]] = None,
         verbose: int = 1,
         variables: Optional[Sequence[tf.Variable]] = None,
+        covariance: str = "eq22",
     ):
         if not isinstance(model, tf_keras.Model):
             raise ValueError(f"model must be a tf-keras Model, got {type(model).__name__}")
@@ -259,8 +293,6 @@ class LinearisedLaplace:
         if isinstance(prior_precision, str):
             if prior_precision not in PRIOR_PRECISION_SEARCHES:
                 raise ValueError(f"prior_precision must be a positive number or one of {PRIOR_PRECISION_SEARCHES}, got {prior_precision!r}")
-            if prior_precision == "marginal_likelihood" and method in _EIGEN_METHODS:
-                raise ValueError(f"prior_precision='marginal_likelihood' is for exact, last_layer, diagonal and kron, not {method!r}")
         else:
             prior_precision = _positive(prior_precision, "prior_precision")
         predictive = PREDICTIVES[likelihood][0] if predictive is None else predictive
@@ -280,8 +312,24 @@ class LinearisedLaplace:
             raise ValueError("prior_precision_grid must be a non-empty list of positive numbers")
         if verbose not in (0, 1, True, False):
             raise ValueError(f"verbose must be 0 or 1, got {verbose!r}")
+        if covariance not in COVARIANCES:
+            raise ValueError(f"unknown covariance {covariance!r}; use one of {COVARIANCES}")
+        if covariance != "eq22" and method not in _EIGEN_METHODS:
+            raise ValueError(f"covariance={covariance!r} is for the eigenfunction methods {_EIGEN_METHODS}, not {method!r}")
+        self.covariance = covariance
         self.model, self.likelihood, self.method = model, likelihood, method
-        self.noise_variance = _positive(noise_variance, "noise_variance")
+        if isinstance(noise_variance, str):
+            if noise_variance != "marginal_likelihood":
+                raise ValueError(f"noise_variance must be a positive number or 'marginal_likelihood', got {noise_variance!r}")
+            if likelihood != "gaussian":
+                raise ValueError(f"noise_variance='marginal_likelihood' is for the gaussian likelihood, not {likelihood!r}")
+            if prior_precision == "validation":
+                raise ValueError("noise_variance='marginal_likelihood' needs the Laplace evidence at a fixed or "
+                                 "'marginal_likelihood' prior precision, not 'validation'")
+            self.noise_variance_setting, self.noise_variance = noise_variance, 1.0
+        else:
+            self.noise_variance = _positive(noise_variance, "noise_variance")
+            self.noise_variance_setting = self.noise_variance
         self.prior_precision_setting = prior_precision
         self.num_eigenpairs = check_positive_int(num_eigenpairs, "num_eigenpairs")
         self.eigenfunctions = eigenfunctions
@@ -463,17 +511,31 @@ class LinearisedLaplace:
             raise ValueError(f"checkpoint_dir checkpoints NeuralEF's training; method {self.method!r} has none")
         if self.method == "neuralef":
             self._fit_neuralef(X, checkpoint_dir)
+        if self.likelihood == "gaussian":
+            self._squared_error, self._num_targets = float(np.sum((Y - F_map) ** 2)), int(Y.size)
+            if self.noise_variance_setting == "marginal_likelihood":  # σ₀², the maximum-likelihood noise at θ_MAP
+                self.noise_variance = max(self._squared_error / self._num_targets, 1e-12 * max(float(np.var(Y)), 1e-300))
         Lambda = output_hessians(self.likelihood, F_map, self.noise_variance)
         self._log(f"GGN of method {self.method!r} over {X.shape[0]} points ({self.num_outputs} outputs)")
         ggn = None
-        if self.method == "kron":
+        if self.method == "lowrank":
+            batches = lambda: self._feature_batches(X, "GGN Jacobians", eigen=False)  # noqa: E731
+            values, vectors = top_ggn_eigenpairs(batches, Lambda, self.num_parameters, self.num_eigenpairs, self.jacobian_cache_bytes, self._log, self.seed)
+        elif self._woodbury:  # the eigenfunctions' subspace V, then V_kᵀ H V_k = Σ (J V)ᵀ Λ (J V)
+            subspace, projected = self._eigenfunction_subspace(X), 0.0
+            for rows, J in self._feature_batches(X, "GGN in the eigenfunction subspace", eigen=False):
+                F = J @ subspace
+                projected = projected + F.reshape(-1, F.shape[2]).T @ np.einsum("bcd,bdq->bcq", Lambda[rows], F).reshape(-1, F.shape[2])
+            values, rotation = np.linalg.eigh(0.5 * (projected + projected.T))
+            values, vectors = np.maximum(values[::-1], 0.0), subspace @ rotation[:, ::-1]
+        elif self.method == "kron":
             self.kron = KroneckerFactors(self._layerwise)
             for rows in self._progress_batches(X.shape[0], "Kronecker factors"):
                 self.kron.accumulate(X[rows], Lambda[rows])
             ggn = self.kron.finalise().eigenvalues()
         elif self._layerwise_covariance and self.method == "diagonal":
             ggn = sum(self._layerwise.ggn_diagonal(X[rows], Lambda[rows]) for rows in self._progress_batches(X.shape[0], "GGN (layer-wise)"))
-        for rows, F in self._feature_batches(X, "GGN") if ggn is None else ():
+        for rows, F in self._feature_batches(X, "GGN") if ggn is None and not self._woodbury else ():
             # Λ_i F_i first, then one product: a three-operand np.einsum loops over b, c, d, p and q at once
             # (50 s per batch of 256 at m = 1,280, C = 10)
             weighted = np.einsum("bcd,bdq->bcq", Lambda[rows], F)
@@ -482,46 +544,49 @@ class LinearisedLaplace:
             else:
                 term = F.reshape(-1, F.shape[2]).T @ weighted.reshape(-1, F.shape[2])
             ggn = term if ggn is None else ggn + term
-        if self.method in ("diagonal", "kron"):
+        if self._woodbury:
+            self.ggn_eigenvalues, self.ggn_eigenvectors = values, vectors
+        elif self.method in ("diagonal", "kron"):
             self.ggn_eigenvalues, self.ggn_eigenvectors = ggn, None
         else:
             values, vectors = np.linalg.eigh(0.5 * (ggn + ggn.T))
             self.ggn_eigenvalues, self.ggn_eigenvectors = np.maximum(values, 0.0), vectors
         self._log_likelihood = log_likelihood(self.likelihood, F_map, Y, self.noise_variance)
-        if self.method not in _EIGEN_METHODS:
-            self._theta_norm2 = float(np.sum(self._parameter_vector() ** 2))
+        self._theta_norm2 = float(np.sum(self._parameter_vector() ** 2))
         setting = self.prior_precision_setting
-        if setting == "marginal_likelihood":
+        if self.noise_variance_setting == "marginal_likelihood":
+            self.prior_precision = self._maximise_evidence_with_noise(None if setting == "marginal_likelihood" else setting)
+        elif setting == "marginal_likelihood":
             self.prior_precision = self._maximise_evidence()
         elif setting == "validation":
             self.prior_precision = self._select_by_validation(X_val, Y_val)
         else:
             self.prior_precision = setting
-        if self.method not in _EIGEN_METHODS:
-            self.log_evidence = self.log_marginal_likelihood()
+        self.log_evidence = self.log_marginal_likelihood()
         return self
 
-    def log_marginal_likelihood(self, prior_precision: Optional[float] = None) -> float:
-        """The Laplace evidence at δ (default: the fitted one), see the module docstring; exact,
-        last_layer, diagonal and kron only."""
-        if self.method in _EIGEN_METHODS:
-            raise ValueError(f"the Laplace evidence is available for exact, last_layer, diagonal and kron, not {self.method!r}")
+    def log_marginal_likelihood(self, prior_precision: Optional[float] = None, noise_variance: Optional[float] = None) -> float:
+        """The Laplace evidence at δ (default: the fitted one) and, for the Gaussian likelihood, σ² (default: the fitted
+        one; the GGN rescaled by σ_fit²/σ²), see the module docstring."""
+        if noise_variance is not None:
+            return self._evidence_and_gradient(np.log(_positive(self.prior_precision if prior_precision is None else prior_precision, "prior_precision")),
+                                               np.log(self._checked_noise(noise_variance)))[0]
         if self.input_dim is None:
             raise ValueError("the LinearisedLaplace approximation is not fitted yet (call fit first)")
         delta = _positive(self.prior_precision if prior_precision is None else prior_precision, "prior_precision")
-        m = self.ggn_eigenvalues.shape[0]
+        kept = self.ggn_eigenvalues.shape[0]
+        m = self.num_parameters if self.method in _LOW_RANK else kept  # the P − k left out count as 0
         return float(
             self._log_likelihood
             - 0.5 * delta * self._theta_norm2
             + 0.5 * m * np.log(delta)
-            - 0.5 * np.sum(np.log(self.ggn_eigenvalues + delta))
+            - 0.5 * (np.sum(np.log(self.ggn_eigenvalues + delta)) + (m - kept) * np.log(delta))
         )
 
     def optimize_prior_precision(self, method: str = "marglik", val_data: Optional[Tuple] = None, grid: Optional[Sequence[float]] = None) -> float:
         """Choose δ again after ``fit`` (laplace-torch's name and methods), set it and return it:
 
-        * ``"marglik"``: maximise the Laplace evidence of the module docstring over log δ (exact, last_layer,
-          diagonal, kron), as ``prior_precision="marginal_likelihood"`` does;
+        * ``"marglik"``: maximise the Laplace evidence of the module docstring over log δ (every method), as ``prior_precision="marginal_likelihood"`` does;
         * ``"gridsearch"``: the δ of ``grid`` (default ``prior_precision_grid``) with the smallest negative log
           predictive density on ``val_data=(X_val, Y_val)``, as ``prior_precision="validation"`` does.
         """
@@ -530,8 +595,6 @@ class LinearisedLaplace:
         if method == "marglik":
             if val_data is not None or grid is not None:
                 raise ValueError("method='marglik' takes no val_data or grid")
-            if self.method in _EIGEN_METHODS:
-                raise ValueError(f"method='marglik' is for exact, last_layer, diagonal and kron, not {self.method!r}")
             self.prior_precision = self._maximise_evidence()
         elif method == "gridsearch":
             if not isinstance(val_data, (tuple, list)) or len(val_data) != 2:
@@ -545,9 +608,62 @@ class LinearisedLaplace:
             self.prior_precision = self._select_by_validation(X_val, self._check_Y(val_data[1], X_val.shape[0], "Y_val"))
         else:
             raise ValueError(f"unknown prior-precision method {method!r}; use 'marglik' or 'gridsearch'")
-        if self.method not in _EIGEN_METHODS:
-            self.log_evidence = self.log_marginal_likelihood()
+        self.log_evidence = self.log_marginal_likelihood()
         return self.prior_precision
+
+    def _checked_noise(self, noise_variance) -> float:
+        if self.likelihood != "gaussian":
+            raise ValueError(f"noise_variance is a parameter of the gaussian likelihood, not of {self.likelihood!r}")
+        if self.input_dim is None:
+            raise ValueError("the LinearisedLaplace approximation is not fitted yet (call fit first)")
+        return _positive(noise_variance, "noise_variance")
+
+    def _evidence_and_gradient(self, log_delta: float, log_noise: float) -> Tuple[float, np.ndarray]:
+        """The Laplace evidence at δ = exp(log_delta), σ² = exp(log_noise) and its gradient in (log δ, log σ²).
+
+        With c = σ_fit²/σ² the GGN's eigenvalues are c e_j, and
+        ∂/∂log δ = −δ‖θ‖²/2 + m/2 − ½ Σ δ/(c e_j + δ) − (m − k)/2,  ∂/∂log σ² = SSE/(2σ²) − n/2 + ½ Σ c e_j/(c e_j + δ)."""
+        delta, noise = np.exp(log_delta), np.exp(log_noise)
+        e = self.ggn_eigenvalues * (self.noise_variance / noise)
+        kept = e.shape[0]
+        m = self.num_parameters if self.method in _LOW_RANK else kept
+        n, sse = self._num_targets, self._squared_error
+        value = (-0.5 * sse / noise - 0.5 * n * np.log(2 * np.pi * noise) - 0.5 * delta * self._theta_norm2 + 0.5 * m * np.log(delta)
+                 - 0.5 * (np.sum(np.log(e + delta)) + (m - kept) * np.log(delta)))
+        gradient = np.array([
+            -0.5 * delta * self._theta_norm2 + 0.5 * m - 0.5 * np.sum(delta / (e + delta)) - 0.5 * (m - kept),
+            0.5 * sse / noise - 0.5 * n + 0.5 * np.sum(e / (e + delta)),
+        ])
+        return float(value), gradient
+
+    def _set_noise_variance(self, noise: float) -> None:
+        """Move the fitted approximation to noise σ²: the GGN (eigenvalues, or the Kronecker factors G) scales by σ_fit²/σ²."""
+        scale = self.noise_variance / noise
+        self.ggn_eigenvalues = self.ggn_eigenvalues * scale
+        if self.kron is not None:
+            self.kron.scale_output_factors(scale)
+        self.noise_variance = float(noise)
+        self._log_likelihood = float(-0.5 * self._squared_error / noise - 0.5 * self._num_targets * np.log(2 * np.pi * noise))
+
+    def _maximise_evidence_with_noise(self, fixed_delta: Optional[float]) -> float:
+        """Set σ² (and δ, unless ``fixed_delta``) to the maximiser of the Laplace evidence (module docstring); returns δ."""
+        start_noise = np.log(self.noise_variance)
+        if fixed_delta is None:
+            start_delta = np.log(self._maximise_evidence())
+            objective = lambda z: tuple(-part for part in self._evidence_and_gradient(z[0], z[1]))  # noqa: E731
+            bounds = [(np.log(1e-8), np.log(1e8)), (start_noise - 30.0, start_noise + 30.0)]
+            result = minimize(objective, np.array([start_delta, start_noise]), jac=True, method="L-BFGS-B", bounds=bounds,
+                              options={"ftol": 1e-15, "gtol": 1e-10, "maxiter": 1000})
+            log_delta, log_noise = result.x
+        else:
+            log_delta = np.log(fixed_delta)
+            objective = lambda z: tuple(-part if i == 0 else -part[1:] for i, part in enumerate(self._evidence_and_gradient(log_delta, z[0])))  # noqa: E731
+            result = minimize(objective, np.array([start_noise]), jac=True, method="L-BFGS-B", bounds=[(start_noise - 30.0, start_noise + 30.0)],
+                              options={"ftol": 1e-15, "gtol": 1e-10, "maxiter": 1000})
+            (log_noise,) = result.x
+        self._set_noise_variance(float(np.exp(log_noise)))
+        self._log(f"noise and prior precision by marginal likelihood: σ² = {self.noise_variance:.6g}, δ = {np.exp(log_delta):.6g}")
+        return float(np.exp(log_delta))
 
     def _maximise_evidence(self) -> float:
         log_grid = np.linspace(np.log(1e-8), np.log(1e8), 161)
@@ -596,6 +712,9 @@ class LinearisedLaplace:
         where it can), or F itself (diagonal)."""
         if self.ggn_eigenvectors is None:
             return self._features(X)
+        if self._woodbury:  # [J V, J Jᵀ]: [B, C, k + C]
+            F = self._features(X, eigen=False)
+            return np.concatenate([F @ self.ggn_eigenvectors, F @ np.swapaxes(F, 1, 2)], axis=2)
         if self._layerwise_covariance:
             return self._layerwise.jacobian_times(X, self.ggn_eigenvectors)
         return self._features(X) @ self.ggn_eigenvectors
@@ -605,8 +724,30 @@ class LinearisedLaplace:
         if self.ggn_eigenvectors is None:  # diagonal
             F = projected
             return (F / (self.ggn_eigenvalues + delta)[None, None, :]) @ np.swapaxes(F, 1, 2)  # batched BLAS, not a 3-operand einsum
+        if self._woodbury:  # δ⁻¹ J Jᵀ − (J V) diag(e / (δ (e + δ))) (J V)ᵀ (module docstring)
+            e = self.ggn_eigenvalues
+            JV, JJ = projected[:, :, : e.size], projected[:, :, e.size :]
+            return JJ / delta - (JV * (e / (delta * (e + delta)))[None, None, :]) @ np.swapaxes(JV, 1, 2)
         root = projected / np.sqrt(self.ggn_eigenvalues + delta)[None, None, :]
         return root @ np.swapaxes(root, 1, 2)
+
+    @property
+    def _woodbury(self) -> bool:
+        """Whether the posterior is δ I plus a rank-k GGN in the parameter directions ``ggn_eigenvectors`` [P, k]
+        (``lowrank``, and the eigen methods with ``covariance="subspace"``)."""
+        return self.method == "lowrank" or (self.method in _EIGEN_METHODS and self.covariance == "subspace")
+
+    def _eigenfunction_subspace(self, X: np.ndarray) -> np.ndarray:
+        """V_k [P, k]: an orthonormal basis of the parameter directions w_j = Σ_i J_iᵀ ψ_j(x_i) / (N √μ_j) of the
+        eigenfunctions' Nyström extension (module docstring), eigenvalues μ_j ≤ 0 left out."""
+        mu = np.asarray(tf.convert_to_tensor(self.eigenfunctions.eigenvalues), dtype=np.float64).reshape(-1)
+        W = 0.0
+        for rows, J in self._feature_batches(X, "eigenfunction subspace", eigen=False):
+            W = W + np.einsum("bcp,bck->pk", J, self._eigen_features(X[rows]))  # Σ J_iᵀ √μ ψ(x_i)
+        keep = mu > 0
+        W = W[:, keep] / (X.shape[0] * self.num_outputs * mu[keep])
+        Q, R = np.linalg.qr(W)
+        return Q[:, np.abs(np.diag(R)) > 1e-12 * max(np.abs(np.diag(R)).max(), 1e-300)]
 
     def _latent_covariance(self, X: np.ndarray, delta: float) -> np.ndarray:
         """J(X) Σ J(X)ᵀ [N, C, C] at prior precision δ, in batches (layer-wise where the network allows)."""
@@ -699,6 +840,9 @@ class LinearisedLaplace:
         self.prior_precision, self.log_evidence = config["prior_precision"], config["log_evidence"]
         self._log_likelihood, self._theta_norm2 = config["log_likelihood_at_map"], config["parameter_norm2"]
         self.ntk_source = config.get("ntk_source")
+        self.noise_variance_setting = config.get("noise_variance_setting", self.noise_variance)
+        if config.get("squared_error") is not None:
+            self._squared_error, self._num_targets = config["squared_error"], config["num_targets"]
         self.ggn_eigenvalues = arrays["ggn_eigenvalues"]
         self.ggn_eigenvectors = arrays["ggn_eigenvectors"] if "ggn_eigenvectors" in arrays else None
         if self.method == "kron":
@@ -727,6 +871,9 @@ def _settings(laplace: LinearisedLaplace) -> dict:
         parameter_norm2=getattr(laplace, "_theta_norm2", None),
         variable_indices=laplace.variable_indices,
         ntk_source=laplace.ntk_source,
+        noise_variance_setting=laplace.noise_variance_setting,
+        squared_error=getattr(laplace, "_squared_error", None),
+        num_targets=getattr(laplace, "_num_targets", None),
     )
 
 
@@ -764,7 +911,7 @@ def _rebuild_laplace(config: dict, arrays: dict, children: dict):
         jacobian_cache_bytes=config["jacobian_cache_bytes"],
         verbose=0,
         variables=None if indices is None else [network.trainable_variables[i] for i in indices],
-        **{name: config[name] for name in _SETTINGS},
+        **{name: config[name] for name in _SETTINGS if name in config},  # settings added later keep their defaults
     )
     laplace._restore_fit(config, arrays)
     if config["method"] == "neuralef":
@@ -801,7 +948,7 @@ def _load_legacy(directory, model, eigenfunctions, verbose: int) -> LinearisedLa
         eigenfunctions=eigenfunctions,
         verbose=verbose,
         variables=None if indices is None else [model.trainable_variables[i] for i in indices],
-        **{name: config[name] for name in _SETTINGS},
+        **{name: config[name] for name in _SETTINGS if name in config},  # settings added later keep their defaults
     )
     with np.load(os.path.join(directory, "laplace.npz")) as arrays:
         laplace._restore_fit(config, {name: arrays[name] for name in arrays.files})

@@ -3,15 +3,15 @@ under the names of laplace-torch (Daxberger et al. 2021, "Laplace Redux — effo
 returning the matching :class:`~activated_dgp.eigen.LinearisedLaplace` (always the GLM/linearised predictive,
 laplace-torch's ``pred_type="glm"``).
 
-=====================  ==========  ==============================  ==============================  =============
+=====================  ==========  ==============================  ==============================  ==============================
 subset_of_weights      "full"      "diag"                          "kron"                          "lowrank"
-=====================  ==========  ==============================  ==============================  =============
-"all"                  exact       diagonal                        kron                            not supported
-"last_layer"           last_layer  diagonal on the last layer      kron on the last layer          not supported
-"subnetwork"           exact on    diagonal on                     kron on                         not supported
-                       the given   ``subnetwork_variables``        ``subnetwork_variables``
+=====================  ==========  ==============================  ==============================  ==============================
+"all"                  exact       diagonal                        kron                            lowrank (rank ``num_eigenpairs``)
+"last_layer"           last_layer  diagonal on the last layer      kron on the last layer          lowrank on the last layer
+"subnetwork"           exact on    diagonal on                     kron on                         lowrank on
+                       the given   ``subnetwork_variables``        ``subnetwork_variables``        ``subnetwork_variables``
                        variables
-=====================  ==========  ==============================  ==============================  =============
+=====================  ==========  ==============================  ==============================  ==============================
 
 The subnetwork is given as tf variables (``subnetwork_variables=``, e.g. some layers' ``trainable_variables``),
 not as laplace-torch's flat parameter indices. ``likelihood`` is laplace-torch's ``"regression"`` (Gaussian)
@@ -73,8 +73,6 @@ def Laplace(
     for reserved in ("method", "variables", "likelihood"):
         if reserved in kwargs:
             raise ValueError(f"{reserved}= is set by subset_of_weights and hessian_structure; leave it out")
-    if hessian_structure == "lowrank":
-        raise ValueError("hessian_structure='lowrank' is not implemented; use 'full', 'diag' or 'kron'")
     if (subnetwork_variables is not None) != (subset_of_weights == "subnetwork"):
         raise ValueError("subnetwork_variables= (the variables of the subnetwork) is required by, and only used by, subset_of_weights='subnetwork'")
     if isinstance(sigma_noise, bool) or not isinstance(sigma_noise, (int, float)) or not sigma_noise > 0:

@@ -12,6 +12,7 @@ STUDIES = {
     "eigenfunction_features": "experiments.eigenfunction_features",
     "eigenpro_p_equals_n": "experiments.eigenpro_p_equals_n",
     "far_field": "experiments.far_field",
+    "ika_patches": "experiments.ika_patches",
     "figures": "experiments.figures",
     "ntk_spectra": "experiments.ntk_spectra",
     "recipes": "experiments.recipes",
