@@ -12,7 +12,7 @@ quadratic form per output over the upper triangle), which dwarfs the forward pas
 multiply-adds at the float64 matrix-product rate measured in the same run (the quadratic forms' product shape).
 
 Run:  python -m benchmarks.prediction_vs_keras                  (10,000 points; writes docs/results/prediction_vs_keras.json
-                                                                and the "prediction-vs-keras" block of docs/benchmarks.md)
+                                                                and the "prediction-vs-keras" block of docs/benchmarks*.md)
       python -m benchmarks.prediction_vs_keras --points 500 --no-write    (a quick check that it runs)
 """
 
@@ -30,7 +30,7 @@ import numpy as np  # noqa: E402
 INPUT_DIM, UNITS, WIDTHS, SAMPLES, TRUNCATION = 8, 64, (64, 64, 1), 100, 20
 OUTPUT = Path(__file__).resolve().parents[1] / "docs" / "results" / "prediction_vs_keras.json"
 REPORT_COMMAND = "python -m benchmarks.prediction_vs_keras --report-only"
-REPORT_BLOCKS = [("docs/benchmarks.md", "prediction-vs-keras")]
+REPORT_BLOCKS = [("docs/benchmarks_prediction.md", "prediction-vs-keras")]
 DEFAULTS = {"points": 10_000}
 
 
@@ -105,7 +105,7 @@ def measure(points: int, output=OUTPUT) -> dict:
 
 
 def markdown(record: dict) -> str:
-    """The "prediction-vs-keras" block of docs/benchmarks.md from its record."""
+    """The "prediction-vs-keras" block of docs/benchmarks*.md from its record."""
     from benchmarks._report import load_average_line, record_line
 
     points, S, M = record["points"], record["samples"], record["units"]
@@ -138,7 +138,7 @@ widths {widths}, float64; `predict_y` with its defaults: S = {S} samples, memory
 
 
 def report_from_records() -> str:
-    """The "prediction-vs-keras" block of docs/benchmarks.md from its record (``--report-only``)."""
+    """The "prediction-vs-keras" block of docs/benchmarks*.md from its record (``--report-only``)."""
     from benchmarks._report import report_block
 
     return report_block("prediction-vs-keras", markdown, OUTPUT, REPORT_COMMAND, made_by="python -m benchmarks.prediction_vs_keras")

@@ -13,7 +13,7 @@ from activated_dgp.eigen import LinearisedLaplace
 from experiments.methods.networks import NetworkCache, build_twin_network, fit_network, training_mse
 from experiments.methods.protocol import Budget, Prediction, SplitData, fit_parts
 
-#: LLA on the NN's own network (NeuralEF paper §4.3, Table 2 at CPU scale; issue 33): the same twin, θ_MAP its
+#: LLA on the NN's own network (NeuralEF paper §4.3, Table 2 at CPU scale): the same twin, θ_MAP its
 #: early-stopped weights; noise σ² = its training MSE (the NN's own predictive noise); prior precision by the
 #: Laplace evidence (exact, last layer) or, for the NeuralEF method, on the validation part. The exact GGN only where
 #: the twin has at most LLA_EXACT_MAX_PARAMETERS parameters (P × P eigendecomposition).
