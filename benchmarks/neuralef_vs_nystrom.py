@@ -334,6 +334,7 @@ def main(sizes, steps: int, nystrom_max: int, write: bool, cache: Path = CACHE, 
         results = run(sizes, steps, nystrom_max, cache, oversampling=oversampling, estimator=estimator)
     doc = report(results, sizes, steps, nystrom_max)
     if write:
+        write_oversampling_block()
         _figure(results, FIGURE, steps)
         write_section("neuralef", doc, report_command(sizes, steps, nystrom_max, cache))
     return doc
@@ -378,12 +379,16 @@ def oversampling_block() -> str:
 def report_from_records() -> None:
     """The "neuralef" and "neuralef_quiet" blocks of docs/benchmarks*.md (and the figure), and the
     "neuralef_oversampling" block of docs/eigen.md, from their records."""
-    from experiments.harness.blocks import write_block
-
     main(SIZES, STEPS, RECORDED_NYSTROM_MAX, write=True, report_only=True)
     quiet_check(report_only=True)
+
+
+def write_oversampling_block() -> None:
+    """Rewrite the "neuralef_oversampling" block of docs/eigen.md from its records (when both exist)."""
+    from experiments.harness.blocks import write_block
+
     if all(path.exists() for path in OVERSAMPLING_RECORDS.values()):
-        write_block(ROOT / "docs" / "eigen.md", "neuralef_oversampling", oversampling_block(), "python -m experiments report")
+        write_block(ROOT / "docs" / "eigen.md", "neuralef_oversampling", oversampling_block(), "python -m benchmarks.neuralef_vs_nystrom --report-only")
 
 
 if __name__ == "__main__":
