@@ -21,6 +21,7 @@ SECTION_PAGES = {
     "prediction": DOCS / "benchmarks_prediction.md",
     "prediction-vs-keras": DOCS / "benchmarks_prediction.md",
     "prediction-cnn-vs-keras": DOCS / "benchmarks_prediction.md",
+    "prediction-memory": DOCS / "benchmarks_prediction.md",
     "streaming": DOCS / "benchmarks_prediction.md",
     "laplace_neuralef_cache": DOCS / "benchmarks_kernels.md",
     "lla_rotated_mnist_cost": DOCS / "benchmarks_kernels.md",
@@ -36,7 +37,7 @@ SECTION_PAGES = {
 #: experiments report`` calls them all through :func:`report_from_records`.
 REPORTED = ("benchmarks.covariances", "benchmarks.dgp_epoch", "benchmarks.eigenpro",
             "benchmarks.laplace_far_field", "benchmarks.laplace_neuralef", "benchmarks.lla_rotated_mnist_cost", "benchmarks.neuralef_vs_nystrom",
-            "benchmarks.prediction", "benchmarks.prediction_vs_keras", "benchmarks.prediction_cnn_vs_keras", "benchmarks.step_profile", "benchmarks.streaming", "benchmarks.tracing", "benchmarks.twin_training")
+            "benchmarks.prediction", "benchmarks.prediction_memory", "benchmarks.prediction_vs_keras", "benchmarks.prediction_cnn_vs_keras", "benchmarks.step_profile", "benchmarks.streaming", "benchmarks.tracing", "benchmarks.twin_training")
 
 
 def report_from_records() -> None:
