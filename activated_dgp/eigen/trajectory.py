@@ -54,10 +54,11 @@ def sgd_trajectory_kernel(function_values) -> List[PrecomputedFeatures]:
 
 
 def trajectory_eigenfunctions(X, function_values, num_eigenpairs: int = 10, num_steps: int = 2000, seed: int = 0,
-                              print_every: Optional[int] = 0, **neuralef_options) -> List[NeuralEF]:
+                              schedule: str = "constant", print_every: Optional[int] = 0, **neuralef_options) -> List[NeuralEF]:
     """The top-``num_eigenpairs`` eigenfunctions of κ_SGD per output, one :class:`NeuralEF` each, trained on the
     training inputs X [N, D] (the points of ``function_values`` [M, N] or [M, N, C], in the same order) for
-    ``num_steps`` steps (network seed ``seed + c`` for output c); ``neuralef_options`` go to NeuralEF."""
+    ``num_steps`` steps of ``schedule`` (NeuralEF.fit's; network seed ``seed + c`` for output c);
+    ``neuralef_options`` go to the NeuralEF constructor."""
     X = np.asarray(X, dtype=np.float64)
     sources = sgd_trajectory_kernel(function_values)
     if X.ndim != 2 or X.shape[0] != sources[0].num_rows:
@@ -65,7 +66,7 @@ def trajectory_eigenfunctions(X, function_values, num_eigenpairs: int = 10, num_
     models = []
     for c, source in enumerate(sources):
         model = NeuralEF(num_eigenpairs, kernel=source, input_dim=X.shape[1], seed=seed + c, **neuralef_options)
-        models.append(model.fit(X, num_steps=num_steps, print_every=print_every))
+        models.append(model.fit(X, num_steps=num_steps, schedule=schedule, print_every=print_every))
     return models
 
 
