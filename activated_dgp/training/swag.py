@@ -5,8 +5,8 @@ Along an SGD trajectory the weights θ_i ∈ R^P are collected every ``collect_e
 i = 1 … n). :class:`SWAG` keeps, in float64 whatever the network's dtype,
 
     θ̄ = (1/n) Σ_i θ_i                 (θ_SWA, the SWA solution)
-    \\bar{θ²} = (1/n) Σ_i θ_i²          (element-wise)
-    Σ_diag = max(\\bar{θ²} − θ̄², 0)     (the diagonal covariance; clamped at 1e-30 as in the authors' code)
+    s̄ = (1/n) Σ_i θ_i²                (element-wise squares)
+    Σ_diag = max(s̄ − θ̄², 1e-30)       (the diagonal covariance, clamped as in the authors' code)
     D = [D_(n−K+1), …, D_n],  D_i = θ_i − θ̄_(i)   (the last K deviations from the running mean θ̄_(i) after
                                                    snapshot i, [P, K])
 
@@ -76,7 +76,7 @@ class SWAG(tf.Module):
         return tf.concat([tf.reshape(tf.cast(v, tf.float64), [-1]) for v in self.model.trainable_variables], 0)
 
     def collect(self) -> None:
-        """Add the model's current weights θ as snapshot n + 1: θ̄ ← (n θ̄ + θ)/(n + 1), \\bar{θ²} likewise, and the
+        """Add the model's current weights θ as snapshot n + 1: θ̄ ← (n θ̄ + θ)/(n + 1), s̄ ← (n s̄ + θ²)/(n + 1), and the
         deviation θ − θ̄ (the updated mean) replaces the oldest of the K columns once K are held."""
         theta = self._weights()
         n = tf.cast(self._count, tf.float64)
@@ -113,7 +113,7 @@ class SWAG(tf.Module):
         return self._mean.numpy()
 
     def diagonal_variance(self) -> np.ndarray:
-        """Σ_diag = max(\\bar{θ²} − θ̄², 1e-30) [P]."""
+        """Σ_diag = max(s̄ − θ̄², 1e-30) [P] (module docstring)."""
         self._require(1, "the diagonal variance")
         return np.maximum(self._sq_mean.numpy() - self._mean.numpy() ** 2, VARIANCE_CLAMP)
 
