@@ -158,10 +158,14 @@ def markdown(records: List[Dict], reference: List[Dict], figure: Optional[Path])
         ratios = np.array([[np.array(l) / np.array(e) for l, e in zip(r["eigenvalues"], r["exact_eigenvalues"])] for r in rows])
         captured = np.array([r["variance_captured"] for r in rows])
         per_pair = ", ".join(f"{v:.2f}" for v in ratios.mean(axis=(0, 1)))
+        # the trace of K / N per class, from the learnt eigenvalues and the share of it they sum to
+        share = np.array([[e[0] * c / np.sum(l) for l, e, c in zip(r["eigenvalues"], r["exact_eigenvalues"], r["variance_captured"])]
+                          for r in rows])
         out += ["", f"NeuralEF's eigenvalues against the dense κ_SGD's (SVD of the centred function values): the ratio "
                 f"learnt / exact for j = 1…{ratios.shape[2]}, mean over classes and seeds: {per_pair} (λ_1's smallest "
                 f"{ratios[:, :, 0].min():.3f}); the {ratios.shape[2]} learnt eigenvalues sum to {captured.mean():.3f} of "
-                f"the kernel's trace (smallest {captured.min():.3f})."]
+                f"the kernel's trace (smallest {captured.min():.3f}); the exact λ_1 alone is {share.mean():.2f} of it "
+                f"({share.min():.2f}–{share.max():.2f} over classes and seeds)."]
     stored = {m: table[m]["records"][0].get("stored_floats") for m in ("swag", "neuralef") if m in table}
     if len(stored) == 2 and traj is not None:
         dense = traj["iterates"] * first["train_size"] * len(traj["eigenvalues"])
