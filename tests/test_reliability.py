@@ -120,6 +120,16 @@ def _schedule(**options):
     return adgp.TrainingSchedule(epochs=1, batch_size=4, **options)
 
 
+def _swag(snapshots: int):
+    """A SWAG of the tanh network with ``snapshots`` snapshots collected (the weights moved between them)."""
+    network = _tanh_network()
+    swag = adgp.training.SWAG(network, max_rank=3)
+    for step in range(snapshots):
+        network.layers[0].kernel.assign_add(0.01 * (step + 1) * np.ones(network.layers[0].kernel.shape))
+        swag.collect()
+    return swag
+
+
 def _tanh_network():
     return tf_keras.Sequential([
         tf_keras.Input((2,), dtype="float64"),
@@ -317,6 +327,16 @@ CASES = [
     ("Nystrom.__call__", "NaN in X (hot path: unchecked)", lambda c: _fitted_nystrom(c)(c.nan_X)),
     ("NeuralEF", "num_eigenpairs = 0", lambda c: adgp.eigen.NeuralEF(0, kernel=gpflow.kernels.SquaredExponential(), input_dim=2)),
     ("NeuralEF.fit", "NaN in X", lambda c: adgp.eigen.NeuralEF(2, kernel=gpflow.kernels.SquaredExponential(), input_dim=2).fit(c.nan_X, num_steps=1)),
+    ("training.SWAG", "max_rank = 1", lambda c: adgp.training.SWAG(_tanh_network(), max_rank=1)),
+    ("training.SWAG", "a model without weights yet", lambda c: adgp.training.SWAG(tf_keras.Sequential([tf_keras.layers.Dense(2)]))),
+    ("training.SWAG.swa_weights", "no snapshots collected", lambda c: adgp.training.SWAG(_tanh_network()).swa_weights()),
+    ("training.SWAG.sample", "one snapshot (K < 2 deviation columns)", lambda c: _swag(1).sample(2, seed=0)),
+    ("training.SWAG.sample", "noise of the wrong width", lambda c: _swag(3).sample(noise=np.zeros((2, 3)))),
+    ("training.SWAG.predict_proba", "NaN in X", lambda c: _swag(3).predict_proba(c.nan_X, num_samples=2)),
+    ("training.SWAGCallback", "per 'batch'", lambda c: adgp.training.SWAGCallback(_swag(1), per="batch")),
+    ("eigen.sgd_trajectory_kernel", "one iterate", lambda c: adgp.eigen.sgd_trajectory_kernel(np.zeros((1, 12)))),
+    ("eigen.trajectory_eigenfunctions", "X of another length than the function values", lambda c: adgp.eigen.trajectory_eigenfunctions(c.X, np.ones((3, 5)))),
+    ("eigen.function_space_probabilities", "eigenpairs for 1 of 2 outputs", lambda c: adgp.eigen.function_space_probabilities(np.zeros((3, 2)), [np.zeros((3, 1))], [np.ones(1)])),
     ("IKA", "basis not callable", lambda c: adgp.eigen.IKA(2, basis=3.0)),
     ("LinearisedLaplace", "unknown method", lambda c: adgp.eigen.LinearisedLaplace(_tanh_network(), method="kronecker")),
     ("LinearisedLaplace", "negative prior precision", lambda c: adgp.eigen.LinearisedLaplace(_tanh_network(), prior_precision=-1.0)),

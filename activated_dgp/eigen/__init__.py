@@ -1,4 +1,5 @@
-"""Eigenfunctions of kernels: Nyström (reference), NeuralEF, IKA, and Mercer feature-map regression."""
+"""Eigenfunctions of kernels: Nyström (reference), NeuralEF, IKA, and Mercer feature-map regression; the kernel of an
+SGD trajectory and its function-space predictive (:mod:`~activated_dgp.eigen.trajectory`)."""
 
 from .base import EigenApproximation, as_float64_matrix
 from .kernel_sources import (
@@ -22,6 +23,7 @@ from .nystrom import Nystrom
 from .ntk import jacobian_features, jacobian_function, jacobian_kernel, ntk_gram, rademacher_matrix
 from .laplace import LinearisedLaplace
 from .laplace_factory import Laplace
+from .trajectory import function_space_probabilities, sgd_trajectory_kernel, trajectory_eigenfunctions
 
 __all__ = [
     "EigenApproximation",
@@ -62,4 +64,7 @@ __all__ = [
     "FeatureRidge",
     "KernelRidge",
     "kernel_ridge_regression",
+    "sgd_trajectory_kernel",
+    "trajectory_eigenfunctions",
+    "function_space_probabilities",
 ]

@@ -6,7 +6,8 @@ variance v they name) → :mod:`~activated_dgp.training.fitters` (stage 1
 :func:`train_network`, stage 2 :func:`train_dgp`, their scores and stage 2's guard) →
 :mod:`~activated_dgp.training.two_stage` (the pipeline :func:`train_two_stage`); beside it :mod:`~activated_dgp.training.convertible` (a plain network's
 units swapped for zonal ones and refitted, :func:`make_convertible`); beside it
-:mod:`~activated_dgp.training.extractor` (stage 2 with a feature extractor trained too, :func:`train_dgp_with_extractor`).
+:mod:`~activated_dgp.training.extractor` (stage 2 with a feature extractor trained too, :func:`train_dgp_with_extractor`); and
+:mod:`~activated_dgp.training.swag` (SWA and SWAG along an SGD trajectory, :class:`SWAG`).
 Every name is re-exported here, so ``from activated_dgp.training import …`` keeps working."""
 
 from .callbacks import FitProgress, LearningRateRamp, RestoreBest, without_retracing_warnings
@@ -33,9 +34,12 @@ from .recipes import (
 )
 from .schedule import TrainingSchedule
 from .two_stage import TwoStageResult, split_validation, train_two_stage
+from .swag import SWAG, SWAGCallback
 from .convertible import ConvertibleNetwork, fine_tuning_schedule, make_convertible, swap_to_zonal
 
 __all__ = [
+    "SWAG",
+    "SWAGCallback",
     "ConvertibleNetwork",
     "fine_tuning_schedule",
     "make_convertible",

@@ -18,6 +18,7 @@ STUDIES = {
     "recipes": "experiments.recipes",
     "rotated_mnist": "experiments.rotated_mnist",
     "stage2_diagnosis": "experiments.stage2_diagnosis",
+    "sgd_trajectory": "experiments.sgd_trajectory",
     "stage2_divergence": "experiments.stage2_divergence",
     "uci": "experiments.uci",
 }
