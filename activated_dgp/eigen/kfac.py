@@ -1,7 +1,7 @@
 """Kronecker-factored generalised Gauss–Newton (KFAC) for the Dense layers of a chain network, for the
 linearised Laplace approximation (``LinearisedLaplace(method="kron")``).
 
-A Dense layer z = h V + b with the bias folded in, z = ã W̃ (ã = [h, 1] [in + 1], W̃ = [V; b] [in + 1, out],
+A Dense layer z = h V + b with the bias folded in, z = ã W̃ (ã = [h, 1] of size in + 1, W̃ = [V; b] of shape (in + 1) × out,
 flattened row-major: V's rows, then b, the order of the layer's kernel and bias), has the per-example Jacobian
 ∂g_c/∂W̃_ij = ã_i ε_cj, with ε_c = ∂g_c/∂z [out] the back-propagated signal of output c. The layer's block of
 the GGN Σ_n J_nᵀ Λ_n J_n is therefore exactly
@@ -12,7 +12,7 @@ and KFAC (Martens & Grosse 2015, eq. 1 and §3; for the Laplace posterior Ritter
 Laplace approximation for neural networks", eq. 5–8) replaces the expectation of a product by the product of
 expectations:
 
-    H_l ≈ A_l ⊗ G_l,      A_l = (1/N) Σ_n ã_n ã_nᵀ  [in + 1, in + 1],      G_l = Σ_n E_nᵀ Λ_n E_n  [out, out],
+    H_l ≈ A_l ⊗ G_l,      A_l = (1/N) Σ_n ã_n ã_nᵀ  ((in + 1) × (in + 1)),      G_l = Σ_n E_nᵀ Λ_n E_n  (out × out),
 
 which is exact for N = 1. Cross-layer blocks are dropped (block-diagonal GGN). The output-side factor uses all
 C signals and the likelihood's exact output Hessian Λ_n (I/σ², s(1 − s), diag p − ppᵀ), not a Monte Carlo sample
