@@ -4,7 +4,7 @@ Model: the rotated-MNIST-sized CNN users write, Conv2D(32, 3, relu) → MaxPool 
 Flatten, followed by a head of zonal Swish units, ``ActivatedLayer(64)`` → ``Dense(10)`` → ``Softmax`` (the head
 :func:`activated_dgp.make_convertible` gives a ReLU ``Dense(64)`` head), float64, untrained: the cost does not depend
 on the values. The CNN is split by :func:`activated_dgp.deep.conversion.split_convertible_head`, its head converted
-by :func:`activated_dgp.dgp_from_keras`. Timed, after one untimed call each (tracing): Keras
+by :func:`activated_dgp.dgp_from_keras`. Timed, after one untimed call each (tracing), three calls of each taking turns (the medians): Keras
 ``cnn.predict(images, verbose=0)``, and the converted model's ``predict_class_probabilities`` with its defaults
 (S = 100 samples, the default memory budget) on the extracted features, plus the extraction itself.
 
@@ -57,23 +57,29 @@ def measure(images: int, output=OUTPUT) -> dict:
     cnn = build_cnn()
     extractor, head = split_convertible_head(cnn)
     dgp = dgp_from_keras(head, num_data=60_000).dgp
+    from benchmarks._report import median
+
     cnn.predict(X, verbose=0)
-    start = time.perf_counter()
-    cnn.predict(X, verbose=0)
-    keras_seconds = time.perf_counter() - start
     predict_class_probabilities(dgp, extracted_features(extractor, X), progress=False)
-    start = time.perf_counter()
-    features = extracted_features(extractor, X)
-    extraction_seconds = time.perf_counter() - start
-    probabilities = predict_class_probabilities(dgp, features, progress=False)
-    dgp_seconds = time.perf_counter() - start
+    keras_times, extraction_times, dgp_times = [], [], []
+    for _ in range(3):  # three calls of each, taking turns; the medians are reported
+        start = time.perf_counter()
+        cnn.predict(X, verbose=0)
+        keras_times.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        features = extracted_features(extractor, X)
+        extraction_times.append(time.perf_counter() - start)
+        probabilities = predict_class_probabilities(dgp, features, progress=False)
+        dgp_times.append(time.perf_counter() - start)
+    keras_seconds, extraction_seconds, dgp_seconds = median(keras_times), median(extraction_times), median(dgp_times)
     assert probabilities.shape == (images, CLASSES)
     print(f"Keras predict {keras_seconds:.3f} s, features + predict_class_probabilities {dgp_seconds:.3f} s "
           f"({dgp_seconds / keras_seconds:.1f}×; the extraction {extraction_seconds:.3f} s)", flush=True)
     record = {"command": command_line("python -m benchmarks.prediction_cnn_vs_keras", {"images": images}, DEFAULTS),
               "images": images, "units": UNITS, "classes": CLASSES, "samples": SAMPLES,
               "keras_seconds": round(keras_seconds, 4), "extraction_seconds": round(extraction_seconds, 4),
-              "dgp_seconds": round(dgp_seconds, 4), **machine_state()}
+              "dgp_seconds": round(dgp_seconds, 4), "keras_seconds_each": [round(t, 4) for t in keras_times],
+              "dgp_seconds_each": [round(t, 4) for t in dgp_times], **machine_state()}
     if output is not None:
         write_record(output, record)
     return record
@@ -96,7 +102,16 @@ then a head of {record["units"]} zonal Swish units → Dense({record["classes"]}
 | converted: feature extraction + `predict_class_probabilities` | {dgp:.3f} | {dgp / keras:.1f} |
 | of which the feature extraction | {extraction:.3f} | {extraction / keras:.1f} |
 
-{load_average_line(record)}"""
+{spread(record)}{load_average_line(record)}"""
+
+
+def spread(record: dict) -> str:
+    """The timed calls behind the medians, when the record has them."""
+    if "keras_seconds_each" not in record:
+        return ""
+    each = lambda times: ", ".join(f"{t:.3f}" for t in times)  # noqa: E731
+    return (f"- Each of the timed calls (seconds): Keras {each(record['keras_seconds_each'])}; converted "
+            f"{each(record['dgp_seconds_each'])}; the table gives the medians.\n")
 
 
 def report_from_records() -> str:

@@ -2,7 +2,7 @@
 
 Model: the library's twin (:func:`activated_dgp.build_activated_nn`, its default zonal activation) with three layers
 of M = 64 units and widths P = 64, 64, 1 (a 3 × 64 MLP), D = 8, converted by :func:`activated_dgp.dgp_from_keras`
-(untrained: the cost does not depend on the values). Timed, after one untimed call each (tracing): Keras
+(untrained: the cost does not depend on the values). Timed, after one untimed call each (tracing), three calls of each taking turns (the medians): Keras
 ``network.predict(X, verbose=0)`` and ``predict_y(dgp, X)`` with every default (S = 100 samples, the default memory
 budget and the batch size it gives), on the same ``--points`` inputs. Peak RSS growth during ``predict_y`` is recorded.
 
@@ -28,6 +28,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import numpy as np  # noqa: E402
 
 INPUT_DIM, UNITS, WIDTHS, SAMPLES, TRUNCATION = 8, 64, (64, 64, 1), 100, 20
+REPEATS = 3  # timed calls of each, taking turns; the medians are reported
 OUTPUT = Path(__file__).resolve().parents[1] / "docs" / "results" / "prediction_vs_keras.json"
 REPORT_COMMAND = "python -m benchmarks.prediction_vs_keras --report-only"
 REPORT_BLOCKS = [("docs/benchmarks_prediction.md", "prediction-vs-keras")]
@@ -78,16 +79,17 @@ def measure(points: int, output=OUTPUT) -> dict:
     X = np.random.default_rng(0).standard_normal((points, INPUT_DIM))
     network = build_activated_nn(INPUT_DIM, num_layers=len(WIDTHS), num_units=UNITS, layer_widths=WIDTHS[:-1], output_dim=WIDTHS[-1], seed=0)
     dgp = dgp_from_keras(network, num_data=points, X=X[:1000]).dgp
+    from benchmarks._report import median, time_call
+
     network.predict(X, verbose=0)  # tracing (the full batches and the last one)
-    start = time.perf_counter()
-    network.predict(X, verbose=0)
-    keras_seconds = time.perf_counter() - start
     batch_size = prediction_batch_size(dgp, SAMPLES, num_rows=points)
     predict_y(dgp, X[: min(points, 2 * batch_size)], progress=False)  # tracing (full and, where there is one, padded batches)
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    start = time.perf_counter()
-    predict_y(dgp, X, progress=False)
-    dgp_seconds = time.perf_counter() - start
+    keras_times, dgp_times = [], []
+    for _ in range(REPEATS):  # taking turns, so that both see the same machine
+        keras_times += time_call(lambda: network.predict(X, verbose=0), repeats=1, warmup=0)
+        dgp_times += time_call(lambda: predict_y(dgp, X, progress=False), repeats=1, warmup=0)
+    keras_seconds, dgp_seconds = median(keras_times), median(dgp_times)
     rss_growth = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - rss_before
     terms, rate = multiply_adds(), matmul_rate()
     floor_seconds = points * sum(terms.values()) / rate
@@ -97,6 +99,7 @@ def measure(points: int, output=OUTPUT) -> dict:
               "D": INPUT_DIM, "units": UNITS, "widths": list(WIDTHS), "samples": SAMPLES, "truncation": TRUNCATION, "points": points,
               "memory_budget_bytes": DEFAULT_MEMORY_BUDGET, "batch_size": batch_size,
               "keras_seconds": round(keras_seconds, 4), "predict_y_seconds": round(dgp_seconds, 4),
+              "keras_seconds_each": [round(t, 4) for t in keras_times], "predict_y_seconds_each": [round(t, 4) for t in dgp_times],
               "peak_rss_growth_mib": round(rss_growth, 1), "multiply_adds_per_point": {k: round(v) for k, v in terms.items()},
               "matmul_multiply_adds_per_second": round(rate), **machine_state()}
     if output is not None:
@@ -133,6 +136,7 @@ widths {widths}, float64; `predict_y` with its defaults: S = {S} samples, memory
   (the hidden layers between are sampled from one draw of their inducing outputs per sample); the rate is one float64
   [S·8, M(M+1)/2] · [M(M+1)/2, P] product measured in the same run,
   {rate * 2 / 1e9:.1f} GFLOP/s. `predict_y` ran at {floor / dgp:.0%} of that rate.
+- Each of the timed calls (seconds): Keras {", ".join(f"{t:.3f}" for t in record.get("keras_seconds_each", [keras]))}; `predict_y` {", ".join(f"{t:.3f}" for t in record.get("predict_y_seconds_each", [dgp]))}; the table gives the medians.
 - Peak RSS grew by {record["peak_rss_growth_mib"]:.0f} MiB during `predict_y` (outputs included).
 {load_average_line(record)}"""
 
