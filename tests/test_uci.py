@@ -333,6 +333,7 @@ def test_rescore_adds_calibration_from_the_saved_networks_only(tmp_path, converg
 def test_resume_after_interruption(tmp_path, monkeypatch):
     import experiments.methods as methods
 
+    _test_sized(monkeypatch)
     real, calls = methods.run_method, []
 
     def failing(method, *args):
@@ -361,6 +362,7 @@ def test_resume_after_interruption(tmp_path, monkeypatch):
 def test_first_split_runs_only_the_later_splits_and_a_bad_one_is_named(tmp_path, monkeypatch):
     import experiments.methods as methods
 
+    _test_sized(monkeypatch)
     ran = []
     real = methods.run_method
 
@@ -453,6 +455,7 @@ def test_records_of_an_older_version_count_only_for_methods_it_did_not_change(tm
     after a version bump reruns exactly the changed methods' cells."""
     import experiments.methods as methods
 
+    _test_sized(monkeypatch)
     _run(tmp_path, "--method", "nn,nn_ts", "--splits", "1")
     path = tmp_path / "records.jsonl"
     older = int(methods.PROTOCOL_VERSION[1:]) - 1
