@@ -1,5 +1,5 @@
-"""Shared plumbing for the benchmark scripts: timing, peak memory, their records and writing a section of
-docs/benchmarks.md from a record."""
+"""Shared plumbing for the benchmark scripts: timing, peak memory, their records and writing a section of the
+benchmark pages (docs/benchmarks.md and its topic pages docs/benchmarks_*.md) from a record."""
 
 from __future__ import annotations
 
@@ -11,7 +11,23 @@ from pathlib import Path
 from typing import Callable, List, Optional
 
 ROOT = Path(__file__).resolve().parents[1]
-BENCHMARKS_DOC = ROOT / "docs" / "benchmarks.md"
+DOCS = ROOT / "docs"
+BENCHMARKS_DOC = DOCS / "benchmarks.md"
+#: The page of each benchmark block: docs/benchmarks.md is the overview, the topic pages hold the rest.
+SECTION_PAGES = {
+    "covariances": DOCS / "benchmarks.md",
+    "dgp_epoch": DOCS / "benchmarks_training.md",
+    "tracing": DOCS / "benchmarks_training.md",
+    "prediction": DOCS / "benchmarks_prediction.md",
+    "prediction-vs-keras": DOCS / "benchmarks_prediction.md",
+    "prediction-cnn-vs-keras": DOCS / "benchmarks_prediction.md",
+    "streaming": DOCS / "benchmarks_prediction.md",
+    "laplace_neuralef_cache": DOCS / "benchmarks_kernels.md",
+    "lla_rotated_mnist_cost": DOCS / "benchmarks_kernels.md",
+    "eigenpro_scaling": DOCS / "benchmarks_kernels.md",
+    "neuralef": DOCS / "benchmarks_neuralef.md",
+    "neuralef_quiet": DOCS / "benchmarks_neuralef.md",
+}
 
 
 #: The benchmarks whose blocks are written from committed records. Each has ``report_from_records()`` (reads its
@@ -19,8 +35,8 @@ BENCHMARKS_DOC = ROOT / "docs" / "benchmarks.md"
 #: it is, :func:`report_block`) and ``REPORT_BLOCKS``, the (page, block name) pairs it writes; ``python -m
 #: experiments report`` calls them all through :func:`report_from_records`.
 REPORTED = ("benchmarks.covariances", "benchmarks.dgp_epoch", "benchmarks.eigenpro",
-            "benchmarks.laplace_neuralef", "benchmarks.lla_rotated_mnist_cost", "benchmarks.neuralef_vs_nystrom",
-            "benchmarks.prediction", "benchmarks.prediction_vs_keras", "benchmarks.prediction_cnn_vs_keras", "benchmarks.streaming", "benchmarks.tracing", "benchmarks.twin_training")
+            "benchmarks.laplace_far_field", "benchmarks.laplace_neuralef", "benchmarks.lla_rotated_mnist_cost", "benchmarks.neuralef_vs_nystrom",
+            "benchmarks.prediction", "benchmarks.prediction_vs_keras", "benchmarks.prediction_cnn_vs_keras", "benchmarks.step_profile", "benchmarks.streaming", "benchmarks.tracing", "benchmarks.twin_training")
 
 
 def report_from_records() -> None:
@@ -47,12 +63,17 @@ def median(times: List[float]) -> float:
     return statistics.median(times)
 
 
-def write_section(name: str, markdown: str, command: str, doc: Path = BENCHMARKS_DOC) -> None:
-    """Replace generated block ``name`` of docs/benchmarks.md (the one block writer,
+def section_page(name: str) -> Path:
+    """The benchmark page that holds block ``name`` (:data:`SECTION_PAGES`; docs/benchmarks.md for others)."""
+    return SECTION_PAGES.get(name, BENCHMARKS_DOC)
+
+
+def write_section(name: str, markdown: str, command: str, doc: Optional[Path] = None) -> None:
+    """Replace generated block ``name`` of its benchmark page, ``doc`` or :func:`section_page` (the one block writer,
     :func:`experiments.harness.blocks.write_block`; ``command`` is the command that regenerates it)."""
     from experiments.harness.blocks import write_block
 
-    write_block(doc, name, markdown, command)
+    write_block(section_page(name) if doc is None else doc, name, markdown, command)
 
 
 def machine_state() -> dict:
@@ -95,7 +116,7 @@ def load_average_line(record: dict) -> str:
 
 def report_block(name: str, markdown: Callable[[dict], str], record: Path, command: str,
                  made_by: Optional[str] = None) -> str:
-    """Rewrite block ``name`` of docs/benchmarks.md as ``markdown`` of the JSON record at ``record``; the text.
+    """Rewrite block ``name`` of its benchmark page (:func:`section_page`) as ``markdown`` of the JSON record at ``record``; the text.
     Where the record does not exist yet, the block is left as it is, a one-line notice naming ``made_by``, the
     command that measures it (default: ``command`` without ``--report-only``), is printed, and the text is empty."""
     if not Path(record).exists():

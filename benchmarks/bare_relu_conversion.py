@@ -24,7 +24,7 @@ if none qualifies, report that plainly and change nothing in the defaults.
 
 ("Cheaper": the shorter conversion time on concrete.) Run from the repository root (a few minutes on two cores):
 
-    TF_CPP_MIN_LOG_LEVEL=3 ADGP_DATA_DIR=../shared/data python -m benchmarks.bare_relu_conversion \\
+    TF_CPP_MIN_LOG_LEVEL=3 ADGP_DATA_DIR=DIR python -m benchmarks.bare_relu_conversion \\
         [--truncation 4 10 20] [--epochs 200] [--concrete-epochs 1000] [--problems toy concrete] \\
         [--out docs/results/relu_conversion.jsonl]
 

@@ -1,4 +1,4 @@
-"""How far a converted plain MLP's mean propagation is from the network (issue 31): per activation and Ñ.
+"""How far a converted plain MLP's mean propagation is from the network: per activation and Ñ.
 
 Networks: [Input(D), Dense(32, act), Dense(32, act), Dense(1)], Glorot-uniform weights and N(0, 0.5²) biases
 (seeded), untrained, float64; X: 500 standard-normal points. Each is converted by ``dgp_from_keras`` twice:

@@ -1,4 +1,4 @@
-"""Time and peak memory of the activated Kuf/Kuu against GPflow's closed-form kernels (issue 2).
+"""Time and peak memory of the activated Kuf/Kuu against GPflow's closed-form kernels.
 
 Sizes: M = 128 inducing variables, N = 10,000 inputs, D = 8, truncation level Ñ = 20, float64.
 Baselines timed in the same run: ``gpflow.kernels.ArcCosine(order=1)`` and
@@ -17,7 +17,7 @@ The "[XLA, float64/float32]" rows compile the whole call, Kuf against GPflow's S
 same shape and dtype (the memory floor: one pass over an [M, N] matrix), and their gradients.
 
 Run:  python -m benchmarks.covariances            (writes docs/results/covariances.json and the "covariances" block
-                                                   of docs/benchmarks.md; ``--report-only`` rewrites the block from
+                                                   of docs/benchmarks*.md; ``--report-only`` rewrites the block from
                                                    the record, timing nothing)
       python -m benchmarks.covariances --repeats 2 --only XLA      (a quick check of the XLA rows; writes nothing)
 """
@@ -184,7 +184,7 @@ def table_rows(record: dict) -> str:
 
 
 def markdown(record: dict) -> str:
-    """The "covariances" block of docs/benchmarks.md from its record."""
+    """The "covariances" block of docs/benchmarks*.md from its record."""
     from benchmarks._report import load_average_line, record_line
 
     times = {row["operation"]: float(np.median(row["seconds"])) for row in record["rows"]}
@@ -225,7 +225,7 @@ Softplus features; median of {record["repeats"]} warm calls; extra peak memory f
 
 
 def report_from_records() -> str:
-    """The "covariances" block of docs/benchmarks.md from its record (``--report-only``)."""
+    """The "covariances" block of docs/benchmarks*.md from its record (``--report-only``)."""
     from benchmarks._report import report_block
 
     return report_block("covariances", markdown, OUTPUT, REPORT_COMMAND, made_by="python -m benchmarks.covariances")

@@ -18,10 +18,10 @@ the per-epoch figure is the median of the remaining ones. The models take turns 
 ``--rounds``) so that slow drifts of a shared machine hit all of them alike.
 
 Run:  python -m benchmarks.dgp_epoch            (writes docs/results/dgp_epoch.json and the "dgp_epoch" block of
-                                                docs/benchmarks.md; ``--report-only`` rewrites the block from the
+                                                docs/benchmarks*.md; ``--report-only`` rewrites the block from the
                                                 record, timing nothing)
       python -m benchmarks.dgp_epoch --output docs/results/dgp_epoch_owned.json --skip-xla --rounds 2
-                                               (a record elsewhere, e.g. under load: docs/benchmarks.md is left as it
+                                               (a record elsewhere, e.g. under load: docs/benchmarks*.md is left as it
                                                 is and the block is printed; ``--skip-xla`` leaves out the slow
                                                 XLA-step model)
 """
@@ -129,7 +129,7 @@ def build_trainers(X, Y, skip_xla: bool = False):
 
 OUTPUT = Path(__file__).resolve().parents[1] / "docs" / "results" / "dgp_epoch.json"
 REPORT_COMMAND = "python -m benchmarks.dgp_epoch --report-only"
-REPORT_BLOCKS = [("docs/benchmarks.md", "dgp_epoch")]
+REPORT_BLOCKS = [("docs/benchmarks_training.md", "dgp_epoch")]
 REFERENCE = "GPflux DGP (SE, 128 inducing points)"
 DEFAULTS = {"rounds": 2, "epochs_per_round": 3}
 
@@ -165,7 +165,7 @@ def first_and_steady(model: dict) -> tuple:
 
 
 def markdown(record: dict, output: Path = OUTPUT) -> str:
-    """The "dgp_epoch" block of docs/benchmarks.md from its record (at ``output``): median epoch after the first, per model."""
+    """The "dgp_epoch" block of docs/benchmarks*.md from its record (at ``output``): median epoch after the first, per model."""
     from benchmarks._report import load_average_line, record_line
 
     first = {model["model"]: first_and_steady(model)[0] for model in record["models"]}
@@ -196,7 +196,7 @@ units / inducing variables, float64, Adam through `keras.Model.fit`; {record["ro
 
 
 def report_from_records() -> str:
-    """The "dgp_epoch" block of docs/benchmarks.md from its record (``--report-only``)."""
+    """The "dgp_epoch" block of docs/benchmarks*.md from its record (``--report-only``)."""
     from benchmarks._report import report_block
 
     return report_block("dgp_epoch", markdown, OUTPUT, REPORT_COMMAND, made_by="python -m benchmarks.dgp_epoch")
@@ -205,7 +205,7 @@ def report_from_records() -> str:
 def _options(parser) -> None:
     parser.add_argument("--rounds", type=int, default=DEFAULTS["rounds"])
     parser.add_argument("--epochs-per-round", type=int, default=DEFAULTS["epochs_per_round"])
-    parser.add_argument("--output", help="write the record here instead, leave docs/benchmarks.md as it is and print the block")
+    parser.add_argument("--output", help="write the record here instead, leave docs/benchmarks*.md as it is and print the block")
     parser.add_argument("--skip-xla", action="store_true", help="leave out the XLA-step model (minutes per round on a CPU)")
 
 

@@ -1,4 +1,4 @@
-"""EigenPro 3 benchmarks (issue 13): iterations to a target error per preconditioner, and scaling.
+"""EigenPro 3 benchmarks: iterations to a target error per preconditioner, and scaling.
 
 ``iterations`` (machine-independent counts): protein (first --n rows, standardised features), p random
 centers, Laplacian kernel (Exponential, lengthscale 2), exact projection, consistent update, full batch
@@ -8,7 +8,7 @@ Preconditioners: none (q = 0); Nyström at s = 100 … 2000 (q = s/10, ≤ 100);
 eigenpairs fitted on 2000 points) and the span (Ritz) preconditioner, each at q = 10 and 50 (--learned-q).
 
 ``scaling`` (timings: run on a quiet machine; record docs/results/eigenpro_scaling.json, written after every cell,
-and its table in docs/benchmarks.md, which ``scaling --report-only`` rewrites from it): seconds per EigenPro 3 epoch (inexact projection, one
+and its table in docs/benchmarks*.md, which ``scaling --report-only`` rewrites from it): seconds per EigenPro 3 epoch (inexact projection, one
 EigenPro 2 epoch per step, Nyström s = 2000, q = 100) as n grows (protein 5k → 45k rows, p = 1000) and
 as p grows (1k → 10k centers at the default n = --scaling-n = 10,000 rows, 20k with --scaling-n 20000; every p
 is a random subset of the data, never a duplicate), each cell in a fresh process for its peak RSS; beside it the direct solve (K(X, Z) [n, p]
@@ -33,10 +33,10 @@ ratio and the relative difference of the results (the iteration is the same, so 
 timing behind them go to docs/figures/eigenpro_projection_speed.json (written atomically; not with --no-write), the
 record docs/kernel_machines.md names (it quotes no speed-up until one is committed).
 
-Run:  nice -n 10 python -m benchmarks.eigenpro iterations --data-dir ../shared/data
-      python -m benchmarks.eigenpro scaling --data-dir ../shared/data     (quiet machine; writes its record and docs/benchmarks.md)
-      python -m benchmarks.eigenpro gram-cache --data-dir ../shared/data  (quiet machine; ~5 min)
-      nice -n 10 python -m benchmarks.eigenpro projection-speed --data-dir ../shared/data   (~5 min; writes its record)
+Run:  nice -n 10 python -m benchmarks.eigenpro iterations --data-dir $ADGP_DATA_DIR
+      python -m benchmarks.eigenpro scaling --data-dir $ADGP_DATA_DIR     (quiet machine; writes its record and docs/benchmarks*.md)
+      python -m benchmarks.eigenpro gram-cache --data-dir $ADGP_DATA_DIR  (quiet machine; ~5 min)
+      nice -n 10 python -m benchmarks.eigenpro projection-speed --data-dir $ADGP_DATA_DIR   (~5 min; writes its record)
 """
 
 from __future__ import annotations
@@ -137,11 +137,11 @@ def iterations_table(record: dict) -> str:
     return "\n".join(rows) + "\n"
 
 
-REPORT_BLOCKS = [("docs/results/eigenpro.md", "eigenpro_iterations"), ("docs/benchmarks.md", "eigenpro_scaling")]
+REPORT_BLOCKS = [("docs/results/eigenpro.md", "eigenpro_iterations"), ("docs/benchmarks_kernels.md", "eigenpro_scaling")]
 
 
 def report_from_records() -> None:
-    """The iterations table of docs/results/eigenpro.md and the scaling table of docs/benchmarks.md from their
+    """The iterations table of docs/results/eigenpro.md and the scaling table of docs/benchmarks*.md from their
     records (``iterations --report-only``, ``scaling --report-only``)."""
     write_iterations(json.loads(ITERATIONS_RECORD.read_text()))
     report_scaling()
@@ -227,7 +227,7 @@ def scaling(args, output=SCALING_RECORD):
     cells = scaling_cells(args.scaling_n)
     gram_cache_bytes = int(args.gram_cache_gib * 2**30)
     given = {name: getattr(args, name) for name in SCALING_DEFAULTS}
-    record = {"command": command_line("python -m benchmarks.eigenpro scaling --data-dir ../shared/data", given, SCALING_DEFAULTS),
+    record = {"command": command_line("python -m benchmarks.eigenpro scaling --data-dir $ADGP_DATA_DIR", given, SCALING_DEFAULTS),
               **given, "cells": [list(cell) for cell in cells], "rows": []}
     for index, (n, p) in enumerate(cells):
         queue = context.Queue()
@@ -242,7 +242,7 @@ def scaling(args, output=SCALING_RECORD):
 
 
 def scaling_table(record: dict) -> str:
-    """The "eigenpro_scaling" block of docs/benchmarks.md from a record of :func:`scaling`."""
+    """The "eigenpro_scaling" block of docs/benchmarks*.md from a record of :func:`scaling`."""
     from benchmarks._report import load_average_line, record_line
 
     results = record["rows"]
@@ -268,11 +268,11 @@ def scaling_table(record: dict) -> str:
 
 
 def report_scaling() -> str:
-    """The "eigenpro_scaling" block of docs/benchmarks.md from its record (``scaling --report-only``)."""
+    """The "eigenpro_scaling" block of docs/benchmarks*.md from its record (``scaling --report-only``)."""
     from benchmarks._report import report_block
 
     return report_block("eigenpro_scaling", scaling_table, SCALING_RECORD, SCALING_REPORT_COMMAND,
-                        made_by="python -m benchmarks.eigenpro scaling --data-dir ../shared/data")
+                        made_by="python -m benchmarks.eigenpro scaling --data-dir $ADGP_DATA_DIR")
 
 
 def gram_cache(args):

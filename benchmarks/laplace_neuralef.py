@@ -10,13 +10,13 @@ test inputs against eq. 22 with the exact eigenpairs, and the fit time (2 shared
 
 Run:  nice -n 10 python -m benchmarks.laplace_neuralef      (writes docs/results/laplace_neuralef.json)
 
-``--cache`` times instead the training-Jacobian cache of ``method="neuralef"`` (issue 33: a UCI cell took 1,068 s
+``--cache`` times instead the training-Jacobian cache of ``method="neuralef"`` (a UCI cell took 1,068 s
 because every NeuralEF step recomputed the batch's Jacobians). Set-up: a 6-128-128-1 tanh MLP (P = 17,537) fitted
 to y = sin(x_1) + 0.1 ε, x ~ N(0, I_6), N = 300, k = 20, batch 256; the same fit (seed, steps) with the Jacobians
 recomputed every step (``jacobian_cache_bytes=0``) and computed once (the default; here the 300 × 300 Gram), in
 one process, alternating, so both see the same machine load. Also times one Jacobian batch and a cached fit of
 the UCI rows' 2,000 steps. Writes docs/results/laplace_neuralef_cache.json and the ``laplace_neuralef_cache``
-block of docs/benchmarks.md:
+block of docs/benchmarks*.md:
 
       nice -n 10 python -m benchmarks.laplace_neuralef --cache
 
@@ -43,7 +43,7 @@ OUTPUT = Path(__file__).resolve().parents[1] / "docs" / "results" / "laplace_neu
 CACHE_OUTPUT = OUTPUT.with_name("laplace_neuralef_cache.json")
 CACHE_COMMAND = "nice -n 10 python -m benchmarks.laplace_neuralef --cache"
 REPORT_COMMAND = "python -m benchmarks.laplace_neuralef --cache --report-only"
-REPORT_BLOCKS = [("docs/benchmarks.md", "laplace_neuralef_cache")]
+REPORT_BLOCKS = [("docs/benchmarks_kernels.md", "laplace_neuralef_cache")]
 SETTINGS = [
     {"name": "exact NTK, lr 3e-3, 3 + 2 networks, 600 steps (the test)", "ntk_samples": None, "steps": 600,
      "options": {"learning_rate": 3e-3, "oversampling": 2}},
@@ -163,7 +163,7 @@ def cache_markdown(record: dict) -> str:
         for name, fit in fits.items()
     )
     return (
-        "## LLA NeuralEF: training Jacobians cached (issue 33)\n\n"
+        "## LLA NeuralEF: training Jacobians cached\n\n"
         f"Record: `docs/results/laplace_neuralef_cache.json` (made by `{CACHE_COMMAND}`). A 6-128-128-1 tanh MLP (P = {record['P']:,}), N = {record['N']}, "
         f"k = {record['k']}, batch {record['batch_size']}; `LinearisedLaplace(method=\"neuralef\")` fit (NeuralEF steps, Ritz step, "
         "GGN), same seed, in one process. One Jacobian batch of 256 points takes "
@@ -177,7 +177,7 @@ def cache_markdown(record: dict) -> str:
 
 
 def report_from_records() -> str:
-    """The ``laplace_neuralef_cache`` block of docs/benchmarks.md from its record (``--cache --report-only``)."""
+    """The ``laplace_neuralef_cache`` block of docs/benchmarks*.md from its record (``--cache --report-only``)."""
     from benchmarks._report import write_section
 
     text = cache_markdown(json.loads(CACHE_OUTPUT.read_text()))

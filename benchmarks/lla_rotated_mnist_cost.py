@@ -1,4 +1,4 @@
-"""What the rotated-MNIST LLA rows can afford to cover (issue 33): the time of one Jacobian of the 10 logits of 64
+"""What the rotated-MNIST LLA rows can afford to cover: the time of one Jacobian of the 10 logits of 64
 images with respect to the parameters of the whole CNN, of its dense head (on frozen conv features), of the head after
 its first activated layer, and of the last Dense layer, on the study's network (experiments.rotated_mnist,
 Ñ = 20, random weights: the cost does not depend on their values). Extrapolated to one pass over 4,500 training
@@ -14,7 +14,7 @@ R Rᵀ of the layer-wise rows and against the Gram summed layer by layer without
 the NeuralEF LLA uses). Each time is the best of three calls.
 
 Run:  python -m benchmarks.lla_rotated_mnist_cost      (writes docs/results/lla_rotated_mnist_cost.json and its block of
-      docs/benchmarks.md; ``--report-only`` rewrites the block from the record, timing nothing)
+      docs/benchmarks*.md; ``--report-only`` rewrites the block from the record, timing nothing)
 """
 
 from __future__ import annotations
@@ -157,7 +157,7 @@ def diagonal_lla_rows(head, conv) -> list:
 
 
 REPORT_COMMAND = "python -m benchmarks.lla_rotated_mnist_cost --report-only"
-REPORT_BLOCKS = [("docs/benchmarks.md", "lla_rotated_mnist_cost")]
+REPORT_BLOCKS = [("docs/benchmarks_kernels.md", "lla_rotated_mnist_cost")]
 
 
 def markdown(record: dict) -> str:
@@ -168,7 +168,7 @@ def markdown(record: dict) -> str:
         f"{row['ratio']}× | {row['max_relative_difference']:.1e} |" for row in record["diagonal_lla"])
     loads = sorted({tuple(row["load_average_1_5_15"]) for row in record["rows"] + record["diagonal_lla"]})
     return (
-        "## LLA on the rotated-MNIST network: Jacobian cost, and the diagonal LLA layer by layer (issue 33)\n\n"
+        "## LLA on the rotated-MNIST network: Jacobian cost, and the diagonal LLA layer by layer\n\n"
         "Record: `docs/results/lla_rotated_mnist_cost.json` (made by `python -m benchmarks.lla_rotated_mnist_cost`). The study's "
         f"CNN (Ñ = {record['truncation_level']}, random weights), the Jacobian of the 10 logits of 64 images:\n\n"
         "| parameters | P | s per 64 images | s per 4,500 images |\n|---|---|---|---|\n" + rows + "\n\n"

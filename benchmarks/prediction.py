@@ -1,4 +1,4 @@
-"""Prediction throughput: ``BatchPredictor`` with S = 32 samples, and the floating-point floor per point (issue 15).
+"""Prediction throughput: ``BatchPredictor`` with S = 32 samples, and the floating-point floor per point.
 
 Model: a three-layer activated DGP, 128 units per layer, D = 8, float64, Gaussian likelihood (untrained:
 the cost does not depend on the values). Inputs are a memmap in a temporary directory, so the input does not
@@ -12,7 +12,7 @@ The multiply-adds per point (:func:`multiply_adds_per_point`) turn points per se
 the run reached, to compare with what the machine can do at all.
 
 Run:  python -m benchmarks.prediction                     (20,000 points; writes docs/results/prediction.json and the
-                                                          "prediction" block of docs/benchmarks.md; ``--report-only``
+                                                          "prediction" block of docs/benchmarks*.md; ``--report-only``
                                                           rewrites the block from the record, timing nothing)
       python -m benchmarks.prediction --points 1000000     (the issue's size; memory stays bounded, time grows linearly)
 """
@@ -55,7 +55,7 @@ def multiply_adds_per_point(widths=(INPUT_DIM, INPUT_DIM, 1), M=NUM_UNITS, S=SAM
 
 OUTPUT = Path(__file__).resolve().parents[1] / "docs" / "results" / "prediction.json"
 REPORT_COMMAND = "python -m benchmarks.prediction --report-only"
-REPORT_BLOCKS = [("docs/benchmarks.md", "prediction")]
+REPORT_BLOCKS = [("docs/benchmarks_prediction.md", "prediction")]
 TRUNCATION = 20  # build_activated_dgp's default Ñ, which multiply_adds_per_point counts
 DEFAULTS = {"points": 20_000, "batch_size": 64, "baseline_points": 1_000, "large_batch": 1024}
 
@@ -118,7 +118,7 @@ def measure(points: int, batch_size: int, baseline_points: int, large_batch: int
 
 
 def markdown(record: dict) -> str:
-    """The "prediction" block of docs/benchmarks.md from its record: points per second, against the eager baseline."""
+    """The "prediction" block of docs/benchmarks*.md from its record: points per second, against the eager baseline."""
     from benchmarks._report import load_average_line, record_line
 
     points, batch_size, large_batch = record["points"], record["batch_size"], record["large_batch"]
@@ -150,7 +150,7 @@ float64, S = {samples} samples, batches of B = {batch_size:,}; untrained model).
 
 
 def report_from_records() -> str:
-    """The "prediction" block of docs/benchmarks.md from its record (``--report-only``)."""
+    """The "prediction" block of docs/benchmarks*.md from its record (``--report-only``)."""
     from benchmarks._report import report_block
 
     return report_block("prediction", markdown, OUTPUT, REPORT_COMMAND, made_by="python -m benchmarks.prediction")

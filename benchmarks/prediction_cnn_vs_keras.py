@@ -9,7 +9,7 @@ by :func:`activated_dgp.dgp_from_keras`. Timed, after one untimed call each (tra
 (S = 100 samples, the default memory budget) on the extracted features, plus the extraction itself.
 
 Run:  python -m benchmarks.prediction_cnn_vs_keras          (1,000 images; writes docs/results/prediction_cnn_vs_keras.json
-                                                           and the "prediction-cnn-vs-keras" block of docs/benchmarks.md)
+                                                           and the "prediction-cnn-vs-keras" block of docs/benchmarks*.md)
       python -m benchmarks.prediction_cnn_vs_keras --images 100 --no-write    (a quick check that it runs)
 """
 
@@ -25,7 +25,7 @@ import numpy as np  # noqa: E402
 
 OUTPUT = Path(__file__).resolve().parents[1] / "docs" / "results" / "prediction_cnn_vs_keras.json"
 REPORT_COMMAND = "python -m benchmarks.prediction_cnn_vs_keras --report-only"
-REPORT_BLOCKS = [("docs/benchmarks.md", "prediction-cnn-vs-keras")]
+REPORT_BLOCKS = [("docs/benchmarks_prediction.md", "prediction-cnn-vs-keras")]
 DEFAULTS = {"images": 1_000}
 UNITS, CLASSES, SAMPLES = 64, 10, 100
 
@@ -80,7 +80,7 @@ def measure(images: int, output=OUTPUT) -> dict:
 
 
 def markdown(record: dict) -> str:
-    """The "prediction-cnn-vs-keras" block of docs/benchmarks.md from its record."""
+    """The "prediction-cnn-vs-keras" block of docs/benchmarks*.md from its record."""
     from benchmarks._report import load_average_line, record_line
 
     keras, dgp, extraction = record["keras_seconds"], record["dgp_seconds"], record["extraction_seconds"]

@@ -12,7 +12,7 @@ quadratic form per output over the upper triangle), which dwarfs the forward pas
 multiply-adds at the float64 matrix-product rate measured in the same run (the quadratic forms' product shape).
 
 Run:  python -m benchmarks.prediction_vs_keras                  (10,000 points; writes docs/results/prediction_vs_keras.json
-                                                                and the "prediction-vs-keras" block of docs/benchmarks.md)
+                                                                and the "prediction-vs-keras" block of docs/benchmarks*.md)
       python -m benchmarks.prediction_vs_keras --points 500 --no-write    (a quick check that it runs)
 """
 
@@ -30,7 +30,7 @@ import numpy as np  # noqa: E402
 INPUT_DIM, UNITS, WIDTHS, SAMPLES, TRUNCATION = 8, 64, (64, 64, 1), 100, 20
 OUTPUT = Path(__file__).resolve().parents[1] / "docs" / "results" / "prediction_vs_keras.json"
 REPORT_COMMAND = "python -m benchmarks.prediction_vs_keras --report-only"
-REPORT_BLOCKS = [("docs/benchmarks.md", "prediction-vs-keras")]
+REPORT_BLOCKS = [("docs/benchmarks_prediction.md", "prediction-vs-keras")]
 DEFAULTS = {"points": 10_000}
 
 
@@ -94,7 +94,7 @@ def measure(points: int, output=OUTPUT) -> dict:
     print(f"Keras predict {keras_seconds:.3f} s, predict_y {dgp_seconds:.3f} s ({dgp_seconds / keras_seconds:.1f}×), "
           f"floor {floor_seconds:.3f} s (predict_y at {floor_seconds / dgp_seconds:.0%} of the floor's rate)", flush=True)
     record = {"command": command_line("python -m benchmarks.prediction_vs_keras", {"points": points}, DEFAULTS),
-              "D": INPUT_DIM, "units": UNITS, "widths": list(WIDTHS), "samples": SAMPLES, "points": points,
+              "D": INPUT_DIM, "units": UNITS, "widths": list(WIDTHS), "samples": SAMPLES, "truncation": TRUNCATION, "points": points,
               "memory_budget_bytes": DEFAULT_MEMORY_BUDGET, "batch_size": batch_size,
               "keras_seconds": round(keras_seconds, 4), "predict_y_seconds": round(dgp_seconds, 4),
               "peak_rss_growth_mib": round(rss_growth, 1), "multiply_adds_per_point": {k: round(v) for k, v in terms.items()},
@@ -105,7 +105,7 @@ def measure(points: int, output=OUTPUT) -> dict:
 
 
 def markdown(record: dict) -> str:
-    """The "prediction-vs-keras" block of docs/benchmarks.md from its record."""
+    """The "prediction-vs-keras" block of docs/benchmarks*.md from its record."""
     from benchmarks._report import load_average_line, record_line
 
     points, S, M = record["points"], record["samples"], record["units"]
@@ -114,6 +114,7 @@ def markdown(record: dict) -> str:
     per_point = sum(terms.values())
     floor = points * per_point / rate
     widths = " × ".join(map(str, record["widths"]))
+    series = f", the zonal series' Clenshaw sums, 2 Ñ M per layer and row at Ñ = {record['truncation']}, included" if "truncation" in record else ""
     return f"""{record_line(OUTPUT, record["command"])}
 
 Command: `{record["command"]}` ({points:,} points, D = {record["D"]}, a converted twin of 3 layers of M = {M} units with
@@ -127,7 +128,7 @@ widths {widths}, float64; `predict_y` with its defaults: S = {S} samples, memory
 | floor: {per_point / 1e6:.2f} M multiply-adds per point at the measured rate | {floor:.3f} | {floor / keras:.1f} |
 
 - The floor: S = {S} samples through layers 2..L cost S forward passes of the network ({terms["forward"] / 1e6:.2f} M multiply-adds
-  per point, the zonal series' Clenshaw sums, 2 Ñ M per unit layer and row, included), plus the variance work per sampled row ({terms["variance"] / 1e6:.2f} M): the triangular solve, M²/2, and, in
+  per point{series}), plus the variance work per sampled row ({terms["variance"] / 1e6:.2f} M): the triangular solve, M²/2, and, in
   the first and the output layer, the quadratic forms a_nᵀ(L_p L_pᵀ − I)a_n over the upper triangle, M(M+1)/2 · (P + 1)
   (the hidden layers between are sampled from one draw of their inducing outputs per sample); the rate is one float64
   [S·8, M(M+1)/2] · [M(M+1)/2, P] product measured in the same run,
@@ -137,7 +138,7 @@ widths {widths}, float64; `predict_y` with its defaults: S = {S} samples, memory
 
 
 def report_from_records() -> str:
-    """The "prediction-vs-keras" block of docs/benchmarks.md from its record (``--report-only``)."""
+    """The "prediction-vs-keras" block of docs/benchmarks*.md from its record (``--report-only``)."""
     from benchmarks._report import report_block
 
     return report_block("prediction-vs-keras", markdown, OUTPUT, REPORT_COMMAND, made_by="python -m benchmarks.prediction_vs_keras")

@@ -34,6 +34,7 @@ import os
 import statistics
 import tempfile
 import time
+from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -281,6 +282,17 @@ def flop_table(widths=(INPUT_DIM, INPUT_DIM, 1), M=NUM_UNITS, B=BATCH, d=INPUT_D
     return "\n".join(lines)
 
 
+#: The block this script writes (``--flops``; the multiply-add counts follow from the benchmark's settings alone)
+REPORT_BLOCKS = [("docs/benchmarks_training.md", "step-flops")]
+
+
+def report_from_records() -> None:
+    """The "step-flops" block of docs/benchmarks_training.md (:func:`flop_table`: counts, nothing timed)."""
+    from benchmarks._report import write_section
+
+    write_section("step-flops", flop_table(), "python -m benchmarks.step_profile --flops", doc=Path(__file__).resolve().parents[1] / "docs" / "benchmarks_training.md")
+
+
 def time_steps(model, X, Y, steps: int, repeats: int) -> list[float]:
     """Seconds per step of ``repeats`` fits of ``steps`` steps each, after one warm-up fit."""
     model.fit(_dataset(X, Y, 20), epochs=1, verbose=0)
@@ -404,6 +416,7 @@ def main():
     parser.add_argument("--prediction-points", type=int, default=2048, help="with --compare-fast-conditional: points per prediction round")
     args = parser.parse_args()
     if args.flops:
+        report_from_records()
         print(flop_table())
         return
     _threads()

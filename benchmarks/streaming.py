@@ -1,4 +1,4 @@
-"""Training from files in constant memory: one epoch of an activated DGP on N = 2,000,000 rows (issue 15).
+"""Training from files in constant memory: one epoch of an activated DGP on N = 2,000,000 rows.
 
 A synthetic regression set, y = sin(2 x₁) + x₂x₃/2 + 0.1 ε with x ~ N(0, I_8), is written in chunks to two
 ``.npy`` files in a temporary directory and trained for one epoch with
@@ -7,7 +7,7 @@ fresh process, which reports its peak RSS (``ru_maxrss``) and its RSS just befor
 the same run is the same epoch on a smaller N, so that "peak RSS independent of N" reads as a ratio near 1.
 
 Run:  python -m benchmarks.streaming                        (writes docs/results/streaming.json, after every N, and the
-                                                             "streaming" block of docs/benchmarks.md; ``--report-only``
+                                                             "streaming" block of docs/benchmarks*.md; ``--report-only``
                                                              rewrites the block from the record, timing nothing)
       python -m benchmarks.streaming --sizes 20000 5000 --no-write     (a quick check)
 """
@@ -70,7 +70,7 @@ def train_one_epoch(x_path: str, y_path: str, layers: int, units: int, batch_siz
 
 OUTPUT = Path(__file__).resolve().parents[1] / "docs" / "results" / "streaming.json"
 REPORT_COMMAND = "python -m benchmarks.streaming --report-only"
-REPORT_BLOCKS = [("docs/benchmarks.md", "streaming")]
+REPORT_BLOCKS = [("docs/benchmarks_prediction.md", "streaming")]
 DEFAULTS = {"sizes": [2_000_000, 200_000], "layers": 2, "units": 64, "batch_size": 1000}
 
 
@@ -100,7 +100,7 @@ def measure(sizes, layers: int, units: int, batch_size: int, output=OUTPUT) -> d
 
 
 def markdown(record: dict) -> str:
-    """The "streaming" block of docs/benchmarks.md from its record: peak RSS per N, against the smallest N."""
+    """The "streaming" block of docs/benchmarks*.md from its record: peak RSS per N, against the smallest N."""
     from benchmarks._report import load_average_line, record_line
 
     results = {r["N"]: r for r in record["rows"]}
@@ -128,7 +128,7 @@ one fresh process per N).
 
 
 def report_from_records() -> str:
-    """The "streaming" block of docs/benchmarks.md from its record (``--report-only``)."""
+    """The "streaming" block of docs/benchmarks*.md from its record (``--report-only``)."""
     from benchmarks._report import report_block
 
     return report_block("streaming", markdown, OUTPUT, REPORT_COMMAND, made_by="python -m benchmarks.streaming")

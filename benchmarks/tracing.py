@@ -1,6 +1,6 @@
 """What AutoGraph costs a converted DGP's ``fit``: ``train_dgp`` of one full-batch step (Keras traces its train
 function, then runs one step) on a freshly converted DGP, with the library's GP and likelihood layers traced as
-written (their ``call`` marked ``do_not_convert``, activated_dgp.deep.layers, the library since the nineteenth session) against the same
+written (their ``call`` marked ``do_not_convert``, activated_dgp.deep.layers, the library's) against the same
 layers' ``call`` converted by AutoGraph (gpflux's default, the library before). AutoGraph caches what it has
 converted within a process, so each mode runs in fresh processes (REPEATS each, alternating), and each process times
 its first fit (what a user's script or a test pays) and then a second fit of another fresh conversion (the cost once
@@ -9,7 +9,7 @@ tracing as written computes the same numbers.
 
 The network: three hidden ReLU layers of WIDTH units on N × D standard normal inputs, one output (a UCI-sized ADGP).
 
-Run:  python -m benchmarks.tracing      (writes docs/results/tracing.json and its block of docs/benchmarks.md;
+Run:  python -m benchmarks.tracing      (writes docs/results/tracing.json and its block of docs/benchmarks*.md;
       ``--report-only`` rewrites the block from the record, timing nothing)
 """
 
@@ -93,7 +93,7 @@ def main() -> None:
 
 
 REPORT_COMMAND = "python -m benchmarks.tracing --report-only"
-REPORT_BLOCKS = [("docs/benchmarks.md", "tracing")]
+REPORT_BLOCKS = [("docs/benchmarks_training.md", "tracing")]
 
 
 def markdown(record: dict) -> str:

@@ -1,7 +1,7 @@
 """Eigenfunction inducing variables against ordinary inducing points in an SVGP on UCI regression.
 
     python -m experiments eigenfunction_features [--datasets energy concrete] [--num-inducing 16 64]
-        [--splits 0 1 2] [--maxiter 500] [--data-dir ../shared/data]
+        [--splits 0 1 2] [--maxiter 500] [--data-dir $ADGP_DATA_DIR]
 
 For each data set, split and M, two SVGPs with the same squared-exponential ARD kernel, Gaussian
 likelihood and the same initial hyperparameters (inputs and targets standardised on the training part;
@@ -142,7 +142,7 @@ def report(records, options) -> None:
     from experiments.harness.study import page_path
 
     text = (table(records) if records else
-            "**No record yet.** Run `nice -n 10 python -m experiments eigenfunction_features --data-dir ../shared/data` "
+            "**No record yet.** Run `nice -n 10 python -m experiments eigenfunction_features --data-dir $ADGP_DATA_DIR` "
             "(24 cells, roughly 30 min on 2 loaded cores) to make `docs/results/eigenfunction_features/records.jsonl` "
             "and this table.\n")
     write_block(page_path(options), "eigenfunction_features", text, "python -m experiments eigenfunction_features --report-only")

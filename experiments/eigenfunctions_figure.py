@@ -65,7 +65,7 @@ def main(argv=None) -> None:
                 warnings.simplefilter("ignore", RuntimeWarning)  # the polynomial kernel has rank 5 in 1-D
                 nystrom = Nystrom(10).fit(X, kernel)
             start = time.perf_counter()
-            neuralef = NeuralEF(10, kernel=kernel, input_dim=1, width=32, seed=args.seed)
+            neuralef = NeuralEF(10, kernel=kernel, input_dim=1, width=32, oversampling=0, seed=args.seed)  # the paper's networks
             neuralef.fit(X, num_steps=args.steps, schedule="cosine")
             seconds = time.perf_counter() - start
             reference, psi = nystrom(grid).numpy(), neuralef(grid).numpy()

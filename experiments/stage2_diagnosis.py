@@ -1,8 +1,8 @@
 """Where stage 2 (the ELBO after converting a network) gains or loses accuracy: a diagnosis along training.
 
-    python -m experiments stage2_diagnosis --dataset bostonHousing --split 0 --data-dir ../shared/data --out runs/stage2
+    python -m experiments stage2_diagnosis --dataset bostonHousing --split 0 --data-dir $ADGP_DATA_DIR --out runs/stage2
     python -m experiments stage2_diagnosis --dataset bostonHousing,energy,concrete,naval --splits 3 \\
-        --variant all --data-dir ../shared/data          # records in docs/results/stage2 (the default --out)
+        --variant all --data-dir $ADGP_DATA_DIR          # records in docs/results/stage2 (the default --out)
     python -m experiments stage2_diagnosis --report-only
 
 One cell per (dataset, split, variant), on the harness (experiments/harness/study.py): finished cells are kept

@@ -1,4 +1,4 @@
-"""Stage 2 on a converted plain softplus network (issue 31): does train_dgp / train_two_stage keep the network's fit?
+"""Stage 2 on a converted plain softplus network: does train_dgp / train_two_stage keep the network's fit?
 
 The reported case: N = 300 inputs uniform on [−2, 2], y = sin(3x) + N(0, 0.1²) noise, the network
 [Dense(64, softplus), Dense(1, no bias)] trained 1,000 epochs (Adam 5e-3, batch 16, MSE), converted with

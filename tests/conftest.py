@@ -1,3 +1,4 @@
+import fcntl
 import json
 import os
 import subprocess
@@ -199,3 +200,25 @@ def fresh_process():
     process = FreshProcess()
     yield process
     process.close()
+
+
+@pytest.fixture(scope="session")
+def built_site(tmp_path_factory):
+    """The docs site, built once per test run by ``mkdocs build --strict``: ``(returncode, output, site folder)``.
+
+    Under pytest-xdist the workers share it: the first to ask builds it while holding a lock in the run's common
+    temporary folder, the others wait and reuse it (one build, whichever modules ask)."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the folder every worker's base temporary folder is in
+    site, result = root / "docs_site", root / "docs_site.json"
+    with open(root / "docs_site.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not result.exists():
+            path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+            env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", NO_MKDOCS_2_WARNING="1", MPLBACKEND="Agg", PYTHONPATH=path)
+            run = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+                                 cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+            result.write_text(json.dumps(dict(returncode=run.returncode, output=run.stdout[-3000:] + run.stderr[-3000:])))
+        built = json.loads(result.read_text())
+    return built["returncode"], built["output"], site

@@ -257,7 +257,9 @@ def test_bad_input_raises():
     with pytest.raises(ValueError, match="not fitted"):
         NeuralEF(2, kernel=kernel, input_dim=2)(X)
     with pytest.raises(ValueError, match="3 networks given"):
-        NeuralEF(2, networks=[neural_eigenfunction(2) for _ in range(3)])
+        NeuralEF(2, networks=[neural_eigenfunction(2) for _ in range(3)], oversampling=0)
+    assert NeuralEF(2, networks=[neural_eigenfunction(2) for _ in range(3)]).num_networks == 3  # oversampling from the networks
+    assert NeuralEF(10).num_networks == 20 and NeuralEF(200).num_networks == 256  # k extra, as many as the batch allows
     with pytest.raises(ValueError, match="Gram matrix is 40"):
         G = kernel(tf.constant(X[:40])).numpy()
         NeuralEF(2, kernel=G).fit(np.arange(50.0)[:, None], num_steps=2)

@@ -153,15 +153,11 @@ def test_getting_started_output_on_the_page_is_the_scripts(tutorial_runs):
     assert '--8<-- "docs/examples/getting_started.txt"' in page and "figures/getting_started.png" in page
 
 
-def test_docs_site_builds_in_strict_mode(tmp_path):
+def test_docs_site_builds_in_strict_mode(built_site):
     if importlib.util.find_spec("mkdocs") is None:
         pytest.fail("mkdocs is not installed: pip install -e '.[docs]' (the test extra includes it)")
-    run = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")], cwd=ROOT, env=_environment(),
-        capture_output=True, text=True, timeout=600,
-    )
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    site = tmp_path / "site"
+    returncode, output, site = built_site  # tests/conftest.py: one strict build, shared with tests/test_docs_browser.py
+    assert returncode == 0, output
     assert (site / "tutorials" / "activated_svgp" / "index.html").exists()
     assert (site / "api" / "zonal" / "index.html").exists()
 

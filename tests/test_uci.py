@@ -835,3 +835,17 @@ def test_the_adgp_ensemble_difference_claim_is_the_paired_mean_and_se_over_share
         assert f"{d} {mean:+.4f} ± {se:.4f} ({len(deltas)})" in line
     assert "wine-quality-red +0.5000 (1 split, no SE)" in line
     assert line.endswith("more than one paired SE below: yacht; more than one paired SE above: concrete; within one SE: energy")
+
+
+def test_a_page_part_is_the_tables_or_the_claims_and_after():
+    """--part splits one report between two pages at the claims' heading: the parts are the report's text before and
+    from that heading, so together they are the whole report; an unknown part is refused."""
+    from experiments.uci.report import CLAIMS_HEADING, page_part
+
+    text = f"**RMSE**\n\n| a |\n\n{CLAIMS_HEADING} (means)\n\n- claim\n\n**Steps used**\n"
+    tables, analysis = page_part(text, "tables"), page_part(text, "analysis")
+    assert tables == "**RMSE**\n\n| a |\n" and analysis.startswith(CLAIMS_HEADING) and analysis.endswith("**Steps used**\n")
+    assert tables.rstrip() + "\n\n" + analysis == text and page_part(text, "all") == text
+    assert "No claims yet" in page_part("**RMSE**\n", "analysis")
+    with pytest.raises(ValueError, match="unknown --part"):
+        page_part(text, "claims")

@@ -118,6 +118,10 @@ class KroneckerFactors:
         self.G = [G * scale for G in self.G]
         self.eigen = [(a, QA, g * scale, QG) for a, QA, g, QG in self.eigen]
 
+    def layer_sizes(self) -> List[int]:
+        """The number of parameters of each layer's block (its kernel and bias)."""
+        return [a.size * g.size for a, _, g, _ in self.eigen]
+
     def eigenvalues(self) -> np.ndarray:
         """All eigenvalues a_i g_j of the block-diagonal Kronecker GGN [P] (for the log-determinant)."""
         return np.concatenate([np.outer(a, g).reshape(-1) for a, _, g, _ in self.eigen])
@@ -126,10 +130,12 @@ class KroneckerFactors:
         """A_l ⊗ G_l for each layer (dense; for small layers and checks)."""
         return [np.kron(A, G) for A, G in zip(self.A, self.G)]
 
-    def covariance(self, X: np.ndarray, delta: float) -> np.ndarray:
-        """J(x) (Σ_l-block-diagonal (A_l ⊗ G_l + δ I)⁻¹) J(x)ᵀ [B, C, C] for each row of X [B, D]."""
+    def covariance(self, X: np.ndarray, delta) -> np.ndarray:
+        """J(x) (Σ_l-block-diagonal (A_l ⊗ G_l + δ_l I)⁻¹) J(x)ᵀ [B, C, C] for each row of X [B, D]; δ a scalar or one
+        value per layer."""
         total = 0.0
-        for index, ((_, h, s, _), (a, QA, g, QG)) in enumerate(zip(self.layerwise._pieces(X), self.eigen)):
+        deltas = np.broadcast_to(np.asarray(delta, dtype=np.float64), (len(self.eigen),))
+        for index, ((_, h, s, _), (a, QA, g, QG), delta) in enumerate(zip(self.layerwise._pieces(X), self.eigen, deltas)):
             u2 = (self._augmented(h, index) @ QA) ** 2  # [B, in+1]
             v = s @ QG  # [B, C, out]
             weights = u2 @ (1.0 / (np.outer(a, g) + delta))  # [B, out]

@@ -57,6 +57,19 @@ the same factors. Other networks use their per-example Jacobians.
   B × B Gram is then computed layer by layer without the [B, P] rows,
   :meth:`~activated_dgp.eigen.layerwise.LayerwiseJacobian.combination_gram`). Truncating to k pairs drops the kernel's tail, so eq. 22's
   variances differ from eq. 21's unless the k pairs cover the NTK's spectrum.
+  With ``covariance="subspace"`` the eigenfunctions are used only on the training inputs, to find the directions
+  in parameter space they stand for: their Nyström extension through the NTK, ψ_j(x) = J(x) Jᵀ ψ_j(X) / (N μ_j),
+  is linear in J(x), ψ_j(x) √μ_j = J(x) w_j with w_j = Σ_i J_iᵀ ψ_j(x_i) / (N √μ_j) (N counting the (x, c) pairs).
+  With V_k an orthonormal basis of the w_j, the posterior is the LLA with the GGN projected onto them,
+
+      f(x) ~ GP( g(x, θ_MAP),  J(x) Σ_k J(x')ᵀ ),   Σ_k⁻¹ = V_k V_kᵀ H V_k V_kᵀ + δ I,
+
+  computed as ``lowrank`` does (Woodbury: δ⁻¹ J Jᵀ − (J V) diag(e / (δ (e + δ))) (J V)ᵀ, e the eigenvalues of
+  V_kᵀ H V_k). With the NTK's exact eigenpairs, w_j = V_j, the top right singular vectors of the training Jacobian,
+  and eq. 22 at the training inputs is this posterior minus δ⁻¹ J (I − V_k V_kᵀ) Jᵀ; away from the data eq. 22
+  keeps only the learnt networks' extrapolation of ψ_j, where this form keeps the prior variance of every direction
+  the data do not constrain. It costs two passes of Jacobians over the training data and, per test point, J(x) V_k
+  and J(x) J(x)ᵀ (as ``lowrank``).
 * ``"eigenfunctions"``: eq. 22 with eigenpairs the user gives (``eigenfunctions=``, any object with
   ``eigenvalues`` [k] and ``__call__(inputs) -> [M, k]`` on the inputs above, e.g. a fitted
   :class:`~activated_dgp.eigen.Nystrom` on the NTK, or exact eigenpairs in a test).
@@ -86,7 +99,8 @@ variant's GGN is proportional to 1/σ², rescaled by σ₀²/σ² for any other 
 log p(D | θ_MAP) = −Σ‖y − g(x)‖²/(2σ²) − (N C/2) log 2πσ², is maximised over (log δ, log σ²) jointly by L-BFGS-B with its
 analytic gradient (or over σ² alone at a fixed δ); laplace-torch leaves σ to a gradient loop of the user's.
 
-Predictives (``predict_y``): Gaussian N(μ, J Σ Jᵀ + σ² I) exactly; Bernoulli by the probit
+Predictives (``predict_y``; with ``pred_type="nn"`` by weight samples through the network instead,
+:mod:`.laplace_sampling`): Gaussian N(μ, J Σ Jᵀ + σ² I) exactly; Bernoulli by the probit
 approximation (default, MacKay 1992) or Monte Carlo; softmax by Monte Carlo over the Gaussian latent
 (default: 1,000 samples from ``numpy.random.default_rng(seed)``) or the generalised probit.
 """
@@ -97,7 +111,7 @@ import json
 import os
 import time
 import warnings
-from typing import Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -120,18 +134,23 @@ from .laplace_likelihoods import (
     predictive_probabilities,
 )
 from .kfac import KroneckerFactors, check_kron_layers
+from .laplace_sampling import weight_sample_predictive
 from .lowrank import top_ggn_eigenpairs
 from .neuralef import NeuralEF
 from . import ika, nystrom  # noqa: F401  (register the kinds of the eigenfunctions a saved approximation may hold)
 from .ntk import jacobian_function, jacobian_kernel
 
-__all__ = ["LinearisedLaplace", "METHODS", "JACOBIAN_CACHE_BYTES"]
+__all__ = ["LinearisedLaplace", "METHODS", "COVARIANCES", "JACOBIAN_CACHE_BYTES"]
 
 METHODS = ("exact", "last_layer", "diagonal", "kron", "lowrank", "neuralef", "eigenfunctions")
 PRIOR_PRECISION_SEARCHES = ("marginal_likelihood", "validation")
 _EIGEN_METHODS = ("neuralef", "eigenfunctions")
 #: the methods whose GGN keeps k < P eigenvalues: their evidence counts the P − k others as 0
 _LOW_RANK = ("lowrank",) + _EIGEN_METHODS
+#: the covariances of the eigenfunction methods (:class:`LinearisedLaplace`'s ``covariance``)
+COVARIANCES = ("eq22", "subspace")
+#: one prior precision for all weights, or one per layer (diagonal: per variable; kron: per Dense layer)
+PRIOR_STRUCTURES = ("scalar", "layerwise")
 #: the largest training-Jacobian array (N C P float64 numbers, in bytes) that ``method="neuralef"`` computes
 #: once and trains NeuralEF on, instead of recomputing the batch's Jacobians at every step (1 GiB)
 JACOBIAN_CACHE_BYTES = 2**30
@@ -139,7 +158,7 @@ _LEGACY_CONFIG = "laplace.json"  # the file of a directory saved by activated_dg
 #: the constructor arguments a saved fit records (besides the prior precision), under the same names
 _SETTINGS = (
     "likelihood", "noise_variance", "method", "num_eigenpairs", "ntk_samples", "neuralef_steps", "neuralef_options",
-    "predictive", "num_samples", "seed", "batch_size", "max_parameters",
+    "predictive", "num_samples", "seed", "batch_size", "max_parameters", "covariance", "prior_structure",
 )
 
 
@@ -239,6 +258,9 @@ class LinearisedLaplace:
         (default: all of them); the others stay at θ_MAP.
     :param prior_precision_grid: the δ values ``"validation"`` tries (default 10^−4 … 10^4, 33 values).
     :param verbose: 1 prints progress of long fits, 0 is silent.
+    :param covariance: for ``neuralef`` and ``eigenfunctions``: ``"eq22"`` (default, eq. 22 as written) or
+        ``"subspace"`` (the LLA with the GGN projected onto the parameter directions of the eigenfunctions' Nyström
+        extension, see the module docstring).
     """
 
     def __init__(
@@ -262,6 +284,8 @@ class LinearisedLaplace:
         prior_precision_grid: Optional[Sequence[float]] = None,
         verbose: int = 1,
         variables: Optional[Sequence[tf.Variable]] = None,
+        covariance: str = "eq22",
+        prior_structure: str = "scalar",
     ):
         if not isinstance(model, tf_keras.Model):
             raise ValueError(f"model must be a tf-keras Model, got {type(model).__name__}")
@@ -271,9 +295,17 @@ class LinearisedLaplace:
             raise ValueError(f"unknown likelihood {likelihood!r}; use one of {LIKELIHOOD_NAMES}")
         if method not in METHODS:
             raise ValueError(f"unknown method {method!r}; use one of {METHODS}")
+        if prior_structure not in PRIOR_STRUCTURES:
+            raise ValueError(f"unknown prior_structure {prior_structure!r}; use one of {PRIOR_STRUCTURES}")
+        if prior_structure == "layerwise" and method not in ("diagonal", "kron"):
+            raise ValueError(f"prior_structure='layerwise' is for methods diagonal and kron, not {method!r}")
         if isinstance(prior_precision, str):
             if prior_precision not in PRIOR_PRECISION_SEARCHES:
                 raise ValueError(f"prior_precision must be a positive number or one of {PRIOR_PRECISION_SEARCHES}, got {prior_precision!r}")
+            if prior_structure == "layerwise" and prior_precision == "validation":
+                raise ValueError("prior_structure='layerwise' chooses its precisions by 'marginal_likelihood', not 'validation'")
+        elif prior_structure == "layerwise" and np.ndim(prior_precision) == 1:
+            prior_precision = np.array([_positive(value, "prior_precision") for value in prior_precision])
         else:
             prior_precision = _positive(prior_precision, "prior_precision")
         predictive = PREDICTIVES[likelihood][0] if predictive is None else predictive
@@ -293,15 +325,21 @@ class LinearisedLaplace:
             raise ValueError("prior_precision_grid must be a non-empty list of positive numbers")
         if verbose not in (0, 1, True, False):
             raise ValueError(f"verbose must be 0 or 1, got {verbose!r}")
+        if covariance not in COVARIANCES:
+            raise ValueError(f"unknown covariance {covariance!r}; use one of {COVARIANCES}")
+        if covariance != "eq22" and method not in _EIGEN_METHODS:
+            raise ValueError(f"covariance={covariance!r} is for the eigenfunction methods {_EIGEN_METHODS}, not {method!r}")
+        self.covariance = covariance
+        self.prior_structure = prior_structure
         self.model, self.likelihood, self.method = model, likelihood, method
         if isinstance(noise_variance, str):
             if noise_variance != "marginal_likelihood":
                 raise ValueError(f"noise_variance must be a positive number or 'marginal_likelihood', got {noise_variance!r}")
             if likelihood != "gaussian":
                 raise ValueError(f"noise_variance='marginal_likelihood' is for the gaussian likelihood, not {likelihood!r}")
-            if prior_precision == "validation":
-                raise ValueError("noise_variance='marginal_likelihood' needs the Laplace evidence at a fixed or "
-                                 "'marginal_likelihood' prior precision, not 'validation'")
+            if isinstance(prior_precision, str) and prior_precision == "validation" or prior_structure != "scalar":
+                raise ValueError("noise_variance='marginal_likelihood' needs the Laplace evidence at a scalar fixed or "
+                                 "'marginal_likelihood' prior precision")
             self.noise_variance_setting, self.noise_variance = noise_variance, 1.0
         else:
             self.noise_variance = _positive(noise_variance, "noise_variance")
@@ -470,7 +508,7 @@ class LinearisedLaplace:
         model output that is not finite.
         """
         X = check_matrix(X, "X")
-        if (validation_data is not None) != (self.prior_precision_setting == "validation"):
+        if (validation_data is not None) != (isinstance(self.prior_precision_setting, str) and self.prior_precision_setting == "validation"):
             raise ValueError("validation_data=(X_val, Y_val) is required by, and only used by, prior_precision='validation'")
         self.input_dim = X.shape[1]
         F_map = self._outputs(X)
@@ -497,7 +535,13 @@ class LinearisedLaplace:
         if self.method == "lowrank":
             batches = lambda: self._feature_batches(X, "GGN Jacobians", eigen=False)  # noqa: E731
             values, vectors = top_ggn_eigenpairs(batches, Lambda, self.num_parameters, self.num_eigenpairs, self.jacobian_cache_bytes, self._log, self.seed)
-            ggn = None
+        elif self._woodbury:  # the eigenfunctions' subspace V, then V_kᵀ H V_k = Σ (J V)ᵀ Λ (J V)
+            subspace, projected = self._eigenfunction_subspace(X), 0.0
+            for rows, J in self._feature_batches(X, "GGN in the eigenfunction subspace", eigen=False):
+                F = J @ subspace
+                projected = projected + F.reshape(-1, F.shape[2]).T @ np.einsum("bcd,bdq->bcq", Lambda[rows], F).reshape(-1, F.shape[2])
+            values, rotation = np.linalg.eigh(0.5 * (projected + projected.T))
+            values, vectors = np.maximum(values[::-1], 0.0), subspace @ rotation[:, ::-1]
         elif self.method == "kron":
             self.kron = KroneckerFactors(self._layerwise)
             for rows in self._progress_batches(X.shape[0], "Kronecker factors"):
@@ -505,7 +549,7 @@ class LinearisedLaplace:
             ggn = self.kron.finalise().eigenvalues()
         elif self._layerwise_covariance and self.method == "diagonal":
             ggn = sum(self._layerwise.ggn_diagonal(X[rows], Lambda[rows]) for rows in self._progress_batches(X.shape[0], "GGN (layer-wise)"))
-        for rows, F in self._feature_batches(X, "GGN") if ggn is None and self.method != "lowrank" else ():
+        for rows, F in self._feature_batches(X, "GGN") if ggn is None and not self._woodbury else ():
             # Λ_i F_i first, then one product: a three-operand np.einsum loops over b, c, d, p and q at once
             # (50 s per batch of 256 at m = 1,280, C = 10)
             weighted = np.einsum("bcd,bdq->bcq", Lambda[rows], F)
@@ -514,7 +558,7 @@ class LinearisedLaplace:
             else:
                 term = F.reshape(-1, F.shape[2]).T @ weighted.reshape(-1, F.shape[2])
             ggn = term if ggn is None else ggn + term
-        if self.method == "lowrank":
+        if self._woodbury:
             self.ggn_eigenvalues, self.ggn_eigenvectors = values, vectors
         elif self.method in ("diagonal", "kron"):
             self.ggn_eigenvalues, self.ggn_eigenvectors = ggn, None
@@ -524,11 +568,12 @@ class LinearisedLaplace:
         self._log_likelihood = log_likelihood(self.likelihood, F_map, Y, self.noise_variance)
         self._theta_norm2 = float(np.sum(self._parameter_vector() ** 2))
         setting = self.prior_precision_setting
+        search = setting if isinstance(setting, str) else None
         if self.noise_variance_setting == "marginal_likelihood":
-            self.prior_precision = self._maximise_evidence_with_noise(None if setting == "marginal_likelihood" else setting)
-        elif setting == "marginal_likelihood":
+            self.prior_precision = self._maximise_evidence_with_noise(None if search == "marginal_likelihood" else setting)
+        elif search == "marginal_likelihood":
             self.prior_precision = self._maximise_evidence()
-        elif setting == "validation":
+        elif search == "validation":
             self.prior_precision = self._select_by_validation(X_val, Y_val)
         else:
             self.prior_precision = setting
@@ -543,6 +588,8 @@ class LinearisedLaplace:
                                                np.log(self._checked_noise(noise_variance)))[0]
         if self.input_dim is None:
             raise ValueError("the LinearisedLaplace approximation is not fitted yet (call fit first)")
+        if self.prior_structure == "layerwise":
+            return self._layerwise_evidence_and_gradient(np.log(self._checked_layer_precisions(self.prior_precision if prior_precision is None else prior_precision)))[0]
         delta = _positive(self.prior_precision if prior_precision is None else prior_precision, "prior_precision")
         kept = self.ggn_eigenvalues.shape[0]
         m = self.num_parameters if self.method in _LOW_RANK else kept  # the P − k left out count as 0
@@ -567,6 +614,8 @@ class LinearisedLaplace:
                 raise ValueError("method='marglik' takes no val_data or grid")
             self.prior_precision = self._maximise_evidence()
         elif method == "gridsearch":
+            if self.prior_structure == "layerwise":
+                raise ValueError("prior_structure='layerwise' chooses its precisions by method='marglik', not 'gridsearch'")
             if not isinstance(val_data, (tuple, list)) or len(val_data) != 2:
                 raise ValueError("method='gridsearch' needs val_data=(X_val, Y_val)")
             if grid is not None:
@@ -635,12 +684,63 @@ class LinearisedLaplace:
         self._log(f"noise and prior precision by marginal likelihood: σ² = {self.noise_variance:.6g}, δ = {np.exp(log_delta):.6g}")
         return float(np.exp(log_delta))
 
-    def _maximise_evidence(self) -> float:
+    def _per_parameter(self, delta):
+        """δ as one value per parameter (layerwise), or the scalar itself."""
+        if self.prior_structure != "layerwise":
+            return delta
+        return np.repeat(self._checked_layer_precisions(delta), self._prior_groups())
+
+    def _prior_groups(self) -> List[int]:
+        """The sizes of the parameter groups that share a prior precision under ``prior_structure="layerwise"``, in
+        parameter order: each variable (diagonal) or each Dense layer's kernel and bias (kron)."""
+        if self.method == "kron":
+            return self.kron.layer_sizes()
+        return [int(np.prod(v.shape)) for v in self.variables]
+
+    def _checked_layer_precisions(self, values) -> np.ndarray:
+        values = np.atleast_1d(np.asarray(values, dtype=np.float64))
+        groups = self._prior_groups()
+        if values.size == 1:
+            values = np.full(len(groups), values[0])
+        if values.shape != (len(groups),) or not np.all(np.isfinite(values) & (values > 0)):
+            raise ValueError(f"prior_structure='layerwise' needs {len(groups)} positive prior precisions (one per "
+                             f"{'Dense layer' if self.method == 'kron' else 'variable'}), got {values.tolist()}")
+        return values
+
+    def _layerwise_evidence_and_gradient(self, log_deltas: np.ndarray) -> Tuple[float, np.ndarray]:
+        """The Laplace evidence with one δ_l per group (module docstring, δ‖θ‖² and m log δ summed per group) and
+        its gradient in log δ_l: −δ_l‖θ_l‖²/2 + m_l/2 − ½ Σ_(j in l) δ_l / (e_j + δ_l)."""
+        deltas = np.exp(np.asarray(log_deltas, dtype=np.float64))
+        sizes = self._prior_groups()
+        per_parameter = np.repeat(deltas, sizes)
+        theta2 = np.add.reduceat(self._parameter_vector() ** 2, np.cumsum([0] + sizes[:-1]))
+        e = self.ggn_eigenvalues  # diagonal: per parameter; kron: the products a_i g_j, layer by layer
+        value = (self._log_likelihood - 0.5 * np.sum(deltas * theta2) + 0.5 * np.sum(np.asarray(sizes) * np.log(deltas))
+                 - 0.5 * np.sum(np.log(e + per_parameter)))
+        shares = np.add.reduceat(per_parameter / (e + per_parameter), np.cumsum([0] + sizes[:-1]))
+        return float(value), -0.5 * deltas * theta2 + 0.5 * np.asarray(sizes) - 0.5 * shares
+
+    def _maximise_layerwise_evidence(self) -> np.ndarray:
+        start = np.full(len(self._prior_groups()), np.log(self._maximise_evidence_scalar()))
+        objective = lambda z: tuple(-part for part in self._layerwise_evidence_and_gradient(z))  # noqa: E731
+        result = minimize(objective, start, jac=True, method="L-BFGS-B", bounds=[(np.log(1e-8), np.log(1e8))] * start.size,
+                          options={"ftol": 1e-15, "gtol": 1e-10, "maxiter": 2000})
+        deltas = np.exp(result.x)
+        self._log(f"prior precisions by marginal likelihood, one per group: {np.array2string(deltas, precision=4)}")
+        return deltas
+
+    def _maximise_evidence(self):
+        """The δ (or, layerwise, the δ_l) maximising the Laplace evidence."""
+        return self._maximise_layerwise_evidence() if self.prior_structure == "layerwise" else self._maximise_evidence_scalar()
+
+    def _maximise_evidence_scalar(self) -> float:
+        evidence = (lambda delta: self._layerwise_evidence_and_gradient(np.full(len(self._prior_groups()), np.log(delta)))[0]) \
+            if self.prior_structure == "layerwise" else self.log_marginal_likelihood
         log_grid = np.linspace(np.log(1e-8), np.log(1e8), 161)
-        values = np.array([self.log_marginal_likelihood(np.exp(t)) for t in log_grid])
+        values = np.array([evidence(np.exp(t)) for t in log_grid])
         best = int(np.argmax(values))
         low, high = log_grid[max(best - 1, 0)], log_grid[min(best + 1, len(log_grid) - 1)]
-        result = minimize_scalar(lambda t: -self.log_marginal_likelihood(np.exp(t)), bounds=(low, high), method="bounded", options={"xatol": 1e-10})
+        result = minimize_scalar(lambda t: -evidence(np.exp(t)), bounds=(low, high), method="bounded", options={"xatol": 1e-10})
         delta = float(np.exp(result.x)) if -result.fun >= values[best] else float(np.exp(log_grid[best]))
         if best in (0, len(log_grid) - 1):
             self._log(f"the evidence is largest at the edge of δ ∈ [1e-8, 1e8] (δ = {delta:.3g})")
@@ -682,8 +782,8 @@ class LinearisedLaplace:
         where it can), or F itself (diagonal)."""
         if self.ggn_eigenvectors is None:
             return self._features(X)
-        if self.method == "lowrank":  # [J V, J Jᵀ]: [B, C, k + C]
-            F = self._features(X)
+        if self._woodbury:  # [J V, J Jᵀ]: [B, C, k + C]
+            F = self._features(X, eigen=False)
             return np.concatenate([F @ self.ggn_eigenvectors, F @ np.swapaxes(F, 1, 2)], axis=2)
         if self._layerwise_covariance:
             return self._layerwise.jacobian_times(X, self.ggn_eigenvectors)
@@ -693,20 +793,40 @@ class LinearisedLaplace:
         """F Σ Fᵀ [B, C, C] for Σ = (H + δ I)⁻¹, from :meth:`_projected`'s F V (or F, diagonal)."""
         if self.ggn_eigenvectors is None:  # diagonal
             F = projected
-            return (F / (self.ggn_eigenvalues + delta)[None, None, :]) @ np.swapaxes(F, 1, 2)  # batched BLAS, not a 3-operand einsum
-        if self.method == "lowrank":  # δ⁻¹ J Jᵀ − (J V) diag(e / (δ (e + δ))) (J V)ᵀ (module docstring)
+            return (F / (self.ggn_eigenvalues + self._per_parameter(delta))[None, None, :]) @ np.swapaxes(F, 1, 2)  # batched BLAS, not a 3-operand einsum
+        if self._woodbury:  # δ⁻¹ J Jᵀ − (J V) diag(e / (δ (e + δ))) (J V)ᵀ (module docstring)
             e = self.ggn_eigenvalues
             JV, JJ = projected[:, :, : e.size], projected[:, :, e.size :]
             return JJ / delta - (JV * (e / (delta * (e + delta)))[None, None, :]) @ np.swapaxes(JV, 1, 2)
         root = projected / np.sqrt(self.ggn_eigenvalues + delta)[None, None, :]
         return root @ np.swapaxes(root, 1, 2)
 
+    @property
+    def _woodbury(self) -> bool:
+        """Whether the posterior is δ I plus a rank-k GGN in the parameter directions ``ggn_eigenvectors`` [P, k]
+        (``lowrank``, and the eigen methods with ``covariance="subspace"``)."""
+        return self.method == "lowrank" or (self.method in _EIGEN_METHODS and self.covariance == "subspace")
+
+    def _eigenfunction_subspace(self, X: np.ndarray) -> np.ndarray:
+        """V_k [P, k]: an orthonormal basis of the parameter directions w_j = Σ_i J_iᵀ ψ_j(x_i) / (N √μ_j) of the
+        eigenfunctions' Nyström extension (module docstring), eigenvalues μ_j ≤ 0 left out."""
+        mu = np.asarray(tf.convert_to_tensor(self.eigenfunctions.eigenvalues), dtype=np.float64).reshape(-1)
+        W = 0.0
+        for rows, J in self._feature_batches(X, "eigenfunction subspace", eigen=False):
+            W = W + np.einsum("bcp,bck->pk", J, self._eigen_features(X[rows]))  # Σ J_iᵀ √μ ψ(x_i)
+        keep = mu > 0
+        W = W[:, keep] / (X.shape[0] * self.num_outputs * mu[keep])
+        Q, R = np.linalg.qr(W)
+        return Q[:, np.abs(np.diag(R)) > 1e-12 * max(np.abs(np.diag(R)).max(), 1e-300)]
+
     def _latent_covariance(self, X: np.ndarray, delta: float) -> np.ndarray:
         """J(X) Σ J(X)ᵀ [N, C, C] at prior precision δ, in batches (layer-wise where the network allows)."""
         if self.method == "kron":
             return np.concatenate([self.kron.covariance(X[rows], delta) for rows in self._batches(X.shape[0])], axis=0)
+        if self.method == "kron" and self.prior_structure == "layerwise":
+            delta = self._checked_layer_precisions(delta)
         if self._layerwise_covariance and self.ggn_eigenvectors is None:
-            variances = 1.0 / (self.ggn_eigenvalues + delta)
+            variances = 1.0 / (self.ggn_eigenvalues + self._per_parameter(delta))
             return np.concatenate([self._layerwise.covariance(X[rows], variances) for rows in self._batches(X.shape[0])], axis=0)
         return np.concatenate([self._covariance(self._projected(X[rows]), delta) for rows in self._batches(X.shape[0])], axis=0)
 
@@ -726,11 +846,23 @@ class LinearisedLaplace:
         variance = covariance if full else np.diagonal(covariance, axis1=1, axis2=2).copy()
         return tf.constant(mean), tf.constant(variance)
 
-    def predict_y(self, X, full_output_cov: bool = False):
+    def predict_y(self, X, full_output_cov: bool = False, pred_type: str = "glm", num_samples: int = 100, seed: Optional[int] = None):
         """The predictive of y: Gaussian, mean g(X) and variance J Σ Jᵀ + σ² ([N, C], or [N, C, C] with
         ``full_output_cov``); classification, class probabilities p [N, C] (p(y = 1) [N, 1] for Bernoulli,
         by the probit approximation or Monte Carlo, see the module docstring) and the variance p(1 − p)
-        of each class indicator. float64 tensors."""
+        of each class indicator. float64 tensors.
+
+        ``pred_type="nn"`` (laplace-torch's name) is the predictive of ``num_samples`` weight samples θ ~ N(θ_MAP, Σ)
+        run through the network instead (:mod:`.laplace_sampling`; seeded by ``seed``, default the approximation's);
+        marginal variances only."""
+        if pred_type not in ("glm", "nn"):
+            raise ValueError(f"unknown pred_type {pred_type!r}; use 'glm' (the linearised predictive) or 'nn' (weight samples)")
+        if pred_type == "nn":
+            if full_output_cov:
+                raise ValueError("pred_type='nn' gives marginal variances only; use full_output_cov=False")
+            mean, variance = weight_sample_predictive(self, self._check_X(X), check_positive_int(num_samples, "num_samples"),
+                                                      self.seed if seed is None else int(seed))
+            return tf.constant(mean), tf.constant(variance)
         mean, covariance = self._latent(self._check_X(X))
         if self.likelihood == "gaussian":
             covariance = covariance + self.noise_variance * np.eye(self.num_outputs)[None]
@@ -808,11 +940,16 @@ class LinearisedLaplace:
 # ---------------------------------------------------------------- saving (activated_dgp.save / load)
 
 
+def _as_json(value):
+    """A prior precision as JSON: a number, a name, or a list (one per layer)."""
+    return np.asarray(value).tolist() if isinstance(value, np.ndarray) else value
+
+
 def _settings(laplace: LinearisedLaplace) -> dict:
     return dict(
         {name: getattr(laplace, name) for name in _SETTINGS},
-        prior_precision=laplace.prior_precision,
-        prior_precision_setting=laplace.prior_precision_setting,
+        prior_precision=_as_json(laplace.prior_precision),
+        prior_precision_setting=_as_json(laplace.prior_precision_setting),
         jacobian_cache_bytes=laplace.jacobian_cache_bytes,
         input_dim=laplace.input_dim,
         num_outputs=laplace.num_outputs,
@@ -863,7 +1000,7 @@ def _rebuild_laplace(config: dict, arrays: dict, children: dict):
         jacobian_cache_bytes=config["jacobian_cache_bytes"],
         verbose=0,
         variables=None if indices is None else [network.trainable_variables[i] for i in indices],
-        **{name: config[name] for name in _SETTINGS},
+        **{name: config[name] for name in _SETTINGS if name in config},  # settings added later keep their defaults
     )
     laplace._restore_fit(config, arrays)
     if config["method"] == "neuralef":
@@ -900,13 +1037,14 @@ def _load_legacy(directory, model, eigenfunctions, verbose: int) -> LinearisedLa
         eigenfunctions=eigenfunctions,
         verbose=verbose,
         variables=None if indices is None else [model.trainable_variables[i] for i in indices],
-        **{name: config[name] for name in _SETTINGS},
+        **{name: config[name] for name in _SETTINGS if name in config},  # settings added later keep their defaults
     )
     with np.load(os.path.join(directory, "laplace.npz")) as arrays:
         laplace._restore_fit(config, {name: arrays[name] for name in arrays.files})
     if laplace.method == "neuralef":
         inputs_width = laplace.input_dim + (laplace.num_outputs if laplace.num_outputs > 1 else 0)
-        laplace.eigenfunctions = NeuralEF(laplace.num_eigenpairs, input_dim=inputs_width, **{"seed": laplace.seed, **laplace.neuralef_options})
+        # 0.1 saved NeuralEF with its then default of no extra networks
+        laplace.eigenfunctions = NeuralEF(laplace.num_eigenpairs, input_dim=inputs_width, **{"seed": laplace.seed, "oversampling": 0, **laplace.neuralef_options})
         tf.train.Checkpoint(model=laplace.eigenfunctions).read(os.path.join(directory, "neuralef", "ckpt")).expect_partial()
     return laplace
 

@@ -1,5 +1,5 @@
 # %% [markdown]
-# # Activated GPflux layers with `fit` and Keras callbacks
+# # Activated GPflux layers with Keras fit and callbacks
 #
 # An activated GP layer is a `gpflux.layers.GPLayer`: `activated_gp_layer` builds one from inducing
 # directions W [M, D + 1]. Stack layers into a `gpflux.models.DeepGP` and train it the GPflux way, with

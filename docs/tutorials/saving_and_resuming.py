@@ -55,8 +55,8 @@ restored = tf_keras.models.load_model(os.path.join(workdir, "twin.keras"))
 print("largest difference after .keras round trip:", float(np.max(np.abs(restored(X) - twin(X)))))
 
 # %% [markdown]
-# ## Any tf-keras network: `activated_dgp.save` / `activated_dgp.load`
-# The network a user already has (here a ReLU MLP) is saved with its Keras config and weights, and comes back
+# ## Any tf-keras network
+# `activated_dgp.save` / `activated_dgp.load`: the network a user already has (here a ReLU MLP) is saved with its Keras config and weights, and comes back
 # without the code that built it.
 
 # %%
@@ -65,7 +65,7 @@ activated_dgp.save(mlp, os.path.join(workdir, "mlp"))
 print("largest difference after save/load:", float(np.max(np.abs(activated_dgp.load(os.path.join(workdir, "mlp"))(X) - mlp(X)))))
 
 # %% [markdown]
-# ## The DGP: `save_dgp` / `load_dgp`
+# ## The DGP
 # `save_dgp` writes the architecture and every parameter; `load_dgp` rebuilds the model from the architecture and
 # restores the values exactly.
 
@@ -112,8 +112,8 @@ again = LinearisedLaplace.load(os.path.join(workdir, "lla"))
 print("LLA variances after save/load:", float(np.max(np.abs(again.predict_y(X)[1] - lla.predict_y(X)[1]))))
 
 # %% [markdown]
-# ## `tf.train.Checkpoint`
-# A DGP is a `tf.Module`, so TensorFlow's own checkpoints work too, restoring into a DGP of the same architecture.
+# ## TensorFlow checkpoints
+# `tf.train.Checkpoint`: a DGP is a `tf.Module`, so TensorFlow's own checkpoints work too, restoring into a DGP of the same architecture.
 
 # %%
 path = tf.train.Checkpoint(model=resumed).write(os.path.join(workdir, "tf_ckpt"))

@@ -1,5 +1,5 @@
 # %% [markdown]
-# # Streaming data and `tf.distribute`
+# # Streaming data and distributed training
 #
 # `train_dgp` takes in-memory arrays, but also data that do not fit in memory: a `tf.data.Dataset` of (x, y)
 # pairs, an `ArraySource` over NumPy arrays or memmaps (`ArraySource.from_npy` reads `.npy` files block by block),
@@ -23,7 +23,7 @@ X = rng.uniform(-2, 2, size=(N, 3))
 Y = np.sum(np.sin(X), axis=1, keepdims=True) + 0.1 * rng.normal(size=(N, 1))
 
 # %% [markdown]
-# ## Rows from `.npy` files, never all in memory
+# ## Rows from NumPy files, never all in memory
 
 # %%
 directory = tempfile.mkdtemp()
@@ -37,8 +37,8 @@ history = train_dgp(dgp, source, schedule=TrainingSchedule(epochs=2 if FAST else
 print(f"ELBO {before:.1f} → {evaluate_elbo(dgp, X, Y):.1f}")
 
 # %% [markdown]
-# ## A `tf.distribute` strategy
-# On this machine a `MirroredStrategy` has one replica (the CPU); on a multi-GPU machine the same call spreads each
+# ## A distribution strategy
+# With `tf.distribute`: on this machine a `MirroredStrategy` has one replica (the CPU); on a multi-GPU machine the same call spreads each
 # global batch over the devices. The global batch size must divide among the replicas.
 
 # %%

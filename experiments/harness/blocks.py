@@ -7,7 +7,9 @@ A page may hold text written by hand and blocks written by a program. A block is
     <!-- END GENERATED name -->
 
 where ``name`` tells blocks of one page apart and ``command`` is the command that rewrites the block (so a reader
-knows how to regenerate it). :func:`write_block` replaces the block's body (creating the block at the end of the
+knows how to regenerate it). A block names no machine's data folder: the folder a quoted command gives ``--data-dir``
+is written ``$ADGP_DATA_DIR``, in the command and in the paths the block shows (:func:`portable_data_dir`).
+:func:`write_block` replaces the block's body (creating the block at the end of the
 page when it is missing and ``create`` is set) and leaves everything outside it alone. Standard library only, so
 benchmark scripts can import it without importing any study.
 """
@@ -25,6 +27,20 @@ def _pattern(name: str) -> re.Pattern:
         raise ValueError(f"block name {name!r} must be letters, digits, '_', '.', '-'")
     return re.compile(rf"<!-- BEGIN GENERATED {re.escape(name)}: (?P<command>[^\n]*?) -->\n(?P<body>.*?)"
                       rf"<!-- END GENERATED {re.escape(name)} -->", re.S)
+
+
+_DATA_DIR = re.compile(r"--data-dir[ =](?P<folder>[^\s`'\")]+)")
+
+
+def portable_data_dir(*texts: str) -> list:
+    """``texts`` with every data folder they name (the argument of a ``--data-dir`` in any of them) written as
+    ``$ADGP_DATA_DIR``, there and wherever a path starts with it, e.g. ``--data-dir ../data`` and
+    ``../data/mnist/t10k.gz`` become ``--data-dir $ADGP_DATA_DIR`` and ``$ADGP_DATA_DIR/mnist/t10k.gz``."""
+    folders = {match.group("folder").rstrip("/") for text in texts for match in _DATA_DIR.finditer(text)}
+    for folder in sorted(folders - {"$ADGP_DATA_DIR", ""}, key=len, reverse=True):
+        at_path = re.compile(rf"(?<![\w./$-]){re.escape(folder)}(?=/|[\s`'\"),;]|$)", re.M)
+        texts = [at_path.sub(lambda _: "$ADGP_DATA_DIR", text) for text in texts]
+    return list(texts)
 
 
 def render_block(name: str, command: str, markdown: str) -> str:
@@ -49,6 +65,7 @@ def write_block(doc, name: str, markdown: str, command: str, create: bool = Fals
     rewritten, so regenerating from the same records leaves ``git status`` clean)."""
     doc = Path(doc)
     text = doc.read_text() if doc.exists() else ""
+    command, markdown = portable_data_dir(command, markdown)
     block = render_block(name, command, markdown)
     pattern = _pattern(name)
     if len(pattern.findall(text)) > 1:

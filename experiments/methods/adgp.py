@@ -94,7 +94,7 @@ def _adgp(kind: str, data: SplitData, budget: Budget, networks: Optional[Network
     init = regression_metrics(data.y_test, network_mean(network, data.X_test), init_noise, data.y_scale)
     means, variances = dgp_mixture(result.dgp, data.X_test, budget.mc_samples, seed)
     if has_far_field(result.dgp):
-        with far_field_switched_off(result.dgp):  # the same samples through the hidden layers: issue 32's paired cell
+        with far_field_switched_off(result.dgp):  # the same samples through the hidden layers: the far-field residual's paired cell
             off = dgp_mixture(result.dgp, data.X_test, budget.mc_samples, seed)
         extra["far_field_off"] = regression_metrics(data.y_test, *off, data.y_scale)
         if off_mixture is not None:
@@ -148,7 +148,7 @@ def predict_adgp_floor(data: SplitData, budget: Budget, networks: Optional[Netwo
     return _adgp("twin", data, budget, networks, recipe="adgp_floor")
 
 
-#: The stage-2 recipe of ``adgp_ensemble`` (issue 36, item 3): ``adgp``'s, the library's ``validation`` recipe, which is
+#: The stage-2 recipe of ``adgp_ensemble`` : ``adgp``'s, the library's ``validation`` recipe, which is
 #: what the default ``by_likelihood`` resolves to for a Gaussian likelihood (activated_dgp.training.recipes): each
 #: member is trained as ``train_two_stage`` trains a regression ADGP by default. Changing it is a protocol change of
 #: ``adgp_ensemble``.

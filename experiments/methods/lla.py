@@ -13,13 +13,15 @@ from activated_dgp.eigen import LinearisedLaplace
 from experiments.methods.networks import NetworkCache, build_twin_network, fit_network, training_mse
 from experiments.methods.protocol import Budget, Prediction, SplitData, fit_parts
 
-#: LLA on the NN's own network (NeuralEF paper §4.3, Table 2 at CPU scale; issue 33): the same twin, θ_MAP its
+#: LLA on the NN's own network (NeuralEF paper §4.3, Table 2 at CPU scale): the same twin, θ_MAP its
 #: early-stopped weights; noise σ² = its training MSE (the NN's own predictive noise); prior precision by the
 #: Laplace evidence (exact, last layer) or, for the NeuralEF method, on the validation part. The exact GGN only where
 #: the twin has at most LLA_EXACT_MAX_PARAMETERS parameters (P × P eigendecomposition).
 LLA_EXACT_MAX_PARAMETERS = 5000
 LLA_EIGENPAIRS = 20
 LLA_NEURALEF_STEPS = 2000
+#: the recorded cells' NeuralEF: k networks and no extra ones (NeuralEF's default before it took k extra)
+LLA_NEURALEF_OPTIONS = {"oversampling": 0}
 
 
 def twin_parameter_count(input_dim: int) -> int:
@@ -35,7 +37,7 @@ def _lla(method: str, data: SplitData, budget: Budget, networks: Optional[Networ
     prior = ("validation" if validation is not None else 1.0) if eigen else "marginal_likelihood"
     lla = LinearisedLaplace(
         network, likelihood="gaussian", noise_variance=noise, prior_precision=prior, method=method,
-        num_eigenpairs=LLA_EIGENPAIRS, neuralef_steps=LLA_NEURALEF_STEPS, seed=data.seed,
+        num_eigenpairs=LLA_EIGENPAIRS, neuralef_steps=LLA_NEURALEF_STEPS, neuralef_options=LLA_NEURALEF_OPTIONS, seed=data.seed,
         max_parameters=LLA_EXACT_MAX_PARAMETERS, verbose=0,
     )
     lla.fit(X, y, validation_data=validation if prior == "validation" else None,

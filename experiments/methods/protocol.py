@@ -94,12 +94,12 @@ PROTOCOL_VERSION = "v6"
 #: v6: the twin's activation is the zonal Swish (:data:`experiments.methods.networks.TWIN_ACTIVATION`, docs/results/twin_training.md), which
 #: changes every twin-based network (NN, NN+TS, dropout, ensemble, ADGP's stage 1); ADGP's and plain→ADGP's
 #: stage 2 ramps a fresh Adam's learning rate over 100 steps and adds the far-field residual (the library's
-#: defaults since the twelfth session; the record also scores the same fit without the residual). The classic
+#: defaults; the record also scores the same fit without the residual). The classic
 #: DGP keeps its v5 definition: its schedule pins ``ramp_steps=0``, as Salimbeni & Deisenroth train it.
-#: The stage-2 recipe candidates of issue 36 (:data:`RECIPE_METHODS`) first exist in v6 and are listed under it, so
+#: The stage-2 recipe candidates (:data:`RECIPE_METHODS`) first exist in v6 and are listed under it, so
 #: that no record older than their definition could ever be carried over to them.
 RECIPE_METHODS = ("adgp_paper", "adgp_elbo", "adgp_floor")
-#: The ADGP ensemble of issue 36 first exists in v6 as well.
+#: The ADGP ensemble first exists in v6 as well.
 ENSEMBLE_METHODS = ("adgp_ensemble",)
 #: The methods on the network most users have (a plain ReLU MLP) first exist in v6 too.
 RELU_METHODS = ("relu", "relu_ts", "relu_tuned_ts", "relu_bare", "relu_adgp")

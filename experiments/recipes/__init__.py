@@ -1,4 +1,4 @@
-"""Issue 36's stage-2 recipe screen: which recipe becomes ``train_two_stage``'s default, by a rule written before any
+"""The stage-2 recipe screen: which recipe becomes ``train_two_stage``'s default, by a rule written before any
 screen record existed (:data:`RULE`, applied by :func:`decide`).
 
     python -m experiments recipes            # report only: reads the records, trains nothing

@@ -56,7 +56,7 @@ FOLLOW_UP_DATE = "2026-11-26"
 FOLLOW_UP_SEEDS = (1, 2)
 FOLLOW_UP = f"""Follow-up rule (written {FOLLOW_UP_DATE}, after the screen's choice and before the rotated-MNIST controls of seeds 1 and 2 existed):
 - Candidate `by_likelihood`: the `validation` recipe for a Gaussian likelihood, the `paper` recipe for classification. It is post hoc, made of the screen's own cells (validation's UCI cells, paper's rotated-MNIST cell), on which the rule would score it 1.4, above every screened candidate. So it is judged only on records the screen did not read.
-- It becomes `train_two_stage`'s default if, in each of rotated-MNIST seeds 1 and 2, the `paper` recipe's fine-tuned ADGP (docs/results/rotated_mnist_recipes/paper) has a test log-likelihood above the larger of fine-tuned NN+TS's and fine-tuned MC dropout's at every angle from 45° to 180°, and a 0° accuracy at most 1 point below NN's. Its regression half is the `validation` recipe, whose full-size UCI records already meet issue 36's UCI targets (docs/results/uci.md).
+- It becomes `train_two_stage`'s default if, in each of rotated-MNIST seeds 1 and 2, the `paper` recipe's fine-tuned ADGP (docs/results/rotated_mnist_recipes/paper) has a test log-likelihood above the larger of fine-tuned NN+TS's and fine-tuned MC dropout's at every angle from 45° to 180°, and a 0° accuracy at most 1 point below NN's. Its regression half is the `validation` recipe, whose full-size UCI records already meet the UCI targets (ADGP ensemble NLPD below the network ensemble's on ≥ 6 of 9 sets, below the classic DGP's on ≥ 5 of 9) (docs/results/uci.md).
 - Until both seeds' controls exist, the default stays the rule's choice."""
 
 
@@ -260,7 +260,7 @@ def follow_up(rotated: Dict[str, Dict], controls: Dict) -> FollowUp:
     return FollowUp(per_seed, verdict)
 
 
-#: Issue 36's full size for the finalists: UCI nine sets × five published splits (protein three) under the screen's
+#: The full size for the finalists: UCI nine sets × five published splits (protein three) under the screen's
 #: budget, rotated MNIST three seeds with the conv layers fine-tuned (``adgp_ft``) and frozen (``adgp``).
 FULL_SIZE_DATASETS = tuple(UCI_DATASETS)  # the nine shared UCI sets
 FULL_SIZE_SPLITS = {"protein-tertiary-structure": 3}  # every other set: 5

@@ -1,6 +1,6 @@
 """Rotated MNIST: dataset shift by rotating the test digits 0°…180° (Dutordoir et al., 2021, Sec. 5.3, Fig. 8, E.2).
 
-    python -m experiments rotated_mnist --data-dir ../shared/data --out docs/results/rotated_mnist \\
+    python -m experiments rotated_mnist --data-dir $ADGP_DATA_DIR --out docs/results/rotated_mnist \\
         --seeds 0 1 2 --epochs 10
 
 (``python -m experiments.rotated_mnist …`` is the same command.) Models (appendix E.2): a CNN feature extractor
@@ -21,7 +21,7 @@ Dense(10, no bias)] — so that it converts exactly to an activated DGP.
 * ``adgp_ft`` (``--finetune-conv``): as ``adgp``, but stage 2 trains the convolutional layers together with
   the DGP on the ELBO (:func:`finetune_dgp_and_extractor`), to measure fine-tuning against freezing.
 
-Controls (issue 36, ``--controls``): does ADGP's gain come from the conversion or from more training / averaging?
+Controls (``--controls``): does ADGP's gain come from the conversion or from more training / averaging?
 
 * ``nn_ft``, ``nn_ts_ft``, ``nn_dropout_ft``: after stage 1 the network (conv layers and head) gets the extra
   epochs of ``adgp_ft``'s stage 2 — the same :func:`stage2_fit`: ``--dgp-epochs`` epochs of Adam at
@@ -34,7 +34,7 @@ Controls (issue 36, ``--controls``): does ADGP's gain come from the conversion o
 * ``adgp_ensemble``: every member converted and trained through stage 2 as ``adgp`` (frozen conv layers; member 0
   is ``adgp``'s DGP), predicting with the mean of the members' class probabilities.
 
-LLA rows (issue 33, ``--lla``; not run by default): the linearised Laplace approximation
+LLA rows (``--lla``; not run by default): the linearised Laplace approximation
 (:class:`activated_dgp.eigen.LinearisedLaplace`, softmax likelihood) of ``nn``'s own trained network, so that its
 MAP is the ``nn`` row and the rows are paired: ``lla_last_layer`` (exact GGN over the last Dense layer, prior
 precision by the Laplace evidence), ``lla_diagonal`` (diagonal GGN, evidence) and ``lla_neuralef`` (eq. 22 of the

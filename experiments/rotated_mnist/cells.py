@@ -234,7 +234,7 @@ def run_cell(cell, options, context) -> Dict:
 def far_field_off_results(context, config: Config, splits: Splits, progress_key: str, groups, predict, dgps) -> Dict:
     """The same fitted model scored at every angle with every DGP's far-field residual switched off
     (:func:`activated_dgp.deep.far_field.far_field_switched_off`, exactly zero), the same features and samples: the
-    paired "without" of issue 32, stored as ``far_field_off`` (metric → per-angle list)."""
+    paired "without" of the far-field residual, stored as ``far_field_off`` (metric → per-angle list)."""
     from contextlib import ExitStack
 
     from activated_dgp.deep.far_field import far_field_switched_off
@@ -318,10 +318,10 @@ def add_options(parser) -> None:
     parser.add_argument("--finetune-conv", action="store_true",
                         help="also run adgp_ft: stage 2 trains the convolutional layers with the DGP (measured against adgp, frozen)")
     parser.add_argument("--controls", action="store_true",
-                        help=f"also run the controls of issue 36: {', '.join(CONTROLS)}")
+                        help=f"also run the controls (does the gain come from the conversion?): {', '.join(CONTROLS)}")
     parser.add_argument("--ensemble-size", type=int, default=Config.ensemble_size, help="members of the deep ensembles")
     parser.add_argument("--lla", action="store_true",
-                        help=f"also run the linearised-Laplace rows of issue 33 on nn's network: {', '.join(LLA_MODELS)}")
+                        help=f"also run the linearised-Laplace rows on nn's network: {', '.join(LLA_MODELS)}")
     parser.add_argument("--lla-eigenpairs", type=int, default=Config.lla_eigenpairs, help="k of lla_neuralef")
     parser.add_argument("--lla-neuralef-steps", type=int, default=Config.lla_neuralef_steps, help="NeuralEF steps of lla_neuralef")
     parser.add_argument("--truncation-level", type=int, default=Config.truncation_level, help="Ñ of the activated GP layers")
@@ -340,9 +340,9 @@ def add_options(parser) -> None:
                         help="stage 2 early stopping (remedy e): stop after this many epochs without a better validation NLPD "
                              "and restore the best epoch's parameters (conv layers included for adgp_ft); default off")
     parser.add_argument("--far-field", action="store_true",
-                        help="give each ADGP's output layer the far-field residual (issue 32); records also score the same fit without it")
+                        help="give each ADGP's output layer the far-field residual; records also score the same fit without it")
     parser.add_argument("--kernel-variance-floor", type=float, default=None,
-                        help="with --kernel-variance validation/elbo: never choose a v below this (issue 36's floor)")
+                        help="with --kernel-variance validation/elbo: never choose a v below this (the floor on v)")
     parser.add_argument("--stage2-remedies", action="store_true",
                         help=f"the stage-2 remedies of docs/results/stage2.md: --kernel-variance {REMEDIES['kernel_variance']} "
                              f"--dgp-patience {REMEDIES['dgp_patience']} (an explicit --kernel-variance / --dgp-patience wins)")

@@ -14,9 +14,9 @@ import numpy as np
 from experiments.harness.store import ResultStore
 
 MODELS = ("nn", "nn_dropout", "nn_ts", "adgp", "adgp_ft")
-#: issue 36's controls: the networks given ADGP's extra stage-2 epochs, and deep ensembles of networks and of ADGPs
+#: the controls: the networks given ADGP's extra stage-2 epochs, and deep ensembles of networks and of ADGPs
 CONTROLS = ("nn_ft", "nn_ts_ft", "nn_dropout_ft", "ensemble", "adgp_ensemble")
-#: issue 33's LLA rows on ``nn``'s network (--lla)
+#: the LLA rows on ``nn``'s network (--lla)
 LLA_MODELS = ("lla_last_layer", "lla_diagonal", "lla_neuralef")
 ALL_MODELS = MODELS + CONTROLS + LLA_MODELS
 LABELS = {"nn": "NN", "nn_dropout": "NN + Dropout", "nn_ts": "NN + TS", "adgp": "ADGP", "adgp_ft": "ADGP + conv fine-tuned",
@@ -62,15 +62,15 @@ class Config:
     kernel_variance: Union[str, float] = 1.0
     dgp_patience: Optional[int] = None  # epochs without a better validation NLPD; None: every dgp_epochs epoch
     # the library's stage-2 defaults: "ramp-guard" since train_dgp ramps a fresh Adam's learning rate over 100 steps
-    # and keeps its best training-ELBO check (twelfth session); records made before have no such field, so they are
+    # and keeps its best training-ELBO check; records made before have no such field, so they are
     # never mixed with new runs (the networks, which it does not change, are still shared: stage1_digest)
     stage2_defaults: str = "ramp-guard"
     ensemble_size: int = 5  # members of the deep ensembles (ensemble, adgp_ensemble)
-    # issue 32: the output layer's far-field residual (activated_dgp.deep.far_field.add_far_field, fitted on the conv
+    # the output layer's far-field residual (activated_dgp.deep.far_field.add_far_field, fitted on the conv
     # features of the training images, re-centred after stage 2); every ADGP record then also scores the same fit
     # with the residual switched off (``far_field_off``)
     far_field: bool = False
-    # issue 36's "floor on v": the kernel-variance search never goes below it (needs kernel_variance "validation"/"elbo")
+    # the "floor on v": the kernel-variance search never goes below it (needs kernel_variance "validation"/"elbo")
     kernel_variance_floor: Optional[float] = None
     lla_eigenpairs: int = 20  # k of lla_neuralef
     lla_neuralef_steps: int = 2000  # NeuralEF steps of lla_neuralef

@@ -394,7 +394,8 @@ def lla_prediction(context, config: Config, splits: Splits, extractor, head, see
         if prior == "validation":
             validation = (inputs(features(extractor, splits.x_val)), splits.y_val)
     settings = dict(likelihood="softmax", prior_precision=prior, method=method, num_eigenpairs=config.lla_eigenpairs,
-                    neuralef_steps=config.lla_neuralef_steps, seed=seed, batch_size=LLA_BATCH_SIZE, verbose=1)
+                    neuralef_steps=config.lla_neuralef_steps, neuralef_options={"oversampling": 0},  # as the records were made
+                    seed=seed, batch_size=LLA_BATCH_SIZE, verbose=1)
     start = time.time()
     if is_saved_directory(checkpoint) or (checkpoint / "laplace.json").is_file():  # laplace.json: saved by activated_dgp 0.1
         lla = LinearisedLaplace.load(str(checkpoint), upper, verbose=1)

@@ -138,11 +138,11 @@ def report_markdown(records: List[Dict], dataset: str, figure: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-SHIFT_ANGLES = (120, 135, 150, 165, 180)  # issue 32's target: the far field helps at 120°–180° in each seed
+SHIFT_ANGLES = (120, 135, 150, 165, 180)  # the far-field target: the residual helps at 120°–180° in each seed
 
 
 def far_field_lines(records: List[Dict], dataset: str, angles) -> List[str]:
-    """The paired far-field table (issue 32): per model with ``far_field_off`` scores, the test log-likelihood with
+    """The paired far-field table: per model with ``far_field_off`` scores, the test log-likelihood with
     the residual and without it (the same fit), seed means per angle, and in how many seeds it is better at every
     angle of :data:`SHIFT_ANGLES`."""
     lines: List[str] = []
@@ -165,7 +165,7 @@ def far_field_lines(records: List[Dict], dataset: str, angles) -> List[str]:
 
 
 def lla_check_lines(table, angles) -> List[str]:
-    """Issue 33's target for the LLA rows, per seed (rows paired with ``nn`` by seed): the angles at which the LLA's
+    """The LLA rows' target, per seed (rows paired with ``nn`` by seed): the angles at which the LLA's
     test NLL and ECE are both at or below the MAP network's (``nn``)."""
     if "nn" not in table or not any(m in table for m in LLA_MODELS):
         return []
@@ -191,7 +191,7 @@ def _paired_by_seed(table, model: str, other: str) -> List[Tuple[int, int, int]]
 
 
 def ensemble_check_lines(table, angles) -> List[str]:
-    """Issue 36's ADGP ensemble paired by seed with its own first member (``adgp``: member 0 is that seed's frozen
+    """The ADGP ensemble paired by seed with its own first member (``adgp``: member 0 is that seed's frozen
     ADGP), with one fine-tuned ADGP and with the deep ensemble of the same networks: the angles at which the
     ensemble's test log-likelihood is above each."""
     if "adgp_ensemble" not in table:
@@ -278,16 +278,20 @@ def compare_runs(runs: Sequence[Tuple[List[Dict], Optional[Sequence[str]]]], dat
 
 
 #: the pages ``python -m experiments report`` rewrites (the committed runs that have a page), then the comparison
-#: tables of rotated_mnist.md (``--compare`` into a generated block)
-REPORT_RUNS = [["--out", f"docs/results/{run}", "--doc", f"docs/results/{run}.md", "--figure", f"docs/figures/{run}.png"]
-               for run in ("rotated_mnist", "rotated_mnist_n20_full", "rotated_mnist_n20_remedies", "rotated_mnist_controls")]
-#: the stage-2 recipe screen's runs (issue 36; one records folder per recipe, experiments.recipes), those that have records
+#: tables of the Ñ = 20 and Ñ = 8 pages (``--compare`` into a generated block)
+REPORT_RUNS = [["--out", f"docs/results/{run}", "--doc", f"docs/results/{page}.md", "--figure", f"docs/figures/{run}.png"]
+               for run, page in (("rotated_mnist", "rotated_mnist_n8"), ("rotated_mnist_n20_full", "rotated_mnist_n20_full"),
+                                 ("rotated_mnist_n20_remedies", "rotated_mnist_n20_remedies"),
+                                 ("rotated_mnist_controls", "rotated_mnist_controls"))]
+#: the stage-2 recipe screen's runs (one records folder per recipe, experiments.recipes), those that have records
 REPORT_RUNS += [["--out", f"docs/results/rotated_mnist_recipes/{recipe}", "--doc", f"docs/results/rotated_mnist_recipes_{recipe}.md",
                  "--figure", f"docs/figures/rotated_mnist_recipes_{recipe}.png"]
                 for recipe in ("paper", "validation", "elbo", "floor")
                 if (REPO / f"docs/results/rotated_mnist_recipes/{recipe}/records.jsonl").exists()]
 _RUNS = "docs/results/rotated_mnist"
-REPORT_RUNS += [["--doc", "docs/results/rotated_mnist.md", "--block", block, "--compare", *compare]
+_COMPARE_PAGES = {"compare_n20": "rotated_mnist_n20", "compare_remedies": "rotated_mnist_remedies",
+                  "compare_elbo": "rotated_mnist_remedies", "compare_n20_reduced": "rotated_mnist_n8"}
+REPORT_RUNS += [["--doc", f"docs/results/{_COMPARE_PAGES[block]}.md", "--block", block, "--compare", *compare]
                 for block, compare in (
                     ("compare_n20", [f"{_RUNS}_n20_remedies:nn,nn_dropout,nn_ts", f"{_RUNS}:adgp", f"{_RUNS}_n20_full:adgp,adgp_ft",
                                      "--seeds", "0", "1", "2", "--figure", "docs/figures/rotated_mnist_n20_compare.png"]),

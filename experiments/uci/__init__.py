@@ -1,8 +1,8 @@
 """UCI regression benchmark (Dutordoir et al., 2021, Sec. 5.2, Fig. 7, appendix E.1).
 
     python -m experiments uci --dataset boston-embedded --method nn,adgp --budget small
-    python -m experiments uci --dataset all --method all --data-dir ../shared/data --out docs/results/uci
-    python -m experiments uci --report-only --out docs/results/uci_long --doc docs/results/uci.md
+    python -m experiments uci --dataset all --method all --data-dir $ADGP_DATA_DIR --out docs/results/uci
+    python -m experiments uci --report-only --out docs/results/uci_long --doc docs/results/uci_tables.md --part tables
     python -m experiments uci --splits-kind gap --dataset yacht --method nn --budget converged
 
 ``--splits-kind gap`` runs the same methods on the "gap" splits (regression under covariate shift: split k holds out

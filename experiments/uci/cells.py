@@ -27,11 +27,11 @@ KEY = ("dataset", "method", "split", "protocol")  # the protocol (budget key) is
 METRICS = ("rmse", "nlpd", "rmse_original", "nlpd_original")
 CALIBRATION_METRICS = ("coverage_90", "calibration_error")
 DEFAULT_METHODS = ("nn", "dropout", "ensemble", "nn_ts", "dgp", "adgp", "plain", "plain_adgp")  # "all"
-#: the linearised Laplace rows (issue 33), run when named (``--method lla_last_layer,…``); tabled when recorded
+#: the linearised Laplace rows, run when named (``--method lla_last_layer,…``); tabled when recorded
 LLA_METHODS = ("lla_last_layer", "lla_exact", "lla_neuralef")
-#: the stage-2 recipe candidates (issue 36; experiments/recipes/ reads them), run when named; tabled when recorded
+#: the stage-2 recipe candidates (experiments/recipes/ reads them), run when named; tabled when recorded
 RECIPE_METHODS = ("adgp_paper", "adgp_elbo", "adgp_floor")
-ENSEMBLE_METHODS = ("adgp_ensemble",)  # issue 36: run when named
+ENSEMBLE_METHODS = ("adgp_ensemble",)  # run when named
 #: the network most users have (a plain ReLU MLP), its temperature scaling and its conversions; run when named
 RELU_METHODS = RELU_PROTOCOL_METHODS
 METHOD_ORDER = DEFAULT_METHODS + LLA_METHODS + RECIPE_METHODS + ENSEMBLE_METHODS + RELU_METHODS
@@ -75,6 +75,8 @@ def add_options(parser) -> None:
     parser.add_argument("--mc-samples", type=int, help="override the budget's MC samples at test time")
     parser.add_argument("--max-splits", action="append", default=[], metavar="DATASET=K", help="fewer splits for one dataset, e.g. protein=3")
     parser.add_argument("--doc", default=None, help="Markdown page whose generated block is replaced by the table")
+    parser.add_argument("--part", choices=("all", "tables", "analysis"), default="all",
+                        help="with --doc: the part of the report the page's block holds (the metric tables, or the claims and the sections after them)")
     parser.add_argument("--as-recorded", action="store_true",
                         help="with --report-only: every record under the protocol version it was made with (no carry-over of unchanged methods to the current version)")
     parser.add_argument("--only-version", metavar="vK", default=None,

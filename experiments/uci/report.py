@@ -27,10 +27,28 @@ BLOCK_COMMAND = "python -m experiments uci --report-only"  # the marker's comman
 #: patience-500 run's records each under the protocol version it was made with.
 REPORT_RUNS = [  # v5's first: the last run's table.md, summary.csv and uci.png are the newest records'
     ["--only-version", "v5", "--out", "docs/results/uci_long", "--doc", "docs/results/uci_long.md"],
-    ["--out", "docs/results/uci_long", "--doc", "docs/results/uci.md"],
-    ["--as-recorded", "--out", "docs/results/uci", "--doc", "docs/results/uci_patience500.md"],
+    ["--out", "docs/results/uci_long", "--doc", "docs/results/uci_tables.md", "--part", "tables"],
+    ["--out", "docs/results/uci_long", "--doc", "docs/results/uci_analysis.md", "--part", "analysis"],
+    ["--as-recorded", "--out", "docs/results/uci", "--doc", "docs/results/uci_patience500_tables.md"],
     ["--splits-kind", "gap", "--out", GAP_OUT.as_posix(), "--doc", f"{GAP_OUT.as_posix()}.md"],
 ]
+
+
+#: where a page's block splits the report (``--part``): the metric tables before it, the analysis from it on
+CLAIMS_HEADING = "**The paper's claims on these records**"
+
+
+def page_part(text: str, part: str) -> str:
+    """``text``, the whole report (:func:`markdown`), or its ``part``: "tables" (the metric, calibration and time
+    tables) or "analysis" (the claims and every section after them), so that one run's report fills two pages."""
+    if part == "all":
+        return text
+    if part not in ("tables", "analysis"):
+        raise ValueError(f"unknown --part {part!r}; known: all, tables, analysis")
+    tables, heading, analysis = text.partition(CLAIMS_HEADING)
+    if part == "tables":
+        return tables.rstrip() + "\n"
+    return heading + analysis if heading else "No claims yet: no method has records on the splits another shares.\n"
 
 
 def markdown(rows: Sequence[Dict], records: Sequence[Dict]) -> str:
@@ -61,7 +79,7 @@ def markdown(rows: Sequence[Dict], records: Sequence[Dict]) -> str:
     out += seconds_table(table, datasets, methods)
     lines = claims(records)
     if lines:
-        out += ["**The paper's claims on these records** (means over the splits both methods share)", ""] + lines + [""]
+        out += [f"{CLAIMS_HEADING} (means over the splits both methods share)", ""] + lines + [""]
     out += nlpd_gap_markdown(records)
     out += stage2_effect_markdown(records)
     out += far_field_markdown(records)
@@ -132,17 +150,18 @@ def figure(rows: Sequence[Dict], path: Path) -> None:
 
 
 def write_report(out: Path, records: Sequence[Dict], doc: Optional[str] = None, command: str = BLOCK_COMMAND,
-                 render=markdown) -> str:
+                 render=markdown, part: str = "all") -> str:
     """Table, CSV and figure from ``records`` (one budget, :func:`select_records`), so that records of other
-    settings never mix into a table; ``doc``: also the page's generated block. ``render(rows, records)``: the
-    block's Markdown (:func:`markdown`; the gap page's :func:`gap_markdown`)."""
+    settings never mix into a table; ``doc``: also the page's generated block, the report's ``part``
+    (:func:`page_part`). ``render(rows, records)``: the block's Markdown (:func:`markdown`; the gap page's
+    :func:`gap_markdown`)."""
     rows = summarise(records)
     text = render(rows, records)
     atomic_write_text(Path(out) / "table.md", text)
     write_csv(rows, Path(out) / "summary.csv")
     figure(rows, Path(out) / "uci.png")
     if doc:
-        write_block(doc, "uci", text, command, create=True)
+        write_block(doc, "uci", page_part(text, part), command, create=True)
     return text
 
 
@@ -165,7 +184,8 @@ def report(records: Sequence[Dict], options) -> None:
         return
     protocol = None if options.report_only or options.rescore else study_protocol(options)
     selected = select_records(records, protocol, records_path(options), version=options.only_version)
-    text = write_report(Path(options.out), selected, doc, command, gap_markdown if kind == "gap" else markdown)
+    text = write_report(Path(options.out), selected, doc, command, gap_markdown if kind == "gap" else markdown,
+                        part=getattr(options, "part", "all"))
     if options.doc and options.only_version == "v5":  # the v5 page also shows what v5 changed, cell by cell
         write_block(options.doc, "uci_dgp_start_noise", dgp_start_noise_markdown(ResultStore(records_path(options), KEY).records()),
                     command, create=True)

@@ -36,7 +36,7 @@ ROUNDING = 1e-12  # NLPD differences this small are floating-point rounding (the
 
 
 def far_field_markdown(records: Sequence[Dict]) -> List[str]:
-    """The far-field residual's cost in distribution (issue 32): per dataset, ADGP's test NLPD and RMSE with the
+    """The far-field residual's cost in distribution: per dataset, ADGP's test NLPD and RMSE with the
     residual and with it switched off in the same fit (``extra.far_field_off``: paired, the same samples through
     the hidden layers), the mean paired difference ± its standard error, and whether "with" is no worse than
     "without" within one standard error."""

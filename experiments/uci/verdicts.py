@@ -32,12 +32,12 @@ def claims(records: Sequence[Dict]) -> List[str]:
         ("nlpd", "plain_adgp", "plain", "plain→ADGP NLPD < the plain network's (not a target)"),
         ("nlpd", "plain_adgp", "dgp", "plain→ADGP NLPD < classic DGP (not a target)"),
         ("nlpd", "plain_adgp", "adgp", "plain→ADGP NLPD < ADGP (converting the plain network instead of the twin)"),
-        ("nlpd", "adgp_ensemble", "ensemble", "ADGP ensemble NLPD < the network ensemble (issue 36 target: ≥ 6 of 9)"),
-        ("nlpd", "adgp_ensemble", "dgp", "ADGP ensemble NLPD < classic DGP (issue 36 target: ≥ 5 of 9)"),
-        ("nlpd", "lla_neuralef", "nn", "LLA NeuralEF NLPD < NN, its MAP network (issue 33; the direction of the NeuralEF paper's Table 2)"),
+        ("nlpd", "adgp_ensemble", "ensemble", "ADGP ensemble NLPD < the network ensemble (target: ≥ 6 of 9)"),
+        ("nlpd", "adgp_ensemble", "dgp", "ADGP ensemble NLPD < classic DGP (target: ≥ 5 of 9)"),
+        ("nlpd", "lla_neuralef", "nn", "LLA NeuralEF NLPD < NN, its MAP network (the direction of the NeuralEF paper's Table 2)"),
         ("nlpd", "lla_neuralef", "nn_ts", "LLA NeuralEF NLPD < NN+TS (not a target)"),
         ("nlpd", "lla_neuralef", "lla_last_layer", "LLA NeuralEF NLPD < LLA last layer (not a target)"),
-        ("nlpd", "lla_neuralef", "adgp", "LLA NeuralEF NLPD < ADGP (issue 33: reported as measured)"),
+        ("nlpd", "lla_neuralef", "adgp", "LLA NeuralEF NLPD < ADGP (reported as measured)"),
         ("nlpd", "lla_last_layer", "nn", "LLA last layer NLPD < NN (not a target)"),
     ):
         pairs = []
@@ -59,7 +59,7 @@ def claims(records: Sequence[Dict]) -> List[str]:
         if line:
             lines.append(line)
     # accuracy targets: ADGP's RMSE against its network's (the stage-2 issue), the twin's against the plain network's
-    # (the twin issue): better, or within one standard error (over the shared splits) of the other's mean RMSE
+    # (the twin's target): better, or within one standard error (over the shared splits) of the other's mean RMSE
     for method, other, text in (
         ("adgp", "nn", "ADGP RMSE better than NN or within one standard error of NN's mean"),
         ("nn", "plain", "The twin (NN) RMSE better than the plain network's or within one standard error of its mean"),
@@ -165,7 +165,7 @@ def _within_one_se(records: Sequence[Dict], datasets: Sequence[str], method: str
 def _best_step_claim(records: Sequence[Dict], datasets: Sequence[str], method: str = "nn", fraction: float = 0.8,
                      control: str = "plain") -> Optional[str]:
     """Whether the twin's early stopping found its best step within ``fraction`` of the network cap on every split
-    (the twin issue's "still improving when stopped" check), per dataset: the largest best step over splits. Where it
+    (the twin's "still improving when stopped" check), per dataset: the largest best step over splits. Where it
     did not, the plain network of the same shape (``control``) on the same splits says whether the cap binds the twin
     alone or any network: its largest best step, and on how many shared splits it stopped later than the twin."""
     best = {}  # (method, dataset) -> {split: (best step, cap)}
