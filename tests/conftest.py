@@ -82,8 +82,19 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "slow: long-running test, deselected unless --runslow or ADGP_RUN_SLOW=1")
 
 
+def run_slow(config) -> bool:
+    """Whether this session runs the tests marked slow (--runslow or ADGP_RUN_SLOW=1)."""
+    return config.getoption("--runslow") or os.environ.get("ADGP_RUN_SLOW") == "1"
+
+
+@pytest.fixture(scope="session")
+def slow_tests_run(request) -> bool:
+    """True when this session runs the tests marked slow: a module-scope fixture leaves out work only they read."""
+    return run_slow(request.config)
+
+
 def pytest_collection_modifyitems(config, items):
-    if config.getoption("--runslow") or os.environ.get("ADGP_RUN_SLOW") == "1":
+    if run_slow(config):
         return
     skip = pytest.mark.skip(reason="slow: run with --runslow or ADGP_RUN_SLOW=1")
     for item in items:

@@ -688,7 +688,8 @@ def test_lla_rows_are_paired_with_nn_and_their_predictive_is_a_distribution(tmp_
     assert "lla_neuralef" in rm.selected_models(options)
     assert committed["protocol"] == f"{rm.CELL_PROTOCOL}:{rm.config_from(options).digest()}"
     data, args = _tiny_study_args(tmp_path, rng)
-    rm.main(args + ["--models", "nn", "--lla", "--lla-neuralef-steps", "30", "--lla-eigenpairs", "3"])
+    # 18 training images: the NTK's Jacobians (P = 165,376 parameters of the head) are the run's largest cost
+    rm.main(args + ["--train-size", "20", "--models", "nn", "--lla", "--lla-neuralef-steps", "30", "--lla-eigenpairs", "3"])
     records = {r["model"]: r for r in ResultStore(tmp_path / "out" / "records.jsonl", rm.KEY).records()}
     assert sorted(records) == sorted(["nn", *rm.LLA_MODELS])
     for model in rm.LLA_MODELS:

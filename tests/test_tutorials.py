@@ -23,6 +23,9 @@ EXAMPLES = sorted((ROOT / "docs" / "examples").glob("*.py"))
 HOWTOS = sorted(page for page in (ROOT / "docs" / "howto").glob("*.md") if page.name != "index.md")
 README = ROOT / "README.md"
 SCRIPTS = TUTORIALS + EXAMPLES + HOWTOS + [README]  # a Markdown page runs as the concatenation of its ```python blocks
+#: run only with the slow tests: the README's example makes the calls the getting-started example makes
+#: (train_two_stage from a trained tf-keras network, predict_y) and checkpoint_and_resume's (activated_dgp.save)
+SLOW_SCRIPTS = [README]
 
 RUNNER = """
 import contextlib, copy, io, json, os, runpy, sys, time, traceback
@@ -82,12 +85,13 @@ def test_there_are_tutorials_examples_and_howtos():
 
 
 @pytest.fixture(scope="module")
-def tutorial_runs(tmp_path_factory) -> dict:
+def tutorial_runs(tmp_path_factory, slow_tests_run) -> dict:
     """{script path: {"error", "output", "seconds"}} from one run of ``RUNNER`` over every tutorial, example and how-to
-    page (each page's code written to a file of its own first)."""
+    page (each page's code written to a file of its own first), and the README when the slow tests run."""
     folder = tmp_path_factory.mktemp("tutorials")
+    scripts = [s for s in SCRIPTS if slow_tests_run or s not in SLOW_SCRIPTS]
     paths = {}
-    for script in SCRIPTS:
+    for script in scripts:
         if script.suffix == ".md":
             code = folder / f"page_{script.stem}.py"
             code.write_text("\n".join(python_blocks(script)))
@@ -99,13 +103,14 @@ def tutorial_runs(tmp_path_factory) -> dict:
         text=True, timeout=1200,
     )
     results = json.loads((folder / "results.json").read_text()) if (folder / "results.json").exists() else {}
-    if len(results) < len(SCRIPTS):  # the process itself died (a crash, not an exception): say where
-        missing = [s.name for s in SCRIPTS if str(paths[s]) not in results]
+    if len(results) < len(scripts):  # the process itself died (a crash, not an exception): say where
+        missing = [s.name for s in scripts if str(paths[s]) not in results]
         pytest.fail(f"the tutorial runner stopped before {missing} (exit {run.returncode}):\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}")
     return {script: dict(results[str(path)], folder=folder / Path(path).stem) for script, path in paths.items()}
 
 
-@pytest.mark.parametrize("script", SCRIPTS, ids=[_script_id(s) for s in SCRIPTS])
+@pytest.mark.parametrize("script", [pytest.param(s, marks=pytest.mark.slow) if s in SLOW_SCRIPTS else s for s in SCRIPTS],
+                         ids=[_script_id(s) for s in SCRIPTS])
 def test_tutorial_runs(script, tutorial_runs):
     result = tutorial_runs[script]
     assert result["error"] is None, f"{script.name} failed:\n{result['output']}\n{result['error']}"

@@ -184,12 +184,31 @@ SHARED_METHODS = ("nn", "dropout", "ensemble", "nn_ts", "dgp", "adgp", "plain", 
 DEFAULT_METHODS = ("nn", "dropout", "ensemble", "nn_ts", "dgp", "adgp", "plain", "plain_adgp")
 
 
+#: the end-to-end runs' networks at a test's size: the benchmark's twin, plain and ReLU networks with TEST_UNITS units
+#: a layer (NUM_UNITS = 128 in the benchmark; the twin's width is also the ADGP's number of inducing features) and a
+#: network ensemble of TEST_ENSEMBLE members (ENSEMBLE_SIZE = 5): the same code paths at a fraction of the cost
+TEST_UNITS, TEST_ENSEMBLE = 32, 2
+
+
+def _test_sized(patch):
+    """Shrink the methods' networks and ensemble to TEST_UNITS and TEST_ENSEMBLE through ``patch`` (a MonkeyPatch): a
+    run that reads another's saved networks must be shrunk the same way."""
+    from experiments.methods import networks, nn
+
+    patch.setattr(networks, "NUM_UNITS", TEST_UNITS)
+    patch.setattr(networks, "RELU_WIDTH", TEST_UNITS)
+    patch.setattr(nn, "ENSEMBLE_SIZE", TEST_ENSEMBLE)
+
+
 @pytest.fixture(scope="module")
 def converged_tiny_run(tmp_path_factory):
     """One run of SHARED_METHODS on one split at the converged-tiny budget (early stopping on a validation part, the
-    benchmark's protocol at a test's size), shared by the tests that read its records and networks."""
+    benchmark's protocol at a test's size, networks of :func:`_test_sized`), shared by the tests that read its records
+    and networks."""
     out = tmp_path_factory.mktemp("uci_converged_tiny")
-    _run(out, "--method", ",".join(SHARED_METHODS), "--splits", "1", "--budget", "converged-tiny")
+    with pytest.MonkeyPatch.context() as patch:
+        _test_sized(patch)
+        _run(out, "--method", ",".join(SHARED_METHODS), "--splits", "1", "--budget", "converged-tiny")
     return out
 
 
@@ -218,9 +237,10 @@ def test_every_shared_method_end_to_end(converged_tiny_run):
     _check_end_to_end(converged_tiny_run, [m for m in DEFAULT_METHODS if m in SHARED_METHODS])
 
 
-def test_the_relu_methods_end_to_end(tmp_path):
+def test_the_relu_methods_end_to_end(tmp_path, monkeypatch):
     """The network most users have (a ReLU MLP): as is, temperature-scaled, fine-tuned and temperature-scaled, and made
     convertible then converted, from one cached network."""
+    _test_sized(monkeypatch)
     methods = ("relu", "relu_ts", "relu_tuned_ts", "relu_adgp")
     _run(tmp_path, "--method", ",".join(methods), "--splits", "1", "--budget", "converged-tiny")
     records = {r["method"]: r for r in _records(tmp_path)}
@@ -263,11 +283,13 @@ def test_the_paper_recipe_runs_from_the_nns_network_and_scores_the_fit_without_t
 
 
 @pytest.mark.slow  # three more ADGP fits: every default method and issue 36's recipes in one converged-tiny run
-def test_every_method_and_recipe_end_to_end(tmp_path, converged_tiny_run):
+def test_every_method_and_recipe_end_to_end(tmp_path, converged_tiny_run, monkeypatch):
     import shutil
 
     from experiments.uci import RECIPE_METHODS
     from experiments.methods import RECIPE_FLOOR
+
+    _test_sized(monkeypatch)  # the shared run's networks
 
     shutil.copytree(converged_tiny_run, tmp_path, dirs_exist_ok=True)  # the shared cells and networks: only the others run
     _run(tmp_path, "--method", ",".join(DEFAULT_METHODS + RECIPE_METHODS), "--splits", "1", "--budget", "converged-tiny")
@@ -282,7 +304,7 @@ def test_every_method_and_recipe_end_to_end(tmp_path, converged_tiny_run):
     assert records["adgp_elbo"]["extra"]["stage2_early_stopping"] is True and floor["stage2_early_stopping"] is True
 
 
-def test_rescore_adds_calibration_from_the_saved_networks_only(tmp_path, converged_tiny_run):
+def test_rescore_adds_calibration_from_the_saved_networks_only(tmp_path, converged_tiny_run, monkeypatch):
     """--rescore recomputes the calibration of nn / nn_ts / plain from the saved networks without training: the
     amended records equal the ones the run wrote (the independent truth: the original run's own metrics), and a
     record whose network is gone is left as it was."""
@@ -290,6 +312,7 @@ def test_rescore_adds_calibration_from_the_saved_networks_only(tmp_path, converg
 
     from experiments import uci
 
+    _test_sized(monkeypatch)  # the shared run's networks
     shutil.copytree(converged_tiny_run / "networks", tmp_path / "networks")  # a copy: the shared run stays as it was
     path = tmp_path / "records.jsonl"
     lines = (converged_tiny_run / "records.jsonl").read_text().splitlines()
@@ -310,6 +333,7 @@ def test_rescore_adds_calibration_from_the_saved_networks_only(tmp_path, converg
 def test_resume_after_interruption(tmp_path, monkeypatch):
     import experiments.methods as methods
 
+    _test_sized(monkeypatch)
     real, calls = methods.run_method, []
 
     def failing(method, *args):
@@ -338,6 +362,7 @@ def test_resume_after_interruption(tmp_path, monkeypatch):
 def test_first_split_runs_only_the_later_splits_and_a_bad_one_is_named(tmp_path, monkeypatch):
     import experiments.methods as methods
 
+    _test_sized(monkeypatch)
     ran = []
     real = methods.run_method
 
@@ -360,6 +385,7 @@ def test_adgp_interrupted_after_stage_1_resumes_from_the_saved_network(tmp_path,
     converged-tiny run's, whose ADGP took the NN's network from memory)."""
     from experiments.methods import adgp as adgp_module, networks as networks_module
 
+    _test_sized(monkeypatch)  # as the shared run
     real_two_stage, real_train_network, trained = adgp_module.train_two_stage, networks_module.train_network, []
 
     def interrupted(*args, **kwargs):
@@ -429,6 +455,7 @@ def test_records_of_an_older_version_count_only_for_methods_it_did_not_change(tm
     after a version bump reruns exactly the changed methods' cells."""
     import experiments.methods as methods
 
+    _test_sized(monkeypatch)
     _run(tmp_path, "--method", "nn,nn_ts", "--splits", "1")
     path = tmp_path / "records.jsonl"
     older = int(methods.PROTOCOL_VERSION[1:]) - 1
@@ -651,6 +678,7 @@ def _adgp_ensemble(monkeypatch, members=2):
     data = um.SplitData(X[:50], y[:50], X[50:], y[50:], 1.0, seed=7)
     budget, networks = um.BUDGETS["tiny"], um.NetworkCache()
     fitted, real = [], adgp_module._adgp
+    _test_sized(monkeypatch)
 
     def recorded(*args, **kwargs):  # each member's own fit, as the ensemble made it
         result = real(*args, **kwargs)
@@ -713,6 +741,7 @@ def test_the_neuralef_lla_cell_resumes_its_training_from_a_checkpoint_keyed_by_i
     from experiments.methods import lla as um
 
     steps = 10  # a few steps: the test is about the checkpoint, not the eigenfunctions
+    _test_sized(monkeypatch)  # a smaller twin: fewer parameters in the NTK's Jacobians
     monkeypatch.setattr(um, "LLA_NEURALEF_STEPS", steps)
     monkeypatch.setattr(um, "LLA_EIGENPAIRS", 3)
     rng = np.random.default_rng(0)
