@@ -49,6 +49,8 @@ def verdict_lines(records: List[Dict], controls: List[Dict]) -> List[str]:
     if fallback:
         against = {"plain_cnn_ts": _by_seed(records, "plain_cnn_ts")}
     lines = ["**Verdicts** (per seed; targets stated above)", ""]
+    if not any(r["model"] in ADGP_MODELS for r in records):
+        lines.append("- No record of a conversion yet: nothing to judge.")
     for model in ADGP_MODELS:
         rows = _by_seed(records, model)
         for seed in sorted(rows):
