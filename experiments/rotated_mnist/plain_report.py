@@ -73,6 +73,12 @@ def verdict_lines(records: List[Dict], controls: List[Dict]) -> List[str]:
                          f"{wins} of {len(shifted)} angles from {SHIFT_FROM}° (difference to the best of them: "
                          + ", ".join(f"{angles[i]}° {d:+.2f}" for i, d in zip(shifted, mine - best))
                          + f"): {'met' if wins >= MIN_ANGLES else 'refuted'} (≥ {MIN_ANGLES}).")
+    for seed in sorted({r["seed"] for r in records}):  # the yardstick of a predictive that knows nothing
+        if all(seed in against[m] for m in against):
+            best = np.max([[against[m][seed]["log_likelihood"][i] for i in shifted] for m in against], axis=0)
+            lines.append(f"- For scale, seed {seed}: the uniform predictive p(y) = 1/10 scores log(1/10) = {np.log(0.1):.3f} at every "
+                         f"angle, above {' and '.join(LABELS[m] for m in against)} at {int(np.sum(np.log(0.1) > best))} of "
+                         f"{len(shifted)} angles from {SHIFT_FROM}°, with 10 % accuracy.")
     if fallback:
         lines += ["", f"No comparable {', '.join(CONTROL_MODELS)} records: compared with the plain CNN + TS instead."]
     return lines
@@ -100,8 +106,12 @@ def markdown(records: List[Dict], controls: List[Dict], figure: Path) -> str:
         "| angle | " + " | ".join(f"{LABELS[m]} ({len(v['seeds'])})" for m, v in table.items()) + " |",
         "|---" * (len(table) + 1) + "|",
     ]
-    for index, angle in enumerate(angles):
-        lines.append(f"| {angle}° | " + " | ".join(_cell(v["log_likelihood"][:, index], 2) for v in table.values()) + " |")
+    header = len(lines) - 2
+    for metric, title, digits in (("log_likelihood", "", 2), ("accuracy", "**Accuracy per angle** (mean ± std over seeds)", 3)):
+        if title:
+            lines += ["", title, "", lines[header], "|---" * (len(table) + 1) + "|"]
+        for index, angle in enumerate(angles):
+            lines.append(f"| {angle}° | " + " | ".join(_cell(v[metric][:, index], digits) for v in table.values()) + " |")
     lines += ["", "**Accuracy and ECE at 0° and averaged over all angles; cost per seed**", "",
               "| model | accuracy 0° | accuracy, mean | ECE, mean | train s | eval s |", "|---|---|---|---|---|---|"]
     for model, values in table.items():
