@@ -128,8 +128,10 @@ def markdown(records: List[Dict], controls: List[Dict], figure: Path) -> str:
             if "convertible_losses" in r:
                 extra = ("; make_convertible cross-entropy original / swapped / fine-tuned "
                          + " / ".join(f"{v:.4f}" for v in r["convertible_losses"]))
+            loss = r.get("elbo_loss") or [np.nan]
             lines.append(f"- {LABELS[r['model']]}, seed {r['seed']}: recipe {r['recipe']}, max |DGP mean − logits| at conversion "
-                         f"{r['conversion_mismatch']:.2e}, kernel variances {', '.join(f'{v:.3g}' for v in r['kernel_variances'])}{extra}")
+                         f"{r['conversion_mismatch']:.2e}, kernel variances {', '.join(f'{v:.3g}' for v in r['kernel_variances'])}; "
+                         f"stage-2 loss (−ELBO/N) {loss[0]:.4g} after the first of {len(loss)} epochs, {loss[-1]:.4g} after the last{extra}")
     return "\n".join(lines) + "\n"
 
 
