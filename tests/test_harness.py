@@ -199,7 +199,8 @@ def test_newest_protocol_is_the_last_records_as_its_study_reads_it(tmp_path):
 def test_benchmarks_import_no_study():
     studies = set(registry.STUDIES.values()) | {"experiments.uci", "experiments.uci.cells", "experiments.uci.report", "experiments.rotated_mnist",
                                                  "experiments.rotated_mnist.cells", "experiments.rotated_mnist.config", "experiments.rotated_mnist.models",
-                                                 "experiments.rotated_mnist.report", "experiments.recipes.cells", "experiments.recipes.report",
+                                                 "experiments.rotated_mnist.report", "experiments.rotated_mnist.plain",
+                                                 "experiments.rotated_mnist.plain_report", "experiments.recipes.cells", "experiments.recipes.report",
                                                  "experiments.recipes.rule", "experiments.ika_patches.cells",
                                                  "experiments.ika_patches.patches", "experiments.ika_patches.report"}
     for path in Path(__file__).resolve().parents[1].glob("benchmarks/*.py"):

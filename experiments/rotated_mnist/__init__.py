@@ -69,6 +69,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -80,10 +81,28 @@ from experiments.rotated_mnist.cells import (  # noqa: E402
     PROTOCOL, add_options, artifact_cache, cells, config_from, prepare, run_cell, selected_models,
 )
 from experiments.rotated_mnist.config import (  # noqa: E402
-    ALL_MODELS, ANGLES, CELL_PROTOCOL, CONTROLS, KEY, KEY_FIELDS, LABELS, LEGACY_PROTOCOL, LLA_MODELS, METRIC_LABELS,
+    ALL_MODELS, ANGLES, CELL_PROTOCOL, CONTROLS, KEY, KEY_FIELDS, LABELS, LEGACY_PROTOCOL, LLA_MODELS, METRIC_LABELS, PLAIN_MODELS,
     METRICS, MODELS, Config, config_digest, newest_protocol, upgrade,
 )
-from experiments.rotated_mnist.report import FIGURE, REPORT_RUNS, compare_runs, report  # noqa: E402
+from experiments.rotated_mnist import plain_report  # noqa: E402
+from experiments.rotated_mnist import report as _report  # noqa: E402
+from experiments.rotated_mnist.report import FIGURE, REPO, REPORT_RUNS, compare_runs  # noqa: E402
+
+#: the plain-CNN run (--plain-cnn) and its page
+REPORT_RUNS = REPORT_RUNS + [["--out", "docs/results/rotated_mnist_plain", "--doc", "docs/results/rotated_mnist_plain.md",
+                              "--figure", "docs/figures/rotated_mnist_plain.png"]]
+
+
+def report(records, options) -> None:
+    """The page of the records: the plain-CNN page (:mod:`experiments.rotated_mnist.plain_report`) when every record
+    is one of :data:`PLAIN_MODELS` and no ``--compare`` is asked, else the study's page
+    (:func:`experiments.rotated_mnist.report.report`)."""
+    if records and not options.compare and all(r["model"] in PLAIN_MODELS for r in records):
+        command = getattr(options, "report_command", None) or _report.BLOCK_COMMAND
+        plain_report.write(records, Path(options.doc) if options.doc else Path(options.out).with_suffix(".md"),
+                           Path(options.figure) if options.figure else Path(options.out) / "rotated_mnist_plain.png", command, REPO)
+        return
+    _report.report(records, options)
 
 
 def main(argv=None) -> list:
@@ -95,7 +114,7 @@ def main(argv=None) -> list:
 
 __all__ = [
     "ALL_MODELS", "ANGLES", "CELL_PROTOCOL", "CONTROLS", "Config", "FIGURE", "KEY", "KEY_FIELDS", "LABELS",
-    "LEGACY_PROTOCOL", "LLA_MODELS", "METRICS", "METRIC_LABELS", "MODELS", "PROTOCOL", "REPORT_RUNS", "add_options",
+    "LEGACY_PROTOCOL", "LLA_MODELS", "PLAIN_MODELS", "METRICS", "METRIC_LABELS", "MODELS", "PROTOCOL", "REPORT_RUNS", "add_options",
     "artifact_cache", "cells", "compare_runs", "config_digest", "config_from", "main", "models", "newest_protocol",
     "prepare", "report", "run_cell", "selected_models", "upgrade",
 ]

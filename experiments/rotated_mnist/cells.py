@@ -16,9 +16,9 @@ import numpy as np
 from experiments.harness.artifacts import ArtifactCache, atomic_write_text
 from experiments.harness.store import ResultStore, portable_path
 from experiments.harness.study import records_path
-from experiments.rotated_mnist import models
+from experiments.rotated_mnist import models, plain
 from experiments.rotated_mnist.config import (ALL_MODELS, ANGLES, CELL_PROTOCOL, CONTROLS, KERNEL_VARIANCE_CHOICES, KEY,
-                                              LABELS, LATER_DEFAULTS, LLA_MODELS, METRICS, MODELS, REMEDIES, Config,
+                                              LABELS, LATER_DEFAULTS, LLA_MODELS, METRICS, MODELS, PLAIN_MODELS, REMEDIES, Config,
                                               config_digest, log, newest_protocol, upgrade)
 from experiments.rotated_mnist.models import Splits
 
@@ -65,7 +65,7 @@ def artifact_cache(options) -> RotatedCache:
 
 
 def config_from(options) -> Config:
-    lla = {name: getattr(options, name, LATER_DEFAULTS[name]) for name in ("lla_eigenpairs", "lla_neuralef_steps")}
+    lla = {name: getattr(options, name, LATER_DEFAULTS[name]) for name in ("lla_eigenpairs", "lla_neuralef_steps", "convertible_steps")}
     remedies = dict(LATER_DEFAULTS, ensemble_size=options.ensemble_size, **lla, **(REMEDIES if options.stage2_remedies else {}))
     if options.kernel_variance is not None:
         remedies["kernel_variance"] = options.kernel_variance
@@ -91,6 +91,7 @@ def selected_models(options) -> List[str]:
     models = list(options.models)
     extra = (["adgp_ft"] if options.finetune_conv else []) + (list(CONTROLS) if options.controls else [])
     extra += list(LLA_MODELS) if getattr(options, "lla", False) else []
+    extra += list(PLAIN_MODELS) if getattr(options, "plain_cnn", False) else []
     return models + [m for m in extra if m not in models]
 
 
@@ -218,6 +219,8 @@ def run_cell(cell, options, context) -> Dict:
         groups = [(key, extractor)]
         predict, info = models.lla_prediction(context, config, splits, extractor, head, seed, model, context.artifacts.checkpoint(f"{tag}_{model}"))
         info["train_seconds"] = seconds + info["lla_seconds"]
+    elif model in PLAIN_MODELS:
+        groups, predict, info = plain.prediction(context, config, splits, seed, model, tag)
     else:
         raise ValueError(f"unknown model {model!r}; choose from {', '.join(ALL_MODELS)}")
     results = evaluate(context, config, splits, f"{tag}_{model}", groups, predict)
@@ -275,7 +278,10 @@ def evaluate(context, config: Config, splits: Splits, progress_key: str, groups,
 
 def angle_features(context, key: str, extractor, splits: Splits, index: int, angle) -> np.ndarray:
     """The conv features [T, 1024] of the test images rotated by ``angle`` (saved as float32, the extractor's own
-    precision, so the copy is exact), shared by the models reading the same extractor."""
+    precision, so the copy is exact), shared by the models reading the same extractor; with ``extractor`` None the
+    rotated test images themselves, [T, 784] in [0, 1] (float32, not cached)."""
+    if extractor is None:
+        return models.as_inputs(splits.rotated[index])
     saved = context.artifacts.get_or_build(
         "features", f"{key}_features_{angle}deg", ".npy", build=lambda: extractor.predict(models.as_inputs(splits.rotated[index]), batch_size=1000, verbose=0),
         save=lambda array, path: np.save(path, array), load=np.load)
@@ -322,6 +328,10 @@ def add_options(parser) -> None:
     parser.add_argument("--ensemble-size", type=int, default=Config.ensemble_size, help="members of the deep ensembles")
     parser.add_argument("--lla", action="store_true",
                         help=f"also run the linearised-Laplace rows on nn's network: {', '.join(LLA_MODELS)}")
+    parser.add_argument("--plain-cnn", action="store_true",
+                        help=f"also run the plain tf-keras CNN (ReLU, softmax head) and the library's conversions of it: {', '.join(PLAIN_MODELS)}")
+    parser.add_argument("--convertible-steps", type=int, default=Config.convertible_steps,
+                        help="make_convertible's fine-tuning steps in plain_cnn_convertible_adgp (default: its own)")
     parser.add_argument("--lla-eigenpairs", type=int, default=Config.lla_eigenpairs, help="k of lla_neuralef")
     parser.add_argument("--lla-neuralef-steps", type=int, default=Config.lla_neuralef_steps, help="NeuralEF steps of lla_neuralef")
     parser.add_argument("--truncation-level", type=int, default=Config.truncation_level, help="Ñ of the activated GP layers")

@@ -18,11 +18,15 @@ MODELS = ("nn", "nn_dropout", "nn_ts", "adgp", "adgp_ft")
 CONTROLS = ("nn_ft", "nn_ts_ft", "nn_dropout_ft", "ensemble", "adgp_ensemble")
 #: the LLA rows on ``nn``'s network (--lla)
 LLA_MODELS = ("lla_last_layer", "lla_diagonal", "lla_neuralef")
-ALL_MODELS = MODELS + CONTROLS + LLA_MODELS
+#: the plain tf-keras CNN a user has (ReLU, softmax head) and what the library makes of it (--plain-cnn)
+PLAIN_MODELS = ("plain_cnn", "plain_cnn_ts", "plain_cnn_adgp", "plain_cnn_convertible_adgp")
+ALL_MODELS = MODELS + CONTROLS + LLA_MODELS + PLAIN_MODELS
 LABELS = {"nn": "NN", "nn_dropout": "NN + Dropout", "nn_ts": "NN + TS", "adgp": "ADGP", "adgp_ft": "ADGP + conv fine-tuned",
           "nn_ft": "NN + extra epochs", "nn_ts_ft": "NN + extra epochs + TS", "nn_dropout_ft": "NN + Dropout + extra epochs",
           "ensemble": "Deep ensemble", "adgp_ensemble": "ADGP ensemble",
-          "lla_last_layer": "LLA last layer", "lla_diagonal": "LLA diagonal", "lla_neuralef": "LLA NeuralEF"}
+          "lla_last_layer": "LLA last layer", "lla_diagonal": "LLA diagonal", "lla_neuralef": "LLA NeuralEF",
+          "plain_cnn": "Plain CNN", "plain_cnn_ts": "Plain CNN + TS", "plain_cnn_adgp": "Plain CNN → train_two_stage",
+          "plain_cnn_convertible_adgp": "Plain CNN → make_convertible → train_two_stage"}
 STAGE2_OPTIMIZER = "Adam"  # stage 2 with the conv layers trained, and the networks' extra epochs (stage2_fit)
 ENSEMBLE_SEED_STRIDE = 10_000  # deep-ensemble member k of run s has seed s + k · stride (member_seed)
 ANGLES = tuple(range(0, 181, 15))
@@ -74,6 +78,7 @@ class Config:
     kernel_variance_floor: Optional[float] = None
     lla_eigenpairs: int = 20  # k of lla_neuralef
     lla_neuralef_steps: int = 2000  # NeuralEF steps of lla_neuralef
+    convertible_steps: int = 10_000  # make_convertible's fine-tuning steps (its default) in plain_cnn_convertible_adgp
 
     def __post_init__(self):
         variance = self.kernel_variance
@@ -118,7 +123,7 @@ class Config:
 
 KERNEL_VARIANCE_CHOICES = ("validation", "elbo")
 LATER_DEFAULTS = {"kernel_variance": 1.0, "dgp_patience": None, "ensemble_size": 5, "far_field": False, "kernel_variance_floor": None,
-                  "lla_eigenpairs": 20, "lla_neuralef_steps": 2000}
+                  "lla_eigenpairs": 20, "lla_neuralef_steps": 2000, "convertible_steps": 10_000}
 REMEDIES = {"kernel_variance": "validation", "dgp_patience": 5}  # --stage2-remedies: (a2) + (e)
 def config_digest(record: Dict) -> str:
     """The digest of a configuration as stored in the records (:meth:`Config.as_record`)."""
