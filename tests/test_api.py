@@ -1,4 +1,4 @@
-"""The public API of issue 34: a short top level, namespaces that say what they hold, and every old name still
+"""The public API: a short top level, namespaces that say what they hold, and every old name still
 resolving, for one release, to the same object as its new home with a DeprecationWarning that names that home.
 
 The old top level is written out here (not read from the package), so a name dropped without an alias fails."""
@@ -12,7 +12,7 @@ import pytest
 
 import activated_dgp
 
-#: the top level before issue 34, as it was exported (``__all__`` of release 0.1.0)
+#: the top level of release 0.1.0, as it was exported (``__all__`` of release 0.1.0)
 OLD_TOP_LEVEL = """
 ZonalArcCosine ZonalKernel ActivationFeature ActivatedLayer build_activated_nn build_activated_dgp activated_gp_layer
 dgp_from_keras Conversion train_two_stage train_network train_dgp evaluate_elbo TrainingSchedule TwoStageResult

@@ -235,7 +235,7 @@ def test_switching_the_residual_off_zeroes_it_and_restores_it():
 
 def test_train_two_stage_default_has_the_residual():
     """The library's default recipe (train_two_stage with no far-field argument) gives the output layer the residual:
-    at 100× the data's range a 1-D regression's predictive mean is within one std of the targets' mean (issue 32's
+    at 100× the data's range a 1-D regression's predictive mean is within one std of the targets' mean (the far-field
     target). A far-field DGP's save_dgp → load_dgp in a fresh process: test_save_load_fresh_process_exact."""
     from activated_dgp import TrainingSchedule, train_two_stage
 

@@ -1,4 +1,4 @@
-"""Funk–Hecke coefficients, Kuu/Kuf and a converted DGP in high dimension (issue 17).
+"""Funk–Hecke coefficients, Kuu/Kuf and a converted DGP in high dimension.
 
 Accuracy criterion (the issue's): the error of a_n N_n^d relative to max(|a_n N_n^d|, 1e−3) below 1e−8,
 against 40-digit mpmath references computed here by routes other than the library's
@@ -276,4 +276,4 @@ def test_converted_dgp_kl_is_finite_and_the_whitened_gaussian_kl_at_d_1025():
     V = [w for w in net.get_weights() if w.ndim == 2 and w.shape == (M, 8)][0]
     mean_part = 0.5 * np.trace(V.T @ Kuu @ V)
     assert 0.5 * np.sum(q_mu**2) == pytest.approx(mean_part, rel=1e-6)
-    assert kl < 1e6, kl  # before issue 17 this KL reached 1e30 for Ñ > 8
+    assert kl < 1e6, kl  # with unnormalised Funk–Hecke coefficients this KL reached 1e30 for Ñ > 8

@@ -4,7 +4,7 @@
   with x ~ U[−1, 1] and the RBF kernel exp(−|x − x'|²/2) with x ~ U[−2, 2], k = 10 MLPs of width 32,
   300 steps and the Rayleigh–Ritz step. Only the top 3 pairs are compared in the fast tests (tolerances
   below; eigenfunctions up to sign, RMS over held-out points); all 10 pairs against the quadrature
-  truth with oversampling and 4,000 steps in the slow test at the end (issue 16's goal).
+  truth with oversampling and 4,000 steps in the slow test at the end.
 * The Rayleigh–Ritz step: exact eigenpairs when the span contains them; the minibatch estimators'
   expectations against closed forms; the CNN-GP Monte Carlo kernel against an independent NumPy one.
 * Funk–Hecke: uniform data on S² with the zonal arc-cosine kernel (unit-norm inputs, no bias) has
@@ -389,7 +389,7 @@ def test_bad_input_batch_and_kernel_source_shape():
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["polynomial", "rbf"])
 def test_all_ten_pairs_with_oversampling_and_rayleigh_ritz(name):
-    """Issue 16's goal on the paper's set-up (N = 2,000): every eigenvalue with a non-zero true value
+    """The benchmark's goal on the paper's set-up (N = 2,000): every eigenvalue with a non-zero true value
     within 10 % of the truth (Gauss–Legendre quadrature of the operator) and every overlap
     |⟨ψ̂_j, ψ_j⟩| ≥ 0.95, with 10 extra networks, 4,000 steps and the Rayleigh–Ritz step."""
     from benchmarks.neuralef_vs_nystrom import quadrature_truth

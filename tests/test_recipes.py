@@ -1,4 +1,4 @@
-"""Issue 36's stage-2 recipe screen: the UCI recipe methods at the tiny budget, and the recipe choice reproduced
+"""The stage-2 recipe screen: the UCI recipe methods at the tiny budget, and the recipe choice reproduced
 from records by the written rule (synthetic records whose winner is worked out by hand below)."""
 
 import json

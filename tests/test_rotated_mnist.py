@@ -540,7 +540,7 @@ def test_resume_keeps_finished_cells_and_never_mixes_protocols(tmp_path, rng, mo
 
 @pytest.mark.slow
 def test_controls_share_adgp_stage2_schedule_and_the_ensembles_average_their_members(tmp_path, rng):
-    """Issue 36's controls on a tiny run: the networks' extra epochs use ADGP + conv fine-tuned's stage-2 epochs,
+    """The controls on a tiny run: the networks' extra epochs use ADGP + conv fine-tuned's stage-2 epochs,
     optimiser, learning rate and minibatch (read from the records: what each fit used, against the configuration
     and adgp_ft's own fit); the deep ensemble's predictive is the mean of its members' softmax probabilities,
     recomputed here from the members' saved weights on rotations done here."""
@@ -625,7 +625,7 @@ def test_network_control_early_stopping_restores_the_best_validation_cross_entro
 
 @pytest.mark.slow  # 36 s of a tiny two-model run; the committed three-seed records (rotated_mnist_recipes/paper) carry the pairs
 def test_far_field_option_scores_the_same_fit_without_it(tmp_path, rng):
-    """Issue 32 in rotated MNIST: ``--far-field`` gives each ADGP the output layer's far-field residual, and its
+    """The far-field residual in rotated MNIST: ``--far-field`` gives each ADGP the output layer's far-field residual, and its
     record also scores the same fit with the residual switched off (``far_field_off``, every angle); the page gets
     the paired table."""
     from activated_dgp import load_dgp
@@ -666,7 +666,7 @@ def test_far_field_and_floor_options_keep_old_digests():
             rm.Config(**bad)
     assert rm.Config(kernel_variance="validation", kernel_variance_floor=0.01).digest() != rm.Config(kernel_variance="validation").digest()
 def test_lla_rows_are_paired_with_nn_and_their_predictive_is_a_distribution(tmp_path, rng):
-    """Issue 33's LLA rows on a tiny run (--lla): one record per LLA model at every angle; each is the LLA of nn's own
+    """The LLA rows on a tiny run (--lla): one record per LLA model at every angle; each is the LLA of nn's own
     network (its latent mean is nn's logits, recomputed here from nn's saved weights); last-layer LLA's saved fit,
     reloaded here, gives class probabilities that are a distribution, whose log-likelihood at 90° agrees with an
     independent Monte Carlo estimate drawn here from its latent Gaussian; and with the LLA options at their defaults

@@ -1,4 +1,4 @@
-"""Compiled training step, streaming data and tf.distribute (issue 15), each against an independent run:
+"""Compiled training step, streaming data and tf.distribute, each against an independent run:
 the uncompiled step, the in-memory full-batch fit, the single-device run."""
 
 import json

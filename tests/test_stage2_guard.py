@@ -105,7 +105,7 @@ def test_guard_score_is_gpflux_elbo_on_the_same_rows():
 
 @pytest.mark.slow  # a 1,000-epoch network and two 100-epoch stage 2s (the guard itself: the forced divergences above)
 def test_reported_divergence_no_longer_loses_the_network():
-    """Issue 31's case (experiments/stage2_divergence.py, docs/results/stage2_divergence.md): a plain softplus
+    """The stage-2 divergence case (experiments/stage2_divergence.py, docs/results/stage2_divergence.md): a plain softplus
     network fitted to sin(3x) with first-layer |kernel| ≈ 5–6, converted, then 100 epochs of default stage 2.
     The previous default (no ramp, no guard) ends far from the network on seed 0; today's default keeps the
     final train RMSE within 1.5× the network's + 0.05 there. Seed 0 is the reproduction; the other nine seeds are

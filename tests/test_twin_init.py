@@ -1,4 +1,4 @@
-"""The twin's initial inducing directions (issue 31, part 3): rows of W ~ N(0, I / ((D+1) S)), S = Σ_i ℓ_i⁻²,
+"""The twin's initial inducing directions: rows of W ~ N(0, I / ((D+1) S)), S = Σ_i ℓ_i⁻²,
 so that a unit's scale ‖w‖ ‖x̃‖ is ≈ 1 for standardised inputs whatever the lengthscales."""
 
 import numpy as np
@@ -56,7 +56,7 @@ def test_initial_directions_reject_bad_lengthscales():
 
 def test_the_default_twin_unit_is_the_zonal_swish():
     """Without ``activation`` the twin's unit is ‖w‖ ‖x̃‖ σ(t), σ(t) = 3t·sigmoid(3t), t = ŵ·x̂ (the library default
-    since issue 31), computed here with scipy's expit; the Ñ = 20 series is exact to < 1e-4 (twin_training.md), far
+    of the zonal Swish twin), computed here with scipy's expit; the Ñ = 20 series is exact to < 1e-4 (twin_training.md), far
     below the distance to the old default, the zonal Softplus log(1 + e^(3t))."""
     from scipy.special import expit
 

@@ -255,7 +255,7 @@ def test_the_relu_methods_end_to_end(tmp_path, monkeypatch):
 
 
 def _check_recipe(records, method):
-    """A recipe method's record (issue 36's UCI recipes, experiments/recipes/ screens them) in a converged run."""
+    """A recipe method's record (the UCI recipes, which experiments/recipes/ screens) in a converged run."""
     r, nn_ts = records[method], records["nn_ts"]
     assert np.isfinite(r["rmse"]) and np.isfinite(r["nlpd"])
     assert r["extra"]["init_rmse"] == pytest.approx(nn_ts["rmse"], rel=1e-9)  # stage 1 is the NN's own network
@@ -282,7 +282,7 @@ def test_the_paper_recipe_runs_from_the_nns_network_and_scores_the_fit_without_t
         _run(tmp_path / "fixed", "--method", "adgp_floor")  # _run's budget is the fixed "tiny"
 
 
-@pytest.mark.slow  # three more ADGP fits: every default method and issue 36's recipes in one converged-tiny run
+@pytest.mark.slow  # three more ADGP fits: every default method and the recipes in one converged-tiny run
 def test_every_method_and_recipe_end_to_end(tmp_path, converged_tiny_run, monkeypatch):
     import shutil
 
@@ -692,7 +692,7 @@ def _adgp_ensemble(monkeypatch, members=2):
 
 
 def test_adgp_ensemble_is_the_uniform_mixture_of_its_members_adgps(monkeypatch):
-    """adgp_ensemble (issue 36) against a direct computation: each member is an ADGP fit of the member's seed (split
+    """adgp_ensemble against a direct computation: each member is an ADGP fit of the member's seed (split
     seed + 1000·m, the same network), and the ensemble's NLPD is log (1/M) Σ_m p_m(y) with p_m the member's sample
     mixture, by scipy. Also: the far-field-off score is the same stack with every residual switched off."""
     members = 2  # the method's ENSEMBLE_SIZE = 5 in the benchmark; two members test the same stacking
@@ -720,7 +720,7 @@ def test_an_adgp_ensembles_member_is_the_adgp_of_its_seed(monkeypatch):
 
 
 def test_the_adgp_ensembles_members_are_trained_with_the_librarys_default_regression_recipe():
-    """Issue 36 item 3 compares the default's ADGPs in an ensemble: adgp_ensemble's recipe is the one the library's
+    """The ensemble of the default's ADGPs: adgp_ensemble's recipe is the one the library's
     default recipe resolves to for a Gaussian likelihood."""
     from activated_dgp.training.recipes import DEFAULT_RECIPE, stage2_recipe
     from experiments.methods import adgp as um

@@ -1,4 +1,4 @@
-"""The floor on the chosen kernel variance (issue 36): ``select_kernel_variances(min_variance=…)`` and
+"""The floor on the chosen kernel variance: ``select_kernel_variances(min_variance=…)`` and
 ``train_two_stage(kernel_variance_floor=…)``, checked against the objective evaluated in the test itself — a
 one-layer DGP's validation log density is gpflow's SVGP density (no sampled layer), computed here for every
 allowed candidate."""
