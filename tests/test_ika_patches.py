@@ -119,7 +119,7 @@ def _ika_errors(K, X, Y, W, sigma2, ranks):
 @pytest.fixture(scope="module")
 def study_run(tmp_path_factory):
     if not (SHARED / "mnist").is_dir():
-        pytest.skip("needs the official MNIST test images in ../shared/data/mnist (not in the repository)")
+        pytest.skip("needs the official MNIST test images in $ADGP_DATA_DIR/mnist or ../shared/data/mnist (data are never in the repository)")
     from experiments import ika_patches
 
     root = tmp_path_factory.mktemp("ika")

@@ -25,6 +25,17 @@ def top(H, k):
     return values[::-1][:k], vectors[:, ::-1][:, :k]
 
 
+def dense_low_rank_evidence(model, X, Y, noise, k):
+    """δ ↦ the Laplace evidence (Gaussian likelihood, σ² = ``noise``) with the dense GGN's top-k eigenpairs, P − k
+    eigenvalues 0 (:func:`dense_evidence` of the truncated GGN)."""
+    H, _ = dense_ggn(model, X, "gaussian", noise)
+    values, vectors = top(H, k)
+    theta = np.concatenate([v.numpy().ravel() for v in model.trainable_variables])
+    _, F = dense_jacobians(model, X)
+    sse = float(np.sum((Y - F) ** 2))
+    return lambda delta: dense_evidence(vectors @ np.diag(values) @ vectors.T * noise, theta, sse, Y.size, delta, noise)
+
+
 @pytest.mark.parametrize("likelihood, C, cache", [("gaussian", 2, True), ("softmax", 3, True), ("softmax", 3, False)])
 def test_lowrank_eigenpairs_and_predictive_match_the_dense_ggn(likelihood, C, cache, rng):
     X, Y = data(likelihood, 25, 2, C, rng)
@@ -48,15 +59,7 @@ def test_lowrank_evidence_and_marginal_likelihood_prior_match_a_dense_computatio
     model = mlp(2, 1, width=5, seed=6)
     k, noise = 6, 0.05
     la = LinearisedLaplace(model, noise_variance=noise, prior_precision="marginal_likelihood", method="lowrank", num_eigenpairs=k, verbose=0).fit(X, Y)
-    H, _ = dense_ggn(model, X, "gaussian", noise)
-    values, vectors = top(H, k)
-    approx = vectors @ np.diag(values) @ vectors.T
-    theta = np.concatenate([v.numpy().ravel() for v in model.trainable_variables])
-    _, F = dense_jacobians(model, X)
-    log_lik = -0.5 * np.sum((Y - F) ** 2) / noise - 0.5 * Y.size * np.log(2 * np.pi * noise)
-
-    def evidence(delta):
-        return log_lik - 0.5 * delta * theta @ theta + 0.5 * theta.size * np.log(delta) - 0.5 * np.linalg.slogdet(approx + delta * np.eye(theta.size))[1]
+    evidence = dense_low_rank_evidence(model, X, Y, noise, k)
 
     for delta in (0.01, 1.0, 30.0):
         np.testing.assert_allclose(la.log_marginal_likelihood(delta), evidence(delta), rtol=1e-9)
@@ -148,15 +151,7 @@ def test_eigenfunction_lla_evidence_with_exact_ntk_eigenpairs_is_the_dense_low_r
     k, noise = 4, 0.1
     eigen = DenseNTKEigenpairs(model, X, k)
     la = LinearisedLaplace(model, noise_variance=noise, prior_precision="marginal_likelihood", method="eigenfunctions", eigenfunctions=eigen, verbose=0).fit(X, Y)
-    H, _ = dense_ggn(model, X, "gaussian", noise)
-    values, vectors = top(H, k)
-    approx = vectors @ np.diag(values) @ vectors.T
-    theta = np.concatenate([v.numpy().ravel() for v in model.trainable_variables])
-    _, F = dense_jacobians(model, X)
-    log_lik = -0.5 * np.sum((Y - F) ** 2) / noise - 0.5 * Y.size * np.log(2 * np.pi * noise)
-
-    def evidence(delta):
-        return log_lik - 0.5 * delta * theta @ theta + 0.5 * theta.size * np.log(delta) - 0.5 * np.linalg.slogdet(approx + delta * np.eye(theta.size))[1]
+    evidence = dense_low_rank_evidence(model, X, Y, noise, k)
 
     for delta in (0.05, 2.0):
         np.testing.assert_allclose(la.log_marginal_likelihood(delta), evidence(delta), rtol=1e-8)

@@ -591,14 +591,16 @@ class LinearisedLaplace:
         if self.prior_structure == "layerwise":
             return self._layerwise_evidence_and_gradient(np.log(self._checked_layer_precisions(self.prior_precision if prior_precision is None else prior_precision)))[0]
         delta = _positive(self.prior_precision if prior_precision is None else prior_precision, "prior_precision")
-        kept = self.ggn_eigenvalues.shape[0]
-        m = self.num_parameters if self.method in _LOW_RANK else kept  # the P − k left out count as 0
-        return float(
-            self._log_likelihood
-            - 0.5 * delta * self._theta_norm2
-            + 0.5 * m * np.log(delta)
-            - 0.5 * (np.sum(np.log(self.ggn_eigenvalues + delta)) + (m - kept) * np.log(delta))
-        )
+        return float(self._log_likelihood + self._prior_terms(delta, self.ggn_eigenvalues)[0])
+
+    def _prior_terms(self, delta: float, e: np.ndarray) -> Tuple[float, float]:
+        """The δ-dependent part of the Laplace evidence (module docstring) for GGN eigenvalues e, and its derivative in
+        log δ: −δ‖θ‖²/2 + (m/2) log δ − ½ (Σ_j log(e_j + δ) + (m − k) log δ), the P − k left-out eigenvalues of the
+        low-rank methods counted as 0 (m = P there, m = k otherwise)."""
+        kept = e.shape[0]
+        m = self.num_parameters if self.method in _LOW_RANK else kept
+        value = -0.5 * delta * self._theta_norm2 + 0.5 * m * np.log(delta) - 0.5 * (np.sum(np.log(e + delta)) + (m - kept) * np.log(delta))
+        return float(value), float(-0.5 * delta * self._theta_norm2 + 0.5 * kept - 0.5 * np.sum(delta / (e + delta)))
 
     def optimize_prior_precision(self, method: str = "marglik", val_data: Optional[Tuple] = None, grid: Optional[Sequence[float]] = None) -> float:
         """Choose δ again after ``fit`` (laplace-torch's name and methods), set it and return it:
@@ -644,16 +646,10 @@ class LinearisedLaplace:
         ∂/∂log δ = −δ‖θ‖²/2 + m/2 − ½ Σ δ/(c e_j + δ) − (m − k)/2,  ∂/∂log σ² = SSE/(2σ²) − n/2 + ½ Σ c e_j/(c e_j + δ)."""
         delta, noise = np.exp(log_delta), np.exp(log_noise)
         e = self.ggn_eigenvalues * (self.noise_variance / noise)
-        kept = e.shape[0]
-        m = self.num_parameters if self.method in _LOW_RANK else kept
         n, sse = self._num_targets, self._squared_error
-        value = (-0.5 * sse / noise - 0.5 * n * np.log(2 * np.pi * noise) - 0.5 * delta * self._theta_norm2 + 0.5 * m * np.log(delta)
-                 - 0.5 * (np.sum(np.log(e + delta)) + (m - kept) * np.log(delta)))
-        gradient = np.array([
-            -0.5 * delta * self._theta_norm2 + 0.5 * m - 0.5 * np.sum(delta / (e + delta)) - 0.5 * (m - kept),
-            0.5 * sse / noise - 0.5 * n + 0.5 * np.sum(e / (e + delta)),
-        ])
-        return float(value), gradient
+        prior, prior_gradient = self._prior_terms(delta, e)
+        value = -0.5 * sse / noise - 0.5 * n * np.log(2 * np.pi * noise) + prior
+        return float(value), np.array([prior_gradient, 0.5 * sse / noise - 0.5 * n + 0.5 * np.sum(e / (e + delta))])
 
     def _set_noise_variance(self, noise: float) -> None:
         """Move the fitted approximation to noise σ²: the GGN (eigenvalues, or the Kronecker factors G) scales by σ_fit²/σ²."""
