@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Optional
 
 import numpy as np
@@ -60,6 +61,14 @@ def predict_ensemble(data: SplitData, budget: Budget, networks: Optional[Network
 
 def predict_nn_ts(data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Prediction:
     return _temperature_scaled("twin", data, budget, networks)
+
+
+def predict_nn_slab_ts(data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Prediction:
+    """``nn_ts`` on ``adgp_slab``'s network, its temperature fitted on the same covariate-shifted slab: the control
+    that tells the slab's effect from the GP's."""
+    if not budget.converged:
+        raise ValueError(f"nn_slab_ts needs a converged budget (its validation part); got {budget.name!r}")
+    return _temperature_scaled("twin", replace(data, validation_kind="slab"), budget, networks)
 
 
 def predict_relu_ts(data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Prediction:

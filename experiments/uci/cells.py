@@ -19,7 +19,7 @@ import numpy as np
 
 import experiments.methods as methods
 from experiments.harness.artifacts import atomic_write_text
-from experiments.methods.protocol import RELU_METHODS as RELU_PROTOCOL_METHODS
+from experiments.methods.protocol import RELU_METHODS as RELU_PROTOCOL_METHODS, SLAB_METHODS
 from experiments.harness.study import records_path
 from experiments.methods.data import DATASET_ORDER, canonical_datasets, prepare_split, use_fixed
 
@@ -34,7 +34,7 @@ RECIPE_METHODS = ("adgp_paper", "adgp_elbo", "adgp_floor")
 ENSEMBLE_METHODS = ("adgp_ensemble",)  # run when named
 #: the network most users have (a plain ReLU MLP), its temperature scaling and its conversions; run when named
 RELU_METHODS = RELU_PROTOCOL_METHODS
-METHOD_ORDER = DEFAULT_METHODS + LLA_METHODS + RECIPE_METHODS + ENSEMBLE_METHODS + RELU_METHODS
+METHOD_ORDER = DEFAULT_METHODS + LLA_METHODS + RECIPE_METHODS + ENSEMBLE_METHODS + RELU_METHODS + SLAB_METHODS
 #: The split protocols of ``--splits-kind`` (activated_dgp.data.uci.SPLIT_PROTOCOLS): "published", the fixed 90/10
 #: splits (random ones where a set has none); "gap", one split per input feature (the middle third held out).
 SPLITS_KINDS = ("published", "gap")

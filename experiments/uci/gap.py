@@ -10,8 +10,9 @@ import numpy as np
 from experiments.harness.statistics import standard_error
 from experiments.methods import LABELS
 from experiments.methods.data import in_order
-from experiments.uci.cells import GAP_DEFAULT_MAX_SPLITS, METHOD_ORDER
+from experiments.uci.cells import GAP_DEFAULT_MAX_SPLITS, METHOD_ORDER, SLAB_METHODS
 from experiments.uci.sections import method_columns, metric_table, protocol_lines, seconds_table
+from experiments.uci.slab_screen import slab_screen_markdown
 from experiments.uci.summary import by_split, shared_splits
 
 
@@ -174,6 +175,9 @@ def published_gap_markdown(datasets: Sequence[str]) -> List[str]:
 def gap_markdown(rows: Sequence[Dict], records: Sequence[Dict]) -> str:
     """The gap page's block: the best method per set first (NLPD and RMSE in original units, over the splits every
     method shares), then each metric's table, the shift diagnosis, the published columns and the seconds."""
+    screen = records
+    records = [r for r in records if r["method"] not in SLAB_METHODS]  # the screen's methods have their own table
+    rows = [r for r in rows if r["method"] not in SLAB_METHODS]
     datasets = in_order({r["dataset"] for r in rows})
     methods = [m for m in METHOD_ORDER if any(r["method"] == m for r in rows)]
     table = {(r["dataset"], r["method"]): r for r in rows}
@@ -190,12 +194,13 @@ def gap_markdown(rows: Sequence[Dict], records: Sequence[Dict]) -> str:
     ):
         out += metric_table(table, datasets, methods, metric, title)
     out += gap_diagnosis_markdown(records, datasets, methods)
+    out += slab_screen_markdown(screen)
     out += published_gap_markdown(in_order(set(PUBLISHED_GAP) | set(datasets)))
     out += seconds_table(table, datasets, methods)
     subset = ", ".join(f"{d} splits 0–{k - 1}" for d, k in GAP_DEFAULT_MAX_SPLITS.items())
     out += [f"Splits run by default: every gap split of each set (one per input feature), except {subset}: the splits of "
             "their first features, a rule fixed before any record.", ""]
-    out += protocol_lines(records)
+    out += protocol_lines(screen)
     return "\n".join(out) + "\n"
 
 
