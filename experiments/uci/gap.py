@@ -13,6 +13,8 @@ from experiments.methods.data import in_order
 from experiments.uci.cells import GAP_DEFAULT_MAX_SPLITS, METHOD_ORDER, SLAB_METHODS
 from experiments.uci.sections import method_columns, metric_table, protocol_lines, seconds_table
 from experiments.uci.slab_screen import slab_screen_markdown
+from experiments.uci.summary import paired
+from experiments.uci.verdicts import _within_one_se
 from experiments.uci.summary import by_split, shared_splits
 
 
@@ -172,6 +174,40 @@ def published_gap_markdown(datasets: Sequence[str]) -> List[str]:
     return out + [""]
 
 
+#: The methods a set needs on every one of its gap splits before the targets are judged on it.
+TARGET_METHODS = ("nn", "nn_ts", "dropout", "adgp")
+
+
+def complete_sets(records: Sequence[Dict], datasets: Sequence[str]) -> List[str]:
+    """The sets whose every default gap split (one per input feature, or the first :data:`GAP_DEFAULT_MAX_SPLITS`) has
+    a record of each of :data:`TARGET_METHODS`."""
+    done = []
+    for d in datasets:
+        have = [r for r in records if r["dataset"] == d]
+        expected = min(have[0]["input_dim"], GAP_DEFAULT_MAX_SPLITS.get(d, have[0]["input_dim"]))
+        if all({r["split"] for r in have if r["method"] == m} >= set(range(expected)) for m in TARGET_METHODS):
+            done.append(d)
+    return done
+
+
+def gap_targets_markdown(records: Sequence[Dict], datasets: Sequence[str]) -> List[str]:
+    """The default ADGP's targets on the gap splits, judged only on the sets with every split of every target method:
+    mean NLPD below NN+TS's (target ≥ 6 of 9 sets) and below MC dropout's (≥ 5 of 9); RMSE better than the NN's or
+    above it by at most its standard error (≥ 8 of 9)."""
+    done = complete_sets(records, datasets)
+    out = [f"**Targets of the default ADGP** (judged on the {len(done)} of 9 sets with every split of "
+           f"{', '.join(LABELS[m] for m in TARGET_METHODS)}: {', '.join(done) or 'none yet'})", ""]
+    subset = [r for r in records if r["dataset"] in done]
+    for other, need in (("nn_ts", 6), ("dropout", 5)):
+        wins = [d for d in done if (lambda rows: rows["adgp"]["nlpd_mean"] < rows[other]["nlpd_mean"])(paired(subset, d, ("adgp", other)))]
+        out.append(f"- ADGP NLPD < {LABELS[other]}: {len(wins)} of {len(done)} complete sets so far"
+                   + (f" (on: {', '.join(wins)})" if wins else "") + f"; target ≥ {need} of 9")
+    line = _within_one_se(subset, done, "adgp", "nn", "ADGP RMSE better than NN or within one standard error of NN's mean")
+    if line:
+        out.append(line + "; target ≥ 8 of 9")
+    return out + [""]
+
+
 def gap_markdown(rows: Sequence[Dict], records: Sequence[Dict]) -> str:
     """The gap page's block: the best method per set first (NLPD and RMSE in original units, over the splits every
     method shares), then each metric's table, the shift diagnosis, the published columns and the seconds."""
@@ -193,6 +229,7 @@ def gap_markdown(rows: Sequence[Dict], records: Sequence[Dict]) -> str:
         ("nlpd", "NLPD (standardised targets)"),
     ):
         out += metric_table(table, datasets, methods, metric, title)
+    out += gap_targets_markdown(records, datasets)
     out += gap_diagnosis_markdown(records, datasets, methods)
     out += slab_screen_markdown(screen)
     out += published_gap_markdown(in_order(set(PUBLISHED_GAP) | set(datasets)))
