@@ -19,7 +19,7 @@ from experiments.methods.dropout import predict_dropout
 from experiments.methods.lla import (LLA_EXACT_MAX_PARAMETERS, predict_lla_exact, predict_lla_last_layer,
                                      predict_lla_neuralef, twin_parameter_count)
 from experiments.methods.networks import NetworkCache
-from experiments.methods.nn import (predict_ensemble, predict_nn, predict_nn_slab_ts, predict_nn_ts, predict_plain, predict_relu,
+from experiments.methods.nn import (predict_ensemble, predict_ensemble_nll, predict_nn, predict_nn_slab_ts, predict_nn_ts, predict_plain, predict_relu,
                                     predict_relu_ts, predict_relu_tuned_ts)
 from experiments.methods.protocol import Budget, Prediction, SplitData
 from experiments.methods.scoring import shift_diagnostics
@@ -47,6 +47,7 @@ METHODS: Dict[str, Callable[[SplitData, Budget, NetworkCache], Prediction]] = {
     "relu_adgp": predict_relu_adgp,
     "adgp_slab": predict_adgp_slab,
     "nn_slab_ts": predict_nn_slab_ts,
+    "ensemble_nll": predict_ensemble_nll,
 }
 LABELS = {
     "nn": "NN",
@@ -71,6 +72,7 @@ LABELS = {
     "relu_adgp": "ReLU→ADGP (made convertible)",
     "adgp_slab": "ADGP slab-v",
     "nn_slab_ts": "NN+TS slab",
+    "ensemble_nll": "NLL Ensemble",
 }
 
 
