@@ -70,6 +70,7 @@ def test_a_relu_network_is_made_convertible_by_default_and_its_means_are_exact_w
         total += float(gpflow.kullback_leiblers.gauss_kl(q_mu, q_sqrt, K=Kuu)
                        - gpflow.kullback_leiblers.gauss_kl(tf.zeros_like(q_mu), q_sqrt, K=Kuu))
     assert total / (len(X) - 40) <= 10.0
+    assert sum(result.conversion_kl) == pytest.approx(total, rel=1e-4)  # the result's record of the same KL
     # the converted DGP (before stage 2) propagates the swapped network's forward pass
     X_test = np.random.default_rng(3).uniform(-3, 3, size=(50, 2))
     np.testing.assert_allclose(propagate_means(dgp, X_test)[-1].numpy(), result.network(X_test).numpy(), atol=1e-8)

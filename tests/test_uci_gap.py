@@ -220,3 +220,14 @@ def test_the_gap_targets_are_judged_only_on_complete_sets_and_count_as_written()
     assert "ADGP NLPD < NN+TS: 1 of 1 complete sets so far (on: A)" in text
     assert "ADGP NLPD < NN+Dropout: 0 of 1 complete sets so far;" in text
     assert "within one standard error of NN's mean: 1 of 1 datasets" in text
+
+
+def test_the_relu_conversion_kl_claim_takes_the_worst_split_per_set_against_ten_nats():
+    from experiments.uci.verdicts import _conversion_kl_claim
+
+    records = [{"dataset": "A", "method": "relu_adgp", "split": 0, "extra": {"conversion_kl_per_point": 3.0}},
+               {"dataset": "A", "method": "relu_adgp", "split": 1, "extra": {"conversion_kl_per_point": 12.5}},
+               {"dataset": "B", "method": "relu_adgp", "split": 0, "extra": {"conversion_kl_per_point": 9.0}},
+               {"dataset": "B", "method": "relu_adgp", "split": 1, "extra": {}}]
+    line = _conversion_kl_claim(records, ["A", "B"])
+    assert "≤ 10 nats on 1 of 2 datasets" in line and "A 12.5" in line and "B 9" in line

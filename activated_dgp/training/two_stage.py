@@ -57,6 +57,9 @@ class TwoStageResult:
     convertible: Optional[ConvertibleNetwork] = None
     # the mean validation log predictive density of the starting network and of the DGP, when there is a validation part
     validation_scores: Optional[dict] = None
+    # per GP layer, the KL (nats) the converted means carry into the ELBO at conversion, before any kernel variance is
+    # chosen (ConversionReport.mean_kl)
+    conversion_kl: Optional[list] = None
 
     def features(self, X) -> np.ndarray:
         """The DGP's inputs for the network's inputs X: g(X) [N, D] through the trained feature extractor g when
@@ -410,6 +413,7 @@ def train_two_stage(
     if select_noise:  # the noise stage 2 starts from, as the joint search left it
         noise_variance = float(conversion.dgp.likelihood_layer.likelihood.variance.numpy())
     variances = [float(layer.kernel.kernel.variance.numpy()) for layer in conversion.dgp.f_layers]
+    conversion_kl = None if conversion.mean_kl is None else [float(kl) for kl in conversion.mean_kl]
     initial_elbo = evaluate_elbo(conversion.dgp, features, Y, num_samples=elbo_samples) if elbo_samples > 0 else None
     for callback in callbacks:  # e.g. diagnostics that want to see the converted model
         if hasattr(callback, "set_dgp"):
@@ -440,6 +444,7 @@ def train_two_stage(
         extractor,
         convertible,
     )
+    result.conversion_kl = conversion_kl
     if validation_data is not None:
         result.validation_scores = _validation_scores(result, start_network or network, validation_data, config.likelihood, noise_variance, seed)
     return result

@@ -106,6 +106,7 @@ def _adgp(kind: str, data: SplitData, budget: Budget, networks: Optional[Network
         "init_rmse": init["rmse"],
         "init_nlpd": init["nlpd"],
         "conversion_mismatch": result.conversion_mismatch,
+        "conversion_kl_per_point": None if result.conversion_kl is None else sum(result.conversion_kl) / len(X),
         "kernel_variances": result.kernel_variances,
         "initial_noise_variance": result.initial_noise_variance,
         "noise_variance": float(result.dgp.likelihood_layer.likelihood.variance.numpy()),

@@ -39,6 +39,9 @@ def claims(records: Sequence[Dict]) -> List[str]:
         ("nlpd", "lla_neuralef", "lla_last_layer", "LLA NeuralEF NLPD < LLA last layer (not a target)"),
         ("nlpd", "lla_neuralef", "adgp", "LLA NeuralEF NLPD < ADGP (reported as measured)"),
         ("nlpd", "lla_last_layer", "nn", "LLA last layer NLPD < NN (not a target)"),
+        ("nlpd", "relu_adgp", "relu_ts", "ReLU→ADGP (made convertible) NLPD < ReLU NN+TS, the same network temperature-scaled (target: ≥ 6 of 9)"),
+        ("nlpd", "relu_adgp", "relu_tuned_ts", "ReLU→ADGP NLPD < ReLU NN+TS after the same extra training (its control)"),
+        ("nlpd", "relu_bare", "relu_ts", "ReLU→ADGP as is NLPD < ReLU NN+TS (not a target)"),
     ):
         pairs = []
         for d in datasets:
@@ -63,10 +66,14 @@ def claims(records: Sequence[Dict]) -> List[str]:
     for method, other, text in (
         ("adgp", "nn", "ADGP RMSE better than NN or within one standard error of NN's mean"),
         ("nn", "plain", "The twin (NN) RMSE better than the plain network's or within one standard error of its mean"),
+        ("relu_adgp", "relu", "ReLU→ADGP (made convertible) RMSE better than its ReLU network's or within one standard error of its mean (target: ≥ 8 of 9)"),
     ):
         line = _within_one_se(records, datasets, method, other, text)
         if line:
             lines.append(line)
+    line = _conversion_kl_claim(records, datasets)
+    if line:
+        lines.append(line)
     line = _best_step_claim(records, datasets)
     if line:
         lines.append(line)
@@ -81,6 +88,22 @@ def claims(records: Sequence[Dict]) -> List[str]:
         if line:
             lines.append(line)
     return lines
+
+
+def _conversion_kl_claim(records: Sequence[Dict], datasets: Sequence[str], method: str = "relu_adgp", bound: float = 10.0) -> Optional[str]:
+    """Per dataset, the largest KL per data point (nats) that ``method``'s converted means carry into the ELBO at
+    conversion (before v is chosen), over the splits that recorded it, against ``bound`` (the target: every set)."""
+    worst = {}
+    for r in records:
+        value = r.get("extra", {}).get("conversion_kl_per_point") if r["method"] == method else None
+        if value is not None:
+            worst[r["dataset"]] = max(worst.get(r["dataset"], 0.0), float(value))
+    if not worst:
+        return None
+    over = [d for d in datasets if d in worst and worst[d] > bound]
+    return (f"- {LABELS[method]}: the converted means' KL per data point ≤ {bound:g} nats on {len(worst) - len(over)} of "
+            f"{len(worst)} datasets with the record (largest over splits: " + ", ".join(f"{d} {worst[d]:.3g}" for d in datasets if d in worst)
+            + "; target: every set)")
 
 
 def _paired_difference_claim(records: Sequence[Dict], datasets: Sequence[str], method: str, other: str, text: str) -> Optional[str]:
