@@ -31,23 +31,6 @@ SECTION_PAGES = {
 }
 
 
-#: The benchmarks whose blocks are written from committed records. Each has ``report_from_records()`` (reads its
-#: record and rewrites its blocks, timing and training nothing; a block whose record is not committed yet is left as
-#: it is, :func:`report_block`) and ``REPORT_BLOCKS``, the (page, block name) pairs it writes; ``python -m
-#: experiments report`` calls them all through :func:`report_from_records`.
-REPORTED = ("benchmarks.covariances", "benchmarks.dgp_epoch", "benchmarks.eigenpro",
-            "benchmarks.laplace_far_field", "benchmarks.laplace_neuralef", "benchmarks.lla_rotated_mnist_cost", "benchmarks.neuralef_vs_nystrom",
-            "benchmarks.prediction", "benchmarks.prediction_memory", "benchmarks.prediction_vs_keras", "benchmarks.prediction_cnn_vs_keras", "benchmarks.step_profile", "benchmarks.streaming", "benchmarks.tracing", "benchmarks.twin_training")
-
-
-def report_from_records() -> None:
-    """Rewrite the blocks of every benchmark in :data:`REPORTED` from its committed record."""
-    import importlib
-
-    for name in REPORTED:
-        importlib.import_module(name).report_from_records()
-
-
 def time_call(fn: Callable[[], object], repeats: int = 10, warmup: int = 2) -> List[float]:
     """Wall-clock seconds of ``repeats`` calls of ``fn`` after ``warmup`` untimed calls (compilation, caches)."""
     for _ in range(warmup):

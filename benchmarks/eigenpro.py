@@ -279,7 +279,7 @@ def gram_cache(args):
     import gpflow
 
     from activated_dgp.kernel_machines import EigenPro3, choose_centers
-    from experiments.setups import mnist_arrays
+    from experiments.harness.setups import mnist_arrays
 
     X, y, *_ = mnist_arrays(args.data_dir)
     Y = np.eye(10)[y]
@@ -331,7 +331,7 @@ def projection_speed(args):
     import gpflow
 
     import activated_dgp.kernel_machines as current
-    from experiments.setups import mnist_arrays
+    from experiments.harness.setups import mnist_arrays
 
     X, y, *_ = mnist_arrays(args.data_dir)
     Y = np.eye(10)[y]

@@ -33,7 +33,7 @@ import tf_keras  # noqa: E402
 
 from activated_dgp.eigen import jacobian_function  # noqa: E402
 from activated_dgp.eigen.layerwise import layerwise_jacobian  # noqa: E402
-from experiments.setups import rotated_mnist_cnn  # noqa: E402
+from experiments.harness.setups import rotated_mnist_cnn  # noqa: E402
 
 OUTPUT = Path(__file__).resolve().parents[1] / "docs" / "results" / "lla_rotated_mnist_cost.json"
 IMAGES, TRAINING_IMAGES = 64, 4500

@@ -37,7 +37,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np  # noqa: E402
 
-from experiments.setups import CLASSIC_KERNELS as KERNELS, classic_kernel  # noqa: E402
+from experiments.harness.setups import CLASSIC_KERNELS as KERNELS, classic_kernel  # noqa: E402
 
 SIZES = (2000, 5000, 10000, 20000)
 NUM_EIGENPAIRS, OVERSAMPLING, STEPS, QUADRATURE_NODES, NYSTROM_MAX = 10, 10, 4000, 200, 10000

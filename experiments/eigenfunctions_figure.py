@@ -9,7 +9,7 @@ min(N, 256), cosine annealing, 2000 steps) and Nyström on the same points (Neur
 evaluated on a grid; the top 3 eigenfunctions are overlaid (signs aligned to Nyström's). Writes
 ``neuralef_vs_nystrom.png`` and prints the eigenvalues and the RMS differences of the curves.
 
-The kernels come from :mod:`experiments.setups`, shared with ``benchmarks/neuralef_vs_nystrom.py``.
+The kernels come from :mod:`experiments.harness.setups`, shared with ``benchmarks/neuralef_vs_nystrom.py``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from experiments.setups import CLASSIC_KERNELS as KERNELS, classic_kernel  # noqa: E402,F401
+from experiments.harness.setups import CLASSIC_KERNELS as KERNELS, classic_kernel  # noqa: E402,F401
 SIZES = (64, 2048)
 SHOWN = 3
 DPI = 120

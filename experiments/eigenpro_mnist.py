@@ -47,8 +47,8 @@ def upgrade(record: dict) -> dict:
 
 
 def load(data_dir):
-    """MNIST rows scaled to [0, 1] (:func:`experiments.setups.mnist_arrays`)."""
-    from experiments.setups import mnist_arrays
+    """MNIST rows scaled to [0, 1] (:func:`experiments.harness.setups.mnist_arrays`)."""
+    from experiments.harness.setups import mnist_arrays
 
     return mnist_arrays(data_dir, symmetric=False)[:4]
 

@@ -101,7 +101,7 @@ def run_cell(cell, options, context) -> dict:
     import scipy.linalg
 
     from activated_dgp.kernel_machines import EigenPro3
-    from experiments.setups import mnist_arrays
+    from experiments.harness.setups import mnist_arrays
 
     X, y, *_ = mnist_arrays(options.data_dir)
     rows = np.sort(np.random.default_rng(0).choice(X.shape[0], options.n, replace=False))

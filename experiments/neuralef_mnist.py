@@ -38,8 +38,8 @@ PAPER = {"NeuralEF, CNN-GP kernel": 84.98, "Nyström, polynomial kernel": 78.00,
 
 
 def load(data_dir):
-    """MNIST rows scaled to [−1, 1] (:func:`experiments.setups.mnist_arrays`)."""
-    from experiments.setups import mnist_arrays
+    """MNIST rows scaled to [−1, 1] (:func:`experiments.harness.setups.mnist_arrays`)."""
+    from experiments.harness.setups import mnist_arrays
 
     return mnist_arrays(data_dir, symmetric=True)
 

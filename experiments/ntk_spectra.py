@@ -89,7 +89,7 @@ def cells(options) -> list:
 @functools.lru_cache(maxsize=2)
 def two_class_mnist(data_dir, classes):
     """(X_train, y_train, X_test, y_test, data): MNIST rows in [0, 1] of the two classes, labels 0/1."""
-    from experiments.setups import mnist_arrays
+    from experiments.harness.setups import mnist_arrays
 
     X, y, X_test, y_test, data = mnist_arrays(data_dir)
     keep, keep_test = np.isin(y, classes), np.isin(y_test, classes)

@@ -1,0 +1,87 @@
+"""Problem setups shared by studies and benchmarks: data scaled as a study uses it, the classic kernels of the
+NeuralEF paper and the rotated-MNIST CNN. Part of the harness and importing only the library, so a benchmark uses a
+study's setting without importing the study."""
+
+from __future__ import annotations
+
+import numpy as np
+
+CLASSIC_KERNELS = ("polynomial", "rbf")
+
+
+def mnist_arrays(data_dir=None, symmetric: bool = False):
+    """MNIST as float64 rows [N, 784] with labels: pixels / 255 in [0, 1], or in [−1, 1] when ``symmetric``.
+    Returns (X_train, y_train, X_test, y_test, the loaded data object)."""
+    from activated_dgp.data.mnist import load_mnist
+
+    data = load_mnist(data_dir)
+
+    def scale(images):
+        unit = np.asarray(images, dtype=np.float64).reshape(len(images), -1) / 255.0
+        return 2.0 * unit - 1.0 if symmetric else unit
+
+    return scale(data.x_train), np.asarray(data.y_train), scale(data.x_test), np.asarray(data.y_test), data
+
+
+def classic_kernel(name: str):
+    """(gpflow kernel, a) of NeuralEF §4.1 (Deng et al., 2022): inputs x ~ U[−a, a]; a polynomial kernel of
+    degree 4, k = (xᵀy + 1.5)⁴ with a = 1, or a squared exponential of unit lengthscale and variance with a = 2."""
+    import gpflow
+
+    gpflow.config.set_default_float(np.float64)
+    if name == "polynomial":
+        return gpflow.kernels.Polynomial(degree=4.0, variance=1.0, offset=1.5), 1.0
+    if name == "rbf":
+        return gpflow.kernels.SquaredExponential(lengthscales=1.0, variance=1.0), 2.0
+    raise ValueError(f"unknown kernel {name!r}; use one of {CLASSIC_KERNELS}")
+
+
+def lengthscales_for_unit_inputs(input_dim: int) -> np.ndarray:
+    """ℓ = √D on the D input coordinates and 1 on the bias one, so that x̃ = [x / √D, 1] has norm O(1)
+    for inputs with O(1) entries (the twin's output grows like ‖x̃‖)."""
+    return np.concatenate([np.full(input_dim, np.sqrt(input_dim)), [1.0]])
+
+
+def classifier(extractor, head):
+    """The extractor followed by the head, as one tf-keras Sequential named "classifier"."""
+    import tf_keras
+
+    return tf_keras.Sequential([extractor, head], name="classifier")
+
+
+def rotated_mnist_cnn(seed: int, truncation_level: int, num_units: int, width: int, dropout: float = 0.0):
+    """The rotated-MNIST study's CNN (Dutordoir et al. 2021, §5.3), as (model, extractor, head): flat 784 pixels →
+    two 5×5 ReLU convolutions (32 and 64 channels), each max-pooled, → flattened features [N, 1024] (float32) → the
+    activated twin's two layers (``num_units`` zonal Softplus units, a bottleneck of ``width``) → 10 logits (float64);
+    with ``dropout`` > 0 the head has dropout before each linear layer. Glorot-uniform convolutions seeded by ``seed``."""
+    import tf_keras
+
+    from activated_dgp.deep.twin import build_activated_nn, with_dropout
+
+    initializer = lambda offset: tf_keras.initializers.GlorotUniform(seed=seed * 1000 + offset)  # noqa: E731
+    extractor = tf_keras.Sequential(
+        [
+            tf_keras.Input(shape=(784,), dtype="float32"),
+            tf_keras.layers.Reshape((28, 28, 1)),
+            tf_keras.layers.Conv2D(32, 5, activation="relu", kernel_initializer=initializer(1)),
+            tf_keras.layers.MaxPooling2D(2),
+            tf_keras.layers.Conv2D(64, 5, activation="relu", kernel_initializer=initializer(2)),
+            tf_keras.layers.MaxPooling2D(2),
+            tf_keras.layers.Flatten(),
+        ],
+        name="features",
+    )
+    num_features = int(extractor.output_shape[-1])
+    twin = build_activated_nn(
+        num_features,
+        num_layers=2,
+        num_units=num_units,
+        layer_widths=[width],
+        output_dim=10,
+        activation="softplus",
+        truncation_level=truncation_level,
+        lengthscales=[lengthscales_for_unit_inputs(num_features), lengthscales_for_unit_inputs(width)],
+        seed=seed,
+    )
+    head = with_dropout(twin, dropout, seed) if dropout > 0 else twin
+    return classifier(extractor, head), extractor, head
