@@ -17,24 +17,24 @@ growing radius) and a Markdown page with the table. "Far field": points on the c
 
 from __future__ import annotations
 
-import os
-import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
+import sys
+import time
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-
-import matplotlib  # noqa: E402
+import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-import tf_keras  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import tensorflow as tf
+import tf_keras
 
-from activated_dgp import TrainingSchedule, evaluate_elbo, predict_class_probabilities, train_two_stage  # noqa: E402
-from activated_dgp.training import stage2_recipe  # noqa: E402
+from activated_dgp import TrainingSchedule, evaluate_elbo, predict_class_probabilities, train_two_stage
+from activated_dgp.training import stage2_recipe
+from experiments.harness import cli
+from experiments.harness.artifacts import atomic_write, atomic_write_text
+from experiments.harness.study import page_path
 
 LAYERS = (1, 3)
 NUM_UNITS = 100
@@ -208,8 +208,6 @@ def _arrays_path(options, num_layers: int) -> Path:
 
 
 def run_cell(cell, options, context) -> dict:
-    from experiments.harness.artifacts import atomic_write
-
     X, Y = banana_dataset(options.num_points, seed=options.seed)
     run = run_configuration(X, Y, cell["num_layers"], network_epochs=options.network_epochs, dgp_epochs=options.dgp_epochs,
                             dgp_learning_rate=options.dgp_learning_rate, dgp_patience=options.dgp_patience,
@@ -314,9 +312,6 @@ rule). DGP probabilities average {options.num_samples} propagated samples. Far f
 
 
 def report(records, options) -> None:
-    from experiments.harness.artifacts import atomic_write_text
-    from experiments.harness.study import page_path
-
     runs = sorted(records, key=lambda r: r["num_layers"])
     if not runs:
         return
@@ -330,8 +325,6 @@ def report(records, options) -> None:
 
 
 def main(argv=None) -> list:
-    from experiments.harness import cli
-
     return cli.main("banana", sys.modules[__name__], argv)
 
 

@@ -23,31 +23,33 @@ is the generated block of docs/results/neuralef_mnist.md.
 
 from __future__ import annotations
 
-import functools
-import os
 import sys
 import time
 import warnings
-from pathlib import Path
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import gpflow
+import numpy as np
+from sklearn.linear_model import LogisticRegression
+from sklearn.preprocessing import StandardScaler
+import tf_keras
 
-import numpy as np  # noqa: E402
+from activated_dgp.eigen import NeuralEF, Nystrom
+from activated_dgp.eigen.cnn_gp import cnn_gp_features
+from experiments.harness import cli
+from experiments.harness.blocks import write_block
+from experiments.harness.setups import mnist_arrays
+from experiments.harness.store import ResultStore
+from experiments.harness.study import page_path, records_path
 
 PAPER = {"NeuralEF, CNN-GP kernel": 84.98, "Nyström, polynomial kernel": 78.00, "Nyström, RBF kernel": 77.55}
 
 
 def load(data_dir):
     """MNIST rows scaled to [−1, 1] (:func:`experiments.harness.setups.mnist_arrays`)."""
-    from experiments.harness.setups import mnist_arrays
-
     return mnist_arrays(data_dir, symmetric=True)
 
 
 def logistic_accuracy(Z_train, y_train, Z_test, y_test) -> float:
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.preprocessing import StandardScaler
-
     scaler = StandardScaler().fit(Z_train)
     classifier = LogisticRegression(max_iter=5000).fit(scaler.transform(Z_train), y_train)
     return 100.0 * classifier.score(scaler.transform(Z_test), y_test)
@@ -58,8 +60,6 @@ def in_blocks(function, X, size: int = 1000) -> np.ndarray:
 
 
 def nystrom_projection(kernel, X, X_test):
-    from activated_dgp.eigen import Nystrom
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         model = Nystrom(10).fit(X, kernel)
@@ -100,8 +100,6 @@ def cells(options) -> list:
 
 def cnn_eigenfunction(seed: int):
     """One eigenfunction network of the kernel's CNN architecture, [N, 784] → [N, 1], float64, He-normal weights."""
-    import tf_keras
-
     c1, c2, units = CNN_WIDTHS
     init = lambda offset: tf_keras.initializers.HeNormal(seed=10 * seed + offset)  # noqa: E731
     layer = dict(dtype="float64")
@@ -113,15 +111,8 @@ def cnn_eigenfunction(seed: int):
         tf_keras.layers.Dense(1, kernel_initializer=init(3), **layer)])
 
 
-@functools.lru_cache(maxsize=1)
-def _data(data_dir):
-    return load(data_dir)
-
-
 def _cnn_gp_gram(X, options, context):
     """The Monte Carlo CNN-GP Gram matrix Φ Φᵀ / S of the training images (NeuralEF eq. 19), Φ cached."""
-    from activated_dgp.eigen.cnn_gp import cnn_gp_features
-
     Phi = context.artifacts.get_or_build(
         "cnn_gp_features", {"samples": options.samples, "num_data": len(X), "seed": 0}, ".npy",
         build=lambda: cnn_gp_features(X.reshape(-1, 28, 28), options.samples, seed=0, print_every=25),
@@ -130,10 +121,8 @@ def _cnn_gp_gram(X, options, context):
 
 
 def run_cell(cell, options, context) -> dict:
-    import gpflow
-
     gpflow.config.set_default_float(np.float64)
-    X, y, X_test, y_test, data = _data(options.data_dir)
+    X, y, X_test, y_test, data = context.artifacts.in_memory("mnist", options.data_dir, lambda: load(options.data_dir))
     label = cell["projection"]
     start = time.perf_counter()
     if label in NYSTROM_KERNELS:
@@ -142,8 +131,6 @@ def run_cell(cell, options, context) -> dict:
         Z, Z_test, eigenvalues = nystrom_projection(kernel, X, X_test)
         extra = {}
     else:
-        from activated_dgp.eigen import NeuralEF
-
         G = _cnn_gp_gram(X, options, context)
         extra = {"features_seconds": time.perf_counter() - start,
                  "reference_eigenvalues": (np.linalg.eigvalsh(G)[::-1][:10] / len(G)).tolist()}
@@ -213,17 +200,11 @@ def markdown(records) -> str:
 
 
 def report(records, options) -> None:
-    from experiments.harness.blocks import write_block
-    from experiments.harness.store import ResultStore
-    from experiments.harness.study import page_path, records_path
-
     every_rung = ResultStore(records_path(options), KEY).all_records()
     write_block(page_path(options), "neuralef_mnist", markdown(every_rung), "python -m experiments neuralef_mnist --report-only")
 
 
 def main(argv=None):
-    from experiments.harness import cli
-
     return cli.main("neuralef_mnist", sys.modules[__name__], argv)
 
 

@@ -4,7 +4,12 @@ study's setting without importing the study."""
 
 from __future__ import annotations
 
+import gpflow
 import numpy as np
+import tf_keras
+
+from activated_dgp.data.mnist import load_mnist
+from activated_dgp.deep.twin import build_activated_nn, with_dropout
 
 CLASSIC_KERNELS = ("polynomial", "rbf")
 
@@ -12,8 +17,6 @@ CLASSIC_KERNELS = ("polynomial", "rbf")
 def mnist_arrays(data_dir=None, symmetric: bool = False):
     """MNIST as float64 rows [N, 784] with labels: pixels / 255 in [0, 1], or in [−1, 1] when ``symmetric``.
     Returns (X_train, y_train, X_test, y_test, the loaded data object)."""
-    from activated_dgp.data.mnist import load_mnist
-
     data = load_mnist(data_dir)
 
     def scale(images):
@@ -26,8 +29,6 @@ def mnist_arrays(data_dir=None, symmetric: bool = False):
 def classic_kernel(name: str):
     """(gpflow kernel, a) of NeuralEF §4.1 (Deng et al., 2022): inputs x ~ U[−a, a]; a polynomial kernel of
     degree 4, k = (xᵀy + 1.5)⁴ with a = 1, or a squared exponential of unit lengthscale and variance with a = 2."""
-    import gpflow
-
     gpflow.config.set_default_float(np.float64)
     if name == "polynomial":
         return gpflow.kernels.Polynomial(degree=4.0, variance=1.0, offset=1.5), 1.0
@@ -44,8 +45,6 @@ def lengthscales_for_unit_inputs(input_dim: int) -> np.ndarray:
 
 def classifier(extractor, head):
     """The extractor followed by the head, as one tf-keras Sequential named "classifier"."""
-    import tf_keras
-
     return tf_keras.Sequential([extractor, head], name="classifier")
 
 
@@ -54,9 +53,6 @@ def rotated_mnist_cnn(seed: int, truncation_level: int, num_units: int, width: i
     two 5×5 ReLU convolutions (32 and 64 channels), each max-pooled, → flattened features [N, 1024] (float32) → the
     activated twin's two layers (``num_units`` zonal Softplus units, a bottleneck of ``width``) → 10 logits (float64);
     with ``dropout`` > 0 the head has dropout before each linear layer. Glorot-uniform convolutions seeded by ``seed``."""
-    import tf_keras
-
-    from activated_dgp.deep.twin import build_activated_nn, with_dropout
 
     initializer = lambda offset: tf_keras.initializers.GlorotUniform(seed=seed * 1000 + offset)  # noqa: E731
     extractor = tf_keras.Sequential(

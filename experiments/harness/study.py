@@ -24,13 +24,15 @@ then calls ``report`` with the store's records.
 
 from __future__ import annotations
 
-import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
+import sys
+import time
 from types import ModuleType
 from typing import Callable, Optional
 
+from activated_dgp.data import resolve_data_dir
+from experiments.harness import registry
 from experiments.harness.artifacts import ArtifactCache
 from experiments.harness.store import PROTOCOL_FIELD, ResultStore, pending
 
@@ -55,8 +57,6 @@ class Context:
 
     def data(self, subdirectory: Optional[str] = None) -> Path:
         """The data directory (``--data-dir`` or ``$ADGP_DATA_DIR``) through the library's resolution."""
-        from activated_dgp.data import resolve_data_dir
-
         return resolve_data_dir(self.data_dir, subdirectory)
 
     def progress(self, message: str) -> None:
@@ -101,8 +101,6 @@ def newest_protocol(study: str, records) -> Optional[str]:
 def _study_store(study: str, records, protocol: Optional[str] = None, upgrade: bool = True) -> Optional[ResultStore]:
     """A store reading ``records`` (a ``records.jsonl`` or its folder) with ``study``'s key and upgrade; None when
     the file does not exist (nothing is created)."""
-    from experiments.harness import registry
-
     owner = registry.study(study)
     path = Path(records)
     if path.is_dir() or path.suffix != ".jsonl":

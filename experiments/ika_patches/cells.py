@@ -17,14 +17,17 @@ of one MNIST image coincide after preprocessing, and repeated landmarks make κ(
 
 from __future__ import annotations
 
-import time
-import warnings
 from dataclasses import dataclass
+import time
 from typing import Dict, List
+import warnings
 
+import gpflow
 import numpy as np
 
+from activated_dgp.eigen import IKA, Nystrom, activation_basis, kmeans_filters
 from experiments.ika_patches.patches import GCN_SCALE, PATCH, WHITENING_EPSILON, PatchData, patch_data
+from experiments.ika_patches.patches import mean_absolute_errors
 
 KEY = ("filters", "samples", "trial")
 FILTERS = ("random", "k-means")
@@ -121,11 +124,6 @@ def gram_rank_deficit(K_WW: np.ndarray, relative: float = 1e-10) -> int:
 
 
 def run_cell(cell, options, context) -> Dict:
-    import gpflow
-
-    from activated_dgp.eigen import IKA, Nystrom, activation_basis, kmeans_filters
-    from experiments.ika_patches.patches import mean_absolute_errors
-
     check_options(options)
     gpflow.config.set_default_float(np.float64)
     start = time.process_time()

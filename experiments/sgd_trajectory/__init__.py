@@ -26,25 +26,21 @@ The configuration and cells: cells.py; what is fitted: models.py; the page and f
 
 from __future__ import annotations
 
-import os
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-
-from experiments.sgd_trajectory.cells import (  # noqa: E402
-    ANGLES, KEY, LABELS, METHODS, PROTOCOL, Config, add_options, artifact_cache, cells, config_from, run_cell,
+from experiments.harness import cli
+from experiments.sgd_trajectory.cells import (
+    ANGLES, KEY, LABELS, METHODS, PROTOCOL, Config, add_options, cells, config_from, run_cell,
 )
-from experiments.sgd_trajectory.report import RULE, markdown, report, verdicts  # noqa: E402
+from experiments.sgd_trajectory.report import RULE, markdown, report, verdicts
 
 
 def main(argv=None) -> list:
     """``python -m experiments.sgd_trajectory …``: the same as ``python -m experiments sgd_trajectory …``."""
-    from experiments.harness import cli
-
     return cli.main("sgd_trajectory", sys.modules[__name__], argv)
 
 
 __all__ = [
-    "ANGLES", "Config", "KEY", "LABELS", "METHODS", "PROTOCOL", "RULE", "add_options", "artifact_cache", "cells",
+    "ANGLES", "Config", "KEY", "LABELS", "METHODS", "PROTOCOL", "RULE", "add_options", "cells",
     "config_from", "main", "markdown", "report", "run_cell", "verdicts",
 ]
