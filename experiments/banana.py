@@ -34,6 +34,7 @@ from activated_dgp import TrainingSchedule, evaluate_elbo, predict_class_probabi
 from activated_dgp.training import stage2_recipe
 from experiments.harness import cli
 from experiments.harness.artifacts import atomic_write, atomic_write_text
+from experiments.harness.protocol import Protocol, from_legacy, relabel
 from experiments.harness.study import page_path
 
 LAYERS = (1, 3)
@@ -184,11 +185,22 @@ def add_options(parser) -> None:
     parser.add_argument("--layers", type=int, nargs="+", default=list(LAYERS))
 
 
-def PROTOCOL(options) -> str:
-    """Every setting a cell's numbers depend on: records of other settings are never mixed in."""
-    # v2: train_two_stage's defaults gained the far-field residual (activated_dgp.deep.far_field) and the stage-2 guard
-    return (f"v2:n{options.num_points}:seed{options.seed}:net{options.network_epochs}:dgp{options.dgp_epochs}"
-            f":lr{options.dgp_learning_rate:g}:pat{options.dgp_patience}:S{options.num_samples}")
+#: The options a cell's numbers depend on: (name, its prefix in older records' protocol strings, its type).
+SETTINGS = (("num_points", "n", int), ("seed", "seed", int), ("network_epochs", "net", int), ("dgp_epochs", "dgp", int),
+            ("dgp_learning_rate", "lr", float), ("dgp_patience", "pat", int), ("num_samples", "S", int))
+
+
+def PROTOCOL(options) -> Protocol:
+    """Every setting a cell's numbers depend on: records of other settings are never mixed in. Version 2:
+    ``train_two_stage``'s defaults gained the far-field residual (:mod:`activated_dgp.deep.far_field`) and the
+    stage-2 guard."""
+    return Protocol("2", {name: getattr(options, name) for name, _, _ in SETTINGS})
+
+
+def upgrade(record: dict) -> dict:
+    """A record made before the study declared a :class:`Protocol` carries the string
+    ``v<version>:n<num_points>:seed<seed>:net<…>:dgp<…>:lr<…>:pat<…>:S<num_samples>``: the protocol it was made under."""
+    return relabel(record, from_legacy(record.get("protocol"), SETTINGS))
 
 
 def cells(options) -> list:

@@ -31,6 +31,7 @@ from activated_dgp.data.uci import Standardizer, load_uci
 from activated_dgp.eigen import EigenfunctionFeature, Nystrom, kmeans_filters
 from experiments.harness import cli
 from experiments.harness.blocks import write_block
+from experiments.harness.protocol import Protocol, from_legacy, relabel
 from experiments.harness.statistics import standard_error
 from experiments.harness.study import page_path
 
@@ -107,8 +108,14 @@ def add_options(parser) -> None:
     parser.add_argument("--maxiter", type=int, default=500)
 
 
-def PROTOCOL(options) -> str:
-    return f"v1:maxiter{options.maxiter}"
+def PROTOCOL(options) -> Protocol:
+    """The setting a cell's numbers depend on besides its key: L-BFGS's iterations."""
+    return Protocol("1", {"maxiter": options.maxiter})
+
+
+def upgrade(record: dict) -> dict:
+    """Records made before the study declared a :class:`Protocol` carry ``v1:maxiter<…>``."""
+    return relabel(record, from_legacy(record.get("protocol"), [("maxiter", "maxiter", int)]))
 
 
 def cells(options) -> list:

@@ -33,6 +33,7 @@ import tensorflow as tf
 from activated_dgp.kernel_machines import EigenPro3
 from experiments.harness import cli
 from experiments.harness.blocks import write_block
+from experiments.harness.protocol import Protocol, from_legacy, relabel
 from experiments.harness.setups import mnist_arrays
 
 
@@ -88,8 +89,18 @@ def add_options(parser) -> None:
     parser.add_argument("--epochs", type=int, default=30)
 
 
-def PROTOCOL(options) -> str:
-    return f"v1:n{options.n}:s{options.s}:q{options.q}:ps{options.projection_s}:pq{options.projection_q}:epochs{options.epochs}"
+#: The options a cell's numbers depend on: (name, its prefix in older records' protocol strings, its type).
+SETTINGS = (("n", "n", int), ("s", "s", int), ("q", "q", int), ("projection_s", "ps", int), ("projection_q", "pq", int),
+            ("epochs", "epochs", int))
+
+
+def PROTOCOL(options) -> Protocol:
+    return Protocol("1", {name: getattr(options, name) for name, _, _ in SETTINGS})
+
+
+def upgrade(record: dict) -> dict:
+    """Records made before the study declared a :class:`Protocol` carry ``v1:n<…>:s<…>:q<…>:ps<…>:pq<…>:epochs<…>``."""
+    return relabel(record, from_legacy(record.get("protocol"), SETTINGS))
 
 
 def cells(options) -> list:

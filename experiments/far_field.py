@@ -35,6 +35,7 @@ from activated_dgp.zonal.kernels import ZonalArcCosine
 from activated_dgp.zonal.spectra import DEFAULT_ACTIVATION
 from experiments.banana import banana_dataset
 from experiments.harness import cli
+from experiments.harness.protocol import Protocol, relabel
 from experiments.harness.study import page_path, records_path
 
 FACTORS = tuple(float(f) for f in np.round(np.geomspace(1.0, 200.0, 15), 4))
@@ -47,14 +48,18 @@ DEFAULTS = dict(num_points=400, num_units=50, network_epochs=150, dgp_epochs=150
                 activation=DEFAULT_ACTIVATION, quick=False)
 
 
-def PROTOCOL(options) -> str:
+def PROTOCOL(options) -> Protocol:
     """The twin's activation is part of a cell's definition: records of another activation are never mixed in."""
-    return f"activation={options.activation}"
+    return Protocol("1", {"activation": options.activation})
 
 
 def upgrade(record: dict) -> dict:
-    """Records made before the activation was an option carry no protocol: they were made with the zonal Softplus."""
-    return record if "protocol" in record else {**record, "protocol": "activation=softplus"}
+    """Records made before the study declared a :class:`Protocol` carry ``activation=<name>`` or, made before the
+    activation was an option, nothing: the zonal Softplus. All were made under version 1."""
+    old = record.get("protocol")
+    if old is not None and not str(old).startswith("activation="):
+        return record
+    return relabel(record, Protocol("1", {"activation": "softplus" if old is None else old[len("activation="):]}))
 
 
 # ---------------------------------------------------------------- data

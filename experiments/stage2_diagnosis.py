@@ -55,6 +55,7 @@ from activated_dgp.metrics import regression_metrics
 from activated_dgp.training import split_validation, stage2_recipe
 from experiments.harness import cli
 from experiments.harness.blocks import write_block
+from experiments.harness.protocol import Protocol, from_legacy, relabel
 from experiments.harness.store import ResultStore
 from experiments.harness.study import load_records
 from experiments.methods import BUDGETS
@@ -156,18 +157,20 @@ def add_options(parser) -> None:
     parser.add_argument("--samples", type=int, default=DEFAULTS["samples"], help="predictive samples for the metrics")
 
 
-def PROTOCOL(options) -> str:
+#: The options a cell's numbers depend on: (name, its prefix in older records' protocol strings, its type).
+SETTINGS = (("nn_steps", "nn", int), ("dgp_steps", "dgp", int), ("every", "every", int), ("samples", "S", int))
+
+
+def PROTOCOL(options) -> Protocol:
     """Every setting a cell's numbers depend on: records made with other settings are never mixed in."""
-    return _protocol(options.nn_steps, options.dgp_steps, options.every, options.samples)
-
-
-def _protocol(nn_steps, dgp_steps, every, samples) -> str:
-    return f"v1:nn{nn_steps}:dgp{dgp_steps}:every{every}:S{samples}"
+    return Protocol("1", {name: getattr(options, name) for name, _, _ in SETTINGS})
 
 
 def upgrade(record: dict) -> dict:
-    """Records made before the harness carry no protocol; they were made with :data:`DEFAULTS` (the page's command)."""
-    return record if "protocol" in record else {**record, "protocol": _protocol(**DEFAULTS)}
+    """Records made before the study declared a :class:`Protocol` carry ``v1:nn<…>:dgp<…>:every<…>:S<…>`` or, made
+    before the harness, nothing: then they were made with :data:`DEFAULTS` (the page's command)."""
+    made_under = Protocol("1", dict(DEFAULTS)) if "protocol" not in record else from_legacy(record["protocol"], SETTINGS)
+    return relabel(record, made_under)
 
 
 def variants(options) -> list:

@@ -42,6 +42,7 @@ from activated_dgp.deep.posterior_mean import posterior_mean_weights, set_poster
 from activated_dgp.training import GUARD_MIN_STEPS
 from experiments.harness import cli
 from experiments.harness.artifacts import atomic_write_text
+from experiments.harness.protocol import PROTOCOL_FIELDS, Protocol, relabel
 
 NUM_DATA, NOISE_SD, NET_EPOCHS, NET_LR, NET_BATCH, DGP_EPOCHS = 300, 0.1, 1000, 5e-3, 16, 100
 
@@ -168,7 +169,7 @@ def summary(records) -> dict:
             "loss_peak": [r[setting]["loss_peak"] for r in records],
             "restored": [r[setting]["restored"] for r in records],
         }
-    result["records"] = [{k: v for k, v in r.items() if k != "protocol"} for r in records]
+    result["records"] = [{k: v for k, v in r.items() if k not in PROTOCOL_FIELDS} for r in records]
     return result
 
 
@@ -206,13 +207,14 @@ def guard_cost(sizes=(300, 20000), repeats: int = 3) -> dict:
 
 KEY = ("seed",)
 OUT = Path("docs") / "results" / "stage2" / "divergence"  # records.jsonl; the summary goes next to the folder
-PROTOCOL = "v1"  # bump when what a cell computes changes
+PROTOCOL = Protocol("1")  # change the version when what a cell computes changes
 LEGACY_COMMAND = "python -m experiments.stage2_divergence --seeds 0-9 --out docs/results/stage2"  # made the v1 records
 
 
 def upgrade(record: dict) -> dict:
-    """The records made before the harness carry no protocol: they are v1."""
-    return record if "protocol" in record else {**record, "protocol": "v1"}
+    """Records made before the study declared a :class:`Protocol` carry "v1" or, made before the harness, nothing:
+    version 1."""
+    return relabel(record, PROTOCOL if record.get("protocol") in (None, "v1") else None)
 
 
 def add_options(parser) -> None:

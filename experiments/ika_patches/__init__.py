@@ -22,7 +22,7 @@ import sys
 
 # The study's interface for the harness (experiments/harness/study.py).
 from experiments.harness import cli
-from experiments.ika_patches.cells import KEY, PROTOCOL, Draw, add_options, cells, draw_trial, run_cell
+from experiments.ika_patches.cells import KEY, PROTOCOL, Draw, add_options, cells, draw_trial, run_cell, upgrade
 from experiments.ika_patches.patches import PatchData, patch_data, preprocess
 from experiments.ika_patches.report import markdown, report, verdicts
 
@@ -33,4 +33,4 @@ def main(argv=None) -> list:
 
 
 __all__ = ["Draw", "KEY", "PROTOCOL", "PatchData", "add_options", "cells", "draw_trial", "main", "markdown", "patch_data",
-           "preprocess", "report", "run_cell", "verdicts"]
+           "preprocess", "report", "run_cell", "upgrade", "verdicts"]
