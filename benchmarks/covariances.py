@@ -36,13 +36,8 @@ import numpy as np
 import tensorflow as tf
 
 from activated_dgp import ActivationFeature, ZonalArcCosine
-from benchmarks._report import command_line
-from benchmarks._report import load_average_line
-from benchmarks._report import machine_state
-from benchmarks._report import record_line
-from benchmarks._report import report_block
-from benchmarks._report import time_call
-from benchmarks._report import write_record
+from benchmarks._report import (command_line, load_average_line, machine_state, record_line, report_block, time_call,
+                                write_record)
 
 NUM_INDUCING, NUM_DATA, INPUT_DIM, TRUNCATION = 128, 10_000, 8, 20
 

@@ -61,13 +61,8 @@ from activated_dgp.data.uci import load_uci
 from activated_dgp.eigen import IKA, NeuralEF
 import activated_dgp.kernel_machines as current
 from activated_dgp.kernel_machines import EigenPro3, choose_centers
-from benchmarks._report import command_line
-from benchmarks._report import import_package
-from benchmarks._report import load_average_line
-from benchmarks._report import machine_state
-from benchmarks._report import record_line
-from benchmarks._report import report_block
-from benchmarks._report import write_record
+from benchmarks._report import (command_line, import_package, load_average_line, machine_state, record_line,
+                                report_block, write_record)
 from experiments.harness.artifacts import atomic_write_text
 from experiments.harness.blocks import write_block
 from experiments.harness.cli import make_parser, shared_option

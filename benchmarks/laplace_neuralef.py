@@ -35,8 +35,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from activated_dgp.eigen import FeatureKernel, LinearisedLaplace, Nystrom
-from activated_dgp.eigen import jacobian_function
+from activated_dgp.eigen import FeatureKernel, LinearisedLaplace, Nystrom, jacobian_function
 from benchmarks._report import write_section
 
 OUTPUT = Path(__file__).resolve().parents[1] / "docs" / "results" / "laplace_neuralef.json"

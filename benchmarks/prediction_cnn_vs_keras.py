@@ -26,13 +26,8 @@ from activated_dgp import dgp_from_keras, predict_class_probabilities
 from activated_dgp.deep.conversion import split_convertible_head
 from activated_dgp.deep.twin import ActivatedLayer
 from activated_dgp.training import extracted_features
-from benchmarks._report import command_line
-from benchmarks._report import load_average_line
-from benchmarks._report import machine_state
-from benchmarks._report import median
-from benchmarks._report import record_line
-from benchmarks._report import report_block
-from benchmarks._report import write_record
+from benchmarks._report import (command_line, load_average_line, machine_state, median, record_line, report_block,
+                                write_record)
 
 OUTPUT = Path(__file__).resolve().parents[1] / "docs" / "results" / "prediction_cnn_vs_keras.json"
 REPORT_COMMAND = "python -m benchmarks.prediction_cnn_vs_keras --report-only"

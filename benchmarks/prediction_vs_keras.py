@@ -26,14 +26,8 @@ import tensorflow as tf
 
 from activated_dgp import build_activated_nn, dgp_from_keras, predict_y
 from activated_dgp.deep.prediction import DEFAULT_MEMORY_BUDGET, prediction_batch_size
-from benchmarks._report import command_line
-from benchmarks._report import load_average_line
-from benchmarks._report import machine_state
-from benchmarks._report import median
-from benchmarks._report import record_line
-from benchmarks._report import report_block
-from benchmarks._report import time_call
-from benchmarks._report import write_record
+from benchmarks._report import (command_line, load_average_line, machine_state, median, record_line, report_block,
+                                time_call, write_record)
 
 INPUT_DIM, UNITS, WIDTHS, SAMPLES, TRUNCATION = 8, 64, (64, 64, 1), 100, 20
 REPEATS = 3  # timed calls of each, taking turns; the medians are reported

@@ -35,35 +35,13 @@ from activated_dgp.training import stage2_recipe
 from experiments.harness import cli
 from experiments.harness.artifacts import atomic_write, atomic_write_text
 from experiments.harness.protocol import Protocol, from_legacy, relabel
+from experiments.harness.setups import banana_dataset
 from experiments.harness.study import page_path
 
 LAYERS = (1, 3)
 NUM_UNITS = 100
 FAR_FACTOR = 10.0
 DPI = 120
-
-
-def banana_dataset(num_points: int = 500, seed: int = 0, noise: float = 0.2, standardise: bool = True):
-    """Two interleaving crescents ("bananas") with isotropic Gaussian noise: X [N, 2], Y [N, 1] in {0, 1}.
-
-    Class 0: (cos t, sin t); class 1: (1 − cos t, 1/2 − sin t), t ~ U(0, π), plus N(0, noise²·I);
-    half the points in each class. With ``standardise`` each input column is shifted and scaled to
-    mean 0 and standard deviation 1 (the usual preprocessing; see docs/results/banana.md for why
-    the input scale matters to the far field of the zonal kernel).
-    """
-    if num_points < 2:
-        raise ValueError(f"num_points must be ≥ 2, got {num_points}")
-    rng = np.random.default_rng(seed)
-    n0 = num_points // 2
-    t = rng.uniform(0.0, np.pi, size=num_points)
-    upper = np.stack([np.cos(t[:n0]), np.sin(t[:n0])], axis=1)
-    lower = np.stack([1.0 - np.cos(t[n0:]), 0.5 - np.sin(t[n0:])], axis=1)
-    X = np.concatenate([upper, lower]) + noise * rng.normal(size=(num_points, 2))
-    Y = np.concatenate([np.zeros(n0), np.ones(num_points - n0)])[:, None]
-    if standardise:
-        X = (X - X.mean(0)) / X.std(0)
-    order = rng.permutation(num_points)
-    return X[order], Y[order]
 
 
 def data_spread(X) -> tuple[np.ndarray, float]:

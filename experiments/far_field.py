@@ -33,9 +33,9 @@ from activated_dgp.deep.prediction import layer_inputs, sample_layers
 from activated_dgp.training import stage2_recipe
 from activated_dgp.zonal.kernels import ZonalArcCosine
 from activated_dgp.zonal.spectra import DEFAULT_ACTIVATION
-from experiments.banana import banana_dataset
 from experiments.harness import cli
 from experiments.harness.protocol import Protocol, relabel
+from experiments.harness.setups import banana_dataset
 from experiments.harness.study import page_path, records_path
 
 FACTORS = tuple(float(f) for f in np.round(np.geomspace(1.0, 200.0, 15), 4))

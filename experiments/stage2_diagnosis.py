@@ -58,12 +58,8 @@ from experiments.harness.blocks import write_block
 from experiments.harness.protocol import Protocol, from_legacy, relabel
 from experiments.harness.store import ResultStore
 from experiments.harness.study import load_records
-from experiments.methods import BUDGETS
-from experiments.methods import build_twin_network
-from experiments.methods import canonical_datasets
-from experiments.methods import dgp_mixture
-from experiments.methods import prepare_split
-from experiments.methods import protocol_schedule
+from experiments.methods import (BUDGETS, build_twin_network, canonical_datasets, dgp_mixture, prepare_split,
+                                 protocol_schedule)
 
 # name → options of train_two_stage (plus "learning_rate" and "early_stopping" for the stage-2 schedule)
 VARIANTS = {

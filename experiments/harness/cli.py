@@ -12,8 +12,7 @@ from types import ModuleType
 from typing import Optional, Sequence
 
 from experiments.harness.store import portable_command
-from experiments.harness.study import check_study, run_study
-from experiments.harness.study import page_path
+from experiments.harness.study import check_study, page_path, run_study
 
 
 def make_parser(prog: str, description: Optional[str] = None) -> argparse.ArgumentParser:

@@ -1,6 +1,6 @@
-"""Problem setups shared by studies and benchmarks: data scaled as a study uses it, the classic kernels of the
-NeuralEF paper and the rotated-MNIST CNN. Part of the harness and importing only the library, so a benchmark uses a
-study's setting without importing the study."""
+"""Problem setups shared by studies and benchmarks: data scaled as a study uses it (MNIST, the banana set), the
+classic kernels of the NeuralEF paper and the rotated-MNIST CNN. Part of the harness and importing only the library,
+so a benchmark, or another study, uses a study's setting without importing the study."""
 
 from __future__ import annotations
 
@@ -24,6 +24,29 @@ def mnist_arrays(data_dir=None, symmetric: bool = False):
         return 2.0 * unit - 1.0 if symmetric else unit
 
     return scale(data.x_train), np.asarray(data.y_train), scale(data.x_test), np.asarray(data.y_test), data
+
+
+def banana_dataset(num_points: int = 500, seed: int = 0, noise: float = 0.2, standardise: bool = True):
+    """Two interleaving crescents ("bananas") with isotropic Gaussian noise: X [N, 2], Y [N, 1] in {0, 1}.
+
+    Class 0: (cos t, sin t); class 1: (1 − cos t, 1/2 − sin t), t ~ U(0, π), plus N(0, noise²·I);
+    half the points in each class. With ``standardise`` each input column is shifted and scaled to
+    mean 0 and standard deviation 1 (the usual preprocessing; the input scale matters to the far field of the
+    zonal kernel). The data of the banana and far-field studies (Dutordoir et al., 2021, Sec. 5.1).
+    """
+    if num_points < 2:
+        raise ValueError(f"num_points must be ≥ 2, got {num_points}")
+    rng = np.random.default_rng(seed)
+    n0 = num_points // 2
+    t = rng.uniform(0.0, np.pi, size=num_points)
+    upper = np.stack([np.cos(t[:n0]), np.sin(t[:n0])], axis=1)
+    lower = np.stack([1.0 - np.cos(t[n0:]), 0.5 - np.sin(t[n0:])], axis=1)
+    X = np.concatenate([upper, lower]) + noise * rng.normal(size=(num_points, 2))
+    Y = np.concatenate([np.zeros(n0), np.ones(num_points - n0)])[:, None]
+    if standardise:
+        X = (X - X.mean(0)) / X.std(0)
+    order = rng.permutation(num_points)
+    return X[order], Y[order]
 
 
 def classic_kernel(name: str):
