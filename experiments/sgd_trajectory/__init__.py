@@ -19,8 +19,8 @@ small CNN without batch norm (conv 8 and 16 channels, 5×5, max-pooled, one Dens
 * ``ensemble``: 5 MAP networks from independent seeds (member 0 is ``map``'s).
 
 The rotated-MNIST study's NN, deep ensemble and ADGP (its larger CNN) are read from its records (``--reference``) and
-shown for reference. Records: ``<out>/records.jsonl``, one per (method, seed), protocol ``v1:<configuration
-digest>``; trained networks and the trajectory (SWAG state and function values) are artifacts under ``--artifacts``.
+shown for reference. Records: ``<out>/records.jsonl``, one per (method, seed), under the protocol of its
+configuration (:data:`PROTOCOL`); trained networks and the trajectory (SWAG state and function values) are artifacts under ``--artifacts``.
 The configuration and cells: cells.py; what is fitted: models.py; the page and figure: report.py.
 """
 
@@ -30,7 +30,7 @@ import sys
 
 from experiments.harness import cli
 from experiments.sgd_trajectory.cells import (
-    ANGLES, KEY, LABELS, METHODS, PROTOCOL, Config, add_options, cells, config_from, run_cell,
+    ANGLES, KEY, LABELS, METHODS, PROTOCOL, Config, add_options, cells, config_from, run_cell, upgrade,
 )
 from experiments.sgd_trajectory.report import RULE, markdown, report, verdicts
 
@@ -42,5 +42,5 @@ def main(argv=None) -> list:
 
 __all__ = [
     "ANGLES", "Config", "KEY", "LABELS", "METHODS", "PROTOCOL", "RULE", "add_options", "cells",
-    "config_from", "main", "markdown", "report", "run_cell", "verdicts",
+    "config_from", "main", "markdown", "report", "run_cell", "upgrade", "verdicts",
 ]

@@ -14,6 +14,7 @@ import numpy as np
 
 from activated_dgp.data.mnist import default_cache_dir
 from activated_dgp.eigen import function_space_probabilities, trajectory_eigenfunctions
+from experiments.harness.protocol import Protocol, relabel
 from experiments.harness.store import portable_path
 from experiments.sgd_trajectory import models
 
@@ -26,7 +27,7 @@ ENSEMBLE_SEED_STRIDE = 10_000  # member k of seed s has seed s + k · stride (me
 
 @dataclass(frozen=True)
 class Config:
-    """Everything that changes the numbers (its digest is part of the records' protocol)."""
+    """Everything that changes the numbers: the records' protocol settings; its digest names the cached artifacts."""
 
     train_size: Optional[int] = 5000
     test_size: Optional[int] = None
@@ -46,7 +47,12 @@ class Config:
     ensemble_size: int = 5
 
     def digest(self) -> str:
-        return hashlib.sha1(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
+        return config_digest(asdict(self))
+
+
+def config_digest(config: Dict) -> str:
+    """The first 12 hex digits of the SHA-1 of a configuration's sorted JSON."""
+    return hashlib.sha1(json.dumps(config, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def add_options(parser) -> None:
@@ -73,8 +79,17 @@ def config_from(options) -> Config:
     return Config(angles=tuple(options.angles), **fields)
 
 
-def PROTOCOL(options) -> str:
-    return f"v1:{config_from(options).digest()}"
+def PROTOCOL(options) -> Protocol:
+    """Version 1 with the configuration as its settings."""
+    return Protocol("1", asdict(config_from(options)))
+
+
+def upgrade(record: Dict) -> Dict:
+    """A record made before the study declared a :class:`Protocol` carries ``v1:<its configuration's digest>``
+    (:meth:`Config.digest`) and the configuration itself: the protocol it was made under."""
+    config = record.get("config")
+    made_under = isinstance(config, dict) and record.get("protocol") == f"v1:{config_digest(config)}"
+    return relabel(record, Protocol("1", config) if made_under else None)
 
 
 def cells(options) -> List[Dict]:
