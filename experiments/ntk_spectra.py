@@ -47,6 +47,7 @@ import tf_keras
 from activated_dgp.eigen import NeuralEF, jacobian_features, ntk_kernel, rademacher_matrix
 from experiments.harness import cli
 from experiments.harness.blocks import write_block
+from experiments.harness.protocol import Protocol, from_legacy, integers, relabel
 from experiments.harness.setups import mnist_arrays
 from experiments.harness.study import page_path, records_path
 
@@ -77,10 +78,22 @@ def settings(options) -> dict:
     return chosen
 
 
-def PROTOCOL(options) -> str:
-    s = settings(options)
-    return ("v1:" + ":".join(f"{key}{'-'.join(map(str, value)) if isinstance(value, tuple) else value}"
-                             for key, value in sorted(s.items()) if key != "seeds"))
+def PROTOCOL(options) -> Protocol:
+    """Version 1 with the settings (:func:`settings`) but the number of seeds, which adds cells and changes none."""
+    return Protocol("1", {key: value for key, value in settings(options).items() if key != "seeds"})
+
+
+def settings_string(options) -> str:
+    """The settings as one string, ``v1:classes3-5:epochs30:…`` (sorted, seeds left out): the name of the NeuralEF
+    trainings' checkpoints, and the protocol string of records made before the study declared a :class:`Protocol`."""
+    return "v1:" + ":".join(f"{key}{'-'.join(map(str, value)) if isinstance(value, tuple) else value}"
+                            for key, value in sorted(PROTOCOL(options).settings.items()))
+
+
+def upgrade(record: dict) -> dict:
+    """A record made before the study declared a :class:`Protocol` carries :func:`settings_string`'s form."""
+    fields = [(key, key, integers if key == "classes" else int) for key in sorted(DEFAULTS) if key != "seeds"]
+    return relabel(record, from_legacy(record.get("protocol"), fields))
 
 
 def cells(options) -> list:
@@ -203,7 +216,7 @@ def run_cell(cell, options, context) -> dict:
     start = time.perf_counter()
     neuralef = NeuralEF(RANK, kernel=K_mc, input_dim=X.shape[1], width=s["width"], activation="relu",
                         oversampling=s["oversampling"], seed=seed)
-    checkpoints = context.artifacts.checkpoint_dir("neuralef_training", {"protocol": PROTOCOL(options), "seed": seed})
+    checkpoints = context.artifacts.checkpoint_dir("neuralef_training", {"protocol": settings_string(options), "seed": seed})
     if checkpoints is not None and tf.train.latest_checkpoint(checkpoints):
         record["neuralef_resumed"] = True  # its neuralef_seconds count only the steps after the resumption
     neuralef.fit(X, num_steps=s["steps"], schedule="cosine", print_every=0 if options.quiet else max(1, s["steps"] // 5),
