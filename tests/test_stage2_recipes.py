@@ -14,6 +14,7 @@ DEFINED = {
     "validation": dict(kernel_variance="validation", kernel_variance_floor=None, noise_variance="selected", early=True, validation=0.1),
     "elbo": dict(kernel_variance="elbo", kernel_variance_floor=None, noise_variance="selected", early=True, validation=0.1),
     "floor": dict(kernel_variance="validation", kernel_variance_floor=1e-2, noise_variance="selected", early=True, validation=0.1),
+    "slab": dict(kernel_variance="validation", kernel_variance_floor=None, noise_variance="selected", early=True, validation=0.1),
 }
 BY_LIKELIHOOD = {"gaussian": "validation", "classification": "paper"}  # the suggested candidate: which recipe each gets
 
@@ -29,6 +30,7 @@ def test_each_recipe_resolves_to_its_definition(name):
     # a classifier has no Gaussian noise to choose
     assert stage2_recipe(name).resolve(gaussian=False).noise_variance is None
     assert DEFAULT_RECIPE in set(DEFINED) | {"by_likelihood"} and set(STAGE2_RECIPES) == set(DEFINED) | {"by_likelihood"}
+    assert stage2_recipe(name).validation_split == ("slab" if name == "slab" else "random")
 
 
 def test_by_likelihood_is_validation_for_regression_and_paper_for_classification():
@@ -91,7 +93,7 @@ def test_the_front_door_is_small():
 
     parameters = inspect.signature(train_two_stage).parameters
     named = [name for name, p in parameters.items() if p.kind is not inspect.Parameter.VAR_KEYWORD]
-    assert len(named) <= 12, named
+    assert len(named) <= 13, named  # data (2), network, its conversion (make_convertible), the rest
 
 
 def test_bad_recipes_are_clear_errors():

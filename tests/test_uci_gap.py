@@ -191,3 +191,32 @@ def test_a_gap_run_end_to_end_writes_gap_records_and_its_page(tmp_path):
     empty = tmp_path / "empty" / "uci_gap"
     uci.main(["--splits-kind", "gap", "--report-only", "--out", str(empty), "--quiet"])
     assert "No gap-split records yet" in blocks.read_block(tmp_path / "empty" / "uci_gap.md", "uci")
+
+
+def _record(dataset, method, split, nlpd, rmse, input_dim=3):
+    return {"dataset": dataset, "method": method, "split": split, "nlpd": nlpd, "rmse": rmse, "input_dim": input_dim,
+            "num_train": 10, "num_test": 5, "rmse_original": rmse, "nlpd_original": nlpd, "seconds": 1.0,
+            "budget": {"name": "converged"}}
+
+
+def test_the_gap_targets_are_judged_only_on_complete_sets_and_count_as_written():
+    from experiments.uci.gap import complete_sets, gap_targets_markdown
+
+    records = []
+    # set A: complete (3 features, 3 splits); ADGP beats NN+TS (0.5 < 0.7), loses to dropout (0.5 > 0.4), and its RMSE
+    # is 0.02 above NN's mean with NN's standard error 0.1 over splits (values 1.0, 1.1, 1.2 → se 0.0577): within
+    nn_rmse = [1.0, 1.1, 1.2]
+    for k in range(3):
+        records += [_record("A", "nn", k, 1.0, nn_rmse[k]), _record("A", "nn_ts", k, 0.7, nn_rmse[k]),
+                    _record("A", "dropout", k, 0.4, 1.0), _record("A", "adgp", k, 0.5, nn_rmse[k] + 0.02)]
+    # set B: split 2 of ADGP missing, so not judged although it would win everything
+    for k in range(3):
+        records += [_record("B", m, k, 9.0, 9.0) for m in ("nn", "nn_ts", "dropout")]
+        if k < 2:
+            records.append(_record("B", "adgp", k, 0.0, 0.0))
+    assert complete_sets(records, ["A", "B"]) == ["A"]
+    text = "\n".join(gap_targets_markdown(records, ["A", "B"]))
+    assert "judged on the 1 of 9 sets" in text
+    assert "ADGP NLPD < NN+TS: 1 of 1 complete sets so far (on: A)" in text
+    assert "ADGP NLPD < NN+Dropout: 0 of 1 complete sets so far;" in text
+    assert "within one standard error of NN's mean: 1 of 1 datasets" in text

@@ -384,6 +384,14 @@ def _plans(network) -> list:
     return plans
 
 
+def relu_layers(network: tf_keras.Model) -> list:
+    """The names of the layers of ``network``'s convertible tail (:func:`split_convertible_head`) whose units are
+    ReLUs: the units whose converted means have no bounded RKHS norm (their KL grows without bound with the
+    truncation level; :mod:`activated_dgp.training.convertible`)."""
+    _, head = split_convertible_head(network)
+    return [plan.units.layers[0].name for plan in _plans(head) if resolve_activation(plan.units.activation).name == "relu"]
+
+
 def split_convertible_head(network: tf_keras.Model):
     """(g, head): the network as a feature extractor g followed by the longest tail of its chain that
     :func:`dgp_from_keras` converts, head(g(x)) = network(x) with the same layer objects. g is None when the whole

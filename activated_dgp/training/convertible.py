@@ -21,7 +21,10 @@ converts exactly (Dutordoir et al., 2021, Sec. 4–5).
    map after the units by least squares onto the network's layer outputs.
 3. **Fine-tune** the swapped network on (X, Y) with the likelihood's loss (:func:`train_network`), a schedule of
    about ``steps`` minibatch steps. With ``validation_data`` and a patience it stops early and restores its best
-   check; without, the parameters at the start are restored if training made the loss on (X, Y) worse.
+   check; without a patience, the parameters at the start are restored if training made the loss on (X, Y) worse.
+   (The validation cross-entropy is not the guard: on rotated MNIST, fine-tuning raised it, as a network's
+   overconfidence does, while it raised the accuracy, and the DGP converted from the fine-tuned network scored
+   better than the one from the refitted start.)
 
 The result converts exactly: ``dgp_from_keras(result.network, N)``'s mean propagation is the swapped network's
 forward pass (to round-off), and ``train_two_stage(X, Y, network=result.network)`` runs the ELBO from there. Its
@@ -199,7 +202,7 @@ def make_convertible(
     if schedule is not None:
         start = [w.copy() for w in logits.get_weights()]
         history = train_network(logits, X, Y, likelihood, schedule, validation_data=validation_data)
-        if validation_data is None and loss_of(logits) > swapped_loss:  # never hand back a network worse than the start
+        if schedule.patience is None and loss_of(logits) > swapped_loss:  # never hand back a network worse than the start
             logits.set_weights(start)
             history["restored_start"] = True
     final_loss = loss_of(logits)

@@ -132,9 +132,11 @@ def compiled_after_checks(eager: Callable[[], float], compile_score: Callable[[]
 
 
 def train_network(
-    network: tf_keras.Model, X, Y, likelihood="gaussian", schedule: Optional[TrainingSchedule] = None, *, validation_data=None
+    network: tf_keras.Model, X, Y, likelihood="gaussian", schedule: Optional[TrainingSchedule] = None, *, validation_data=None,
+    loss: Optional[tf_keras.losses.Loss] = None,
 ) -> dict:
-    """Stage 1: ordinary ``model.fit`` of the twin (or any network) on MSE / cross-entropy.
+    """Stage 1: ordinary ``model.fit`` of the twin (or any network) on MSE / cross-entropy, or on ``loss`` when given
+    (a tf-keras loss of (Y, network outputs), e.g. a Gaussian negative log-likelihood of a mean-and-variance network).
 
     With ``validation_data`` = (X_val, Y_val) the training loss on it is checked every
     ``schedule.validation_every`` epochs, the fit stops after ``schedule.patience`` checks without
@@ -145,7 +147,7 @@ def train_network(
     width = getattr(network, "input_shape", None)
     if isinstance(width, tuple) and width and width[-1] is not None and width[-1] != X.shape[1]:
         raise ValueError(f"X must have the network's input width {width[-1]}, got shape {X.shape}")
-    loss = network_loss(likelihood)
+    loss = network_loss(likelihood) if loss is None else loss
     output_width(likelihood, Y)  # labels fit the likelihood (0/1, class indices)
     network.compile(tf_keras.optimizers.Adam(schedule.learning_rate), loss=loss)
     score = None

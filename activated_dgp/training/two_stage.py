@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 import warnings
-from typing import Optional, Sequence, Union
+from typing import Optional, Sequence, Tuple, Union
 
 import gpflux
 import numpy as np
@@ -15,16 +15,18 @@ import tensorflow as tf
 import tf_keras
 
 from ..deep.config import ArchitectureConfig
-from ..deep.conversion import dgp_from_keras, head_likelihood, resolve_head_likelihood, split_convertible_head
+from ..deep.conversion import _logit_chain, dgp_from_keras, head_likelihood, relu_layers, resolve_head_likelihood, split_convertible_head
 from ..deep.far_field import add_far_field, far_field_options, refit_far_field
 from ..deep.builders import likelihood_name, output_width
+from ..deep.likelihoods import network_loss
 from ..deep.prediction import predict_class_probabilities, predict_y, predictive_log_density
 from ..deep.twin import build_activated_nn
 from ..validation import check_targets
 from .extractor import _check_inputs, extracted_features, train_dgp_with_extractor
+from .convertible import ConvertibleNetwork, make_convertible as _make_convertible
 from .fitters import _check_data, evaluate_elbo, train_dgp, train_network
 from .recipes import (
-    DEFAULT_RECIPE, NOISE_FACTORS, STAGE2_RECIPES, Stage2Recipe, check_variance_floor, rescale_kernel_variance, select_kernel_variances,
+    DEFAULT_RECIPE, NOISE_FACTORS, STAGE2_RECIPES, VALIDATION_SPLITS, Stage2Recipe, check_variance_floor, rescale_kernel_variance, select_kernel_variances,
     stage2_recipe,
 )
 from .schedule import TrainingSchedule
@@ -51,6 +53,10 @@ class TwoStageResult:
     # the feature extractor g trained with the DGP when the network's first layers do not convert (a copy: the
     # network is left as it was); features(X) applies it. None otherwise.
     extractor: Optional[tf_keras.Model] = None
+    # make_convertible's record when the network was made convertible first (train_two_stage(make_convertible=))
+    convertible: Optional[ConvertibleNetwork] = None
+    # the mean validation log predictive density of the starting network and of the DGP, when there is a validation part
+    validation_scores: Optional[dict] = None
 
     def features(self, X) -> np.ndarray:
         """The DGP's inputs for the network's inputs X: g(X) [N, D] through the trained feature extractor g when
@@ -86,23 +92,91 @@ def _recipe_used(recipe: Stage2Recipe) -> str:
     """The name of the registered recipe whose choices of v, floor, noise and stopping ``recipe`` makes (a composite such
     as "by_likelihood", once :meth:`Stage2Recipe.for_likelihood` has picked its branch, is named by the branch:
     "validation"); a recipe whose choices match none keeps its own name."""
-    core = ("kernel_variance", "kernel_variance_floor", "noise_variance", "early_stopping")
+    core = ("kernel_variance", "kernel_variance_floor", "noise_variance", "early_stopping", "validation_split")
     for name, registered in STAGE2_RECIPES.items():
         if registered.classification is None and all(getattr(recipe, f) == getattr(registered, f) for f in core):
             return name
     return recipe.name
 
 
-def split_validation(X, Y, fraction: float, seed: Optional[int] = None):
-    """A seeded random split of (X, Y) into (X_fit, Y_fit), (X_val, Y_val) with round(fraction·N) ≥ 1
-    validation rows."""
+def _wants_swap(option, network: tf_keras.Model) -> bool:
+    """Whether train_two_stage makes ``network`` convertible first (its ``make_convertible`` option)."""
+    if isinstance(option, dict) or option is True:
+        return True
+    if option is False:
+        return False
+    if option != "auto":
+        raise ValueError(f"make_convertible must be 'auto', True, False or a dict of make_convertible's keywords, got {option!r}")
+    return bool(relu_layers(network))
+
+
+def _validation_scores(result: TwoStageResult, network: tf_keras.Model, validation_data, likelihood,
+                       noise_variance: Optional[float], seed: Optional[int]) -> dict:
+    """The mean validation log predictive density of the starting network, log N(y | f(x), σ²) with the conversion's
+    noise σ² for a Gaussian likelihood and minus its cross-entropy (:func:`~activated_dgp.deep.likelihoods.network_loss`
+    on its logits) for a classifier, beside the DGP's; a UserWarning when the DGP's is the lower."""
+    X_val, Y_val = validation_data
+    gaussian = likelihood_name(likelihood) == "gaussian"
+    if gaussian:
+        outputs = np.asarray(network(X_val), dtype=np.float64)
+        network_score = float(np.mean(-0.5 * np.log(2 * np.pi * noise_variance) - 0.5 * (Y_val - outputs) ** 2 / noise_variance))
+    else:
+        logits = tf_keras.Sequential([tf_keras.Input(network.input_shape[1:])] + _logit_chain(network)[0])
+        network_score = -float(network_loss(likelihood)(Y_val, np.asarray(logits(X_val), dtype=np.float64)))
+    dgp_score = float(np.mean(result.predict_log_density(X_val, Y_val, seed=seed)))
+    if dgp_score < network_score:
+        warnings.warn(
+            f"the trained DGP's mean validation log predictive density {dgp_score:.4g} is below the starting network's "
+            f"{network_score:.4g} ({'with the conversion noise' if gaussian else 'its own probabilities'}); "
+            "TwoStageResult.validation_scores keeps both",
+            UserWarning, stacklevel=3,
+        )
+    return {"network": network_score, "dgp": dgp_score}
+
+
+def _slab_scores(X: np.ndarray, rng: np.random.Generator) -> Tuple[np.ndarray, str]:
+    """The coordinate a slab is cut along, per row, and what it is: a seeded input feature with at least three
+    distinct values for tabular X [N, D]; the first principal component of the flattened inputs otherwise (images)."""
+    if X.ndim == 2:
+        candidates = [k for k in range(X.shape[1]) if len(np.unique(X[:, k])) >= 3]
+        if not candidates:
+            raise ValueError("a slab validation part needs an input feature with at least three distinct values")
+        feature = int(rng.choice(candidates))
+        return X[:, feature].astype(np.float64), f"input feature {feature}"
+    flat = X.reshape(len(X), -1).astype(np.float64)
+    rows = flat[rng.permutation(len(flat))[:2000]]
+    _, _, vt = np.linalg.svd(rows - rows.mean(0), full_matrices=False)
+    return flat @ vt[0], "the inputs' first principal component"
+
+
+def split_validation(X, Y, fraction: float, seed: Optional[int] = None, kind: str = "random"):
+    """(X_fit, Y_fit), (X_val, Y_val) with round(fraction·N) ≥ 1 validation rows, held out by ``kind``:
+
+    * ``"random"``: a seeded random subset;
+    * ``"slab"``: a covariate-shifted part. The rows are sorted along a seeded input feature (the first principal
+      component for image inputs; ties in random order), and a contiguous block of them, centred at a seeded
+      quantile in [0.25, 0.75], is held out, so that the validation inputs lie between fit inputs along that
+      coordinate. It imitates the "gap" shift of Foong et al. (2019), "'In-Between' Uncertainty in Bayesian
+      Neural Networks", from the training data alone.
+    """
     if not 0.0 < fraction < 1.0:
         raise ValueError(f"the validation fraction must be in (0, 1), got {fraction!r}")
-    order = np.random.default_rng(seed).permutation(len(X))
+    if kind not in VALIDATION_SPLITS:
+        raise ValueError(f"the validation split must be one of {', '.join(map(repr, VALIDATION_SPLITS))}, got {kind!r}")
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(X))
     num_val = max(1, int(round(fraction * len(X))))
     if num_val >= len(X):
         raise ValueError(f"{len(X)} rows are too few to hold out {fraction:.0%} for validation")
-    val, fit = order[:num_val], order[num_val:]
+    if kind == "random":
+        val, fit = order[:num_val], order[num_val:]
+    else:
+        scores, _ = _slab_scores(np.asarray(X), rng)
+        ranked = order[np.argsort(scores[order], kind="stable")]  # sorted along the coordinate, ties in random order
+        centre = rng.uniform(0.25, 0.75) * len(X)
+        start = int(np.clip(round(centre - num_val / 2), 0, len(X) - num_val))
+        val = ranked[start:start + num_val]
+        fit = np.concatenate([ranked[:start], ranked[start + num_val:]])
     return (X[fit], Y[fit]), (X[val], Y[val])
 
 
@@ -160,6 +234,7 @@ def train_two_stage(
     seed: Optional[int] = None,
     callbacks: Sequence[tf_keras.callbacks.Callback] = (),
     strategy: Optional[tf.distribute.Strategy] = None,
+    make_convertible: Union[str, bool, dict] = "auto",
     **deprecated,
 ) -> TwoStageResult:
     """Network twin → activated DGP → ELBO (Dutordoir et al., 2021, Sec. 5.1, appendix E.1): train a network twin
@@ -200,6 +275,19 @@ def train_two_stage(
         DeepGP before stage 2 starts. With a feature extractor they are callbacks of the
         :class:`~activated_dgp.training.ExtractorDGP`'s fit.
     :param strategy: a ``tf.distribute.Strategy`` for stage 2 (:func:`train_dgp`); stage 1 trains on one device.
+    :param make_convertible: whether ``network`` is first made convertible by
+        :func:`~activated_dgp.training.make_convertible` (its activated blocks swapped for zonal Swish units refitted
+        to it and fine-tuned on (X, Y), the start kept if that made the training loss worse): ``"auto"`` (default) when the network has
+        ReLU units (:func:`~activated_dgp.deep.conversion.relu_layers`), whose converted means carry a KL that grows
+        without bound with the truncation level, so that stage 2's ELBO trains them away from the network's
+        (docs/results/relu_conversion.md); ``True`` always; a dict: always, with these keywords for make_convertible
+        (e.g. ``dict(steps=2000)``); ``False``: convert the network as it is. ``TwoStageResult.convertible`` keeps
+        make_convertible's record, and ``TwoStageResult.network`` is then the swapped network the DGP mirrors.
+
+    After stage 2, when there is a validation part, the DGP's mean validation log predictive density is compared
+    with the starting network's (its outputs with the conversion's noise for a Gaussian likelihood, its
+    probabilities for a classifier): both are in ``TwoStageResult.validation_scores``, and a UserWarning names them
+    when the DGP scores lower.
 
     The keywords of the previous release (``num_layers``, ``kernel_variance``, ``dgp_callbacks``, …) still work for
     one release, with a DeprecationWarning naming where each now lives.
@@ -254,7 +342,7 @@ def train_two_stage(
     if select_noise and not (gaussian and kernel_variance in ("elbo", "validation")):
         raise ValueError("noise_variance='selected' needs a Gaussian likelihood and kernel_variance='elbo' or 'validation'")
     if validation_data is None and validation_fraction > 0:
-        (X, Y), validation_data = split_validation(X, Y, validation_fraction, seed)
+        (X, Y), validation_data = split_validation(X, Y, validation_fraction, seed, kind=chosen.validation_split)
     if validation_data is not None:
         if extractor is None:
             validation_data = _check_data(*validation_data)
@@ -277,6 +365,13 @@ def train_two_stage(
     for name, value in (("noise_variance", noise_variance), ("kernel_variance", kernel_variance)):
         if value in ("validation", "selected") and validation_data is None:
             raise ValueError(f"{name}={value!r} needs validation_data or a validation_fraction")
+    convertible = None
+    start_network = network
+    if network is not None and _wants_swap(make_convertible, network):
+        options = make_convertible if isinstance(make_convertible, dict) else {}
+        convertible = _make_convertible(network, X, Y, likelihood=likelihood, seed=seed or 0, **options)
+        network = convertible.network
+        extractor, head = split_convertible_head(network)
     if seed is not None:
         tf.random.set_seed(seed)
     network_history = {}
@@ -332,7 +427,7 @@ def train_two_stage(
         )
         if far_field is not None and len(conversion.dgp.f_layers) > 1:  # stage 2 moved the hidden representations
             refit_far_field(conversion.dgp, X)
-    return TwoStageResult(
+    result = TwoStageResult(
         network,
         conversion.dgp,
         network_history,
@@ -343,4 +438,8 @@ def train_two_stage(
         noise_variance if gaussian else None,
         _recipe_used(chosen),
         extractor,
+        convertible,
     )
+    if validation_data is not None:
+        result.validation_scores = _validation_scores(result, start_network or network, validation_data, config.likelihood, noise_variance, seed)
+    return result

@@ -11,12 +11,15 @@ stage-2 recipe; and an ensemble of them.
   place of softplus, V refitted by ridge regression) and trained like ``adgp``.
 * ``relu_adgp`` — the network most users have (``relu``: a 2-hidden-layer ReLU MLP with biases) made convertible
   (:func:`activated_dgp.make_convertible`: zonal Swish units refitted to it and fine-tuned on the fit part), then
-  trained like ``adgp``; ``relu_bare`` — the same ReLU network handed to ``train_two_stage`` as it is.
+  trained like ``adgp``; ``relu_bare`` — the same ReLU network handed to ``train_two_stage`` as it is (``make_convertible=False``).
+* ``adgp_slab`` — ``adgp`` with the twin stopped, and v and the noise chosen, on a covariate-shifted slab of the
+  training split instead of its random validation part (the library's ``slab`` recipe).
 * ``adgp_ensemble`` — :data:`experiments.methods.nn.ENSEMBLE_SIZE` ADGPs, one from each ensemble member's network.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Dict, Optional
 
 import numpy as np
@@ -86,9 +89,9 @@ def _adgp(kind: str, data: SplitData, budget: Budget, networks: Optional[Network
                                                        data.y_scale)["rmse"],
                             "original_loss": made.original_loss, "refit_loss": made.swapped_loss, "final_loss": made.final_loss,
                             "layer_mismatch": made.layer_mismatch}
-    result = train_two_stage(
+    result = train_two_stage(  # the swap is the method's own choice (``swap``), never train_two_stage's
         X, y, likelihood="gaussian", network=converted, validation_data=validation, recipe=chosen,
-        dgp_schedule=schedule, seed=seed,
+        dgp_schedule=schedule, seed=seed, make_convertible=False,
     )
     init_noise = training_mse(network, X, y)
     init = regression_metrics(data.y_test, network_mean(network, data.X_test), init_noise, data.y_scale)
@@ -122,6 +125,15 @@ def _adgp(kind: str, data: SplitData, budget: Budget, networks: Optional[Network
 
 def predict_adgp(data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Prediction:
     return _adgp("twin", data, budget, networks)
+
+
+def predict_adgp_slab(data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Prediction:
+    """``adgp`` with the validation part a covariate-shifted slab of the training split (``SplitData.validation_kind``):
+    the twin stops early on it, and the library's validation recipe chooses v and the noise on it (the ``slab``
+    recipe of :data:`activated_dgp.training.STAGE2_RECIPES`)."""
+    if not budget.converged:
+        raise ValueError(f"adgp_slab needs a converged budget (its validation part); got {budget.name!r}")
+    return _adgp("twin", replace(data, validation_kind="slab"), budget, networks)
 
 
 def predict_plain_adgp(data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Prediction:

@@ -74,18 +74,33 @@ def fine_tuning_steps(budget) -> int:
 RELU_WIDTH = NUM_UNITS
 
 
-def build_relu_network(input_dim: int, seed: int) -> tf_keras.Sequential:
-    """The network most users have: a 2-hidden-layer ReLU MLP with biases, [Dense(128, relu)] × 2 → Dense(1),
-    Glorot-normal initialisation (seeded), float64."""
+def build_relu_network(input_dim: int, seed: int, outputs: int = 1) -> tf_keras.Sequential:
+    """The network most users have: a 2-hidden-layer ReLU MLP with biases, [Dense(128, relu)] × 2 → Dense(outputs),
+    Glorot-normal initialisation (seeded), float64 (``outputs=2``: a mean and a variance's pre-image, for
+    :class:`GaussianNLL`)."""
     rng = np.random.default_rng(seed)
     init = lambda: tf_keras.initializers.GlorotNormal(seed=int(rng.integers(2**31)))  # noqa: E731
     dtype = gpflow.default_float()
     return tf_keras.Sequential(
         [tf_keras.Input(shape=(input_dim,), dtype=dtype)]
         + [tf_keras.layers.Dense(RELU_WIDTH, activation="relu", kernel_initializer=init(), dtype=dtype) for _ in range(2)]
-        + [tf_keras.layers.Dense(1, kernel_initializer=init(), dtype=dtype)],
-        name="relu_nn",
+        + [tf_keras.layers.Dense(outputs, kernel_initializer=init(), dtype=dtype)],
+        name="relu_nn" if outputs == 1 else "relu_nll_nn",
     )
+
+
+class GaussianNLL(tf_keras.losses.Loss):
+    """−log N(y | μ(x), σ²(x)) per row for a network whose two outputs are μ and s, σ² = softplus(s) + 10⁻⁶: the proper
+    scoring rule each member of a deep ensemble is trained on (Lakshminarayanan, Pritzel & Blundell 2017, eq. 1)."""
+
+    def call(self, y_true, y_pred):
+        mean, variance = mean_and_variance(y_pred)
+        return 0.5 * tf.math.log(2.0 * np.pi * variance) + 0.5 * tf.square(y_true[:, 0] - mean) / variance
+
+
+def mean_and_variance(outputs):
+    """(μ, σ²) [N] each from a :class:`GaussianNLL` network's outputs [N, 2]."""
+    return outputs[:, 0], tf.nn.softplus(outputs[:, 1]) + 1e-6
 
 
 class NetworkMissing(LookupError):
@@ -150,7 +165,8 @@ class NetworkCache(ArtifactCache):
 
 def fit_network(kind: str, data: SplitData, budget: Budget, seed: int, networks: Optional[NetworkCache] = None,
                 dropout_rate: float = DROPOUT_RATE) -> Tuple[tf_keras.Model, Dict]:
-    """The ``kind`` ("twin", "plain", "relu" or "dropout") network trained on MSE on the fit part, with early
+    """The ``kind`` ("twin", "plain", "relu", "relu_nll" or "dropout") network trained on MSE (``relu_nll``: on
+    :class:`GaussianNLL`, two outputs) on the fit part, with early
     stopping on the validation part for a converged budget; seeded like stage 1 of ``train_two_stage``.
     ``networks`` (default: a fresh in-memory one) supplies it when it holds the network already."""
     networks = NetworkCache() if networks is None else networks
@@ -164,6 +180,8 @@ def fit_network(kind: str, data: SplitData, budget: Budget, seed: int, networks:
         network = build_plain_network(input_dim, seed)
     elif kind == "relu":
         network = build_relu_network(input_dim, seed)
+    elif kind == "relu_nll":
+        network = build_relu_network(input_dim, seed, outputs=2)
     else:
         network = build_twin_network(input_dim, seed)
         if kind == "dropout":
@@ -171,7 +189,8 @@ def fit_network(kind: str, data: SplitData, budget: Budget, seed: int, networks:
     network(X[:1])
 
     def train() -> Dict:
-        history = train_network(network, X, y, "gaussian", budget.schedule(budget.nn_steps, len(X)), validation_data=validation)
+        history = train_network(network, X, y, "gaussian", budget.schedule(budget.nn_steps, len(X)), validation_data=validation,
+                                loss=GaussianNLL() if kind == "relu_nll" else None)
         return {"steps_run": history.get("steps_run", budget.epochs(budget.nn_steps, len(X)) * math.ceil(len(X) / BATCH_SIZE)),
                 "best_step": history.get("best_step")}
 

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Optional
 
 import numpy as np
@@ -22,7 +23,8 @@ import tensorflow as tf
 import tf_keras
 
 from activated_dgp.training import fine_tuning_schedule, train_network
-from experiments.methods.networks import NetworkCache, fit_network, fine_tuning_steps, fit_twin, network_mean, training_mse
+from experiments.methods.networks import (NetworkCache, batched, fit_network, fine_tuning_steps, fit_twin, mean_and_variance, network_mean,
+                                          training_mse)
 from experiments.methods.protocol import Budget, Prediction, SplitData, fit_parts
 
 ENSEMBLE_SIZE = 5
@@ -58,8 +60,31 @@ def predict_ensemble(data: SplitData, budget: Budget, networks: Optional[Network
     return np.stack(means), np.stack(variances), {"members": ENSEMBLE_SIZE, "networks": histories}
 
 
+def predict_ensemble_nll(data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Prediction:
+    """The deep ensemble as Lakshminarayanan, Pritzel & Blundell (2017) train it, without their adversarial examples:
+    :data:`ENSEMBLE_SIZE` ReLU MLPs ([Dense(128, relu)] × 2 → Dense(2)), each predicting μ(x) and σ²(x) and trained on
+    the Gaussian negative log-likelihood (:class:`~experiments.methods.networks.GaussianNLL`) with early stopping on
+    it; the predictive is the equal mixture of the members' N(μ_m(x), σ²_m(x))."""
+    means, variances, histories = [], [], []
+    for member in range(ENSEMBLE_SIZE):
+        network, history = fit_network("relu_nll", data, budget, data.seed + 1000 * member, networks)
+        mean, variance = mean_and_variance(batched(lambda b: network(b).numpy(), data.X_test))
+        means.append(np.asarray(mean))
+        variances.append(np.asarray(variance))
+        histories.append(history)
+    return np.stack(means), np.stack(variances), {"members": ENSEMBLE_SIZE, "networks": histories}
+
+
 def predict_nn_ts(data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Prediction:
     return _temperature_scaled("twin", data, budget, networks)
+
+
+def predict_nn_slab_ts(data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Prediction:
+    """``nn_ts`` on ``adgp_slab``'s network, its temperature fitted on the same covariate-shifted slab: the control
+    that tells the slab's effect from the GP's."""
+    if not budget.converged:
+        raise ValueError(f"nn_slab_ts needs a converged budget (its validation part); got {budget.name!r}")
+    return _temperature_scaled("twin", replace(data, validation_kind="slab"), budget, networks)
 
 
 def predict_relu_ts(data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Prediction:

@@ -103,6 +103,9 @@ RECIPE_METHODS = ("adgp_paper", "adgp_elbo", "adgp_floor")
 ENSEMBLE_METHODS = ("adgp_ensemble",)
 #: The methods on the network most users have (a plain ReLU MLP) first exist in v6 too.
 RELU_METHODS = ("relu", "relu_ts", "relu_tuned_ts", "relu_bare", "relu_adgp")
+#: the shifted-validation screen: the twin stopped, and ADGP's v and noise (or NN+TS's temperature) chosen, on a
+#: covariate-shifted slab of the training split instead of a random part
+SLAB_METHODS = ("adgp_slab", "nn_slab_ts")
 METHOD_CHANGES = {
     "v2": ("*",), "v3": ("adgp", "plain_adgp"), "v4": ("adgp", "plain_adgp"), "v5": ("dgp",),
     "v6": ("network", "nn", "nn_ts", "dropout", "ensemble", "adgp", "plain_adgp", *RECIPE_METHODS, *ENSEMBLE_METHODS, *RELU_METHODS),
@@ -162,13 +165,15 @@ class SplitData:
     y_test: np.ndarray
     y_scale: float
     seed: int
+    validation_kind: str = "random"  # how the validation part is cut: "random", or "slab" (the *_slab methods)
 
     def validation_split(self):
-        """(X_fit, y_fit), (X_val, y_val): the seeded 10 % validation part of the training split that
-        every method of the converged protocol stops on (the same rows for every method)."""
+        """(X_fit, y_fit), (X_val, y_val): the seeded 10 % validation part of the training split that every method of
+        the converged protocol stops on (the same rows for every method), or, for ``validation_kind="slab"``, a
+        covariate-shifted slab of the same size (:func:`activated_dgp.training.split_validation`)."""
         from activated_dgp.training import split_validation
 
-        return split_validation(self.X_train, self.y_train, VALIDATION_FRACTION, self.seed)
+        return split_validation(self.X_train, self.y_train, VALIDATION_FRACTION, self.seed, kind=self.validation_kind)
 
 
 Prediction = Tuple[np.ndarray, np.ndarray, Dict]  # means [S, N], variances [S, N], extra fields

@@ -13,13 +13,14 @@ import tf_keras
 
 from activated_dgp.metrics import regression_metrics
 from experiments.methods.adgp import (predict_adgp, predict_adgp_elbo, predict_adgp_ensemble, predict_adgp_floor,
-                                      predict_adgp_paper, predict_plain_adgp, predict_relu_adgp, predict_relu_bare)
+                                      predict_adgp_paper, predict_adgp_slab, predict_plain_adgp, predict_relu_adgp, predict_relu_bare)
 from experiments.methods.dgp import predict_dgp
 from experiments.methods.dropout import predict_dropout
 from experiments.methods.lla import (LLA_EXACT_MAX_PARAMETERS, predict_lla_exact, predict_lla_last_layer,
                                      predict_lla_neuralef, twin_parameter_count)
 from experiments.methods.networks import NetworkCache
-from experiments.methods.nn import predict_ensemble, predict_nn, predict_nn_ts, predict_plain, predict_relu, predict_relu_ts, predict_relu_tuned_ts
+from experiments.methods.nn import (predict_ensemble, predict_ensemble_nll, predict_nn, predict_nn_slab_ts, predict_nn_ts, predict_plain, predict_relu,
+                                    predict_relu_ts, predict_relu_tuned_ts)
 from experiments.methods.protocol import Budget, Prediction, SplitData
 from experiments.methods.scoring import shift_diagnostics
 
@@ -44,6 +45,9 @@ METHODS: Dict[str, Callable[[SplitData, Budget, NetworkCache], Prediction]] = {
     "relu_tuned_ts": predict_relu_tuned_ts,
     "relu_bare": predict_relu_bare,
     "relu_adgp": predict_relu_adgp,
+    "adgp_slab": predict_adgp_slab,
+    "nn_slab_ts": predict_nn_slab_ts,
+    "ensemble_nll": predict_ensemble_nll,
 }
 LABELS = {
     "nn": "NN",
@@ -66,6 +70,9 @@ LABELS = {
     "relu_tuned_ts": "ReLU NN+TS (fine-tuned)",
     "relu_bare": "ReLU→ADGP (as is)",
     "relu_adgp": "ReLU→ADGP (made convertible)",
+    "adgp_slab": "ADGP slab-v",
+    "nn_slab_ts": "NN+TS slab",
+    "ensemble_nll": "NLL Ensemble",
 }
 
 

@@ -19,13 +19,14 @@ CONTROLS = ("nn_ft", "nn_ts_ft", "nn_dropout_ft", "ensemble", "adgp_ensemble")
 #: the LLA rows on ``nn``'s network (--lla)
 LLA_MODELS = ("lla_last_layer", "lla_diagonal", "lla_neuralef")
 #: the plain tf-keras CNN a user has (ReLU, softmax head) and what the library makes of it (--plain-cnn)
-PLAIN_MODELS = ("plain_cnn", "plain_cnn_ts", "plain_cnn_adgp", "plain_cnn_convertible_adgp")
+PLAIN_MODELS = ("plain_cnn", "plain_cnn_ts", "plain_cnn_as_is_adgp", "plain_cnn_adgp", "plain_cnn_convertible_adgp")
 ALL_MODELS = MODELS + CONTROLS + LLA_MODELS + PLAIN_MODELS
 LABELS = {"nn": "NN", "nn_dropout": "NN + Dropout", "nn_ts": "NN + TS", "adgp": "ADGP", "adgp_ft": "ADGP + conv fine-tuned",
           "nn_ft": "NN + extra epochs", "nn_ts_ft": "NN + extra epochs + TS", "nn_dropout_ft": "NN + Dropout + extra epochs",
           "ensemble": "Deep ensemble", "adgp_ensemble": "ADGP ensemble",
           "lla_last_layer": "LLA last layer", "lla_diagonal": "LLA diagonal", "lla_neuralef": "LLA NeuralEF",
           "plain_cnn": "Plain CNN", "plain_cnn_ts": "Plain CNN + TS", "plain_cnn_adgp": "Plain CNN → train_two_stage",
+          "plain_cnn_as_is_adgp": "Plain CNN → train_two_stage(make_convertible=False)",
           "plain_cnn_convertible_adgp": "Plain CNN → make_convertible → train_two_stage"}
 STAGE2_OPTIMIZER = "Adam"  # stage 2 with the conv layers trained, and the networks' extra epochs (stage2_fit)
 ENSEMBLE_SEED_STRIDE = 10_000  # deep-ensemble member k of run s has seed s + k · stride (member_seed)

@@ -7,14 +7,18 @@ the library makes of it:
 * ``plain_cnn_ts``: its logits divided by the temperature T fitted on the validation images (Guo et al., 2017;
   :func:`experiments.rotated_mnist.models.fit_temperature`).
 * ``plain_cnn_adgp``: the library call :func:`activated_dgp.train_two_stage` with ``network=`` the trained CNN and
-  ``likelihood="softmax"``: its convolutional part becomes a feature extractor g, its Dense tail an activated DGP
+  ``likelihood="softmax"``: by default (``make_convertible="auto"``) its ReLU Dense block is first made convertible
+  (:func:`activated_dgp.make_convertible` on the training images, guarded by the validation images), then its
+  convolutional part becomes a feature extractor g, its Dense tail an activated DGP
   (Dutordoir et al., 2021, Sec. 5.1 and 5.3: p(y | x) = ∫ softmax(f) q(f | g(x)) df), and stage 2 maximises the ELBO
   over the DGP's parameters and g's. The library's defaults (recipe, learning rate, minibatch, far field), except
   the number of stage-2 epochs, which is the study's ``config.dgp_epochs``; the validation images are passed as
   ``validation_data``. Predictions: ``TwoStageResult.predict_class_probabilities`` with the study's
   ``config.dgp_samples`` samples.
-* ``plain_cnn_convertible_adgp``: :func:`activated_dgp.make_convertible` first (the ReLU Dense block swapped for
-  zonal Swish units refitted to it and fine-tuned with its defaults), then the same ``train_two_stage`` call.
+* ``plain_cnn_as_is_adgp``: the same call with ``make_convertible=False``: the ReLU Dense block converted as it is.
+* ``plain_cnn_convertible_adgp``: :func:`activated_dgp.make_convertible` called by hand first (the ReLU Dense block
+  swapped for zonal Swish units refitted to it and fine-tuned with its defaults, without a validation guard), then
+  the same ``train_two_stage`` call.
 """
 
 from __future__ import annotations
@@ -84,7 +88,7 @@ def trained_plain_cnn(config: Config, splits: models.Splits, seed: int, checkpoi
     return model, seconds
 
 
-def two_stage(config: Config, splits: models.Splits, seed: int, network, checkpoint: Path, source=None):
+def two_stage(config: Config, splits: models.Splits, seed: int, network, checkpoint: Path, source=None, as_is: bool = False):
     """``train_two_stage(x_train, y_train, likelihood="softmax", network=source(), ...)`` (module docstring; ``source``
     None: ``network`` itself), or its checkpoint (the DGP and the trained extractor's weights, whose layers are
     ``network``'s convolutional part): (TwoStageResult, info with ``source``'s own info)."""
@@ -109,10 +113,15 @@ def two_stage(config: Config, splits: models.Splits, seed: int, network, checkpo
     result = train_two_stage(
         images(splits.x_train), splits.y_train, likelihood="softmax", network=network,
         dgp_schedule=TrainingSchedule(epochs=config.dgp_epochs, verbose=2),
-        validation_data=(images(splits.x_val), splits.y_val), seed=seed,
+        validation_data=(images(splits.x_val), splits.y_val), seed=seed, make_convertible=False if as_is else "auto",
     )
     info = {**info, "seconds": time.time() - start, "recipe": result.recipe, "conversion_mismatch": float(result.conversion_mismatch),
-            "kernel_variances": result.kernel_variances, "elbo_loss": [float(v) for v in result.dgp_history.get("loss", [])]}
+            "kernel_variances": result.kernel_variances, "elbo_loss": [float(v) for v in result.dgp_history.get("loss", [])],
+            "validation_scores": result.validation_scores}
+    if result.convertible is not None:
+        made = result.convertible
+        info.update({"convertible_losses": [made.original_loss, made.swapped_loss, made.final_loss],
+                     "convertible_mismatch": list(made.layer_mismatch)})
     atomic_write(weights, lambda temporary: result.extractor.save_weights(temporary))
     atomic_write_text(record, json.dumps(info))
     save_dgp(result.dgp, checkpoint)  # its pointer, moved last, marks a complete save
@@ -133,7 +142,8 @@ def prediction(context, config: Config, splits: models.Splits, seed: int, model:
             log(f"  temperature T = {scale:.3f} (fitted on {len(splits.x_val)} validation images)")
         return [(None, None)], lambda feats: models.softmax(logits_model.predict(images(feats[0]), batch_size=1000, verbose=0) / scale), info
     source = (lambda: convertible(splits, seed, network, config.convertible_steps)) if model == "plain_cnn_convertible_adgp" else None
-    result, stage2 = two_stage(config, splits, seed, network, context.artifacts.checkpoint(f"{tag}_{model}"), source)
+    result, stage2 = two_stage(config, splits, seed, network, context.artifacts.checkpoint(f"{tag}_{model}"), source,
+                               as_is=model == "plain_cnn_as_is_adgp")
     info.update({f"stage2_{k}" if k == "seconds" else k: v for k, v in stage2.items()})
     info["train_seconds"] += info.get("convertible_seconds", 0.0) + stage2["seconds"]
 

@@ -17,7 +17,7 @@ from experiments.rotated_mnist.report import _cell, aggregate, plot
 #: the study's records holding the fine-tuned controls the log-likelihood target compares with
 CONTROLS_RECORDS = "docs/results/rotated_mnist_controls"
 CONTROL_MODELS = ("nn_ts_ft", "nn_dropout_ft")
-ADGP_MODELS = ("plain_cnn_adgp", "plain_cnn_convertible_adgp")
+ADGP_MODELS = ("plain_cnn_as_is_adgp", "plain_cnn_adgp", "plain_cnn_convertible_adgp")
 #: the targets, written before the runs: 0° accuracy within ACCURACY_POINTS points of the plain CNN's, per seed, and
 #: a test log-likelihood above every control's at ≥ MIN_ANGLES of the angles from SHIFT_FROM degrees, per seed
 ACCURACY_POINTS = 0.5

@@ -22,7 +22,7 @@ from experiments.harness.artifacts import ArtifactCache, atomic_write_text
 from experiments.harness.study import records_path
 import experiments.methods as methods
 from experiments.methods.data import DATASET_ORDER, canonical_datasets, prepare_split, use_fixed
-from experiments.methods.protocol import RELU_METHODS as RELU_PROTOCOL_METHODS
+from experiments.methods.protocol import RELU_METHODS as RELU_PROTOCOL_METHODS, SLAB_METHODS
 
 KEY = ("dataset", "method", "split", "protocol")  # the protocol (budget key) is part of a cell's name
 METRICS = ("rmse", "nlpd", "rmse_original", "nlpd_original")
@@ -35,7 +35,9 @@ RECIPE_METHODS = ("adgp_paper", "adgp_elbo", "adgp_floor")
 ENSEMBLE_METHODS = ("adgp_ensemble",)  # run when named
 #: the network most users have (a plain ReLU MLP), its temperature scaling and its conversions; run when named
 RELU_METHODS = RELU_PROTOCOL_METHODS
-METHOD_ORDER = DEFAULT_METHODS + LLA_METHODS + RECIPE_METHODS + ENSEMBLE_METHODS + RELU_METHODS
+#: baselines trained as their papers train them, run when named: the deep ensemble on the Gaussian NLL
+PAPER_BASELINES = ("ensemble_nll",)
+METHOD_ORDER = DEFAULT_METHODS + PAPER_BASELINES + LLA_METHODS + RECIPE_METHODS + ENSEMBLE_METHODS + RELU_METHODS + SLAB_METHODS
 #: The split protocols of ``--splits-kind`` (activated_dgp.data.uci.SPLIT_PROTOCOLS): "published", the fixed 90/10
 #: splits (random ones where a set has none); "gap", one split per input feature (the middle third held out).
 SPLITS_KINDS = ("published", "gap")

@@ -10,8 +10,11 @@ import numpy as np
 from experiments.harness.statistics import standard_error
 from experiments.methods import LABELS
 from experiments.methods.data import in_order
-from experiments.uci.cells import GAP_DEFAULT_MAX_SPLITS, METHOD_ORDER
+from experiments.uci.cells import GAP_DEFAULT_MAX_SPLITS, METHOD_ORDER, SLAB_METHODS
 from experiments.uci.sections import method_columns, metric_table, protocol_lines, seconds_table
+from experiments.uci.slab_screen import slab_screen_markdown
+from experiments.uci.summary import paired
+from experiments.uci.verdicts import _within_one_se
 from experiments.uci.summary import by_split, shared_splits
 
 
@@ -91,11 +94,13 @@ PUBLISHED_GAP_METHODS = ('NN (SGD)', 'MC dropout', 'deep ensemble', 'MFVI', 'DUN
 
 
 def _best_by_set(records: Sequence[Dict], datasets: Sequence[str], metric: str) -> List[str]:
-    """Per dataset, over the splits every method there has: the method with the lowest mean ``metric`` and, for
+    """Per dataset, over the splits that every method with the set's full count of splits has: the method with the lowest mean ``metric`` and, for
     the runner-up, the mean paired split difference (runner-up − best) ± its paired standard error."""
     lines = []
     for d in datasets:
-        methods = [m for m in METHOD_ORDER if any(r["dataset"] == d and r["method"] == m for r in records)]
+        counts = {m: len({r["split"] for r in records if r["dataset"] == d and r["method"] == m}) for m in METHOD_ORDER}
+        # the methods with as many splits as the set's most complete one: one still running does not shrink the comparison
+        methods = [m for m in METHOD_ORDER if counts[m] and counts[m] == max(counts.values())]
         shared = sorted(shared_splits(records, d, methods))
         if not shared:
             lines.append(f"| {d} | 0 | — | — |")
@@ -171,9 +176,81 @@ def published_gap_markdown(datasets: Sequence[str]) -> List[str]:
     return out + [""]
 
 
+#: The methods a set needs on every one of its gap splits before the targets are judged on it.
+TARGET_METHODS = ("nn", "nn_ts", "dropout", "adgp")
+
+
+def complete_sets(records: Sequence[Dict], datasets: Sequence[str]) -> List[str]:
+    """The sets whose every default gap split (one per input feature, or the first :data:`GAP_DEFAULT_MAX_SPLITS`) has
+    a record of each of :data:`TARGET_METHODS`."""
+    done = []
+    for d in datasets:
+        have = [r for r in records if r["dataset"] == d]
+        expected = min(have[0]["input_dim"], GAP_DEFAULT_MAX_SPLITS.get(d, have[0]["input_dim"]))
+        if all({r["split"] for r in have if r["method"] == m} >= set(range(expected)) for m in TARGET_METHODS):
+            done.append(d)
+    return done
+
+
+def gap_targets_markdown(records: Sequence[Dict], datasets: Sequence[str]) -> List[str]:
+    """The default ADGP's targets on the gap splits, judged only on the sets with every split of every target method:
+    mean NLPD below NN+TS's (target ≥ 6 of 9 sets) and below MC dropout's (≥ 5 of 9); RMSE better than the NN's or
+    above it by at most its standard error (≥ 8 of 9)."""
+    done = complete_sets(records, datasets)
+    out = [f"**Targets of the default ADGP** (judged on the {len(done)} of 9 sets with every split of "
+           f"{', '.join(LABELS[m] for m in TARGET_METHODS)}: {', '.join(done) or 'none yet'})", ""]
+    subset = [r for r in records if r["dataset"] in done]
+    for other, need in (("nn_ts", 6), ("dropout", 5)):
+        wins = [d for d in done if (lambda rows: rows["adgp"]["nlpd_mean"] < rows[other]["nlpd_mean"])(paired(subset, d, ("adgp", other)))]
+        out.append(f"- ADGP NLPD < {LABELS[other]}: {len(wins)} of {len(done)} complete sets so far"
+                   + (f" (on: {', '.join(wins)})" if wins else "") + f"; target ≥ {need} of 9")
+    line = _within_one_se(subset, done, "adgp", "nn", "ADGP RMSE better than NN or within one standard error of NN's mean")
+    if line:
+        out.append(line + "; target ≥ 8 of 9")
+    return out + [""]
+
+
+#: Our baselines beside the published ones they correspond to (PUBLISHED_GAP_METHODS).
+BASELINE_PAIRS = (("dropout", "MC dropout"), ("ensemble", "deep ensemble"), ("ensemble_nll", "deep ensemble"), ("nn", "NN (SGD)"))
+
+
+def published_baselines_markdown(records: Sequence[Dict], datasets: Sequence[str]) -> List[str]:
+    """Per set with every split of the baseline, our MC dropout's, deep ensemble's and NN's mean test log-likelihood
+    (= −NLPD, original units) beside the published method's (:data:`PUBLISHED_GAP`), and how many of those sets ours
+    is the higher on: whether the baselines are straw men."""
+    lines, tally = [], {m: [] for m, _ in BASELINE_PAIRS}
+    for d in datasets:
+        have = [r for r in records if r["dataset"] == d]
+        expected = min(have[0]["input_dim"], GAP_DEFAULT_MAX_SPLITS.get(d, have[0]["input_dim"]))
+        cells = []
+        for method, published in BASELINE_PAIRS:
+            ours = [r["nlpd_original"] for r in have if r["method"] == method and r["split"] < expected]
+            theirs = PUBLISHED_GAP.get(d, {}).get(published)
+            if len(ours) < expected or theirs is None:
+                cells.append("—")
+                continue
+            mine = -float(np.mean(ours))
+            tally[method].append(mine >= theirs[0])
+            cells.append(f"{mine:.3f} vs {theirs[0]:.3f}")
+        if any(c != "—" for c in cells):
+            lines.append(f"| {d} | " + " | ".join(cells) + " |")
+    if not lines:
+        return []
+    head = " | ".join(f"{LABELS[m]} (ours vs {p})" for m, p in BASELINE_PAIRS)
+    out = ["**Our baselines against the published ones** (test log-likelihood = −NLPD, original units, mean over every "
+           "gap split of the set; higher is better; the protocols differ as stated above)", "",
+           f"| dataset | {head} |", "|---|" + "---|" * len(BASELINE_PAIRS)] + lines + [""]
+    out.append("Ours at or above the published: " + "; ".join(
+        f"{LABELS[m]} {sum(v)} of {len(v)} sets" for m, v in tally.items() if v) + ".")
+    return out + [""]
+
+
 def gap_markdown(rows: Sequence[Dict], records: Sequence[Dict]) -> str:
     """The gap page's block: the best method per set first (NLPD and RMSE in original units, over the splits every
     method shares), then each metric's table, the shift diagnosis, the published columns and the seconds."""
+    screen = records
+    records = [r for r in records if r["method"] not in SLAB_METHODS]  # the screen's methods have their own table
+    rows = [r for r in rows if r["method"] not in SLAB_METHODS]
     datasets = in_order({r["dataset"] for r in rows})
     methods = [m for m in METHOD_ORDER if any(r["method"] == m for r in rows)]
     table = {(r["dataset"], r["method"]): r for r in rows}
@@ -189,13 +266,16 @@ def gap_markdown(rows: Sequence[Dict], records: Sequence[Dict]) -> str:
         ("nlpd", "NLPD (standardised targets)"),
     ):
         out += metric_table(table, datasets, methods, metric, title)
+    out += gap_targets_markdown(records, datasets)
     out += gap_diagnosis_markdown(records, datasets, methods)
+    out += slab_screen_markdown(screen)
     out += published_gap_markdown(in_order(set(PUBLISHED_GAP) | set(datasets)))
+    out += published_baselines_markdown(records, datasets)
     out += seconds_table(table, datasets, methods)
     subset = ", ".join(f"{d} splits 0–{k - 1}" for d, k in GAP_DEFAULT_MAX_SPLITS.items())
     out += [f"Splits run by default: every gap split of each set (one per input feature), except {subset}: the splits of "
             "their first features, a rule fixed before any record.", ""]
-    out += protocol_lines(records)
+    out += protocol_lines(screen)
     return "\n".join(out) + "\n"
 
 
