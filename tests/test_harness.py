@@ -19,7 +19,7 @@ from experiments.harness.artifacts import ArtifactCache, ArtifactMissing, atomic
 from experiments.harness.store import ResultStore
 from experiments.harness.study import check_study, load_records, newest_protocol, run_study
 from experiments.methods import protocol as uci_protocol
-from experiments.neuralef_mnist import NEURALEF, NYSTROM_KERNELS, markdown
+from experiments.neuralef_mnist import NEURALEF, NYSTROM_KERNELS, markdown, upgrade as neuralef_upgrade
 
 
 def toy_study(fail_after=None, protocol="p1", calls=None):
@@ -302,7 +302,8 @@ def test_report_commands_name_the_committed_pages():
 def test_the_neuralef_table_has_a_row_per_budget_rung_and_shows_a_running_rung_as_missing():
     """experiments/neuralef_mnist.py tables every protocol (rung of the budget ladder) of its records: a rung whose
     NeuralEF cell has not finished shows "–" there, and the count of eigenvalues within 10 % is the one computed
-    here from the record's numbers."""
+    here from the record's numbers. The records are read as the study reads them: the rung's protocol string, in the
+    older form, names the rung's settings."""
     poly, rbf = NYSTROM_KERNELS
     mu, reference = [1.0, 0.5, 0.3, 0.2], [1.0, 0.52, 0.4, 0.21]  # relative errors 0, 0.038, 0.25, 0.048
     done = [{"protocol": "v1:S200:steps1000:os5", "projection": poly, "accuracy": 80.0},
@@ -310,7 +311,7 @@ def test_the_neuralef_table_has_a_row_per_budget_rung_and_shows_a_running_rung_a
             {"protocol": "v1:S200:steps1000:os5", "projection": NEURALEF, "accuracy": 75.0, "eigenvalues": mu,
              "reference_eigenvalues": reference, "seconds": 10.0, "features_seconds": 5.0}]
     running = [{"protocol": "v1:S2000:steps10000:os5:cnn16-32-64", "projection": poly, "accuracy": 80.0}]
-    lines = markdown(done + running).splitlines()
+    lines = markdown([neuralef_upgrade(r) for r in done + running]).splitlines()
     finished = next(line for line in lines if line.startswith("| MLPs 784-128-128-1, S = 200, 1000 steps, 15 networks"))
     within = int(np.sum(np.abs(np.array(mu) - reference) / np.array(reference) <= 0.1))
     assert finished.split(" | ")[1:5] == ["75.00", "80.00", "79.00", str(within)] and within == 3
