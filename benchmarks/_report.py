@@ -3,12 +3,18 @@ benchmark pages (docs/benchmarks.md and its topic pages docs/benchmarks_*.md) fr
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
-import statistics
-import time
 from pathlib import Path
+import statistics
+import sys
+import time
 from typing import Callable, List, Optional
+
+from experiments.harness.artifacts import atomic_write_text
+from experiments.harness.blocks import write_block
+from experiments.harness.cli import make_parser, shared_option
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -29,23 +35,6 @@ SECTION_PAGES = {
     "neuralef": DOCS / "benchmarks_neuralef.md",
     "neuralef_quiet": DOCS / "benchmarks_neuralef.md",
 }
-
-
-#: The benchmarks whose blocks are written from committed records. Each has ``report_from_records()`` (reads its
-#: record and rewrites its blocks, timing and training nothing; a block whose record is not committed yet is left as
-#: it is, :func:`report_block`) and ``REPORT_BLOCKS``, the (page, block name) pairs it writes; ``python -m
-#: experiments report`` calls them all through :func:`report_from_records`.
-REPORTED = ("benchmarks.covariances", "benchmarks.dgp_epoch", "benchmarks.eigenpro",
-            "benchmarks.laplace_far_field", "benchmarks.laplace_neuralef", "benchmarks.lla_rotated_mnist_cost", "benchmarks.neuralef_vs_nystrom",
-            "benchmarks.prediction", "benchmarks.prediction_memory", "benchmarks.prediction_vs_keras", "benchmarks.prediction_cnn_vs_keras", "benchmarks.step_profile", "benchmarks.streaming", "benchmarks.tracing", "benchmarks.twin_training")
-
-
-def report_from_records() -> None:
-    """Rewrite the blocks of every benchmark in :data:`REPORTED` from its committed record."""
-    import importlib
-
-    for name in REPORTED:
-        importlib.import_module(name).report_from_records()
 
 
 def time_call(fn: Callable[[], object], repeats: int = 10, warmup: int = 2) -> List[float]:
@@ -72,8 +61,6 @@ def section_page(name: str) -> Path:
 def write_section(name: str, markdown: str, command: str, doc: Optional[Path] = None) -> None:
     """Replace generated block ``name`` of its benchmark page, ``doc`` or :func:`section_page` (the one block writer,
     :func:`experiments.harness.blocks.write_block`; ``command`` is the command that regenerates it)."""
-    from experiments.harness.blocks import write_block
-
     write_block(section_page(name) if doc is None else doc, name, markdown, command)
 
 
@@ -85,8 +72,6 @@ def machine_state() -> dict:
 
 def write_record(path: Path, record: dict) -> None:
     """Write a JSON record atomically (an interrupted write leaves the previous file)."""
-    from experiments.harness.artifacts import atomic_write_text
-
     atomic_write_text(path, json.dumps(record, indent=1) + "\n")
 
 
@@ -139,8 +124,6 @@ def measure_or_report(module: str, description: str, measure: Callable, report: 
     parsed arguments, writes its record to ``output`` (None under ``--no-write``: nothing is written) and returns the
     record, whose block is then printed instead of the report; text it returns instead (a partial run that is no
     record) is printed as it is."""
-    from experiments.harness.cli import make_parser, shared_option
-
     parser = make_parser(f"python -m {module}", description)
     shared_option(parser, "--report-only", help="write the block from the record, time nothing")
     if options is not None:
@@ -162,9 +145,6 @@ def measure_or_report(module: str, description: str, measure: Callable, report: 
 def import_package(folder, name: str):
     """Import package ``folder/name`` under ``name`` (e.g. an older copy of the library to compare against)
     without putting ``folder`` on the module search path."""
-    import importlib.util
-    import sys
-
     init = Path(folder) / name / "__init__.py"
     spec = importlib.util.spec_from_file_location(name, init, submodule_search_locations=[str(init.parent)])
     module = importlib.util.module_from_spec(spec)

@@ -42,6 +42,7 @@ import numpy as np
 import tf_keras
 
 from activated_dgp import dgp_from_keras, make_convertible, predict_y, propagate_means
+from activated_dgp.data.uci import Standardizer, load_uci
 from activated_dgp.deep.posterior_mean import mean_kl
 from activated_dgp.deep.prediction import predictive_log_density
 from activated_dgp.training import select_kernel_variances
@@ -71,8 +72,6 @@ def toy_problem(epochs: int):
 
 
 def concrete_problem(epochs: int):
-    from activated_dgp.data.uci import Standardizer, load_uci
-
     data = load_uci("concrete", os.environ.get("ADGP_DATA_DIR"))
     split = data.split(0)
     x_scale, y_scale = Standardizer.fit(data.X[split.train]), Standardizer.fit(data.y[split.train])

@@ -14,13 +14,13 @@ Run:  python -m benchmarks.conversion          (writes docs/results/conversion.j
 from __future__ import annotations
 
 import json
-import os
-import warnings
 from pathlib import Path
+import warnings
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import numpy as np
+import tf_keras
 
-import numpy as np  # noqa: E402
+from activated_dgp import dgp_from_keras, propagate_means
 
 RECORD = Path(__file__).resolve().parents[1] / "docs" / "results" / "conversion.json"
 WIDTHS, UNITS, POINTS = (2, 8), 32, 500
@@ -28,8 +28,6 @@ CASES = [("relu", 2), ("relu", 5), ("relu", 10), ("relu", 20), ("relu", 40), ("s
 
 
 def network(input_dim: int, activation: str, seed: int):
-    import tf_keras
-
     init = lambda k: tf_keras.initializers.GlorotUniform(seed=seed + k)  # noqa: E731
     layers = [tf_keras.layers.Dense(UNITS, activation, kernel_initializer=init(0), dtype="float64"),
               tf_keras.layers.Dense(UNITS, activation, kernel_initializer=init(1), dtype="float64"),
@@ -42,8 +40,6 @@ def network(input_dim: int, activation: str, seed: int):
 
 
 def main():
-    from activated_dgp import dgp_from_keras, propagate_means
-
     rows = []
     for input_dim in WIDTHS:
         X = np.random.default_rng(input_dim).normal(size=(POINTS, input_dim))

@@ -24,27 +24,25 @@ Run:  python -m benchmarks.covariances            (writes docs/results/covarianc
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+from pathlib import Path
 import subprocess
 import sys
-from pathlib import Path
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import gpflow
+import numpy as np
+import tensorflow as tf
 
-import numpy as np  # noqa: E402
+from activated_dgp import ActivationFeature, ZonalArcCosine
+from benchmarks._report import (command_line, load_average_line, machine_state, record_line, report_block, time_call,
+                                write_record)
 
 NUM_INDUCING, NUM_DATA, INPUT_DIM, TRUNCATION = 128, 10_000, 8, 20
 
 
 def _problem(seed: int = 0, dtype=np.float64, num_inducing: int = NUM_INDUCING, num_data: int = NUM_DATA):
-    import dataclasses
-
-    import gpflow
-    import tensorflow as tf
-
-    from activated_dgp import ActivationFeature, ZonalArcCosine
-
     rng = np.random.default_rng(seed)
     with gpflow.config.as_context(dataclasses.replace(gpflow.config.config(), float=dtype)):
         X = tf.Variable(rng.standard_normal((num_data, INPUT_DIM)).astype(dtype))
@@ -108,8 +106,6 @@ def operations(num_inducing: int = NUM_INDUCING, num_data: int = NUM_DATA):
 def measure_memory(name: str, num_inducing: int = NUM_INDUCING, num_data: int = NUM_DATA) -> float:
     """Extra peak memory (MiB) of one warm call of operation ``name``: peak of TF's CPU allocator during the
     call minus what was allocated just before it (stats reset after a warm-up call)."""
-    import tensorflow as tf
-
     fn = operations(num_inducing, num_data)[name]
     fn()
     tf.config.experimental.reset_memory_stats("CPU:0")
@@ -139,8 +135,6 @@ WARMUP, REPEATS = 2, 20
 def measure(repeats: int, only=None, output=OUTPUT, num_inducing: int = NUM_INDUCING, num_data: int = NUM_DATA) -> dict:
     """Seconds of each of ``repeats`` warm calls of every operation (whose name contains ``only``), then its extra
     peak memory in a fresh subprocess; the record, written to ``output`` (None: not written)."""
-    from benchmarks._report import command_line, machine_state, time_call, write_record
-
     ops = {name: fn for name, fn in operations(num_inducing, num_data).items() if only is None or only in name}
     print(f"M={num_inducing} N={num_data} D={INPUT_DIM} Ñ={TRUNCATION} float64; {repeats} timed calls each", flush=True)
     seconds = {}
@@ -185,8 +179,6 @@ def table_rows(record: dict) -> str:
 
 def markdown(record: dict) -> str:
     """The "covariances" block of docs/benchmarks*.md from its record."""
-    from benchmarks._report import load_average_line, record_line
-
     times = {row["operation"]: float(np.median(row["seconds"])) for row in record["rows"]}
     M, N, D, truncation = record["M"], record["N"], record["D"], record["truncation_level"]
     output_mib = M * N * 8 / 2**20
@@ -226,8 +218,6 @@ Softplus features; median of {record["repeats"]} warm calls; extra peak memory f
 
 def report_from_records() -> str:
     """The "covariances" block of docs/benchmarks*.md from its record (``--report-only``)."""
-    from benchmarks._report import report_block
-
     return report_block("covariances", markdown, OUTPUT, REPORT_COMMAND, made_by="python -m benchmarks.covariances")
 
 

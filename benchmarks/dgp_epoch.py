@@ -28,16 +28,20 @@ Run:  python -m benchmarks.dgp_epoch            (writes docs/results/dgp_epoch.j
 
 from __future__ import annotations
 
-import os
+import contextlib
+from pathlib import Path
 import statistics
 import time
-from pathlib import Path
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import gpflux
+from gpflux.architectures import Config, build_constant_input_dim_deep_gp
+import numpy as np
+import tensorflow as tf
+import tf_keras
 
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-import tf_keras  # noqa: E402
+from activated_dgp import build_activated_dgp, build_activated_nn
+from activated_dgp.deep.layers import gpflux_step
+from benchmarks._report import command_line, load_average_line, machine_state, record_line, report_block, write_record
 
 NUM_DATA, INPUT_DIM, NUM_LAYERS, NUM_UNITS, BATCH = 10_000, 8, 3, 128, 128
 #: The zonal Softplus, named: the committed timings were measured with it, the library default then (the Swish since).
@@ -73,16 +77,11 @@ def _plain_mlp():
 
 def activated_dgp_model():
     """The benchmark's activated DGP (3 layers of 128 units, D = 8, seeded)."""
-    from activated_dgp import build_activated_dgp
-
     return build_activated_dgp(INPUT_DIM, NUM_DATA, num_layers=NUM_LAYERS, num_units=NUM_UNITS, activation=ACTIVATION, seed=0)
 
 
 def gpflux_dgp_model(X):
     """GPflux's standard DGP of the same shape (SE kernels, 128 inducing points, whitened)."""
-    import gpflux
-    from gpflux.architectures import Config, build_constant_input_dim_deep_gp
-
     config = Config(num_inducing=NUM_UNITS, inner_layer_qsqrt_factor=1e-5, likelihood_noise_variance=1e-2, whiten=True)
     dgp = build_constant_input_dim_deep_gp(X, num_layers=NUM_LAYERS, config=config)
     assert isinstance(dgp, gpflux.models.DeepGP)
@@ -94,10 +93,6 @@ OWNED, GPFLUX_STEP, XLA = "activated DGP", "activated DGP, gpflux's GPLayer step
 
 def build_trainers(X, Y, skip_xla: bool = False):
     """name → (fit(epochs, callback)) closures over compiled keras models."""
-    import contextlib
-
-    from activated_dgp import build_activated_nn
-    from activated_dgp.deep.layers import gpflux_step
 
     def dgp_trainer(dgp, jit_compile=False, context=contextlib.nullcontext):
         model = dgp.as_training_model()
@@ -137,8 +132,6 @@ DEFAULTS = {"rounds": 2, "epochs_per_round": 3}
 def measure(rounds: int, epochs_per_round: int, output=OUTPUT, skip_xla: bool = False, command_options: dict | None = None) -> dict:
     """Seconds of every epoch of every model, the models taking turns for ``rounds`` rounds of ``epochs_per_round``
     epochs; the record, written to ``output`` (None: not written)."""
-    from benchmarks._report import command_line, machine_state, write_record
-
     X, Y = _data()
     trainers = build_trainers(X, Y, skip_xla)
     epochs = {name: [] for name in trainers}  # per model, per round, the seconds of each epoch
@@ -166,8 +159,6 @@ def first_and_steady(model: dict) -> tuple:
 
 def markdown(record: dict, output: Path = OUTPUT) -> str:
     """The "dgp_epoch" block of docs/benchmarks*.md from its record (at ``output``): median epoch after the first, per model."""
-    from benchmarks._report import load_average_line, record_line
-
     first = {model["model"]: first_and_steady(model)[0] for model in record["models"]}
     steady = {model["model"]: first_and_steady(model)[1] for model in record["models"]}
     per_epoch = {name: statistics.median(times) for name, times in steady.items()}
@@ -197,8 +188,6 @@ units / inducing variables, float64, Adam through `keras.Model.fit`; {record["ro
 
 def report_from_records() -> str:
     """The "dgp_epoch" block of docs/benchmarks*.md from its record (``--report-only``)."""
-    from benchmarks._report import report_block
-
     return report_block("dgp_epoch", markdown, OUTPUT, REPORT_COMMAND, made_by="python -m benchmarks.dgp_epoch")
 
 

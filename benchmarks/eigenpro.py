@@ -41,16 +41,32 @@ Run:  nice -n 10 python -m benchmarks.eigenpro iterations --data-dir $ADGP_DATA_
 
 from __future__ import annotations
 
+import importlib
 import json
 import multiprocessing
 import os
-import resource
-import time
 from pathlib import Path
+import queue as queues
+import resource
+import subprocess
+import tempfile
+import time
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import gpflow
+import numpy as np
+import scipy.linalg
 
-import numpy as np  # noqa: E402
+from activated_dgp import eigen
+from activated_dgp.data.uci import load_uci
+from activated_dgp.eigen import IKA, NeuralEF
+import activated_dgp.kernel_machines as current
+from activated_dgp.kernel_machines import EigenPro3, choose_centers
+from benchmarks._report import (command_line, import_package, load_average_line, machine_state, record_line,
+                                report_block, write_record)
+from experiments.harness.artifacts import atomic_write_text
+from experiments.harness.blocks import write_block
+from experiments.harness.cli import make_parser, shared_option
+from experiments.harness.setups import mnist_arrays
 
 ROOT = Path(__file__).resolve().parents[1]
 ITERATIONS_RECORD = ROOT / "docs" / "figures" / "eigenpro_iterations.json"
@@ -60,8 +76,6 @@ EIGENPRO_PAGE = ROOT / "docs" / "results" / "eigenpro.md"
 
 
 def protein(data_dir, n, seed=0):
-    from activated_dgp.data.uci import load_uci
-
     data = load_uci("protein", data_dir)
     rows = np.random.default_rng(seed).permutation(data.num_data)[:n]
     X = data.X[rows]
@@ -79,13 +93,6 @@ def _epochs_to_target(model, X, y, fitted, target, max_epochs):
 
 
 def iterations(args):
-    import gpflow
-    import scipy.linalg
-
-    from activated_dgp import eigen
-    from activated_dgp.eigen import IKA, NeuralEF
-    from activated_dgp.kernel_machines import EigenPro3, choose_centers
-
     X, y = protein(args.data_dir, args.n)
     kernel = gpflow.kernels.Exponential(lengthscales=2.0)
     Z = choose_centers(X, args.p, "random", seed=0)
@@ -115,8 +122,6 @@ def iterations(args):
     record = {"n": int(X.shape[0]), "p": args.p, "target": args.target, "max_epochs": args.max_epochs,
               "learned_q": list(args.learned_q), "rows": results}
     if not args.no_write:
-        from experiments.harness.artifacts import atomic_write_text
-
         atomic_write_text(ITERATIONS_RECORD, json.dumps(record, indent=1) + "\n")
         write_iterations(record)
     print(iterations_table(record))
@@ -148,8 +153,6 @@ def report_from_records() -> None:
 
 
 def write_iterations(record: dict) -> None:
-    from experiments.harness.blocks import write_block
-
     write_block(EIGENPRO_PAGE, "eigenpro_iterations", iterations_table(record),
                 "python -m benchmarks.eigenpro iterations --report-only")
 
@@ -157,10 +160,6 @@ def write_iterations(record: dict) -> None:
 def _scaling_cell(queue, data_dir, n, p, direct, gram_cache_bytes):
     """In a fresh process: two EigenPro 3 epochs on n protein rows with p centers, their seconds, the batch the step
     rule chose and the peak RSS above the state after loading; with ``direct``, the lstsq solve's seconds and peak."""
-    import gpflow
-    import scipy.linalg
-
-    from activated_dgp.kernel_machines import EigenPro3, choose_centers
 
     X, y = protein(data_dir, n)
     kernel = gpflow.kernels.Exponential(lengthscales=2.0)
@@ -205,8 +204,6 @@ SCALING_DEFAULTS = {"scaling_n": 10000, "gram_cache_gib": 0.0, "direct_max": 100
 
 def _result_of(process, queue) -> dict:
     """What the cell's ``process`` puts on ``queue``; an error if it exits without (instead of waiting for ever)."""
-    import queue as queues
-
     while True:
         try:
             return queue.get(timeout=5)
@@ -219,8 +216,6 @@ def scaling(args, output=SCALING_RECORD):
     """Seconds of an EigenPro 3 epoch, its batch and peak RSS (and the direct solve's) for every cell of
     :func:`scaling_cells`, each in a fresh process; the record is written to ``output`` after every cell (not with
     --no-write, which prints the table instead of reporting it)."""
-    from benchmarks._report import command_line, machine_state, write_record
-
     context = multiprocessing.get_context("spawn")
     if not 2000 <= args.scaling_n <= 45000:
         raise ValueError(f"--scaling-n must lie in [2,000, 45,000] (protein's rows; the p-series needs p ≤ n), got {args.scaling_n}")
@@ -243,8 +238,6 @@ def scaling(args, output=SCALING_RECORD):
 
 def scaling_table(record: dict) -> str:
     """The "eigenpro_scaling" block of docs/benchmarks*.md from a record of :func:`scaling`."""
-    from benchmarks._report import load_average_line, record_line
-
     results = record["rows"]
     base = results[0]
     held = (f"held up to {record['gram_cache_gib']:g} GiB" if record["gram_cache_gib"]
@@ -269,18 +262,11 @@ def scaling_table(record: dict) -> str:
 
 def report_scaling() -> str:
     """The "eigenpro_scaling" block of docs/benchmarks*.md from its record (``scaling --report-only``)."""
-    from benchmarks._report import report_block
-
     return report_block("eigenpro_scaling", scaling_table, SCALING_RECORD, SCALING_REPORT_COMMAND,
                         made_by="python -m benchmarks.eigenpro scaling --data-dir $ADGP_DATA_DIR")
 
 
 def gram_cache(args):
-    import gpflow
-
-    from activated_dgp.kernel_machines import EigenPro3, choose_centers
-    from experiments.setups import mnist_arrays
-
     X, y, *_ = mnist_arrays(args.data_dir)
     Y = np.eye(10)[y]
     kernel = gpflow.kernels.Exponential(lengthscales=5.0)
@@ -300,7 +286,6 @@ def gram_cache(args):
         held, blocks = min(seconds["held"]), seconds["blocks"][0]
         rows.append(f"| {p:,} | {held[0]:.1f} ({held[1]:.1f}) | {blocks[0]:.1f} ({blocks[1]:.1f}) | {held[0] / blocks[0]:.2f} | {held[1] / blocks[1]:.2f} |")
         cells.append({"p": p, "held": held, "blocks": blocks, "all": seconds, "load_average": os.getloadavg()[0]})
-    from experiments.harness.artifacts import atomic_write_text
 
     command = "python -m benchmarks.eigenpro gram-cache --data-dir DIR --gram-p " + " ".join(map(str, args.gram_p))
     record = {"command": command, "seconds": "(epoch, setup + epoch) per run; 'held' is the faster of its two runs", "cells": cells,
@@ -311,11 +296,6 @@ def gram_cache(args):
 
 def _package_at(revision, folder):
     """``activated_dgp`` as of ``revision``, imported as ``adgp_reference`` from ``folder`` (its imports are relative)."""
-    import importlib
-    import subprocess
-    from pathlib import Path
-
-    from benchmarks._report import import_package
 
     root = Path(__file__).resolve().parents[1]
     archive = subprocess.run(["git", "-C", str(root), "archive", revision, "activated_dgp"], check=True, capture_output=True).stdout
@@ -326,13 +306,6 @@ def _package_at(revision, folder):
 
 
 def projection_speed(args):
-    import tempfile
-
-    import gpflow
-
-    import activated_dgp.kernel_machines as current
-    from experiments.setups import mnist_arrays
-
     X, y, *_ = mnist_arrays(args.data_dir)
     Y = np.eye(10)[y]
     kernel = gpflow.kernels.Exponential(lengthscales=5.0)
@@ -388,7 +361,6 @@ def projection_speed(args):
     print("\n".join(projection_rows + [""] + rows))
     if args.no_write:
         return
-    from experiments.harness.artifacts import atomic_write_text
 
     command = ("python -m benchmarks.eigenpro projection-speed --data-dir DIR --reference " + args.reference
                + " --speed-p " + " ".join(map(str, args.speed_p)) + " --epoch-p " + " ".join(map(str, args.epoch_p))
@@ -401,8 +373,6 @@ def projection_speed(args):
 
 
 def main(argv=None):
-    from experiments.harness.cli import make_parser, shared_option
-
     parser = make_parser("python -m benchmarks.eigenpro", __doc__)
     parser.add_argument("mode", choices=("iterations", "scaling", "gram-cache", "projection-speed"))
     shared_option(parser, "--data-dir", help="folder holding uci/ (default $ADGP_DATA_DIR)")

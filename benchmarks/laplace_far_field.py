@@ -27,18 +27,16 @@ Run:  nice -n 10 python -m benchmarks.laplace_far_field                 (writes 
 from __future__ import annotations
 
 import json
-import os
-import time
 from pathlib import Path
+import time
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import numpy as np
+import tensorflow as tf
+import tf_keras
 
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-import tf_keras  # noqa: E402
-
-from activated_dgp.eigen import FeatureKernel, LinearisedLaplace, Nystrom  # noqa: E402
-from activated_dgp.eigen.laplace import COVARIANCES  # noqa: E402
+from activated_dgp.eigen import FeatureKernel, LinearisedLaplace, Nystrom
+from activated_dgp.eigen.laplace import COVARIANCES
+from experiments.harness.blocks import write_block
 
 ROOT = Path(__file__).resolve().parents[1]
 OUTPUT = ROOT / "docs" / "results" / "laplace_far_field.json"
@@ -145,8 +143,6 @@ def markdown(record: dict) -> str:
 
 def report_from_records() -> None:
     """The "laplace_far_field" block of docs/eigen.md from the committed record (nothing is fitted)."""
-    from experiments.harness.blocks import write_block
-
     if not OUTPUT.exists():
         print(f"{OUTPUT.relative_to(ROOT)}: no record yet; run nice -n 10 python -m benchmarks.laplace_far_field")
         return

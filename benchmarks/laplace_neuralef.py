@@ -27,17 +27,16 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from pathlib import Path
+import time
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import gpflow
+import numpy as np
+import tensorflow as tf
+import tf_keras
 
-import gpflow  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-import tf_keras  # noqa: E402
-
-from activated_dgp.eigen import FeatureKernel, LinearisedLaplace, Nystrom  # noqa: E402
+from activated_dgp.eigen import FeatureKernel, LinearisedLaplace, Nystrom, jacobian_function
+from benchmarks._report import write_section
 
 OUTPUT = Path(__file__).resolve().parents[1] / "docs" / "results" / "laplace_neuralef.json"
 CACHE_OUTPUT = OUTPUT.with_name("laplace_neuralef_cache.json")
@@ -111,8 +110,6 @@ def main() -> None:
 
 def cache_benchmark(compare_steps: int = 200, full_steps: int = 2000) -> dict:
     """Fit times of ``method="neuralef"`` with and without the training-Jacobian cache (see the module docstring)."""
-    from activated_dgp.eigen import jacobian_function
-
     gpflow.config.set_default_float(np.float64)
     rng = np.random.default_rng(0)
     N, D, k = 300, 6, 20
@@ -178,8 +175,6 @@ def cache_markdown(record: dict) -> str:
 
 def report_from_records() -> str:
     """The ``laplace_neuralef_cache`` block of docs/benchmarks*.md from its record (``--cache --report-only``)."""
-    from benchmarks._report import write_section
-
     text = cache_markdown(json.loads(CACHE_OUTPUT.read_text()))
     write_section("laplace_neuralef_cache", text, REPORT_COMMAND)
     return text

@@ -21,19 +21,20 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from pathlib import Path
+import time
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import gpflow  # noqa: F401  (the library's float64 set-up before tf_keras)
+import numpy as np
+import tensorflow as tf
+import tf_keras
 
-import gpflow  # noqa: E402,F401  (the library's float64 set-up before tf_keras)
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-import tf_keras  # noqa: E402
-
-from activated_dgp.eigen import jacobian_function  # noqa: E402
-from activated_dgp.eigen.layerwise import layerwise_jacobian  # noqa: E402
-from experiments.setups import rotated_mnist_cnn  # noqa: E402
+from activated_dgp.eigen import jacobian_function
+from activated_dgp.eigen.laplace import _OutputSelector, pair_inputs
+from activated_dgp.eigen.layerwise import layerwise_jacobian
+from activated_dgp.eigen.ntk import jacobian_kernel
+from benchmarks._report import report_block, time_call
+from experiments.harness.setups import rotated_mnist_cnn
 
 OUTPUT = Path(__file__).resolve().parents[1] / "docs" / "results" / "lla_rotated_mnist_cost.json"
 IMAGES, TRAINING_IMAGES = 64, 4500
@@ -74,8 +75,6 @@ def main() -> None:
 
 def best_of_three(function):
     """The fastest of three timed calls (after the warm-up the caller did), and the function's result."""
-    from benchmarks._report import time_call
-
     return min(time_call(function, repeats=3, warmup=0)), function()
 
 
@@ -111,9 +110,6 @@ def pair_feature_rows(head, extractor) -> list:
     fit the cache, ∂_θ g_c(x) [pairs, P] of the dense head: the Jacobian of the pair network (x, one-hot c) → g_c(x)
     (``jacobian_kernel``'s features) against the layer-wise combination (``LayerwiseJacobian.combination_jacobian``);
     a NeuralEF batch of PAIRS pairs, PAIRS random images with classes 0…9 in turn."""
-    from activated_dgp.eigen.laplace import _OutputSelector, pair_inputs
-    from activated_dgp.eigen.ntk import jacobian_kernel
-
     variables = head.trainable_variables
     conv = extractor(np.random.default_rng(3).uniform(size=(PAIRS, 784)).astype(np.float32)).numpy().astype(np.float64)
     pairs = pair_inputs(conv, 10)[np.arange(PAIRS) * 10 + np.arange(PAIRS) % 10]
@@ -186,8 +182,6 @@ def markdown(record: dict) -> str:
 
 
 def report_from_records() -> str:
-    from benchmarks._report import report_block
-
     return report_block("lla_rotated_mnist_cost", markdown, OUTPUT, REPORT_COMMAND)
 
 

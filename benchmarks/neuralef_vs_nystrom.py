@@ -29,15 +29,19 @@ Run:  nice -n 15 python -m benchmarks.neuralef_vs_nystrom      (writes the "neur
 from __future__ import annotations
 
 import os
+from pathlib import Path
 import time
 import warnings
-from pathlib import Path
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from experiments.setups import CLASSIC_KERNELS as KERNELS, classic_kernel  # noqa: E402
+from activated_dgp.eigen import NeuralEF, Nystrom
+from benchmarks._report import write_section
+from experiments.harness.blocks import write_block
+from experiments.harness.setups import CLASSIC_KERNELS as KERNELS, classic_kernel
+from experiments.harness.store import ResultStore
 
 SIZES = (2000, 5000, 10000, 20000)
 NUM_EIGENPAIRS, OVERSAMPLING, STEPS, QUADRATURE_NODES, NYSTROM_MAX = 10, 10, 4000, 200, 10000
@@ -87,16 +91,12 @@ ROW_DEFAULTS = {"oversampling": OVERSAMPLING, "estimator": "paper"}  # rows writ
 
 def _store(cache: Path):
     """The rows of ``cache`` as a :class:`experiments.harness.store.ResultStore` (one JSON line per finished row)."""
-    from experiments.harness.store import ResultStore
-
     return ResultStore(cache, ("kernel", "N", "method", "steps", "oversampling", "estimator"),
                        upgrade=lambda row: {**ROW_DEFAULTS, **row})
 
 
 def run(sizes=SIZES, steps: int = STEPS, nystrom_max: int = NYSTROM_MAX, cache: Path = CACHE, seed: int = 0,
         oversampling: int = OVERSAMPLING, estimator: str = "paper"):
-    from activated_dgp.eigen import NeuralEF, Nystrom
-
     store = _store(cache)
     done = store.records()
     key = lambda r: (r["kernel"], r["N"], r["method"], r["steps"], r.get("oversampling", OVERSAMPLING), r.get("estimator", "paper"))  # noqa: E731
@@ -150,10 +150,7 @@ def run(sizes=SIZES, steps: int = STEPS, nystrom_max: int = NYSTROM_MAX, cache: 
 
 
 def _figure(results, path: Path, steps: int) -> None:
-    import matplotlib
-
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
     for name, marker in zip(KERNELS, ("o", "s")):
@@ -314,8 +311,6 @@ def quiet_report(results, steps: int = STEPS, size: int = QUIET_SIZE, cache: Pat
 def quiet_check(report_only: bool = False, write: bool = True, cache: Path = QUIET_CACHE) -> str:
     """``--quiet-check``: the N = 20,000 rows (Lanczos Nyström, NeuralEF at 4,000 and 50 steps) into their own record
     ``cache``, and the "neuralef_quiet" block of docs/benchmarks*.md from that record."""
-    from benchmarks._report import write_section
-
     results = _store(cache).records() if report_only else run((QUIET_SIZE,), STEPS, nystrom_max=0, cache=cache)
     doc = quiet_report(results, cache=cache)
     if write:
@@ -325,8 +320,6 @@ def quiet_check(report_only: bool = False, write: bool = True, cache: Path = QUI
 
 def main(sizes, steps: int, nystrom_max: int, write: bool, cache: Path = CACHE, oversampling: int = OVERSAMPLING, estimator: str = "paper",
          report_only: bool = False) -> str:
-    from benchmarks._report import write_section
-
     if report_only:  # the rows finished so far (e.g. while a long run is still going)
         rows = _store(cache).records()
         results = [r for r in rows if r["N"] in sizes and r["steps"] in (steps, CONTROL_STEPS, 0)]
@@ -385,8 +378,6 @@ def report_from_records() -> None:
 
 def write_oversampling_block() -> None:
     """Rewrite the "neuralef_oversampling" block of docs/eigen.md from its records (when both exist)."""
-    from experiments.harness.blocks import write_block
-
     if all(path.exists() for path in OVERSAMPLING_RECORDS.values()):
         write_block(ROOT / "docs" / "eigen.md", "neuralef_oversampling", oversampling_block(), "python -m benchmarks.neuralef_vs_nystrom --report-only")
 

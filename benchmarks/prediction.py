@@ -20,14 +20,16 @@ Run:  python -m benchmarks.prediction                     (20,000 points; writes
 from __future__ import annotations
 
 import os
+from pathlib import Path
 import resource
 import tempfile
 import time
-from pathlib import Path
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import numpy as np
 
-import numpy as np  # noqa: E402
+from activated_dgp import build_activated_dgp, predict_y
+from activated_dgp.deep import BatchPredictor
+from benchmarks._report import command_line, load_average_line, machine_state, record_line, report_block, write_record
 
 INPUT_DIM, NUM_LAYERS, NUM_UNITS, SAMPLES = 8, 3, 128, 32
 #: The zonal Softplus, named: the committed timings were measured with it, the library default then (the Swish since).
@@ -80,10 +82,6 @@ def measure(points: int, batch_size: int, baseline_points: int, large_batch: int
     tracing) and the growth of peak RSS meanwhile, of ``predict_y`` at B = ``large_batch`` on the first
     4 · ``baseline_points``, and of the eager ``predict_y`` on the first ``baseline_points``; the record, written to
     ``output`` (None: not written)."""
-    from activated_dgp import build_activated_dgp, predict_y
-    from activated_dgp.deep import BatchPredictor
-    from benchmarks._report import command_line, machine_state, write_record
-
     dgp = build_activated_dgp(INPUT_DIM, points, num_layers=NUM_LAYERS, num_units=NUM_UNITS, activation=ACTIVATION, seed=0)
     with tempfile.TemporaryDirectory() as directory:
         X = _memmap_inputs(directory, points)
@@ -119,8 +117,6 @@ def measure(points: int, batch_size: int, baseline_points: int, large_batch: int
 
 def markdown(record: dict) -> str:
     """The "prediction" block of docs/benchmarks*.md from its record: points per second, against the eager baseline."""
-    from benchmarks._report import load_average_line, record_line
-
     points, batch_size, large_batch = record["points"], record["batch_size"], record["large_batch"]
     large_points, base_points = record["large_batch_points"], record["eager_points"]
     rate, lpd_rate = points / record["predict_y_seconds"], points / record["log_density_seconds"]
@@ -151,8 +147,6 @@ float64, S = {samples} samples, batches of B = {batch_size:,}; untrained model).
 
 def report_from_records() -> str:
     """The "prediction" block of docs/benchmarks*.md from its record (``--report-only``)."""
-    from benchmarks._report import report_block
-
     return report_block("prediction", markdown, OUTPUT, REPORT_COMMAND, made_by="python -m benchmarks.prediction")
 
 

@@ -15,13 +15,19 @@ Run:  python -m benchmarks.prediction_cnn_vs_keras          (1,000 images; write
 
 from __future__ import annotations
 
-import os
-import time
 from pathlib import Path
+import time
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import gpflow
+import numpy as np
+import tf_keras
 
-import numpy as np  # noqa: E402
+from activated_dgp import dgp_from_keras, predict_class_probabilities
+from activated_dgp.deep.conversion import split_convertible_head
+from activated_dgp.deep.twin import ActivatedLayer
+from activated_dgp.training import extracted_features
+from benchmarks._report import (command_line, load_average_line, machine_state, median, record_line, report_block,
+                                write_record)
 
 OUTPUT = Path(__file__).resolve().parents[1] / "docs" / "results" / "prediction_cnn_vs_keras.json"
 REPORT_COMMAND = "python -m benchmarks.prediction_cnn_vs_keras --report-only"
@@ -31,11 +37,6 @@ UNITS, CLASSES, SAMPLES = 64, 10, 100
 
 
 def build_cnn():
-    import gpflow
-    import tf_keras
-
-    from activated_dgp.deep.twin import ActivatedLayer
-
     dtype = gpflow.default_float()
     tf_keras.utils.set_random_seed(0)
     return tf_keras.Sequential([
@@ -48,16 +49,10 @@ def build_cnn():
 
 
 def measure(images: int, output=OUTPUT) -> dict:
-    from activated_dgp import dgp_from_keras, predict_class_probabilities
-    from activated_dgp.deep.conversion import split_convertible_head
-    from activated_dgp.training import extracted_features
-    from benchmarks._report import command_line, machine_state, write_record
-
     X = np.random.default_rng(0).uniform(size=(images, 28, 28, 1))
     cnn = build_cnn()
     extractor, head = split_convertible_head(cnn)
     dgp = dgp_from_keras(head, num_data=60_000).dgp
-    from benchmarks._report import median
 
     cnn.predict(X, verbose=0)
     predict_class_probabilities(dgp, extracted_features(extractor, X), progress=False)
@@ -87,8 +82,6 @@ def measure(images: int, output=OUTPUT) -> dict:
 
 def markdown(record: dict) -> str:
     """The "prediction-cnn-vs-keras" block of docs/benchmarks*.md from its record."""
-    from benchmarks._report import load_average_line, record_line
-
     keras, dgp, extraction = record["keras_seconds"], record["dgp_seconds"], record["extraction_seconds"]
     return f"""{record_line(OUTPUT, record["command"])}
 
@@ -115,8 +108,6 @@ def spread(record: dict) -> str:
 
 
 def report_from_records() -> str:
-    from benchmarks._report import report_block
-
     return report_block("prediction-cnn-vs-keras", markdown, OUTPUT, REPORT_COMMAND, made_by="python -m benchmarks.prediction_cnn_vs_keras")
 
 

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 import subprocess
 import sys
-from pathlib import Path
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+from benchmarks._report import machine_state, record_line, report_block, write_record
+
 
 OUTPUT = Path(__file__).resolve().parents[1] / "docs" / "results" / "prediction_memory.json"
 REPORT_COMMAND = "python -m benchmarks.prediction_memory --report-only"
@@ -46,8 +47,6 @@ print(json.dumps({"points": points, "batch_size": batch, "peak_rss_before_mib": 
 
 
 def measure(output=OUTPUT) -> dict:
-    from benchmarks._report import machine_state, write_record
-
     root = Path(__file__).resolve().parents[1]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])))
     rows = []
@@ -62,8 +61,6 @@ def measure(output=OUTPUT) -> dict:
 
 
 def markdown(record: dict) -> str:
-    from benchmarks._report import record_line
-
     rows = record["rows"]
     first = rows[0]["peak_rss_growth_mib"]
     lines = [record_line(OUTPUT, record["command"]), "",
@@ -84,8 +81,6 @@ def markdown(record: dict) -> str:
 
 
 def report_from_records() -> str:
-    from benchmarks._report import report_block
-
     return report_block("prediction-memory", markdown, OUTPUT, REPORT_COMMAND, made_by="python -m benchmarks.prediction_memory")
 
 

@@ -18,14 +18,16 @@ Run:  python -m benchmarks.prediction_vs_keras                  (10,000 points; 
 
 from __future__ import annotations
 
-import os
-import resource
-import time
 from pathlib import Path
+import resource
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import numpy as np
+import tensorflow as tf
 
-import numpy as np  # noqa: E402
+from activated_dgp import build_activated_nn, dgp_from_keras, predict_y
+from activated_dgp.deep.prediction import DEFAULT_MEMORY_BUDGET, prediction_batch_size
+from benchmarks._report import (command_line, load_average_line, machine_state, median, record_line, report_block,
+                                time_call, write_record)
 
 INPUT_DIM, UNITS, WIDTHS, SAMPLES, TRUNCATION = 8, 64, (64, 64, 1), 100, 20
 REPEATS = 3  # timed calls of each, taking turns; the medians are reported
@@ -58,9 +60,6 @@ def multiply_adds(D=INPUT_DIM, M=UNITS, widths=WIDTHS, S=SAMPLES, truncation=TRU
 def matmul_rate(S=SAMPLES, rows=8, M=UNITS, P=WIDTHS[0]) -> float:
     """float64 multiply-adds per second of one [S·rows, K] · [K, P] product, K = M(M+1)/2 (the quadratic forms of
     the variance work; median of 5 after a warm-up)."""
-    import tensorflow as tf
-
-    from benchmarks._report import median, time_call
 
     K = M * (M + 1) // 2
     a = tf.random.stateless_normal([S * rows, K], seed=[0, 0], dtype=tf.float64)
@@ -72,14 +71,9 @@ def matmul_rate(S=SAMPLES, rows=8, M=UNITS, P=WIDTHS[0]) -> float:
 def measure(points: int, output=OUTPUT) -> dict:
     """Seconds of Keras ``predict`` and of ``predict_y`` with its defaults on ``points`` inputs; the record, written
     to ``output`` (None: not written)."""
-    from activated_dgp import build_activated_nn, dgp_from_keras, predict_y
-    from activated_dgp.deep.prediction import DEFAULT_MEMORY_BUDGET, prediction_batch_size
-    from benchmarks._report import command_line, machine_state, write_record
-
     X = np.random.default_rng(0).standard_normal((points, INPUT_DIM))
     network = build_activated_nn(INPUT_DIM, num_layers=len(WIDTHS), num_units=UNITS, layer_widths=WIDTHS[:-1], output_dim=WIDTHS[-1], seed=0)
     dgp = dgp_from_keras(network, num_data=points, X=X[:1000]).dgp
-    from benchmarks._report import median, time_call
 
     network.predict(X, verbose=0)  # tracing (the full batches and the last one)
     batch_size = prediction_batch_size(dgp, SAMPLES, num_rows=points)
@@ -109,8 +103,6 @@ def measure(points: int, output=OUTPUT) -> dict:
 
 def markdown(record: dict) -> str:
     """The "prediction-vs-keras" block of docs/benchmarks*.md from its record."""
-    from benchmarks._report import load_average_line, record_line
-
     points, S, M = record["points"], record["samples"], record["units"]
     keras, dgp = record["keras_seconds"], record["predict_y_seconds"]
     terms, rate = record["multiply_adds_per_point"], record["matmul_multiply_adds_per_second"]
@@ -143,8 +135,6 @@ widths {widths}, float64; `predict_y` with its defaults: S = {S} samples, memory
 
 def report_from_records() -> str:
     """The "prediction-vs-keras" block of docs/benchmarks*.md from its record (``--report-only``)."""
-    from benchmarks._report import report_block
-
     return report_block("prediction-vs-keras", markdown, OUTPUT, REPORT_COMMAND, made_by="python -m benchmarks.prediction_vs_keras")
 
 

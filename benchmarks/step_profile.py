@@ -29,21 +29,27 @@ The script runs on older checkouts too (it uses only ``build_activated_dgp`` and
 from __future__ import annotations
 
 import collections
+import contextlib
+import functools
 import glob
 import os
+from pathlib import Path
+import shutil
 import statistics
 import tempfile
 import time
-from pathlib import Path
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import gpflow
+import numpy as np
+import tensorflow as tf
+from tensorflow.tsl.profiler.protobuf import xplane_pb2
+import tf_keras
 
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-import tf_keras  # noqa: E402
-
-from benchmarks.dgp_epoch import ACTIVATION, BATCH, INPUT_DIM, NUM_DATA, NUM_LAYERS, NUM_UNITS  # noqa: E402  (the same model)
-from benchmarks.dgp_epoch import _data, activated_dgp_model, gpflux_dgp_model  # noqa: E402
+import activated_dgp
+from benchmarks._report import import_package, write_section
+from benchmarks.dgp_epoch import ACTIVATION, BATCH, INPUT_DIM, NUM_DATA, NUM_LAYERS, NUM_UNITS  # the same model
+from benchmarks.dgp_epoch import _data, activated_dgp_model, gpflux_dgp_model
+from experiments.harness.cli import make_parser
 
 
 def _threads():
@@ -99,9 +105,6 @@ def add_name_scopes() -> None:
     """Give the parts of a step name scopes (trace time only; no ops): GPflow's Kuf, Kuu, conditional and prior_kl
     dispatchers and the likelihood's variational expectations, so that op names, and the names of their gradients,
     say which part they belong to."""
-    import functools
-
-    import gpflow
 
     def scoped(scope, function):
         @functools.wraps(function)
@@ -164,8 +167,6 @@ def part_of(name: str, kind: str) -> str:
 
 
 def _events(logdir):
-    from tensorflow.tsl.profiler.protobuf import xplane_pb2
-
     (path,) = glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True)
     space = xplane_pb2.XSpace()
     space.ParseFromString(open(path, "rb").read())
@@ -288,8 +289,6 @@ REPORT_BLOCKS = [("docs/benchmarks_training.md", "step-flops")]
 
 def report_from_records() -> None:
     """The "step-flops" block of docs/benchmarks_training.md (:func:`flop_table`: counts, nothing timed)."""
-    from benchmarks._report import write_section
-
     write_section("step-flops", flop_table(), "python -m benchmarks.step_profile --flops", doc=Path(__file__).resolve().parents[1] / "docs" / "benchmarks_training.md")
 
 
@@ -307,13 +306,9 @@ def time_steps(model, X, Y, steps: int, repeats: int) -> list[float]:
 def import_other_checkout(directory: str):
     """The ``activated_dgp`` package of another checkout, imported under the name ``activated_dgp_other`` (a copy
     in a temporary folder, its Keras registrations renamed), so that two versions train side by side in one process."""
-    import pathlib
-    import shutil
 
-    from benchmarks._report import import_package
-
-    target = pathlib.Path(tempfile.mkdtemp()) / "activated_dgp_other"
-    shutil.copytree(pathlib.Path(directory) / "activated_dgp", target)
+    target = Path(tempfile.mkdtemp()) / "activated_dgp_other"
+    shutil.copytree(Path(directory) / "activated_dgp", target)
     for path in target.rglob("*.py"):
         text = path.read_text()
         path.write_text(text.replace('package="activated_dgp"', 'package="activated_dgp_other"'))
@@ -324,8 +319,6 @@ def compare_steps(X, Y, models: dict, chunks: int, steps: int, trace_contexts: d
     """Seconds per step of each model's compiled train function, in ``chunks`` rounds of ``steps`` steps taking
     turns (the order reversed every other round); ratios of minima and the median of the per-round ratios.
     ``trace_contexts``: name → context manager factory entered while that model's step is traced."""
-    import contextlib
-
     data = tf.data.Dataset.from_tensor_slices({"inputs": X, "targets": Y}).repeat().batch(BATCH, drop_remainder=True)
     functions = {}
     for name, model in models.items():
@@ -361,10 +354,11 @@ def compare_fast_conditional(X, Y, chunks: int, steps: int, prediction_points: i
     (inside ``gpflow_conditional()``), and ``BatchPredictor.predict_y`` (S = 32) with the batched conditional against
     GPflow's, taking turns in one process: ratios new / old of step time and of prediction time (the inverse of the
     throughput ratio)."""
+    # imported here, not at the top: the rest of the script runs on older checkouts, which lack these
     from activated_dgp.deep import BatchPredictor
+    from activated_dgp.deep.layers import gpflux_step
     from activated_dgp.zonal.conditionals import gpflow_conditional
 
-    from activated_dgp.deep.layers import gpflux_step
 
     models = {}
     names = ("owned step", "gpflux's step, batched conditional", "GPflow's conditional")
@@ -399,8 +393,6 @@ def compare_fast_conditional(X, Y, chunks: int, steps: int, prediction_points: i
 
 
 def main():
-    from experiments.harness.cli import make_parser
-
     parser = make_parser("python -m benchmarks.step_profile", __doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=30, help="profiled steps per model")
     parser.add_argument("--models", default="activated DGP,GPflux DGP (SE)")
@@ -420,15 +412,12 @@ def main():
         print(flop_table())
         return
     _threads()
-    import activated_dgp  # noqa: F401  (registers its conditional and covariances before their dispatchers get name scopes)
     add_name_scopes()
     X, Y = _data()
     if args.compare_fast_conditional:
         print(compare_fast_conditional(X, Y, args.chunks, 10, args.prediction_points))
         return
     if args.compare_with:
-        import activated_dgp
-
         other = import_other_checkout(args.compare_with)
         models = build_models(X)
         dgp = other.build_activated_dgp(INPUT_DIM, NUM_DATA, num_layers=NUM_LAYERS, num_units=NUM_UNITS, activation=ACTIVATION, seed=0)

@@ -16,16 +16,18 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 import resource
 import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import numpy as np
 
-import numpy as np  # noqa: E402
+from activated_dgp import TrainingSchedule, build_activated_dgp, train_dgp
+from activated_dgp.data import ArraySource
+from benchmarks._report import command_line, load_average_line, machine_state, record_line, report_block, write_record
 
 INPUT_DIM = 8
 #: The zonal Softplus, named: the committed timings were measured with it, the library default then (the Swish since).
@@ -53,9 +55,6 @@ def _current_rss_mib() -> float:
 
 def train_one_epoch(x_path: str, y_path: str, layers: int, units: int, batch_size: int) -> dict:
     """In this process: one epoch from the files; RSS before training and peak (MiB), seconds and rows per second."""
-    from activated_dgp import TrainingSchedule, build_activated_dgp, train_dgp
-    from activated_dgp.data import ArraySource
-
     source = ArraySource.from_npy(x_path, y_path)
     dgp = build_activated_dgp(INPUT_DIM, source.num_data, num_layers=layers, num_units=units, activation=ACTIVATION, seed=0)
     schedule = TrainingSchedule(epochs=1, batch_size=batch_size)
@@ -86,8 +85,6 @@ def _epoch_in_subprocess(num_data: int, layers: int, units: int, batch_size: int
 def measure(sizes, layers: int, units: int, batch_size: int, output=OUTPUT) -> dict:
     """RSS before training, peak RSS and rows per second of one epoch from files for every N in ``sizes``, each in a
     fresh process; the record, written to ``output`` after every N (None: not written)."""
-    from benchmarks._report import command_line, machine_state, write_record
-
     given = {"sizes": list(sizes), "layers": layers, "units": units, "batch_size": batch_size}
     record = {"command": command_line("python -m benchmarks.streaming", given, DEFAULTS), "D": INPUT_DIM, "activation": ACTIVATION, **given, "rows": []}
     for num_data in sizes:
@@ -101,8 +98,6 @@ def measure(sizes, layers: int, units: int, batch_size: int, output=OUTPUT) -> d
 
 def markdown(record: dict) -> str:
     """The "streaming" block of docs/benchmarks*.md from its record: peak RSS per N, against the smallest N."""
-    from benchmarks._report import load_average_line, record_line
-
     results = {r["N"]: r for r in record["rows"]}
     smallest = min(results)
     rows = "\n".join(
@@ -129,8 +124,6 @@ one fresh process per N).
 
 def report_from_records() -> str:
     """The "streaming" block of docs/benchmarks*.md from its record (``--report-only``)."""
-    from benchmarks._report import report_block
-
     return report_block("streaming", markdown, OUTPUT, REPORT_COMMAND, made_by="python -m benchmarks.streaming")
 
 

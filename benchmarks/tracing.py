@@ -18,18 +18,18 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+from pathlib import Path
 import statistics
+import subprocess
 import sys
 import time
-from pathlib import Path
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import numpy as np
+import tf_keras
 
-import numpy as np  # noqa: E402
-import tf_keras  # noqa: E402
-
-from activated_dgp import TrainingSchedule, dgp_from_keras, train_dgp  # noqa: E402
-from activated_dgp.deep import layers as library_layers  # noqa: E402
+from activated_dgp import TrainingSchedule, dgp_from_keras, train_dgp
+from activated_dgp.deep import layers as library_layers
+from benchmarks._report import report_block
 
 OUTPUT = Path(__file__).resolve().parents[1] / "docs" / "results" / "tracing.json"
 N, D, WIDTH, DEPTH, REPEATS = 500, 8, 64, 3, 3
@@ -75,9 +75,6 @@ def one_process(mode: str) -> None:
 
 
 def main() -> None:
-    import subprocess
-    import sys
-
     runs = {mode: [] for mode in MODES}
     for _ in range(REPEATS):
         for index, mode in enumerate(MODES):
@@ -120,8 +117,6 @@ def markdown(record: dict) -> str:
 
 
 def report_from_records() -> str:
-    from benchmarks._report import report_block
-
     return report_block("tracing", markdown, OUTPUT, REPORT_COMMAND)
 
 

@@ -20,17 +20,21 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from pathlib import Path
+import time
 
 import gpflow
+import matplotlib
+import matplotlib.pyplot as plt
 import numpy as np
 import tensorflow as tf
 import tf_keras
 
 from activated_dgp import TrainingSchedule, build_activated_nn, train_network
 from activated_dgp.data.uci import Standardizer, load_uci
+from activated_dgp.deep import ActivatedLayer
 from activated_dgp.training import split_validation
+from activated_dgp.zonal.spectra import resolve_activation
 from experiments.harness.blocks import write_block
 from experiments.harness.cli import make_parser
 
@@ -127,9 +131,6 @@ def angular_energy(activation: str, input_dim: int, truncation_level: int = 20) 
     t = ŵ·x̂ between independent random directions in d = D + 1 dimensions, ∝ (1 − t²)^((d−3)/2): the
     constant (the "cone" ‖w‖ ‖x̃‖ shared by every unit), the linear part and the rest (the nonlinearity).
     Also the largest |f_Ñ − σ| on [−0.995, 0.995], the truncation error."""
-    from activated_dgp.deep import ActivatedLayer
-    from activated_dgp.zonal.spectra import resolve_activation
-
     t = np.linspace(-1.0, 1.0, 4001)[1:-1]
     radius = 1.0 / np.sqrt(1.0 - t**2)  # [x, 1] = radius (t e_1 + sqrt(1 − t²) e_(D+1)), ℓ = 1
     X = np.zeros((len(t), input_dim))
@@ -212,10 +213,7 @@ def comparison(datasets) -> str:
 
 def report(datasets) -> None:
     """docs/results/twin_training_tables.md (tables) and twin_training/curves.png from the JSONL records."""
-    import matplotlib
-
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     columns = min(4, len(datasets))
     rows = -(-len(datasets) // columns)

@@ -11,14 +11,13 @@ from experiments.harness import cli, registry
 
 def report_all() -> None:
     """Every study's report runs (:func:`experiments.harness.cli.report_runs`), then the blocks the benchmarks write
-    from their committed records (``benchmarks._report.REPORTED``; the one place experiments/ imports benchmarks/)."""
-    from benchmarks._report import report_from_records
-
+    from their committed records (:func:`experiments.harness.registry.report_benchmarks`: the registry names them,
+    experiments/ imports no benchmark)."""
     for name in registry.STUDIES:
         study = registry.study(name)
         for extra in cli.report_runs(study):
             cli.main(name, study, ["--report-only", "--quiet"] + extra)
-    report_from_records()
+    registry.report_benchmarks()
 
 
 def main(argv=None) -> int:

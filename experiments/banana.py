@@ -17,52 +17,31 @@ growing radius) and a Markdown page with the table. "Far field": points on the c
 
 from __future__ import annotations
 
-import os
-import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
+import sys
+import time
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-
-import matplotlib  # noqa: E402
+import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-import tf_keras  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import tensorflow as tf
+import tf_keras
 
-from activated_dgp import TrainingSchedule, evaluate_elbo, predict_class_probabilities, train_two_stage  # noqa: E402
-from activated_dgp.training import stage2_recipe  # noqa: E402
+from activated_dgp import TrainingSchedule, evaluate_elbo, predict_class_probabilities, train_two_stage
+from activated_dgp.training import stage2_recipe
+from experiments.harness import cli
+from experiments.harness.artifacts import atomic_write, atomic_write_text
+from experiments.harness.protocol import Protocol, from_legacy, relabel
+from experiments.harness.setups import banana_dataset
+from experiments.harness.study import page_path
 
 LAYERS = (1, 3)
 NUM_UNITS = 100
 FAR_FACTOR = 10.0
 DPI = 120
-
-
-def banana_dataset(num_points: int = 500, seed: int = 0, noise: float = 0.2, standardise: bool = True):
-    """Two interleaving crescents ("bananas") with isotropic Gaussian noise: X [N, 2], Y [N, 1] in {0, 1}.
-
-    Class 0: (cos t, sin t); class 1: (1 − cos t, 1/2 − sin t), t ~ U(0, π), plus N(0, noise²·I);
-    half the points in each class. With ``standardise`` each input column is shifted and scaled to
-    mean 0 and standard deviation 1 (the usual preprocessing; see docs/results/banana.md for why
-    the input scale matters to the far field of the zonal kernel).
-    """
-    if num_points < 2:
-        raise ValueError(f"num_points must be ≥ 2, got {num_points}")
-    rng = np.random.default_rng(seed)
-    n0 = num_points // 2
-    t = rng.uniform(0.0, np.pi, size=num_points)
-    upper = np.stack([np.cos(t[:n0]), np.sin(t[:n0])], axis=1)
-    lower = np.stack([1.0 - np.cos(t[n0:]), 0.5 - np.sin(t[n0:])], axis=1)
-    X = np.concatenate([upper, lower]) + noise * rng.normal(size=(num_points, 2))
-    Y = np.concatenate([np.zeros(n0), np.ones(num_points - n0)])[:, None]
-    if standardise:
-        X = (X - X.mean(0)) / X.std(0)
-    order = rng.permutation(num_points)
-    return X[order], Y[order]
 
 
 def data_spread(X) -> tuple[np.ndarray, float]:
@@ -184,11 +163,22 @@ def add_options(parser) -> None:
     parser.add_argument("--layers", type=int, nargs="+", default=list(LAYERS))
 
 
-def PROTOCOL(options) -> str:
-    """Every setting a cell's numbers depend on: records of other settings are never mixed in."""
-    # v2: train_two_stage's defaults gained the far-field residual (activated_dgp.deep.far_field) and the stage-2 guard
-    return (f"v2:n{options.num_points}:seed{options.seed}:net{options.network_epochs}:dgp{options.dgp_epochs}"
-            f":lr{options.dgp_learning_rate:g}:pat{options.dgp_patience}:S{options.num_samples}")
+#: The options a cell's numbers depend on: (name, its prefix in older records' protocol strings, its type).
+SETTINGS = (("num_points", "n", int), ("seed", "seed", int), ("network_epochs", "net", int), ("dgp_epochs", "dgp", int),
+            ("dgp_learning_rate", "lr", float), ("dgp_patience", "pat", int), ("num_samples", "S", int))
+
+
+def PROTOCOL(options) -> Protocol:
+    """Every setting a cell's numbers depend on: records of other settings are never mixed in. Version 2:
+    ``train_two_stage``'s defaults gained the far-field residual (:mod:`activated_dgp.deep.far_field`) and the
+    stage-2 guard."""
+    return Protocol("2", {name: getattr(options, name) for name, _, _ in SETTINGS})
+
+
+def upgrade(record: dict) -> dict:
+    """A record made before the study declared a :class:`Protocol` carries the string
+    ``v<version>:n<num_points>:seed<seed>:net<…>:dgp<…>:lr<…>:pat<…>:S<num_samples>``: the protocol it was made under."""
+    return relabel(record, from_legacy(record.get("protocol"), SETTINGS))
 
 
 def cells(options) -> list:
@@ -208,8 +198,6 @@ def _arrays_path(options, num_layers: int) -> Path:
 
 
 def run_cell(cell, options, context) -> dict:
-    from experiments.harness.artifacts import atomic_write
-
     X, Y = banana_dataset(options.num_points, seed=options.seed)
     run = run_configuration(X, Y, cell["num_layers"], network_epochs=options.network_epochs, dgp_epochs=options.dgp_epochs,
                             dgp_learning_rate=options.dgp_learning_rate, dgp_patience=options.dgp_patience,
@@ -314,9 +302,6 @@ rule). DGP probabilities average {options.num_samples} propagated samples. Far f
 
 
 def report(records, options) -> None:
-    from experiments.harness.artifacts import atomic_write_text
-    from experiments.harness.study import page_path
-
     runs = sorted(records, key=lambda r: r["num_layers"])
     if not runs:
         return
@@ -330,8 +315,6 @@ def report(records, options) -> None:
 
 
 def main(argv=None) -> list:
-    from experiments.harness import cli
-
     return cli.main("banana", sys.modules[__name__], argv)
 
 

@@ -8,15 +8,13 @@ predict-the-training-mean baseline so the numbers can be read without context.
 
 from __future__ import annotations
 
-import os
 import time
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import gpflow
+import numpy as np
 
-import gpflow  # noqa: E402
-import numpy as np  # noqa: E402
-
-from activated_dgp import ActivationFeature, ZonalArcCosine  # noqa: E402
+from activated_dgp import ActivationFeature, ZonalArcCosine
+from experiments.harness.cli import make_parser, shared_option
 
 
 def toy_problem(seed: int, num_train: int = 300, num_test: int = 200, noise_std: float = 0.1):
@@ -33,8 +31,6 @@ def toy_problem(seed: int, num_train: int = 300, num_test: int = 200, noise_std:
 
 
 def main(argv=None) -> dict:
-    from experiments.harness.cli import make_parser, shared_option
-
     parser = make_parser("python -m experiments.demo", __doc__)
     parser.add_argument("--num-inducing", type=int, default=30)
     parser.add_argument("--truncation-level", type=int, default=20)

@@ -21,25 +21,24 @@ generated block of docs/results/eigenfunction_features.md.
 
 from __future__ import annotations
 
-import functools
-import os
 import sys
 import time
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import gpflow
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from experiments.harness.statistics import standard_error  # noqa: E402
+from activated_dgp.data.uci import Standardizer, load_uci
+from activated_dgp.eigen import EigenfunctionFeature, Nystrom, kmeans_filters
+from experiments.harness import cli
+from experiments.harness.blocks import write_block
+from experiments.harness.protocol import Protocol, from_legacy, relabel
+from experiments.harness.statistics import standard_error
+from experiments.harness.study import page_path
 
 METHODS = ("points", "eigenfunctions")
 
 
 def _model(method: str, X: np.ndarray, y: np.ndarray, M: int, seed: int):
-    import gpflow
-
-    from activated_dgp.eigen import EigenfunctionFeature, Nystrom, kmeans_filters
-
     D = X.shape[1]
     kernel = gpflow.kernels.SquaredExponential(lengthscales=np.full(D, np.sqrt(D)), variance=1.0)
     if method == "points":
@@ -52,10 +51,6 @@ def _model(method: str, X: np.ndarray, y: np.ndarray, M: int, seed: int):
 
 
 def run_one(dataset, split_index: int, method: str, M: int, maxiter: int):
-    import gpflow
-
-    from activated_dgp.data.uci import Standardizer
-
     split = dataset.splits[split_index]
     X_train, y_train = dataset.X[split.train], dataset.y[split.train]
     X_test, y_test = dataset.X[split.test], dataset.y[split.test]
@@ -113,8 +108,14 @@ def add_options(parser) -> None:
     parser.add_argument("--maxiter", type=int, default=500)
 
 
-def PROTOCOL(options) -> str:
-    return f"v1:maxiter{options.maxiter}"
+def PROTOCOL(options) -> Protocol:
+    """The setting a cell's numbers depend on besides its key: L-BFGS's iterations."""
+    return Protocol("1", {"maxiter": options.maxiter})
+
+
+def upgrade(record: dict) -> dict:
+    """Records made before the study declared a :class:`Protocol` carry ``v1:maxiter<…>``."""
+    return relabel(record, from_legacy(record.get("protocol"), [("maxiter", "maxiter", int)]))
 
 
 def cells(options) -> list:
@@ -122,25 +123,15 @@ def cells(options) -> list:
             for split in options.splits for M in options.num_inducing for method in METHODS]
 
 
-@functools.lru_cache(maxsize=4)
-def _dataset(name, data_dir):
-    from activated_dgp.data.uci import load_uci
-
-    return load_uci(name, data_dir)
-
-
 def run_cell(cell, options, context) -> dict:
-    import gpflow
-
     gpflow.config.set_default_float(np.float64)
-    row = run_one(_dataset(cell["dataset"], options.data_dir), cell["split"], cell["method"], cell["M"], options.maxiter)
+    dataset = context.artifacts.in_memory("dataset", [cell["dataset"], options.data_dir],  # read once per run
+                                          lambda: load_uci(cell["dataset"], options.data_dir))
+    row = run_one(dataset, cell["split"], cell["method"], cell["M"], options.maxiter)
     return {**row, "dataset": cell["dataset"], "command": options.command}
 
 
 def report(records, options) -> None:
-    from experiments.harness.blocks import write_block
-    from experiments.harness.study import page_path
-
     text = (table(records) if records else
             "**No record yet.** Run `nice -n 10 python -m experiments eigenfunction_features --data-dir $ADGP_DATA_DIR` "
             "(24 cells, roughly 30 min on 2 loaded cores) to make `docs/results/eigenfunction_features/records.jsonl` "
@@ -149,8 +140,6 @@ def report(records, options) -> None:
 
 
 def main(argv=None):
-    from experiments.harness import cli
-
     return cli.main("eigenfunction_features", sys.modules[__name__], argv)
 
 

@@ -9,24 +9,24 @@ min(N, 256), cosine annealing, 2000 steps) and Nyström on the same points (Neur
 evaluated on a grid; the top 3 eigenfunctions are overlaid (signs aligned to Nyström's). Writes
 ``neuralef_vs_nystrom.png`` and prints the eigenvalues and the RMS differences of the curves.
 
-The kernels come from :mod:`experiments.setups`, shared with ``benchmarks/neuralef_vs_nystrom.py``.
+The kernels come from :mod:`experiments.harness.setups`, shared with ``benchmarks/neuralef_vs_nystrom.py``.
 """
 
 from __future__ import annotations
 
-import os
-import time
 from pathlib import Path
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import time
+import warnings
 
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
 
-from experiments.setups import CLASSIC_KERNELS as KERNELS, classic_kernel  # noqa: E402,F401
+from activated_dgp.eigen import NeuralEF, Nystrom
+from experiments.harness.cli import make_parser, shared_option
+from experiments.harness.setups import CLASSIC_KERNELS as KERNELS, classic_kernel  # noqa: F401
 SIZES = (64, 2048)
 SHOWN = 3
 DPI = 120
@@ -40,16 +40,12 @@ def aligned_rms(psi: np.ndarray, reference: np.ndarray) -> np.ndarray:
 
 
 def main(argv=None) -> None:
-    from experiments.harness.cli import make_parser, shared_option
-
     parser = make_parser("python -m experiments.eigenfunctions_figure", __doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("docs/figures"), help="output directory")
     parser.add_argument("--steps", type=int, default=2000, help="NeuralEF training steps")
     shared_option(parser, "--seed")
     args = parser.parse_args(argv)
-    import warnings
 
-    from activated_dgp.eigen import NeuralEF, Nystrom
 
     args.out.mkdir(parents=True, exist_ok=True)
     fig, axes = plt.subplots(len(KERNELS), len(SIZES), figsize=(5.2 * len(SIZES), 3.8 * len(KERNELS)), squeeze=False)

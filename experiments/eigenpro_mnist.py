@@ -21,16 +21,19 @@ Run:  nice -n 10 python -m experiments eigenpro_mnist --data-dir $ADGP_DATA_DIR 
 
 from __future__ import annotations
 
-import functools
-import os
-import sys
-import resource
-import time
 from pathlib import Path
+import resource
+import sys
+import time
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import gpflow
+import numpy as np
+import scipy.linalg
 
-import numpy as np  # noqa: E402
+from activated_dgp.kernel_machines import EigenPro3, KernelCenters, choose_centers
+from experiments.harness import cli
+from experiments.harness.blocks import write_block
+from experiments.harness.setups import mnist_arrays
 
 PAGE = Path("docs") / "results" / "eigenpro.md"
 CELLS = [(p, method) for p in (100, 1000, 5000) for method in ("random", "kmeans")] + [(20000, "noisy-copies")]
@@ -47,15 +50,11 @@ def upgrade(record: dict) -> dict:
 
 
 def load(data_dir):
-    """MNIST rows scaled to [0, 1] (:func:`experiments.setups.mnist_arrays`)."""
-    from experiments.setups import mnist_arrays
-
+    """MNIST rows scaled to [0, 1] (:func:`experiments.harness.setups.mnist_arrays`)."""
     return mnist_arrays(data_dir, symmetric=False)[:4]
 
 
 def centers_for(X, p, method, seed=0):
-    from activated_dgp.kernel_machines import choose_centers
-
     if method != "noisy-copies":
         return choose_centers(X, p, method, seed=seed)
     rng = np.random.default_rng(seed)
@@ -72,11 +71,6 @@ def peak_rss_mb() -> float:
 
 
 def fit_cell(X, y, X_test, y_test, p, method, args) -> dict:
-    import gpflow
-    import scipy.linalg
-
-    from activated_dgp.kernel_machines import EigenPro3, KernelCenters
-
     kernel = gpflow.kernels.Exponential(lengthscales=5.0)
     Y = np.eye(10)[y]
     start = time.perf_counter()
@@ -164,25 +158,17 @@ def cells(options) -> list:
             if (not options.p or p in options.p) and (not options.centers or m in options.centers)]
 
 
-@functools.lru_cache(maxsize=1)
-def _data(data_dir):
-    return load(data_dir)
-
-
 def run_cell(cell, options, context) -> dict:
-    return fit_cell(*_data(options.data_dir), cell["p"], cell["centers"], options)
+    data = context.artifacts.in_memory("mnist", options.data_dir, lambda: load(options.data_dir))  # read once per run
+    return fit_cell(*data, cell["p"], cell["centers"], options)
 
 
 def report(records, options) -> None:
-    from experiments.harness.blocks import write_block
-
     write_block(options.page, "eigenpro_mnist", table(records) + "\n", "python -m experiments eigenpro_mnist --report-only",
                 create=True)
 
 
 def main(argv=None):
-    from experiments.harness import cli
-
     return cli.main("eigenpro_mnist", sys.modules[__name__], argv)
 
 

@@ -21,21 +21,24 @@ Run:  python -m experiments eigenpro_p_equals_n --data-dir $ADGP_DATA_DIR       
 
 from __future__ import annotations
 
-import os
+from pathlib import Path
 import sys
 import time
-from pathlib import Path
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import gpflow
+import numpy as np
+import scipy.linalg
+import tensorflow as tf
 
-import numpy as np  # noqa: E402
+from activated_dgp.kernel_machines import EigenPro3
+from experiments.harness import cli
+from experiments.harness.blocks import write_block
+from experiments.harness.protocol import Protocol, from_legacy, relabel
+from experiments.harness.setups import mnist_arrays
 
 
 def _before_fix():
     """EigenPro3 with the consistent update's inexact branch as it was: θ = S (G − Ψ_Z D Ψ_Zᵀ) S u."""
-    import tensorflow as tf
-
-    from activated_dgp.kernel_machines import EigenPro3
 
     class BeforeFix(EigenPro3):
         def _direction(self, X_m, g, Psi_m):
@@ -86,8 +89,18 @@ def add_options(parser) -> None:
     parser.add_argument("--epochs", type=int, default=30)
 
 
-def PROTOCOL(options) -> str:
-    return f"v1:n{options.n}:s{options.s}:q{options.q}:ps{options.projection_s}:pq{options.projection_q}:epochs{options.epochs}"
+#: The options a cell's numbers depend on: (name, its prefix in older records' protocol strings, its type).
+SETTINGS = (("n", "n", int), ("s", "s", int), ("q", "q", int), ("projection_s", "ps", int), ("projection_q", "pq", int),
+            ("epochs", "epochs", int))
+
+
+def PROTOCOL(options) -> Protocol:
+    return Protocol("1", {name: getattr(options, name) for name, _, _ in SETTINGS})
+
+
+def upgrade(record: dict) -> dict:
+    """Records made before the study declared a :class:`Protocol` carry ``v1:n<…>:s<…>:q<…>:ps<…>:pq<…>:epochs<…>``."""
+    return relabel(record, from_legacy(record.get("protocol"), SETTINGS))
 
 
 def cells(options) -> list:
@@ -97,12 +110,6 @@ def cells(options) -> list:
 
 
 def run_cell(cell, options, context) -> dict:
-    import gpflow
-    import scipy.linalg
-
-    from activated_dgp.kernel_machines import EigenPro3
-    from experiments.setups import mnist_arrays
-
     X, y, *_ = mnist_arrays(options.data_dir)
     rows = np.sort(np.random.default_rng(0).choice(X.shape[0], options.n, replace=False))
     X, Y = X[rows], np.eye(10)[y[rows]]
@@ -158,15 +165,11 @@ def tables(records) -> str:
 
 
 def report(records, options) -> None:
-    from experiments.harness.blocks import write_block
-
     text = tables(records) if records else "No record yet: `python -m experiments eigenpro_p_equals_n --data-dir $ADGP_DATA_DIR`.\n"
     write_block(options.page, "eigenpro_p_equals_n", text, "python -m experiments eigenpro_p_equals_n --report-only", create=True)
 
 
 def main(argv=None):
-    from experiments.harness import cli
-
     return cli.main("eigenpro_p_equals_n", sys.modules[__name__], argv)
 
 

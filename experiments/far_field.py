@@ -16,24 +16,27 @@ latent mean and std of f, and p(y=1|x) (classification) or the predictive mean a
 
 from __future__ import annotations
 
-import os
+from pathlib import Path
 import sys
 import time
-from pathlib import Path
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import gpflow
+import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+from sklearn.datasets import make_moons
+import tensorflow as tf
 
-import gpflow  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-from activated_dgp import TrainingSchedule, predict_y, predictive_log_density, train_two_stage  # noqa: E402
-from activated_dgp.training import stage2_recipe  # noqa: E402
-from activated_dgp.deep.far_field import DEFAULT_ORDER, far_field_switched_off, has_far_field  # noqa: E402
-from activated_dgp.zonal.spectra import DEFAULT_ACTIVATION  # noqa: E402
-from activated_dgp.deep.prediction import layer_inputs, sample_layers  # noqa: E402
-from experiments.banana import banana_dataset  # noqa: E402
-from experiments.harness.study import page_path, records_path  # noqa: E402
+from activated_dgp import TrainingSchedule, predict_y, predictive_log_density, train_two_stage
+from activated_dgp.deep.far_field import DEFAULT_ORDER, far_field_switched_off, has_far_field
+from activated_dgp.deep.prediction import layer_inputs, sample_layers
+from activated_dgp.training import stage2_recipe
+from activated_dgp.zonal.kernels import ZonalArcCosine
+from activated_dgp.zonal.spectra import DEFAULT_ACTIVATION
+from experiments.harness import cli
+from experiments.harness.protocol import Protocol, relabel
+from experiments.harness.setups import banana_dataset
+from experiments.harness.study import page_path, records_path
 
 FACTORS = tuple(float(f) for f in np.round(np.geomspace(1.0, 200.0, 15), 4))
 KEY = ("dataset", "model", "layers")
@@ -45,14 +48,18 @@ DEFAULTS = dict(num_points=400, num_units=50, network_epochs=150, dgp_epochs=150
                 activation=DEFAULT_ACTIVATION, quick=False)
 
 
-def PROTOCOL(options) -> str:
+def PROTOCOL(options) -> Protocol:
     """The twin's activation is part of a cell's definition: records of another activation are never mixed in."""
-    return f"activation={options.activation}"
+    return Protocol("1", {"activation": options.activation})
 
 
 def upgrade(record: dict) -> dict:
-    """Records made before the activation was an option carry no protocol: they were made with the zonal Softplus."""
-    return record if "protocol" in record else {**record, "protocol": "activation=softplus"}
+    """Records made before the study declared a :class:`Protocol` carry ``activation=<name>`` or, made before the
+    activation was an option, nothing: the zonal Softplus. All were made under version 1."""
+    old = record.get("protocol")
+    if old is not None and not str(old).startswith("activation="):
+        return record
+    return relabel(record, Protocol("1", {"activation": "softplus" if old is None else old[len("activation="):]}))
 
 
 # ---------------------------------------------------------------- data
@@ -63,8 +70,6 @@ def dataset(name: str, seed: int, num_points: int):
     if name == "banana":
         X, Y = banana_dataset(2 * num_points, seed=seed)
     elif name == "moons":
-        from sklearn.datasets import make_moons
-
         X, y = make_moons(2 * num_points, noise=0.15, random_state=seed)
         X, Y = (X - X.mean(0)) / X.std(0), y[:, None].astype(np.float64)
     elif name == "sine":
@@ -96,8 +101,6 @@ def rays(X, factors=FACTORS):
 
 def residual_fraction(layer, H) -> np.ndarray:
     """(Kff − Qff)/Kff of the output layer's zonal part at inputs H [N, D] (Qff = Kfu Kuu⁻¹ Kuf)."""
-    from activated_dgp.zonal.kernels import ZonalArcCosine
-
     kernel = layer.kernel.kernel
     Kuu = gpflow.covariances.Kuu(layer.inducing_variable.inducing_variable, kernel, jitter=gpflow.config.default_jitter())
     Kuf = gpflow.covariances.Kuf(layer.inducing_variable.inducing_variable, kernel, H)
@@ -252,10 +255,7 @@ def target_lines(records) -> list:
 
 def report(records, options) -> None:
     """Write the figure and docs page from the records."""
-    import matplotlib
-
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     by = {(r["dataset"], r["model"], r["layers"]): r for r in records}
     names = [n for n in ("banana", "moons", "sine") if any(k[0] == n for k in by)]
@@ -465,8 +465,6 @@ def figure_path(options) -> Path:
 
 
 def main(argv=None) -> list:
-    from experiments.harness import cli
-
     return cli.main("far_field", sys.modules[__name__], argv)
 
 

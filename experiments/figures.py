@@ -20,18 +20,25 @@ The report writes three generated blocks of ``--doc`` (tables made from the reco
 
 from __future__ import annotations
 
-import os
+from pathlib import Path
 import sys
 import time
-from pathlib import Path
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import gpflow
+import matplotlib.pyplot as plt
+import numpy as np
+import tensorflow as tf
+
+from activated_dgp import ActivationFeature, ZonalArcCosine
+from activated_dgp.zonal import ZonalKernel, activation_coefficients, num_harmonics, zonal_matern52_shape
+from activated_dgp.zonal.spectra import resolve_activation
+from activated_dgp.zonal.spherical import gegenbauer_alpha, normalised_gegenbauer_polynomials
+from experiments.harness import cli
+from experiments.harness.blocks import write_block
+from experiments.harness.protocol import Protocol, relabel
 
 DPI = 120
 DIMENSIONS = (3, 9)
@@ -71,16 +78,11 @@ def _save(fig, path: Path, title: str, fontsize: int) -> Path:
     return path
 
 def _activation_values(name: str, t: np.ndarray) -> np.ndarray:
-    from activated_dgp.zonal.spectra import resolve_activation
-
     return resolve_activation(name).function(t)
 
 
 def truncated_activation(name: str, dimension: int, truncation_level: int, t: np.ndarray) -> np.ndarray:
     """σ̃(t) = Σ_(n<Ñ) σ_n N_n^d Ĉ_n(t) with the library's coefficients (default threshold)."""
-    from activated_dgp.zonal import activation_coefficients, num_harmonics
-    from activated_dgp.zonal.spherical import gegenbauer_alpha, normalised_gegenbauer_polynomials
-
     sigma = activation_coefficients(name, dimension=dimension, truncation_level=truncation_level)
     weights = sigma * num_harmonics(np.arange(truncation_level), dimension)
     return normalised_gegenbauer_polynomials(t, truncation_level, gegenbauer_alpha(dimension)) @ weights
@@ -125,10 +127,6 @@ def figure3(out: Path, truncation_levels=TRUNCATION_LEVELS_FIG3) -> tuple[Path, 
 
 def rkhs_norm(name: str, dimension: int, truncation_level: int, threshold: float) -> float:
     """‖g̃‖_H for a unit direction w (kernel variance 1): sqrt(Kuu[0, 0]) through gpflow.covariances.Kuu."""
-    import gpflow
-    import tensorflow as tf
-
-    from activated_dgp import ActivationFeature, ZonalArcCosine
 
     tf.get_logger().setLevel("ERROR")  # one Kuu per (Ñ, threshold) retraces the Clenshaw tf.function
 
@@ -169,9 +167,6 @@ def figure4(out: Path, truncation_levels=TRUNCATION_LEVELS_FIG4) -> tuple[Path, 
 
 def spectra(dimension: int, truncation_level: int = SPECTRUM_LEVELS) -> dict[str, np.ndarray]:
     """λ_n (arc-cosine, Matérn-5/2) and σ_n (ReLU, Softplus), all with threshold 0, by the keys of :data:`SERIES`."""
-    from activated_dgp import ZonalArcCosine
-    from activated_dgp.zonal import ZonalKernel, activation_coefficients, zonal_matern52_shape
-
     kwargs = dict(input_dim=dimension - 1, truncation_level=truncation_level, threshold=0.0)
     return {
         "arc_cosine": ZonalArcCosine(**kwargs).eigenvalues,
@@ -232,8 +227,14 @@ def figureC2(out: Path) -> tuple[Path, dict]:
 
 # ---- the study: one cell per figure; its record holds the numbers the page states, from the arrays drawn.
 KEY = ("figure",)
-PROTOCOL = "v1"  # change it whenever a figure's computation changes
+#: Change the version whenever a figure's computation changes (the figures take no option that changes a number).
+PROTOCOL = Protocol("1")
 FIGURES = {"fig3": figure3, "fig4": figure4, "figC2": figureC2}
+
+
+def upgrade(record: dict) -> dict:
+    """Records made before the figures declared a :class:`Protocol` carry the string "v1": version 1."""
+    return relabel(record, PROTOCOL if record.get("protocol") == "v1" else None)
 
 
 def add_options(parser) -> None:
@@ -318,8 +319,6 @@ def below_from(magnitudes: np.ndarray, threshold: float):
 def term_shares(magnitudes: np.ndarray, dimension: int) -> np.ndarray:
     """Each level's term |coefficient|·N_n^d as a share of the sum of the recorded terms: the quantity the library's
     threshold applies to (``activated_dgp.zonal.funk_hecke.apply_threshold``)."""
-    from activated_dgp.zonal.spherical import num_harmonics
-
     terms = magnitudes * num_harmonics(np.arange(magnitudes.size), dimension)
     return terms / terms.sum()
 
@@ -352,8 +351,6 @@ TABLES = {"fig3": fig3_table, "fig4": fig4_table, "figC2": figC2_table}
 
 def report(records, options) -> None:
     """One generated block per recorded figure on ``--doc``, named after the figure (``fig3``, ``fig4``, ``figC2``)."""
-    from experiments.harness.blocks import write_block
-
     by_figure = {record["figure"]: record for record in records}
     for name, table in TABLES.items():
         if name in by_figure:
@@ -361,8 +358,6 @@ def report(records, options) -> None:
 
 
 def main(argv=None) -> list:
-    from experiments.harness import cli
-
     return cli.main("figures", sys.modules[__name__], argv)
 
 

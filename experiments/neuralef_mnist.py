@@ -23,31 +23,34 @@ is the generated block of docs/results/neuralef_mnist.md.
 
 from __future__ import annotations
 
-import functools
-import os
 import sys
 import time
 import warnings
-from pathlib import Path
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import gpflow
+import numpy as np
+from sklearn.linear_model import LogisticRegression
+from sklearn.preprocessing import StandardScaler
+import tf_keras
 
-import numpy as np  # noqa: E402
+from activated_dgp.eigen import NeuralEF, Nystrom
+from activated_dgp.eigen.cnn_gp import cnn_gp_features
+from experiments.harness import cli
+from experiments.harness.blocks import write_block
+from experiments.harness.protocol import Protocol, from_legacy, integers, relabel
+from experiments.harness.setups import mnist_arrays
+from experiments.harness.store import ResultStore
+from experiments.harness.study import page_path, records_path
 
 PAPER = {"NeuralEF, CNN-GP kernel": 84.98, "Nyström, polynomial kernel": 78.00, "Nyström, RBF kernel": 77.55}
 
 
 def load(data_dir):
-    """MNIST rows scaled to [−1, 1] (:func:`experiments.setups.mnist_arrays`)."""
-    from experiments.setups import mnist_arrays
-
+    """MNIST rows scaled to [−1, 1] (:func:`experiments.harness.setups.mnist_arrays`)."""
     return mnist_arrays(data_dir, symmetric=True)
 
 
 def logistic_accuracy(Z_train, y_train, Z_test, y_test) -> float:
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.preprocessing import StandardScaler
-
     scaler = StandardScaler().fit(Z_train)
     classifier = LogisticRegression(max_iter=5000).fit(scaler.transform(Z_train), y_train)
     return 100.0 * classifier.score(scaler.transform(Z_test), y_test)
@@ -58,8 +61,6 @@ def in_blocks(function, X, size: int = 1000) -> np.ndarray:
 
 
 def nystrom_projection(kernel, X, X_test):
-    from activated_dgp.eigen import Nystrom
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         model = Nystrom(10).fit(X, kernel)
@@ -88,10 +89,35 @@ def add_options(parser) -> None:
 CNN_WIDTHS = (16, 32, 64)
 
 
-def PROTOCOL(options) -> str:
+def PROTOCOL(options) -> Protocol:
     """One protocol per budget (S, steps, oversampling, eigenfunction networks): each budget is a rung of the ladder."""
-    suffix = "" if options.eigenfunctions == "mlp" else f":cnn{'-'.join(map(str, CNN_WIDTHS))}"
-    return f"v1:S{options.samples}:steps{options.steps}:os{options.oversampling}{suffix}"
+    networks = {"eigenfunctions": "mlp"} if options.eigenfunctions == "mlp" else {"eigenfunctions": "cnn",
+                                                                                 "cnn_widths": list(CNN_WIDTHS)}
+    return Protocol("1", {"samples": options.samples, "steps": options.steps, "oversampling": options.oversampling,
+                          **networks})
+
+
+#: The settings in the protocol strings of records made before the study declared a :class:`Protocol`:
+#: ``v1:S<samples>:steps<…>:os<oversampling>``, with ``:cnn<w1-w2-w3>`` for CNN eigenfunctions.
+LEGACY_FIELDS = (("samples", "S", int), ("steps", "steps", int), ("oversampling", "os", int))
+
+
+def settings_string(options) -> str:
+    """The budget as one string in the older protocol strings' form: the name of NeuralEF's training checkpoints."""
+    settings = PROTOCOL(options).settings
+    suffix = f":cnn{'-'.join(map(str, settings['cnn_widths']))}" if settings["eigenfunctions"] == "cnn" else ""
+    return f"v1:S{settings['samples']}:steps{settings['steps']}:os{settings['oversampling']}{suffix}"
+
+
+def upgrade(record: dict) -> dict:
+    """A record made before the study declared a :class:`Protocol` names its rung in the older string form."""
+    text = record.get("protocol")
+    head, cnn, widths = text.partition(":cnn") if isinstance(text, str) else (text, "", "")
+    rung = from_legacy(head, LEGACY_FIELDS)
+    if rung is None:
+        return record
+    networks = {"eigenfunctions": "cnn", "cnn_widths": integers(widths)} if cnn else {"eigenfunctions": "mlp"}
+    return relabel(record, Protocol(rung.version, {**rung.settings, **networks}))
 
 
 def cells(options) -> list:
@@ -100,8 +126,6 @@ def cells(options) -> list:
 
 def cnn_eigenfunction(seed: int):
     """One eigenfunction network of the kernel's CNN architecture, [N, 784] → [N, 1], float64, He-normal weights."""
-    import tf_keras
-
     c1, c2, units = CNN_WIDTHS
     init = lambda offset: tf_keras.initializers.HeNormal(seed=10 * seed + offset)  # noqa: E731
     layer = dict(dtype="float64")
@@ -113,15 +137,8 @@ def cnn_eigenfunction(seed: int):
         tf_keras.layers.Dense(1, kernel_initializer=init(3), **layer)])
 
 
-@functools.lru_cache(maxsize=1)
-def _data(data_dir):
-    return load(data_dir)
-
-
 def _cnn_gp_gram(X, options, context):
     """The Monte Carlo CNN-GP Gram matrix Φ Φᵀ / S of the training images (NeuralEF eq. 19), Φ cached."""
-    from activated_dgp.eigen.cnn_gp import cnn_gp_features
-
     Phi = context.artifacts.get_or_build(
         "cnn_gp_features", {"samples": options.samples, "num_data": len(X), "seed": 0}, ".npy",
         build=lambda: cnn_gp_features(X.reshape(-1, 28, 28), options.samples, seed=0, print_every=25),
@@ -130,10 +147,8 @@ def _cnn_gp_gram(X, options, context):
 
 
 def run_cell(cell, options, context) -> dict:
-    import gpflow
-
     gpflow.config.set_default_float(np.float64)
-    X, y, X_test, y_test, data = _data(options.data_dir)
+    X, y, X_test, y_test, data = context.artifacts.in_memory("mnist", options.data_dir, lambda: load(options.data_dir))
     label = cell["projection"]
     start = time.perf_counter()
     if label in NYSTROM_KERNELS:
@@ -142,8 +157,6 @@ def run_cell(cell, options, context) -> dict:
         Z, Z_test, eigenvalues = nystrom_projection(kernel, X, X_test)
         extra = {}
     else:
-        from activated_dgp.eigen import NeuralEF
-
         G = _cnn_gp_gram(X, options, context)
         extra = {"features_seconds": time.perf_counter() - start,
                  "reference_eigenvalues": (np.linalg.eigvalsh(G)[::-1][:10] / len(G)).tolist()}
@@ -155,7 +168,7 @@ def run_cell(cell, options, context) -> dict:
             model = NeuralEF(10, kernel=G, input_dim=X.shape[1], width=128, activation="relu",
                              oversampling=options.oversampling, seed=0)
         model.fit(X, num_steps=options.steps, schedule="cosine", print_every=0 if options.quiet else max(1, options.steps // 10),
-                  checkpoint_dir=context.artifacts.checkpoint_dir("neuralef_training", {"protocol": PROTOCOL(options)}))
+                  checkpoint_dir=context.artifacts.checkpoint_dir("neuralef_training", {"protocol": settings_string(options)}))
         Z, Z_test, eigenvalues = in_blocks(model, X), in_blocks(model, X_test), model.eigenvalues.numpy()
     seconds = time.perf_counter() - start
     return {"accuracy": logistic_accuracy(Z, y, Z_test, y_test), "seconds": seconds,
@@ -163,11 +176,13 @@ def run_cell(cell, options, context) -> dict:
             "test_source": data.test_source, "command": options.command, **extra}
 
 
-def budget(protocol: str) -> dict:
-    """The rung of the budget ladder a protocol key names: S, steps, networks p and the eigenfunction networks."""
-    fields = protocol.split(":")
-    return {"samples": int(fields[1][1:]), "steps": int(fields[2][5:]), "networks": 10 + int(fields[3][2:]),
-            "eigenfunctions": "MLPs 784-128-128-1" if len(fields) == 4 else f"CNNs {fields[4][3:].replace('-', '/')}"}
+def budget(settings: dict) -> dict:
+    """The rung of the budget ladder a record's protocol settings name: S, steps, networks p and the eigenfunction
+    networks."""
+    networks = ("MLPs 784-128-128-1" if settings["eigenfunctions"] == "mlp"
+                else f"CNNs {'/'.join(map(str, settings['cnn_widths']))}")
+    return {"samples": settings["samples"], "steps": settings["steps"], "networks": 10 + settings["oversampling"],
+            "eigenfunctions": networks}
 
 
 def markdown(records) -> str:
@@ -176,10 +191,11 @@ def markdown(records) -> str:
     if not records:
         return ("**No record yet.** Run `nice -n 15 python -m experiments neuralef_mnist --data-dir $ADGP_DATA_DIR` "
                 "(about 35 min on 2 loaded CPU cores) to make `docs/results/neuralef_mnist/records.jsonl` and this table.\n")
-    by_protocol = {}
+    by_protocol, rungs = {}, {}
     for r in records:
         by_protocol.setdefault(r["protocol"], {})[r["projection"]] = r
-    order = sorted(by_protocol, key=lambda p: (budget(p)["eigenfunctions"], budget(p)["samples"], budget(p)["steps"]))
+        rungs[r["protocol"]] = budget(r["protocol_settings"])
+    order = sorted(by_protocol, key=lambda p: (rungs[p]["eigenfunctions"], rungs[p]["samples"], rungs[p]["steps"]))
     within = lambda r: np.abs(np.array(r["eigenvalues"]) - r["reference_eigenvalues"]) / np.array(r["reference_eigenvalues"])  # noqa: E731
     cell = lambda rows, label, f: f(rows[label]) if label in rows else "–"  # noqa: E731
     lines = ["Records: `docs/results/neuralef_mnist/records.jsonl`, one rung of the ladder per protocol (command: "
@@ -188,7 +204,7 @@ def markdown(records) -> str:
              "| budget: eigenfunction networks, S, steps, networks | NeuralEF, CNN-GP kernel | Nyström, polynomial | Nyström, RBF "
              "| NeuralEF eigenvalues within 10 % (of 10) | NeuralEF fit (s) | CNN-GP features (s) |", "|---|---|---|---|---|---|---|"]
     for protocol in order:
-        rows, b = by_protocol[protocol], budget(protocol)
+        rows, b = by_protocol[protocol], rungs[protocol]
         values = [cell(rows, label, lambda r: f"{r['accuracy']:.2f}") for label in (NEURALEF, *NYSTROM_KERNELS)]
         values += [cell(rows, NEURALEF, lambda r: str(int(np.sum(within(r) <= 0.1)))),
                    cell(rows, NEURALEF, lambda r: f"{r['seconds']:.0f}"), cell(rows, NEURALEF, lambda r: f"{r['features_seconds']:.0f}")]
@@ -202,28 +218,22 @@ def markdown(records) -> str:
               "| rung | " + " | ".join(f"j = {j + 1}" for j in range(10)) + " |", "|---|" + "---|" * 10]
     for protocol in order:
         if NEURALEF in by_protocol[protocol]:
-            r, b = by_protocol[protocol][NEURALEF], budget(protocol)
+            r, b = by_protocol[protocol][NEURALEF], rungs[protocol]
             lines.append(f"| {b['eigenfunctions']}, S = {b['samples']}, {b['steps']} steps | "
                          + " | ".join(f"{v:.3f}" for v in within(r)) + " |")
-    for S in sorted({budget(p)["samples"] for p in order}):
-        r = next((by_protocol[p][NEURALEF] for p in order if budget(p)["samples"] == S and NEURALEF in by_protocol[p]), None)
+    for S in sorted({rungs[p]["samples"] for p in order}):
+        r = next((by_protocol[p][NEURALEF] for p in order if rungs[p]["samples"] == S and NEURALEF in by_protocol[p]), None)
         if r is not None:  # a rung whose NeuralEF cell is still running has no reference yet
                 lines.append(f"| eigh of the MC Gram (S = {S}), μ_j | " + " | ".join(f"{v:.4g}" for v in r["reference_eigenvalues"]) + " |")
     return "\n".join(lines) + "\n"
 
 
 def report(records, options) -> None:
-    from experiments.harness.blocks import write_block
-    from experiments.harness.store import ResultStore
-    from experiments.harness.study import page_path, records_path
-
-    every_rung = ResultStore(records_path(options), KEY).all_records()
+    every_rung = ResultStore(records_path(options), KEY, upgrade=upgrade).all_records()
     write_block(page_path(options), "neuralef_mnist", markdown(every_rung), "python -m experiments neuralef_mnist --report-only")
 
 
 def main(argv=None):
-    from experiments.harness import cli
-
     return cli.main("neuralef_mnist", sys.modules[__name__], argv)
 
 

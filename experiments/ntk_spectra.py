@@ -34,17 +34,22 @@ Frobenius error ‖K̂ − K‖_F / ‖K‖_F, with
 
 from __future__ import annotations
 
-import functools
-import os
+from pathlib import Path
 import sys
 import time
-from pathlib import Path
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+import tensorflow as tf
+import tf_keras
 
-import numpy as np  # noqa: E402
-
-from experiments.harness.study import page_path, records_path  # noqa: E402
+from activated_dgp.eigen import NeuralEF, jacobian_features, ntk_kernel, rademacher_matrix
+from experiments.harness import cli
+from experiments.harness.blocks import write_block
+from experiments.harness.protocol import Protocol, from_legacy, integers, relabel
+from experiments.harness.setups import mnist_arrays
+from experiments.harness.study import page_path, records_path
 
 KEY = ("seed",)
 RANK = 10
@@ -73,10 +78,22 @@ def settings(options) -> dict:
     return chosen
 
 
-def PROTOCOL(options) -> str:
-    s = settings(options)
-    return ("v1:" + ":".join(f"{key}{'-'.join(map(str, value)) if isinstance(value, tuple) else value}"
-                             for key, value in sorted(s.items()) if key != "seeds"))
+def PROTOCOL(options) -> Protocol:
+    """Version 1 with the settings (:func:`settings`) but the number of seeds, which adds cells and changes none."""
+    return Protocol("1", {key: value for key, value in settings(options).items() if key != "seeds"})
+
+
+def settings_string(options) -> str:
+    """The settings as one string, ``v1:classes3-5:epochs30:…`` (sorted, seeds left out): the name of the NeuralEF
+    trainings' checkpoints, and the protocol string of records made before the study declared a :class:`Protocol`."""
+    return "v1:" + ":".join(f"{key}{'-'.join(map(str, value)) if isinstance(value, tuple) else value}"
+                            for key, value in sorted(PROTOCOL(options).settings.items()))
+
+
+def upgrade(record: dict) -> dict:
+    """A record made before the study declared a :class:`Protocol` carries :func:`settings_string`'s form."""
+    fields = [(key, key, integers if key == "classes" else int) for key in sorted(DEFAULTS) if key != "seeds"]
+    return relabel(record, from_legacy(record.get("protocol"), fields))
 
 
 def cells(options) -> list:
@@ -86,11 +103,8 @@ def cells(options) -> list:
 # ---------------------------------------------------------------- data and classifier
 
 
-@functools.lru_cache(maxsize=2)
 def two_class_mnist(data_dir, classes):
     """(X_train, y_train, X_test, y_test, data): MNIST rows in [0, 1] of the two classes, labels 0/1."""
-    from experiments.setups import mnist_arrays
-
     X, y, X_test, y_test, data = mnist_arrays(data_dir)
     keep, keep_test = np.isin(y, classes), np.isin(y_test, classes)
     return (X[keep], (y[keep] == classes[1]).astype(np.float64), X_test[keep_test],
@@ -99,8 +113,6 @@ def two_class_mnist(data_dir, classes):
 
 def build_classifier(seed: int):
     """The CNN g: [N, 784] → one logit [N, 1] (float32; module docstring), built."""
-    import tf_keras
-
     tf_keras.utils.set_random_seed(seed)
     layers = tf_keras.layers
     return tf_keras.Sequential([
@@ -112,8 +124,6 @@ def build_classifier(seed: int):
 
 
 def train_classifier(X, y, seed: int, epochs: int):
-    import tf_keras
-
     model = build_classifier(seed)
     model.compile(optimizer=tf_keras.optimizers.Adam(1e-3), loss=tf_keras.losses.BinaryCrossentropy(from_logits=True))
     model.fit(X.astype(np.float32), y, epochs=epochs, batch_size=32, verbose=0, shuffle=True)
@@ -166,12 +176,10 @@ def test_subset(X_test, y_test, size: int, seed: int):
 
 
 def run_cell(cell, options, context) -> dict:
-    import tensorflow as tf
-
-    from activated_dgp.eigen import NeuralEF, jacobian_features, ntk_kernel, rademacher_matrix
-
     s, seed = settings(options), cell["seed"]
-    X_all, y_all, X_test_all, y_test_all, data = two_class_mnist(str(context.data()), s["classes"])
+    data_dir = str(context.data())
+    X_all, y_all, X_test_all, y_test_all, data = context.artifacts.in_memory(  # read once per run
+        "two_class_mnist", [data_dir, s["classes"]], lambda: two_class_mnist(data_dir, s["classes"]))
     X, y = X_all[: s["train_points"]], y_all[: s["train_points"]]
     N = len(X)
     record = {"classes": list(s["classes"]), "train_points": N, "train_source": data.train_source,
@@ -208,7 +216,7 @@ def run_cell(cell, options, context) -> dict:
     start = time.perf_counter()
     neuralef = NeuralEF(RANK, kernel=K_mc, input_dim=X.shape[1], width=s["width"], activation="relu",
                         oversampling=s["oversampling"], seed=seed)
-    checkpoints = context.artifacts.checkpoint_dir("neuralef_training", {"protocol": PROTOCOL(options), "seed": seed})
+    checkpoints = context.artifacts.checkpoint_dir("neuralef_training", {"protocol": settings_string(options), "seed": seed})
     if checkpoints is not None and tf.train.latest_checkpoint(checkpoints):
         record["neuralef_resumed"] = True  # its neuralef_seconds count only the steps after the resumption
     neuralef.fit(X, num_steps=s["steps"], schedule="cosine", print_every=0 if options.quiet else max(1, s["steps"] // 5),
@@ -256,10 +264,7 @@ def figure_path(options) -> Path:
 
 def figure(records, options) -> None:
     """Top: exact vs NeuralEF eigenvalues per seed (Fig. 5); bottom: the first seed's three test kernels (Fig. 4)."""
-    import matplotlib
-
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     records = sorted(records, key=lambda r: r["seed"])
     first = records[0]
@@ -343,8 +348,6 @@ def markdown(records, options) -> str:
 
 
 def report(records, options) -> None:
-    from experiments.harness.blocks import write_block
-
     if records:
         figure(records, options)
     page = page_path(options)
@@ -364,8 +367,6 @@ def add_options(parser) -> None:
 
 
 def main(argv=None) -> list:
-    from experiments.harness import cli
-
     return cli.main("ntk_spectra", sys.modules[__name__], argv)
 
 

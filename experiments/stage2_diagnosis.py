@@ -35,18 +35,31 @@ docs/results/uci_long/records.jsonl).
 
 from __future__ import annotations
 
-import os
+import json
+from pathlib import Path
 import sys
 import time
-from pathlib import Path
 from types import SimpleNamespace
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+import tensorflow as tf
+import tf_keras
 
-import numpy as np  # noqa: E402
-import tf_keras  # noqa: E402
-
-from experiments.harness.store import ResultStore  # noqa: E402
+from activated_dgp import train_network, train_two_stage
+from activated_dgp.data import load_regression_dataset
+from activated_dgp.deep.diagnostics import elbo_terms, layer_residual_fractions
+from activated_dgp.deep.prediction import propagate_means
+from activated_dgp.metrics import regression_metrics
+from activated_dgp.training import split_validation, stage2_recipe
+from experiments.harness import cli
+from experiments.harness.blocks import write_block
+from experiments.harness.protocol import Protocol, from_legacy, relabel
+from experiments.harness.store import ResultStore
+from experiments.harness.study import load_records
+from experiments.methods import (BUDGETS, build_twin_network, canonical_datasets, dgp_mixture, prepare_split,
+                                 protocol_schedule)
 
 # name → options of train_two_stage (plus "learning_rate" and "early_stopping" for the stage-2 schedule)
 VARIANTS = {
@@ -63,8 +76,6 @@ VARIANTS = {
 
 
 def _metrics(y, means, variances):
-    from activated_dgp.metrics import regression_metrics
-
     scores = regression_metrics(y, means, variances)
     return {"rmse": scores["rmse"], "nlpd": scores["nlpd"]}
 
@@ -91,10 +102,6 @@ class Diagnose(tf_keras.callbacks.Callback):
             self.record(self.epoch * self.per_epoch)
 
     def record(self, step: int):
-        from activated_dgp.deep.diagnostics import elbo_terms, layer_residual_fractions
-        from activated_dgp.deep.prediction import propagate_means
-        from experiments.methods import dgp_mixture
-
         d, dgp = self.data, self.dgp
         noise = float(dgp.likelihood_layer.likelihood.variance.numpy())
         terms = elbo_terms(dgp, d.X_fit[self.elbo_rows], d.y_fit[self.elbo_rows], num_samples=4, seed=0)
@@ -146,18 +153,20 @@ def add_options(parser) -> None:
     parser.add_argument("--samples", type=int, default=DEFAULTS["samples"], help="predictive samples for the metrics")
 
 
-def PROTOCOL(options) -> str:
+#: The options a cell's numbers depend on: (name, its prefix in older records' protocol strings, its type).
+SETTINGS = (("nn_steps", "nn", int), ("dgp_steps", "dgp", int), ("every", "every", int), ("samples", "S", int))
+
+
+def PROTOCOL(options) -> Protocol:
     """Every setting a cell's numbers depend on: records made with other settings are never mixed in."""
-    return _protocol(options.nn_steps, options.dgp_steps, options.every, options.samples)
-
-
-def _protocol(nn_steps, dgp_steps, every, samples) -> str:
-    return f"v1:nn{nn_steps}:dgp{dgp_steps}:every{every}:S{samples}"
+    return Protocol("1", {name: getattr(options, name) for name, _, _ in SETTINGS})
 
 
 def upgrade(record: dict) -> dict:
-    """Records made before the harness carry no protocol; they were made with :data:`DEFAULTS` (the page's command)."""
-    return record if "protocol" in record else {**record, "protocol": _protocol(**DEFAULTS)}
+    """Records made before the study declared a :class:`Protocol` carry ``v1:nn<…>:dgp<…>:every<…>:S<…>`` or, made
+    before the harness, nothing: then they were made with :data:`DEFAULTS` (the page's command)."""
+    made_under = Protocol("1", dict(DEFAULTS)) if "protocol" not in record else from_legacy(record["protocol"], SETTINGS)
+    return relabel(record, made_under)
 
 
 def variants(options) -> list:
@@ -169,8 +178,6 @@ def variants(options) -> list:
 
 
 def cells(options) -> list:
-    from experiments.methods import canonical_datasets
-
     splits = [options.split] if options.split is not None else list(range(options.splits))
     return [{"dataset": name, "split": split, "variant": variant}
             for name in canonical_datasets(options.dataset.split(",")) for split in splits for variant in variants(options)]
@@ -178,10 +185,6 @@ def cells(options) -> list:
 
 def split_data(dataset_name: str, split: int, data_dir):
     """The split, standardised on its training part, with its seeded 10 % validation part."""
-    from activated_dgp.data import load_regression_dataset
-    from activated_dgp.training import split_validation
-    from experiments.methods import prepare_split
-
     dataset = load_regression_dataset(dataset_name, data_dir)
     data = prepare_split(dataset, split, SimpleNamespace(fixed_splits=bool(dataset.splits), seed=0))
     (X_fit, y_fit), (X_val, y_val) = split_validation(data.X_train, data.y_train, 0.1, data.seed)
@@ -191,12 +194,7 @@ def split_data(dataset_name: str, split: int, data_dir):
 def trained_network(cell, options, context, data, view):
     """The twin of (dataset, split), trained once and shared by the variants through the artifact cache:
     (network, history with steps_run / best_step)."""
-    import json
 
-    import tensorflow as tf
-
-    from activated_dgp import train_network
-    from experiments.methods import build_twin_network, protocol_schedule
 
     def build():
         tf_keras.backend.clear_session()
@@ -226,12 +224,6 @@ def trained_network(cell, options, context, data, view):
 
 
 def run_cell(cell, options, context) -> dict:
-    import tensorflow as tf
-
-    from activated_dgp import train_two_stage
-    from activated_dgp.training import stage2_recipe
-    from experiments.methods import protocol_schedule
-
     data, view = split_data(cell["dataset"], cell["split"], options.data_dir)
     network, history = trained_network(cell, options, context, data, view)
     settings = dict(VARIANTS[cell["variant"]])
@@ -295,10 +287,7 @@ def table(records) -> str:
 
 
 def traces_figure(records, path: Path) -> None:
-    import matplotlib
-
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     groups = sorted({(r["dataset"], r["split"]) for r in records})
     fig, axes = plt.subplots(2, len(groups), figsize=(3.6 * len(groups) + 1, 6), squeeze=False)
@@ -366,10 +355,6 @@ def weight_decay_markdown(records, uci_records=()) -> str:
 
 def write_side_studies(out: Path, uci_out: Path = Path("docs") / "results" / "uci_long") -> None:
     """The two generated blocks of ``<out>.md`` made from the retired side studies' committed records."""
-    from experiments.harness.blocks import write_block
-    from experiments.harness.study import load_records
-    from experiments.methods import BUDGETS
-
     page = Path(out).parent / f"{Path(out).name}.md"
     output_layer, weight_decay = Path(out) / "output_layer.jsonl", Path(out) / "twin_weight_decay.jsonl"
     if not page.exists():
@@ -385,8 +370,6 @@ def write_side_studies(out: Path, uci_out: Path = Path("docs") / "results" / "uc
 
 
 def main(argv=None) -> list:
-    from experiments.harness import cli
-
     return cli.main("stage2_diagnosis", sys.modules[__name__], argv)
 
 

@@ -27,10 +27,22 @@ frequency was capped) are protocol v1, moved unchanged into records.jsonl.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
+import sys
+import time
 
+import gpflow
 import numpy as np
+import tensorflow as tf
+import tf_keras
+
+from activated_dgp import TrainingSchedule, dgp_from_keras, propagate_means, train_dgp, train_two_stage
+from activated_dgp.deep.diagnostics import elbo_terms, residual_fraction
+from activated_dgp.deep.posterior_mean import posterior_mean_weights, set_posterior_mean_weights
+from activated_dgp.training import GUARD_MIN_STEPS
+from experiments.harness import cli
+from experiments.harness.artifacts import atomic_write_text
+from experiments.harness.protocol import PROTOCOL_FIELDS, Protocol, relabel
 
 NUM_DATA, NOISE_SD, NET_EPOCHS, NET_LR, NET_BATCH, DGP_EPOCHS = 300, 0.1, 1000, 5e-3, 16, 100
 
@@ -42,8 +54,6 @@ def data(seed: int):
 
 
 def network(seed: int, X, Y, epochs: int = NET_EPOCHS):
-    import tf_keras
-
     tf_keras.utils.set_random_seed(seed)
     net = tf_keras.Sequential([tf_keras.Input((1,)), tf_keras.layers.Dense(64, "softplus"), tf_keras.layers.Dense(1, use_bias=False)])
     net.compile(tf_keras.optimizers.Adam(NET_LR), loss="mse")
@@ -52,19 +62,12 @@ def network(seed: int, X, Y, epochs: int = NET_EPOCHS):
 
 
 def rmse(dgp, X, Y) -> float:
-    from activated_dgp import propagate_means
-
     return float(np.sqrt(np.mean((propagate_means(dgp, X)[-1].numpy() - Y) ** 2)))
 
 
 def start_diagnosis(dgp, X, Y, learning_rate: float = 0.01) -> dict:
     """The converted model before stage 2, and the train RMSE after one step of ``learning_rate`` × sign(gradient)
     (Adam's first step) on each parameter group alone; for W also with the posterior-mean weights B held."""
-    import gpflow
-    import tensorflow as tf
-
-    from activated_dgp.deep.posterior_mean import posterior_mean_weights, set_posterior_mean_weights
-    from activated_dgp.deep.diagnostics import elbo_terms, residual_fraction
 
     layer = dgp.f_layers[0]
     kernel, feature = layer.kernel.kernel, layer.inducing_variable.inducing_variable
@@ -106,10 +109,6 @@ def start_diagnosis(dgp, X, Y, learning_rate: float = 0.01) -> dict:
 
 
 def stage2(net, X, Y, seed: int, setting: str) -> dict:
-    import tensorflow as tf
-
-    from activated_dgp import TrainingSchedule, dgp_from_keras, train_dgp, train_two_stage
-
     tf.random.set_seed(seed)
     if setting == "two_stage":
         result = train_two_stage(X, Y, network=net, seed=seed, recipe="paper")  # the default its records were made with
@@ -135,8 +134,6 @@ SETTINGS = ("old", "ramp", "default", "two_stage")
 
 def run_seed(seed: int, settings=SETTINGS) -> dict:
     """One seed's record: the network, the converted model at the start, and stage 2 in each of ``settings``."""
-    from activated_dgp import dgp_from_keras
-
     X, Y = data(seed)
     net = network(seed, X, Y)
     kernel = net.layers[0].kernel.numpy()
@@ -172,7 +169,7 @@ def summary(records) -> dict:
             "loss_peak": [r[setting]["loss_peak"] for r in records],
             "restored": [r[setting]["restored"] for r in records],
         }
-    result["records"] = [{k: v for k, v in r.items() if k != "protocol"} for r in records]
+    result["records"] = [{k: v for k, v in r.items() if k not in PROTOCOL_FIELDS} for r in records]
     return result
 
 
@@ -180,12 +177,7 @@ def guard_cost(sizes=(300, 20000), repeats: int = 3) -> dict:
     """Seconds of ``train_dgp`` without the guard, with it (the default frequency) and with a check every epoch, interleaved
     ``repeats`` times, on a one-layer DGP converted from seed 0's network, at N = each of ``sizes`` rows of the
     same problem; epochs chosen for about 600 steps (batch 128)."""
-    import time
 
-    import tensorflow as tf
-
-    from activated_dgp import TrainingSchedule, dgp_from_keras, train_dgp
-    from activated_dgp.training import GUARD_MIN_STEPS
 
     X, Y = data(0)
     net = network(0, X, Y)
@@ -215,13 +207,14 @@ def guard_cost(sizes=(300, 20000), repeats: int = 3) -> dict:
 
 KEY = ("seed",)
 OUT = Path("docs") / "results" / "stage2" / "divergence"  # records.jsonl; the summary goes next to the folder
-PROTOCOL = "v1"  # bump when what a cell computes changes
+PROTOCOL = Protocol("1")  # change the version when what a cell computes changes
 LEGACY_COMMAND = "python -m experiments.stage2_divergence --seeds 0-9 --out docs/results/stage2"  # made the v1 records
 
 
 def upgrade(record: dict) -> dict:
-    """The records made before the harness carry no protocol: they are v1."""
-    return record if "protocol" in record else {**record, "protocol": "v1"}
+    """Records made before the study declared a :class:`Protocol` carry "v1" or, made before the harness, nothing:
+    version 1."""
+    return relabel(record, PROTOCOL if record.get("protocol") in (None, "v1") else None)
 
 
 def add_options(parser) -> None:
@@ -244,8 +237,6 @@ def cells(options) -> list:
 def prepare(options, context) -> None:
     """With ``--cost``: the guard's cost (a timing, not a cell), written to divergence_cost.json."""
     if options.cost:
-        from experiments.harness.artifacts import atomic_write_text
-
         cost = {"command": options.command} | guard_cost()
         atomic_write_text(Path(options.out).parent / "divergence_cost.json", json.dumps(cost, indent=1) + "\n")
         context.progress(json.dumps(cost))
@@ -260,7 +251,6 @@ def run_cell(cell, options, context) -> dict:
 def report(records, options) -> None:
     if not records:
         return
-    from experiments.harness.artifacts import atomic_write_text
 
     path, text = Path(options.out).parent / "divergence.json", json.dumps(summary(records), indent=1) + "\n"
     if not path.exists() or path.read_text() != text:
@@ -268,8 +258,6 @@ def report(records, options) -> None:
 
 
 def main(argv=None) -> list:
-    from experiments.harness import cli
-
     return cli.main("stage2_divergence", sys.modules[__name__], argv)
 
 

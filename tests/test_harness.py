@@ -2,17 +2,24 @@
 
 import argparse
 import ast
+import hashlib
+import importlib
 import json
-import types
 from pathlib import Path
+import re
+import types
 
 import numpy as np
 import pytest
 
-from experiments.harness import blocks, registry
+from benchmarks import _report
+from experiments import uci
+from experiments.harness import blocks, cli, registry
 from experiments.harness.artifacts import ArtifactCache, ArtifactMissing, atomic_write
 from experiments.harness.store import ResultStore
-from experiments.harness.study import run_study
+from experiments.harness.study import check_study, load_records, newest_protocol, run_study
+from experiments.methods import protocol as uci_protocol
+from experiments.neuralef_mnist import NEURALEF, NYSTROM_KERNELS, markdown, upgrade as neuralef_upgrade
 
 
 def toy_study(fail_after=None, protocol="p1", calls=None):
@@ -156,16 +163,31 @@ def test_artifact_cache_builds_once_and_can_refuse_to_build(tmp_path):
             "net", 1, ".txt", build=lambda: "x", save=None, load=None)
 
 
+def test_in_memory_builds_once_per_key_and_keeps_only_the_current_groups_values():
+    """A run's shared values: one build per (kind, key) whatever the key's dict order; a value of another kind or
+    key is built apart; naming another group drops the grouped values of the old one (rebuilt when asked again)
+    and keeps the ungrouped ones; nothing is written to the cache's folder."""
+    builds = []
+    cache = ArtifactCache(None)
+
+    def get(kind, key, group=None):
+        return cache.in_memory(kind, key, lambda: builds.append((kind, str(key))) or f"{kind}{len(builds)}", group=group)
+
+    assert get("data", {"a": 1, "b": 2}) == "data1" and get("data", {"b": 2, "a": 1}) == "data1"
+    assert get("data", {"a": 2, "b": 2}) == "data2" and get("net", {"a": 1, "b": 2}) == "net3"
+    assert get("net", 0, group=0) == "net4" and get("net", 0, group=0) == "net4"
+    assert get("net", 1, group=1) == "net5"  # seed 1 starts: seed 0's network is dropped
+    assert get("net", 0, group=0) == "net6" and get("data", {"a": 1, "b": 2}) == "data1"  # ungrouped values stay
+    assert len(builds) == 6
+
+
 def test_load_records_reads_another_studys_records_through_its_key_and_upgrade(tmp_path, monkeypatch):
     """UCI's records read by another study. Versions: v5 changed "a", v6 changed "b" (current v6): a v5 record of "a"
     is carried to v6 (a did not change since), one of "b" stays at v5. Asking for protocol h:v6 gives exactly the
     carried "a" record, once (a repeated line and a torn last line are ignored); the records as made are both at v5;
     a folder without records gives [] and is not created."""
-    from experiments.harness.study import load_records
-    from experiments.methods import protocol
-
-    monkeypatch.setattr(protocol, "PROTOCOL_VERSION", "v6")
-    monkeypatch.setattr(protocol, "METHOD_CHANGES", {"v2": ("*",), "v5": ("a",), "v6": ("b",)})
+    monkeypatch.setattr(uci_protocol, "PROTOCOL_VERSION", "v6")
+    monkeypatch.setattr(uci_protocol, "METHOD_CHANGES", {"v2": ("*",), "v5": ("a",), "v6": ("b",)})
     lines = [json.dumps({"dataset": "yacht", "method": m, "split": 0, "protocol": "h:v5"}) for m in ("a", "b", "a")]
     (tmp_path / "records.jsonl").write_text("\n".join(lines) + '\n{"dataset": "yac')
     carried = load_records("uci", tmp_path, protocol="h:v6")
@@ -182,9 +204,6 @@ def test_newest_protocol_is_the_last_records_as_its_study_reads_it(tmp_path):
     """The protocol of the file's last complete record after the owning study's upgrade: a rotated-MNIST record made
     before the harness (no protocol field) reads as seed-group:<first 12 hex digits of the sha1 of its config>, so it
     is newer than the seed-model record above it; load_records with it gives that record alone; no file gives None."""
-    import hashlib
-
-    from experiments.harness.study import load_records, newest_protocol
 
     config = {"epochs": 1, "dataset": "mnist"}
     lines = [{"dataset": "mnist", "model": "nn", "seed": 0, "protocol": "seed-model/1:abc", "config": config},
@@ -196,24 +215,29 @@ def test_newest_protocol_is_the_last_records_as_its_study_reads_it(tmp_path):
     assert newest_protocol("rotated_mnist", tmp_path / "nowhere") is None and not (tmp_path / "nowhere").exists()
 
 
-def test_benchmarks_import_no_study():
-    studies = set(registry.STUDIES.values()) | {"experiments.uci", "experiments.uci.cells", "experiments.uci.report", "experiments.rotated_mnist",
-                                                 "experiments.rotated_mnist.cells", "experiments.rotated_mnist.config", "experiments.rotated_mnist.models",
-                                                 "experiments.rotated_mnist.report", "experiments.rotated_mnist.plain",
-                                                 "experiments.rotated_mnist.plain_report", "experiments.recipes.cells", "experiments.recipes.report",
-                                                 "experiments.recipes.rule", "experiments.ika_patches.cells",
-                                                 "experiments.ika_patches.patches", "experiments.ika_patches.report"}
-    for path in Path(__file__).resolve().parents[1].glob("benchmarks/*.py"):
-        tree = ast.parse(path.read_text())
-        imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
-        imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
-        assert not imported & studies, f"{path.name} imports {imported & studies}"
+def _imported_modules(path: Path) -> set:
+    tree = ast.parse(path.read_text())
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+    return imported | {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+
+
+def test_benchmarks_import_only_the_harness_of_experiments_and_experiments_no_benchmark():
+    """No import cycle: a benchmark imports from experiments/ only experiments.harness (and its modules); no module
+    of experiments/ imports benchmarks/ (the report finds the benchmarks through the harness registry's names)."""
+    root = Path(__file__).resolve().parents[1]
+    for path in root.glob("benchmarks/*.py"):
+        outside = {m for m in _imported_modules(path) if m.split(".")[0] == "experiments"
+                   and not (m == "experiments.harness" or m.startswith("experiments.harness."))}
+        assert not outside, f"{path.name} imports {outside}"
         assert "sys.path.insert" not in path.read_text(), f"{path.name} patches sys.path"
+    for path in root.glob("experiments/**/*.py"):
+        benchmarks = {m for m in _imported_modules(path) if m.split(".")[0] == "benchmarks"}
+        assert not benchmarks, f"{path.relative_to(root)} imports {benchmarks}"
+    assert all(name.startswith("benchmarks.") and (root / (name.replace(".", "/") + ".py")).is_file()
+               for name in registry.BENCHMARKS)
 
 
 def test_every_registered_study_has_the_study_shape():
-    from experiments.harness.study import check_study
-
     for name in registry.STUDIES:
         check_study(registry.study(name))
 
@@ -221,21 +245,16 @@ def test_every_registered_study_has_the_study_shape():
 def test_every_generated_block_is_rewritten_by_report():
     """``python -m experiments report`` rewrites every generated block under docs/: a block whose marker names a
     study lies on a page one of that study's report runs writes (cli.report_pages), and a benchmark's block is in
-    the REPORT_BLOCKS of one benchmark of benchmarks._report.REPORTED (a block whose record is not committed yet is
+    the REPORT_BLOCKS of one benchmark of experiments.harness.registry.BENCHMARKS (a block whose record is not committed yet is
     left as it is by that benchmark's report_from_records).
     Nothing is run: the pages come from parsing each report run's arguments."""
-    import importlib
-    import re
-
-    from benchmarks import _report
-    from experiments.harness import cli
 
     root = Path(__file__).resolve().parents[1]
     writers = {}  # page -> studies whose report runs write it
     for name in registry.STUDIES:
         for page in cli.report_pages(name, registry.study(name)):
             writers.setdefault(Path(page).as_posix(), set()).add(name)
-    owned = [block for module in _report.REPORTED for block in importlib.import_module(module).REPORT_BLOCKS]
+    owned = [block for module in registry.BENCHMARKS for block in registry.benchmark(module).REPORT_BLOCKS]
     reported = set(owned)
     assert len(owned) == len(reported), "a block in the REPORT_BLOCKS of two benchmarks"
     unreported, seen = [], 0
@@ -258,9 +277,6 @@ def test_every_generated_block_is_rewritten_by_report():
 def test_a_benchmark_block_without_its_record_is_left_as_it_is(tmp_path, monkeypatch, capsys, module, record):
     """Until a benchmark's record is committed, ``python -m experiments report`` (its report_from_records) leaves
     the block and its page untouched and prints one line naming the command that measures it."""
-    import importlib
-
-    from benchmarks import _report
 
     pages = {page: page.read_bytes() for page in set(_report.SECTION_PAGES.values())}
     monkeypatch.setattr(importlib.import_module(f"benchmarks.{module}"), record, tmp_path / "missing.json")
@@ -273,9 +289,6 @@ def test_a_benchmark_block_without_its_record_is_left_as_it_is(tmp_path, monkeyp
 def test_report_commands_name_the_committed_pages():
     """The marker of a page written by a report run names that run's report command (cli.report_command), and a
     run with other paths falls back to naming its own --out and --doc."""
-    from experiments import uci
-    from experiments.harness import cli
-
     for extra in uci.REPORT_RUNS:
         options = cli.parse("uci", uci, ["--report-only", "--quiet", *extra])
         assert options.report_command == "python -m experiments uci --report-only " + " ".join(extra)
@@ -289,9 +302,8 @@ def test_report_commands_name_the_committed_pages():
 def test_the_neuralef_table_has_a_row_per_budget_rung_and_shows_a_running_rung_as_missing():
     """experiments/neuralef_mnist.py tables every protocol (rung of the budget ladder) of its records: a rung whose
     NeuralEF cell has not finished shows "–" there, and the count of eigenvalues within 10 % is the one computed
-    here from the record's numbers."""
-    from experiments.neuralef_mnist import NEURALEF, NYSTROM_KERNELS, markdown
-
+    here from the record's numbers. The records are read as the study reads them: the rung's protocol string, in the
+    older form, names the rung's settings."""
     poly, rbf = NYSTROM_KERNELS
     mu, reference = [1.0, 0.5, 0.3, 0.2], [1.0, 0.52, 0.4, 0.21]  # relative errors 0, 0.038, 0.25, 0.048
     done = [{"protocol": "v1:S200:steps1000:os5", "projection": poly, "accuracy": 80.0},
@@ -299,7 +311,7 @@ def test_the_neuralef_table_has_a_row_per_budget_rung_and_shows_a_running_rung_a
             {"protocol": "v1:S200:steps1000:os5", "projection": NEURALEF, "accuracy": 75.0, "eigenvalues": mu,
              "reference_eigenvalues": reference, "seconds": 10.0, "features_seconds": 5.0}]
     running = [{"protocol": "v1:S2000:steps10000:os5:cnn16-32-64", "projection": poly, "accuracy": 80.0}]
-    lines = markdown(done + running).splitlines()
+    lines = markdown([neuralef_upgrade(r) for r in done + running]).splitlines()
     finished = next(line for line in lines if line.startswith("| MLPs 784-128-128-1, S = 200, 1000 steps, 15 networks"))
     within = int(np.sum(np.abs(np.array(mu) - reference) / np.array(reference) <= 0.1))
     assert finished.split(" | ")[1:5] == ["75.00", "80.00", "79.00", str(within)] and within == 3

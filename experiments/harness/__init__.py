@@ -1,2 +1,3 @@
-"""The study harness: record store with resume and protocol versioning, artifact cache, generated-block writer,
-one command line. Study-independent: nothing here imports a study (the registry imports one only on request)."""
+"""The study harness: record store with resume, the protocols of the records (:mod:`.protocol`), artifact cache,
+generated-block writer, one command line, and the problem setups studies and benchmarks share (:mod:`.setups`).
+Study-independent: nothing here imports a study or a benchmark (the registry imports one by name, on request)."""

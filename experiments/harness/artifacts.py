@@ -1,4 +1,5 @@
-"""One cache for trained artifacts (networks, DGPs, fitted weights) shared by the studies.
+"""One cache for trained artifacts (networks, DGPs, fitted weights) shared by the studies, and for what a run's
+cells share in memory (:meth:`ArtifactCache.in_memory`: data read once per run; studies keep no module-level caches).
 
 Studies receive an :class:`ArtifactCache` through their run context (never a module global). Every write goes to
 a temporary name in the target's folder and is moved into place with :func:`os.replace`, so an interrupted save
@@ -11,7 +12,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Dict, Optional, Tuple
 
 from activated_dgp import saving
 
@@ -64,6 +65,8 @@ class ArtifactCache:
         self.root = None if root is None else Path(root)
         self.saved_only = saved_only
         self.name = name or self.default_name
+        self._memory: Dict[Tuple[str, str], Tuple[object, object]] = {}  # (kind, key digest) -> (group, value)
+        self._group = None
 
     @staticmethod
     def default_name(kind: str, key, suffix: str) -> str:
@@ -82,6 +85,19 @@ class ArtifactCache:
         as a string; None without a root (nothing is saved, the training is not resumable)."""
         folder = self.path(kind, key, "")
         return None if folder is None else str(folder)
+
+    def in_memory(self, kind: str, key, build: Callable[[], object], group=None):
+        """``build()``'s value for (``kind``, ``key``), built once and then held in memory, never saved: what the
+        cells of one run share (a data set read once, the networks of the current seed). Without ``group`` it stays
+        for the cache's life; with one (e.g. the seed), a call naming another group first drops every value held
+        under a group, so only the current group's values stay in memory. Keys are JSON-serialisable values."""
+        slot = (kind, json.dumps(key, sort_keys=True, default=str))
+        if group is not None and group != self._group:
+            self._memory = {held: entry for held, entry in self._memory.items() if entry[0] is None}
+            self._group = group
+        if slot not in self._memory:
+            self._memory[slot] = (group, build())
+        return self._memory[slot][1]
 
     def get_or_build(self, kind: str, key, suffix: str, build: Callable[[], object],
                      save: Callable[[object, Path], None], load: Callable[[Path], object]):

@@ -6,12 +6,13 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
+import sys
 from types import ModuleType
 from typing import Optional, Sequence
 
-from experiments.harness.study import check_study, run_study
+from experiments.harness.store import portable_command
+from experiments.harness.study import check_study, page_path, run_study
 
 
 def make_parser(prog: str, description: Optional[str] = None) -> argparse.ArgumentParser:
@@ -71,8 +72,6 @@ def report_runs(study: ModuleType) -> list:
 
 def report_page(options) -> Path:
     """The page a run writes: its ``--doc`` or ``--page`` when the study has one, else ``<out>.md``."""
-    from experiments.harness.study import page_path
-
     for flag in ("doc", "page"):
         if getattr(options, flag, None):
             return Path(getattr(options, flag))
@@ -89,8 +88,6 @@ def report_command(name: str, study: ModuleType, options) -> str:
     """The command that rewrites the page of ``options``' run from its records alone, for the page's generated-block
     marker: ``python -m experiments <name> --report-only`` with the arguments of the report run that writes the same
     page from the same ``--out`` (:func:`report_runs`), else with ``--out`` and, when not ``<out>.md``, the page."""
-    from experiments.harness.study import page_path
-
     parser, page = study_parser(name, study), report_page(options)
     for extra in report_runs(study):
         run = parser.parse_args(["--report-only", *extra])
@@ -102,8 +99,6 @@ def report_command(name: str, study: ModuleType, options) -> str:
 
 def command_line(name: str, argv: Sequence[str]) -> str:
     """The command to quote in a page, without the paths of the machine that ran it."""
-    from experiments.harness.store import portable_command
-
     return portable_command("experiments", [name, *argv])
 
 

@@ -1,4 +1,6 @@
-"""The registered studies: name -> module, imported only when used. Add a study by adding one line."""
+"""The registered studies (name -> module) and the benchmarks whose blocks are written from committed records
+(module names), imported by name only when used: the harness imports no study and no benchmark. Add a study or
+such a benchmark by adding one line."""
 
 from __future__ import annotations
 
@@ -24,7 +26,43 @@ STUDIES = {
 }
 
 
+#: The benchmarks whose blocks are written from committed records. Each has ``report_from_records()`` (reads its
+#: record and rewrites its blocks, timing and training nothing; a block whose record is not committed yet is left as
+#: it is, ``benchmarks._report.report_block``) and ``REPORT_BLOCKS``, the (page, block name) pairs it writes;
+#: ``python -m experiments report`` calls them all (:func:`report_benchmarks`).
+BENCHMARKS = (
+    "benchmarks.covariances",
+    "benchmarks.dgp_epoch",
+    "benchmarks.eigenpro",
+    "benchmarks.laplace_far_field",
+    "benchmarks.laplace_neuralef",
+    "benchmarks.lla_rotated_mnist_cost",
+    "benchmarks.neuralef_vs_nystrom",
+    "benchmarks.prediction",
+    "benchmarks.prediction_memory",
+    "benchmarks.prediction_vs_keras",
+    "benchmarks.prediction_cnn_vs_keras",
+    "benchmarks.step_profile",
+    "benchmarks.streaming",
+    "benchmarks.tracing",
+    "benchmarks.twin_training",
+)
+
+
 def study(name: str) -> ModuleType:
     if name not in STUDIES:
         raise ValueError(f"unknown study {name!r}; known: {', '.join(sorted(STUDIES))}")
     return importlib.import_module(STUDIES[name])
+
+
+def benchmark(name: str) -> ModuleType:
+    """The benchmark module ``name`` of :data:`BENCHMARKS`."""
+    if name not in BENCHMARKS:
+        raise ValueError(f"unknown reported benchmark {name!r}; known: {', '.join(BENCHMARKS)}")
+    return importlib.import_module(name)
+
+
+def report_benchmarks() -> None:
+    """Rewrite the blocks of every benchmark of :data:`BENCHMARKS` from its committed record."""
+    for name in BENCHMARKS:
+        benchmark(name).report_from_records()

@@ -5,37 +5,43 @@ JSON-lines file only once the cell has finished, with a single ``write`` of one 
 ``flush``/``fsync``, so an interrupted run leaves either the whole record or nothing. A torn last line (the
 process killed mid-write) is ignored on reading and overwritten cleanly on the next append.
 
-Protocol versioning: a store opened with ``protocol=P`` stamps ``"protocol": P`` on every record it appends and
-sees only records carrying ``P`` (after ``upgrade``), so records made under another protocol are never mixed into
-a table, never count as done and are never overwritten — the file keeps them for the record.
+Protocol versioning: a store opened with ``protocol=P`` (a :class:`experiments.harness.protocol.Protocol`, or a
+string) stamps ``P`` on every record it appends (a :class:`~experiments.harness.protocol.Protocol`: its key and the
+settings the record depends on) and sees only records of ``P`` (after ``upgrade`` and, for a
+:class:`~experiments.harness.protocol.Protocol`, its carry-over rule), so records made under another protocol are
+never mixed into a table, never count as done and are never overwritten — the file keeps them for the record.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shlex
 from pathlib import Path
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+import shlex
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
-PROTOCOL_FIELD = "protocol"
+from experiments.harness.protocol import PROTOCOL_FIELD, Protocol, key_of
 
 
 class ResultStore:
     """:param key_fields: the record fields that identify a cell.
-    :param protocol: when given, the protocol key stamped on appended records; records of other protocols are
-        invisible to :meth:`records`, :meth:`done` and :func:`pending`.
-    :param upgrade: applied to every record read, e.g. to carry a record of an older protocol version over to the
-        current one where its method did not change (the file itself is never rewritten)."""
+    :param protocol: when given, the protocol stamped on appended records (a
+        :class:`~experiments.harness.protocol.Protocol`, or a protocol string); records of other protocols are
+        invisible to :meth:`records`, :meth:`done` and :func:`pending`. A
+        :class:`~experiments.harness.protocol.Protocol` also carries records of another key over where its
+        carry-over rule holds (:meth:`~experiments.harness.protocol.Protocol.carry`).
+    :param upgrade: applied to every record read first, e.g. to name the protocol a record made before its study
+        declared one was made under (the file itself is never rewritten)."""
 
     def __init__(self, path, key_fields: Sequence[str], upgrade: Optional[Callable[[Dict], Dict]] = None,
-                 protocol: Optional[str] = None):
+                 protocol: Union[Protocol, str, None] = None):
         self.path = Path(path)
         self.key_fields = tuple(key_fields)
         if not self.key_fields:
             raise ValueError("a ResultStore needs at least one key field")
         self.upgrade = upgrade
-        self.protocol = protocol
+        self.declared = protocol if isinstance(protocol, Protocol) else None
+        self.protocol = key_of(protocol)
         self.path.parent.mkdir(parents=True, exist_ok=True)
 
     def key(self, record: Dict) -> Tuple:
@@ -56,6 +62,8 @@ class ResultStore:
                 continue  # a torn line from an interrupted write
             if self.upgrade is not None:
                 record = self.upgrade(record)
+            if self.declared is not None:
+                record = self.declared.carry(record)
             identity = (record.get(PROTOCOL_FIELD), self.key(record))
             if identity not in seen:
                 seen.add(identity)
@@ -78,7 +86,7 @@ class ResultStore:
             stamped = record.get(PROTOCOL_FIELD, self.protocol)
             if stamped != self.protocol:
                 raise ValueError(f"record of protocol {stamped!r} appended to a store of protocol {self.protocol!r}")
-            record = {**record, PROTOCOL_FIELD: self.protocol}
+            record = self.declared.stamp(record) if self.declared is not None else {**record, PROTOCOL_FIELD: self.protocol}
         key = self.key(record)
         if any(self.key(existing) == key for existing in self.records()):
             raise ValueError(f"a record for {key} already exists in {self.path}")

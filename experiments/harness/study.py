@@ -2,10 +2,11 @@
 
 A study is a module with
 
-* ``KEY`` — the record fields that identify a cell; optionally ``PROTOCOL`` (a string, or a function of the
-  options, that changes whenever the definition of a cell's computation changes: records of another protocol are
-  never mixed in) and ``upgrade``
-  (record -> record, e.g. to carry unchanged methods over to a new protocol);
+* ``KEY`` — the record fields that identify a cell; optionally ``PROTOCOL`` (a
+  :class:`~experiments.harness.protocol.Protocol`, or a function of the options returning one, that changes
+  whenever the definition of a cell's computation changes: records of another protocol are never mixed in, those
+  its carry-over rule accepts are carried over; a protocol string is still accepted) and ``upgrade`` (record ->
+  record, applied to every record read, e.g. to name the protocol of a record made before the study declared one);
 * ``cells(options) -> list[dict]`` — the cells to run, each holding the ``KEY`` fields;
 * ``run_cell(cell, options, context) -> dict`` — run one cell and return its record (the cell's fields are added);
 * ``report(records, options) -> None`` — write the study's pages from the records alone (no training);
@@ -24,14 +25,17 @@ then calls ``report`` with the store's records.
 
 from __future__ import annotations
 
-import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
+import sys
+import time
 from types import ModuleType
-from typing import Callable, Optional
+from typing import Callable, Optional, Union
 
+from activated_dgp.data import resolve_data_dir
+from experiments.harness import registry
 from experiments.harness.artifacts import ArtifactCache
+from experiments.harness.protocol import Protocol
 from experiments.harness.store import PROTOCOL_FIELD, ResultStore, pending
 
 REQUIRED = ("KEY", "cells", "run_cell", "report")
@@ -55,8 +59,6 @@ class Context:
 
     def data(self, subdirectory: Optional[str] = None) -> Path:
         """The data directory (``--data-dir`` or ``$ADGP_DATA_DIR``) through the library's resolution."""
-        from activated_dgp.data import resolve_data_dir
-
         return resolve_data_dir(self.data_dir, subdirectory)
 
     def progress(self, message: str) -> None:
@@ -81,7 +83,7 @@ def open_store(study: ModuleType, options) -> ResultStore:
     return ResultStore(records_path(options), study.KEY, upgrade=getattr(study, "upgrade", None), protocol=protocol)
 
 
-def load_records(study: str, records, protocol: Optional[str] = None, upgrade: bool = True) -> list:
+def load_records(study: str, records, protocol: Union[Protocol, str, None] = None, upgrade: bool = True) -> list:
     """The records of the registered study ``study`` in ``records`` (its ``records.jsonl`` or the folder holding it),
     read as that study reads them: one per cell of its ``KEY``, through its ``upgrade`` (unless ``upgrade=False``),
     only those of ``protocol`` when given. [] when there is no such file. This is how one study reads another's
@@ -98,11 +100,10 @@ def newest_protocol(study: str, records) -> Optional[str]:
     return every[-1].get(PROTOCOL_FIELD) if every else None
 
 
-def _study_store(study: str, records, protocol: Optional[str] = None, upgrade: bool = True) -> Optional[ResultStore]:
+def _study_store(study: str, records, protocol: Union[Protocol, str, None] = None,
+                 upgrade: bool = True) -> Optional[ResultStore]:
     """A store reading ``records`` (a ``records.jsonl`` or its folder) with ``study``'s key and upgrade; None when
     the file does not exist (nothing is created)."""
-    from experiments.harness import registry
-
     owner = registry.study(study)
     path = Path(records)
     if path.is_dir() or path.suffix != ".jsonl":

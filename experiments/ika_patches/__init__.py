@@ -18,23 +18,19 @@ figure docs/results/ika_patches.png.
 
 from __future__ import annotations
 
-import os
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-
 # The study's interface for the harness (experiments/harness/study.py).
-from experiments.ika_patches.cells import KEY, PROTOCOL, Draw, add_options, cells, draw_trial, run_cell  # noqa: E402
-from experiments.ika_patches.patches import PatchData, patch_data, preprocess  # noqa: E402
-from experiments.ika_patches.report import markdown, report, verdicts  # noqa: E402
+from experiments.harness import cli
+from experiments.ika_patches.cells import KEY, PROTOCOL, Draw, add_options, cells, draw_trial, run_cell, upgrade
+from experiments.ika_patches.patches import PatchData, patch_data, preprocess
+from experiments.ika_patches.report import markdown, report, verdicts
 
 
 def main(argv=None) -> list:
     """``python -m experiments.ika_patches …``: the same as ``python -m experiments ika_patches …``."""
-    from experiments.harness import cli
-
     return cli.main("ika_patches", sys.modules[__name__], argv)
 
 
 __all__ = ["Draw", "KEY", "PROTOCOL", "PatchData", "add_options", "cells", "draw_trial", "main", "markdown", "patch_data",
-           "preprocess", "report", "run_cell", "verdicts"]
+           "preprocess", "report", "run_cell", "upgrade", "verdicts"]

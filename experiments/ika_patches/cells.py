@@ -17,14 +17,18 @@ of one MNIST image coincide after preprocessing, and repeated landmarks make κ(
 
 from __future__ import annotations
 
-import time
-import warnings
 from dataclasses import dataclass
+import time
 from typing import Dict, List
+import warnings
 
+import gpflow
 import numpy as np
 
-from experiments.ika_patches.patches import GCN_SCALE, PATCH, WHITENING_EPSILON, PatchData, patch_data
+from activated_dgp.eigen import IKA, Nystrom, activation_basis, kmeans_filters
+from experiments.harness.protocol import Protocol, from_legacy, integers, relabel
+from experiments.ika_patches.patches import (GCN_SCALE, PATCH, WHITENING_EPSILON, PatchData, mean_absolute_errors,
+                                             patch_data)
 
 KEY = ("filters", "samples", "trial")
 FILTERS = ("random", "k-means")
@@ -58,9 +62,22 @@ def check_options(options) -> None:
                          f"and --test {options.test}")
 
 
-def PROTOCOL(options) -> str:
-    return (f"v1:patches{options.patches}:test{options.test}:n{options.num_filters}:pool{min(options.samples)}:"
-            f"ranks{'-'.join(map(str, sorted(options.ranks)))}:kmeans{options.kmeans_iterations}:seed{options.seed}")
+#: The settings a cell's numbers depend on: (name, its prefix in older records' protocol strings, its type).
+SETTINGS = (("patches", "patches", int), ("test", "test", int), ("num_filters", "n", int), ("pool", "pool", int),
+            ("ranks", "ranks", integers), ("kmeans_iterations", "kmeans", int), ("seed", "seed", int))
+
+
+def PROTOCOL(options) -> Protocol:
+    """The run's sizes and seed; ``pool`` is the smallest sample (the shared pool of patches), ``ranks`` sorted."""
+    return Protocol("1", {"patches": options.patches, "test": options.test, "num_filters": options.num_filters,
+                          "pool": min(options.samples), "ranks": sorted(options.ranks),
+                          "kmeans_iterations": options.kmeans_iterations, "seed": options.seed})
+
+
+def upgrade(record: Dict) -> Dict:
+    """Records made before the study declared a :class:`Protocol` carry
+    ``v1:patches<…>:test<…>:n<…>:pool<…>:ranks<r1-r2-…>:kmeans<…>:seed<…>``."""
+    return relabel(record, from_legacy(record.get("protocol"), SETTINGS))
 
 
 def cells(options) -> List[Dict]:
@@ -121,11 +138,6 @@ def gram_rank_deficit(K_WW: np.ndarray, relative: float = 1e-10) -> int:
 
 
 def run_cell(cell, options, context) -> Dict:
-    import gpflow
-
-    from activated_dgp.eigen import IKA, Nystrom, activation_basis, kmeans_filters
-    from experiments.ika_patches.patches import mean_absolute_errors
-
     check_options(options)
     gpflow.config.set_default_float(np.float64)
     start = time.process_time()

@@ -23,6 +23,8 @@ from typing import Sequence
 
 import numpy as np
 
+from activated_dgp.data.mnist import load_mnist
+
 PATCH = 7
 WHITENING_EPSILON = 0.1
 GCN_SCALE = 10.0
@@ -149,8 +151,6 @@ def preprocess(images, num_patches: int, seed: int, size: int = PATCH, epsilon: 
 
 def patch_data(data_dir, num_patches: int, seed: int) -> PatchData:
     """:func:`preprocess` on the 10,000 official MNIST test images found in ``data_dir`` (its ``mnist/`` folder)."""
-    from activated_dgp.data.mnist import load_mnist
-
     images = load_mnist(data_dir, embedded_train=True).x_test
     return preprocess(np.asarray(images, dtype=np.float64).reshape(-1, 28, 28), num_patches, seed)
 

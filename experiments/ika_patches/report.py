@@ -6,9 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+import matplotlib
+import matplotlib.pyplot as plt
 import numpy as np
 
+from experiments.harness.blocks import write_block
 from experiments.harness.statistics import standard_error
+from experiments.harness.study import page_path
 
 #: The paper's numbers (IKA §4.2, §4.3.1, §4.3.2; STL-10 patches, n = 128 filters).
 PAPER = {"samples_5000": 9.4, "samples_15000": 10.4, "random": 18.6, "k-means": 9.1}
@@ -180,10 +184,7 @@ def markdown(records: Sequence[Dict], figure: str) -> str:
 def figure(records: Sequence[Dict], path: Path) -> None:
     """Left: IKA's error (m = n, random filters) against S, Nyström's as a reference line. Right: both methods' error
     against m at the largest S, random and k-means filters. Bars: standard error over trials."""
-    import matplotlib
-
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     s = summary(records)
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
@@ -227,9 +228,6 @@ def figure(records: Sequence[Dict], path: Path) -> None:
 
 def report(records, options) -> None:
     """The generated block ``ika_patches`` of the page and its figure ``<page>.png``, from the records alone."""
-    from experiments.harness.blocks import write_block
-    from experiments.harness.study import page_path
-
     page = page_path(options)
     picture = page.with_suffix(".png")
     text = markdown(records, picture.name)

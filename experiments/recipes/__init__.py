@@ -22,17 +22,15 @@ cells.py; the page and figures: report.py.
 
 from __future__ import annotations
 
-import os
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-
 # The study's interface for the harness (experiments/harness/study.py), and the rule's names.
-from experiments.recipes.cells import (  # noqa: E402
+from experiments.harness import cli
+from experiments.recipes.cells import (
     KEY, REPORT_ARGS, add_options, cells, evaluate_all, load_all, load_rotated, load_uci, run_cell,
 )
-from experiments.recipes.report import follow_up_markdown, full_size_figure, full_size_markdown, markdown, report  # noqa: E402
-from experiments.recipes.rule import (  # noqa: E402
+from experiments.recipes.report import follow_up_markdown, full_size_figure, full_size_markdown, markdown, report
+from experiments.recipes.rule import (
     AMENDMENT, CANDIDATES, FOLLOW_UP, READING, RECIPES, RULE, SCREEN_DATASETS, SCREEN_SEEDS, SCREEN_SPLITS, Decision,
     Evaluation, FollowUp, FullSize, decide, evaluate, follow_up, full_size,
 )
@@ -40,8 +38,6 @@ from experiments.recipes.rule import (  # noqa: E402
 
 def main(argv=None) -> list:
     """``python -m experiments.recipes …``: the same as ``python -m experiments recipes …``."""
-    from experiments.harness import cli
-
     return cli.main("recipes", sys.modules[__name__], argv)
 
 

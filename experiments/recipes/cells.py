@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Dict, List, Tuple
 
 from experiments.harness.study import load_records, newest_protocol
+from experiments.methods import BUDGETS
 from experiments.recipes.rule import CANDIDATES, RECIPES, SCREEN_BUDGET, Evaluation, evaluate
 
 KEY = ("candidate",)  # nothing is run: the study has no cells of its own
@@ -40,8 +41,6 @@ def run_cell(cell, options, context) -> Dict:
 def load_uci(path: Path) -> Dict[Tuple[str, str, int], Dict]:
     """The screen budget's UCI records at the current protocol version (older records carried over only where their
     method did not change: :func:`experiments.methods.upgrade_record`), by (method, dataset, split)."""
-    from experiments.methods import BUDGETS
-
     records = load_records("uci", path, protocol=BUDGETS[SCREEN_BUDGET].key())
     return {(r["method"], r["dataset"], r["split"]): r for r in records}
 

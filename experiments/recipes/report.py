@@ -7,15 +7,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Dict, Sequence
 
+import matplotlib
+import matplotlib.pyplot as plt
 import numpy as np
 
 from experiments.harness.blocks import write_block
+from experiments.harness.store import portable_command
 from experiments.harness.study import page_path
 from experiments.recipes.cells import evaluate_all, load_all
 from experiments.recipes.rule import (ACCURACY_MARGIN, AMENDMENT, FOLLOW_UP, FULL_SIZE_DATASETS, FULL_SIZE_MODELS,
                                       FULL_SIZE_SEEDS, READING, RECIPES, ROTATED_MODEL, RULE, SCREEN_DATASETS, SCREEN_SEEDS,
                                       SCREEN_SPLITS, SHIFT_ANGLES, Decision, FollowUp, FullSize, _at_angle,
                                       _full_size_splits, _shift_mean, decide, follow_up, full_size)
+from experiments.rotated_mnist import LABELS
 
 
 def follow_up_markdown(result: FollowUp) -> str:
@@ -93,8 +97,6 @@ def shift_table(rotated: Dict[str, Dict], controls: Dict) -> str:
     """Test log-likelihood per angle on the screened seeds (mean over them): every control of
     :data:`SHIFT_TABLE_CONTROLS` and every recipe's ``adgp_ft`` (far field on), with the mean over 45°–180°; rows
     lacking a seed are left out. Read only, never scored: the rule's bar is :data:`CONTROLS`."""
-    from experiments.rotated_mnist import LABELS
-
     rows = [(LABELS[m], [controls.get((m, s)) for s in SCREEN_SEEDS]) for m in SHIFT_TABLE_CONTROLS]
     rows += [(f"ADGP + conv fine-tuned, `{recipe}` recipe", [rotated.get(recipe, {}).get((ROTATED_MODEL, s)) for s in SCREEN_SEEDS])
              for recipe in RECIPES]
@@ -116,10 +118,7 @@ def figure(decision: Decision, controls: Dict, path: Path) -> None:
     """In-distribution NLPD (UCI, mean over the screened sets of NLPD − NN+TS's; bars: range over splits) against the
     rotated-MNIST test log-likelihood averaged over 45°–180° (bars: range over seeds), one point per candidate that
     has both; the fine-tuned controls as horizontal lines, NN+TS at x = 0."""
-    import matplotlib
-
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.4, 4.6))
     ax.axvline(0.0, color="grey", lw=0.8, ls=":", label="NN+TS (UCI)")
@@ -154,8 +153,6 @@ def figure(decision: Decision, controls: Dict, path: Path) -> None:
 
 def _save(fig, ax, path: Path, xlabel: str, ylabel: str, title: str) -> None:
     """Label, legend and write one of the page's figures."""
-    import matplotlib.pyplot as plt
-
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=9)
@@ -200,10 +197,7 @@ def full_size_figure(results: Sequence[FullSize], path: Path) -> None:
     """One point per finalist with at least one complete UCI set and one fine-tuned rotated seed: the mean over its
     complete sets of NLPD − NN+TS's (bars: range over the splits of the per-split mean over those sets) against the
     fine-tuned ADGP's test log-likelihood averaged over 45°–180° (bars: range over seeds)."""
-    import matplotlib
-
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.4, 4.6))
     ax.axvline(0.0, color="grey", lw=0.8, ls=":", label="NN+TS (UCI)")
@@ -229,8 +223,6 @@ def full_size_figure(results: Sequence[FullSize], path: Path) -> None:
 
 def report(records, options) -> None:
     """The page's generated block and the figure, from the screen's records alone."""
-    from experiments.harness.store import portable_command
-
     loaded = load_all(options)
     _, rotated, controls = loaded
     decision = decide(evaluate_all(options, loaded), closed=options.screen_closed)

@@ -19,32 +19,28 @@ small CNN without batch norm (conv 8 and 16 channels, 5×5, max-pooled, one Dens
 * ``ensemble``: 5 MAP networks from independent seeds (member 0 is ``map``'s).
 
 The rotated-MNIST study's NN, deep ensemble and ADGP (its larger CNN) are read from its records (``--reference``) and
-shown for reference. Records: ``<out>/records.jsonl``, one per (method, seed), protocol ``v1:<configuration
-digest>``; trained networks and the trajectory (SWAG state and function values) are artifacts under ``--artifacts``.
+shown for reference. Records: ``<out>/records.jsonl``, one per (method, seed), under the protocol of its
+configuration (:data:`PROTOCOL`); trained networks and the trajectory (SWAG state and function values) are artifacts under ``--artifacts``.
 The configuration and cells: cells.py; what is fitted: models.py; the page and figure: report.py.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-
-from experiments.sgd_trajectory.cells import (  # noqa: E402
-    ANGLES, KEY, LABELS, METHODS, PROTOCOL, Config, add_options, artifact_cache, cells, config_from, run_cell,
+from experiments.harness import cli
+from experiments.sgd_trajectory.cells import (
+    ANGLES, KEY, LABELS, METHODS, PROTOCOL, Config, add_options, cells, config_from, run_cell, upgrade,
 )
-from experiments.sgd_trajectory.report import RULE, markdown, report, verdicts  # noqa: E402
+from experiments.sgd_trajectory.report import RULE, markdown, report, verdicts
 
 
 def main(argv=None) -> list:
     """``python -m experiments.sgd_trajectory …``: the same as ``python -m experiments sgd_trajectory …``."""
-    from experiments.harness import cli
-
     return cli.main("sgd_trajectory", sys.modules[__name__], argv)
 
 
 __all__ = [
-    "ANGLES", "Config", "KEY", "LABELS", "METHODS", "PROTOCOL", "RULE", "add_options", "artifact_cache", "cells",
-    "config_from", "main", "markdown", "report", "run_cell", "verdicts",
+    "ANGLES", "Config", "KEY", "LABELS", "METHODS", "PROTOCOL", "RULE", "add_options", "cells",
+    "config_from", "main", "markdown", "report", "run_cell", "upgrade", "verdicts",
 ]

@@ -4,15 +4,17 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
 import hashlib
 import json
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Dict, List, Optional
 
 import numpy as np
 
-from experiments.harness.artifacts import ArtifactCache
+from activated_dgp.data.mnist import default_cache_dir
+from activated_dgp.eigen import function_space_probabilities, trajectory_eigenfunctions
+from experiments.harness.protocol import Protocol, relabel
 from experiments.harness.store import portable_path
 from experiments.sgd_trajectory import models
 
@@ -25,7 +27,7 @@ ENSEMBLE_SEED_STRIDE = 10_000  # member k of seed s has seed s + k · stride (me
 
 @dataclass(frozen=True)
 class Config:
-    """Everything that changes the numbers (its digest is part of the records' protocol)."""
+    """Everything that changes the numbers: the records' protocol settings; its digest names the cached artifacts."""
 
     train_size: Optional[int] = 5000
     test_size: Optional[int] = None
@@ -45,7 +47,12 @@ class Config:
     ensemble_size: int = 5
 
     def digest(self) -> str:
-        return hashlib.sha1(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
+        return config_digest(asdict(self))
+
+
+def config_digest(config: Dict) -> str:
+    """The first 12 hex digits of the SHA-1 of a configuration's sorted JSON."""
+    return hashlib.sha1(json.dumps(config, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def add_options(parser) -> None:
@@ -72,38 +79,26 @@ def config_from(options) -> Config:
     return Config(angles=tuple(options.angles), **fields)
 
 
-def PROTOCOL(options) -> str:
-    return f"v1:{config_from(options).digest()}"
+def PROTOCOL(options) -> Protocol:
+    """Version 1 with the configuration as its settings."""
+    return Protocol("1", asdict(config_from(options)))
+
+
+def upgrade(record: Dict) -> Dict:
+    """A record made before the study declared a :class:`Protocol` carries ``v1:<its configuration's digest>``
+    (:meth:`Config.digest`) and the configuration itself: the protocol it was made under."""
+    config = record.get("config")
+    made_under = isinstance(config, dict) and record.get("protocol") == f"v1:{config_digest(config)}"
+    return relabel(record, Protocol("1", config) if made_under else None)
 
 
 def cells(options) -> List[Dict]:
     return [dict(method=m, seed=s) for s in options.seeds for m in options.methods]
 
 
-class TrajectoryCache(ArtifactCache):
-    """The study's artifacts (MAP and ensemble networks, the trajectory: SWAG state and function values) on disk, and
-    what the cells of the current seed share in memory (data, networks, trajectory), dropped when another seed starts."""
-
-    def __init__(self, root):
-        super().__init__(root)
-        self.seed, self.shared = None, {}
-
-    def for_seed(self, seed: int, what: str, build):
-        if self.seed != seed:
-            self.seed, self.shared = seed, {}
-        if what not in self.shared:
-            self.shared[what] = build()
-        return self.shared[what]
-
-
-def artifact_cache(options) -> TrajectoryCache:
-    return TrajectoryCache(Path(options.artifacts) if options.artifacts else Path(".cache") / "experiments" / Path(options.out).name)
-
-
 def _data(options, context, config: Config, seed: int) -> models.Data:
-    from activated_dgp.data.mnist import default_cache_dir
-
-    return context.artifacts.for_seed(seed, "data", lambda: models.prepare_data(config, options.data_dir, seed, default_cache_dir()))
+    return context.artifacts.in_memory("data", seed, lambda: models.prepare_data(config, options.data_dir, seed, default_cache_dir()),
+                                       group=seed)
 
 
 def _network(context, config: Config, data: models.Data, seed: int, member: int = 0):
@@ -116,7 +111,7 @@ def _network(context, config: Config, data: models.Data, seed: int, member: int 
             "network", [config.digest(), seed, member], ".npz", lambda: models.train_map(config, data, member_seed),
             save=models.save_weights, load=lambda path: models.load_weights(network, path))
 
-    return context.artifacts.for_seed(seed, f"network{member}", build)
+    return context.artifacts.in_memory(f"network{member}", seed, build, group=seed)
 
 
 def _trajectory(context, config: Config, data: models.Data, seed: int) -> models.Trajectory:
@@ -130,7 +125,7 @@ def _trajectory(context, config: Config, data: models.Data, seed: int) -> models
             models.save_trajectory(trajectory, folder)
         return trajectory
 
-    return context.artifacts.for_seed(seed, "trajectory", build)
+    return context.artifacts.in_memory("trajectory", seed, build, group=seed)
 
 
 def run_cell(cell, options, context) -> Dict:
@@ -167,8 +162,6 @@ def _neuralef(config: Config, data: models.Data, trajectory: models.Trajectory, 
     """SWA + NeuralEF: per class the top eigenpairs of κ_SGD learnt by NeuralEF on the training digits, the SWA
     network as the mean, and the Monte-Carlo predictive of :func:`activated_dgp.eigen.function_space_probabilities`.
     Also records the eigenvalues of the dense κ_SGD (from the SVD of the centred function values) for comparison."""
-    from activated_dgp.eigen import function_space_probabilities, trajectory_eigenfunctions
-
     values = trajectory.function_values
     M, N, C = values.shape
     X = data.x_train.reshape(N, -1).astype(np.float64)

@@ -5,16 +5,17 @@ rotation angle."""
 
 from __future__ import annotations
 
-import json
-import time
 from dataclasses import dataclass
+import json
 from pathlib import Path
+import time
 from typing import Callable, Dict, List
 
 import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from activated_dgp.data import load_mnist, rotated_test_sets
 from activated_dgp.metrics import classification_metrics
 from activated_dgp.training import SWAG
 
@@ -39,8 +40,6 @@ class Data:
 
 def prepare_data(config, data_dir, seed: int, cache_dir) -> Data:
     """``config.train_size`` training digits drawn with ``seed`` (all when None) and the rotated official test set."""
-    from activated_dgp.data import load_mnist, rotated_test_sets
-
     data = load_mnist(data_dir)
     order = np.random.default_rng(seed).permutation(len(data.x_train))
     if config.train_size is not None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
+import matplotlib
+import matplotlib.pyplot as plt
 import numpy as np
 
 from experiments.harness.blocks import write_block
@@ -96,10 +98,7 @@ def verdicts(table) -> List[str]:
 
 
 def plot(table, reference, path: Path) -> Path:
-    import matplotlib
-
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
     for axis, (metric, (label, _)) in zip(axes, METRICS.items()):

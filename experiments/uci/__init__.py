@@ -24,25 +24,21 @@ and their protocol: experiments/methods/.
 
 from __future__ import annotations
 
-import os
 import sys
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 # The study's interface for the harness (experiments/harness/study.py). Note that ``experiments.uci.cells`` here is
 # the function :func:`cells`; the module of that name is read with ``from experiments.uci.cells import …``.
-from experiments.uci.cells import (  # noqa: E402
+from experiments.harness import cli
+from experiments.uci.cells import (
     CALIBRATION_METRICS, DEFAULT_METHODS, DEFAULT_OUT, ENSEMBLE_METHODS, GAP_METHODS, GAP_OUT, GAP_PREFIX, KEY,
     LLA_METHODS, METHOD_ORDER, METRICS, RECIPE_METHODS, add_options, artifact_cache, cells, prepare, record_kind,
     rescore, run_cell, split_counts, splits_kind, study_protocol, upgrade,
 )
-from experiments.uci.report import REPORT_RUNS, report  # noqa: E402
+from experiments.uci.report import REPORT_RUNS, report
 
 
 def main(argv=None) -> list:
     """``python -m experiments.uci …``: the same as ``python -m experiments uci …`` (the pages cite this form)."""
-    from experiments.harness import cli
-
     return cli.main("uci", sys.modules[__name__], argv)
 
 

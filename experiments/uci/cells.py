@@ -9,7 +9,7 @@ those networks (``--rescore``). The methods and their protocol are :mod:`experim
 from __future__ import annotations
 
 import argparse
-import functools
+from dataclasses import fields, replace
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -17,11 +17,12 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-import experiments.methods as methods
-from experiments.harness.artifacts import atomic_write_text
-from experiments.methods.protocol import RELU_METHODS as RELU_PROTOCOL_METHODS, SLAB_METHODS
+from activated_dgp.data import EMBEDDED_DATASET, load_regression_dataset, uci_folder_name
+from experiments.harness.artifacts import ArtifactCache, atomic_write_text
 from experiments.harness.study import records_path
+import experiments.methods as methods
 from experiments.methods.data import DATASET_ORDER, canonical_datasets, prepare_split, use_fixed
+from experiments.methods.protocol import RELU_METHODS as RELU_PROTOCOL_METHODS, SLAB_METHODS
 
 KEY = ("dataset", "method", "split", "protocol")  # the protocol (budget key) is part of a cell's name
 METRICS = ("rmse", "nlpd", "rmse_original", "nlpd_original")
@@ -115,8 +116,6 @@ def record_kind(record: Dict) -> str:
 
 
 def _budget(args):
-    from dataclasses import replace
-
     budget = methods.BUDGETS[args.budget]
     overrides = {name: getattr(args, name) for name in ("nn_steps", "dgp_steps", "mc_samples") if getattr(args, name) is not None}
     if overrides:
@@ -125,8 +124,6 @@ def _budget(args):
 
 
 def _max_splits(entries: Sequence[str]) -> Dict[str, int]:
-    from activated_dgp.data import EMBEDDED_DATASET, uci_folder_name
-
     limits = {}
     for entry in entries:
         name, _, count = entry.partition("=")
@@ -151,8 +148,6 @@ def artifact_cache(options):
 
 def _check_gap_options(options, names: Sequence[str]) -> None:
     """--splits-kind gap needs UCI sets (no embedded Boston) and their fixed splits (no --random/--fixed-splits)."""
-    from activated_dgp.data import EMBEDDED_DATASET
-
     if not options.dataset:
         raise ValueError("--splits-kind gap needs --dataset (UCI set names or 'all'); the default boston-embedded has no gap splits")
     if EMBEDDED_DATASET in names:
@@ -212,17 +207,17 @@ def cells(options) -> List[Dict]:
     ]
 
 
-@functools.lru_cache(maxsize=None)
-def load_dataset(name: str, data_dir: Optional[str], splits: str = "published"):
-    """The data set ``name`` with its ``splits`` (published or gap), read once per process."""
-    from activated_dgp.data import load_regression_dataset
-
-    return load_regression_dataset(name, data_dir, splits)
+def load_dataset(name: str, data_dir: Optional[str], splits: str = "published", cache: Optional[ArtifactCache] = None):
+    """The data set ``name`` with its ``splits`` (published or gap); read once per run when the run's ``cache`` is
+    given (:meth:`experiments.harness.artifacts.ArtifactCache.in_memory`)."""
+    if cache is None:
+        return load_regression_dataset(name, data_dir, splits)
+    return cache.in_memory("dataset", [name, data_dir, splits], lambda: load_regression_dataset(name, data_dir, splits))
 
 
 def run_cell(cell: Dict, options, context) -> Dict:
     """Fit and score one method on one split (:func:`experiments.methods.run_method`) with the run's networks."""
-    dataset = load_dataset(cell["dataset"], options.data_dir, splits_kind(options))
+    dataset = load_dataset(cell["dataset"], options.data_dir, splits_kind(options), context.artifacts)
     data = prepare_split(dataset, cell["split"], options)
     result = methods.run_method(cell["method"], data, _budget(options), context.artifacts)
     context.progress(f"{cell['dataset']} {cell['method']} split {cell['split']}: RMSE {result['rmse']:.3f} NLPD {result['nlpd']:.3f}")
@@ -255,8 +250,6 @@ def rescore(options, networks, log=print) -> int:
     missing one is not retrained, the record is left as it is), and the record is amended only if the recomputed
     RMSE and NLPD equal the recorded ones to 1e-9 — the check that it is the same network. records.jsonl is
     rewritten atomically; returns the number amended."""
-    from dataclasses import fields
-
     if not networks.saved_only:
         raise ValueError("rescore reads saved networks only: give it a NetworkCache with saved_only=True")
     path = records_path(options)
@@ -271,7 +264,7 @@ def rescore(options, networks, log=print) -> int:
             continue
         name = record["dataset"]
         split_options = SimpleNamespace(fixed_splits=record["split_kind"] == "fixed", random_splits=record["split_kind"] == "random", seed=record["seed"])
-        data = prepare_split(load_dataset(name, options.data_dir, "gap" if record["split_kind"] == "gap" else "published"),
+        data = prepare_split(load_dataset(name, options.data_dir, "gap" if record["split_kind"] == "gap" else "published", networks),
                              record["split"], split_options)
         budget = methods.Budget(**{f.name: record["budget"][f.name] for f in fields(methods.Budget) if f.name in record["budget"]})
         cell = f"{name} {record['method']} split {record['split']}"

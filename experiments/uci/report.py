@@ -8,6 +8,9 @@ import csv
 from pathlib import Path
 from typing import Dict, Optional, Sequence
 
+import matplotlib
+import matplotlib.pyplot as plt
+
 from experiments.harness.artifacts import atomic_write_text
 from experiments.harness.blocks import write_block
 from experiments.harness.store import ResultStore
@@ -105,10 +108,7 @@ def write_csv(rows: Sequence[Dict], path: Path) -> None:
 
 def figure(rows: Sequence[Dict], path: Path) -> None:
     """Fig. 7: per dataset, RMSE (top) and NLPD (bottom) per method — median with 25/75 % quantile bars."""
-    import matplotlib
-
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     datasets = []
     for r in rows:

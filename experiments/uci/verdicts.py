@@ -8,6 +8,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
+from activated_dgp.metrics import homoscedastic_gaussian_nlpd
 from experiments.harness.statistics import standard_error
 from experiments.methods import LABELS
 from experiments.methods.data import in_order
@@ -244,8 +245,6 @@ def nlpd_gap(records: Sequence[Dict], method: str = "adgp", other: str = "dgp") 
     """Per dataset, ``method``'s NLPD minus ``other``'s (standardised, mean over the splits both have), split into
     accuracy, the mean of log(RMSE_method / RMSE_other), and the rest: the difference of each one's NLPD above
     :func:`activated_dgp.metrics.homoscedastic_gaussian_nlpd` of its own RMSE."""
-    from activated_dgp.metrics import homoscedastic_gaussian_nlpd
-
     out = []
     for d in in_order({r["dataset"] for r in records}):
         splits_of = {m: by_split(records, d, m) for m in (method, other)}
