@@ -67,11 +67,8 @@ fitted: models.py; the report: report.py.
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 # The study's interface for the harness (experiments/harness/study.py) and its vocabulary. Note that
 # ``experiments.rotated_mnist.cells`` here is the function :func:`cells`; the module of that name is read with

@@ -16,7 +16,7 @@ from activated_dgp.saving import save
 from experiments.harness.artifacts import atomic_write, atomic_write_text, restore_saved_weights
 from experiments.rotated_mnist.config import (ENSEMBLE_SEED_STRIDE, KERNEL_VARIANCE_CHOICES, LABELS, STAGE2_OPTIMIZER,
                                               VALIDATION_SAMPLES, Config, log)
-from experiments.setups import classifier, rotated_mnist_cnn
+from experiments.harness.setups import classifier, rotated_mnist_cnn
 
 
 @dataclass
@@ -59,7 +59,7 @@ def as_inputs(images: np.ndarray) -> np.ndarray:
 
 
 def build_classifier(config: Config, seed: int, dropout: float = 0.0):
-    """(model, extractor, head) of the study's CNN (:func:`experiments.setups.rotated_mnist_cnn`) at ``config``'s sizes."""
+    """(model, extractor, head) of the study's CNN (:func:`experiments.harness.setups.rotated_mnist_cnn`) at ``config``'s sizes."""
     return rotated_mnist_cnn(seed, truncation_level=config.truncation_level, num_units=config.num_units,
                              width=config.width, dropout=dropout)
 
