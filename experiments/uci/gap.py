@@ -180,31 +180,35 @@ def published_gap_markdown(datasets: Sequence[str]) -> List[str]:
 TARGET_METHODS = ("nn", "nn_ts", "dropout", "adgp")
 
 
-def complete_sets(records: Sequence[Dict], datasets: Sequence[str]) -> List[str]:
+def complete_sets(records: Sequence[Dict], datasets: Sequence[str], method: str = "adgp") -> List[str]:
     """The sets whose every default gap split (one per input feature, or the first :data:`GAP_DEFAULT_MAX_SPLITS`) has
-    a record of each of :data:`TARGET_METHODS`."""
+    a record of ``method`` and of each of the other :data:`TARGET_METHODS`."""
     done = []
     for d in datasets:
         have = [r for r in records if r["dataset"] == d]
         expected = min(have[0]["input_dim"], GAP_DEFAULT_MAX_SPLITS.get(d, have[0]["input_dim"]))
-        if all({r["split"] for r in have if r["method"] == m} >= set(range(expected)) for m in TARGET_METHODS):
+        needed = TARGET_METHODS[:-1] + (method,)
+        if all({r["split"] for r in have if r["method"] == m} >= set(range(expected)) for m in needed):
             done.append(d)
     return done
 
 
-def gap_targets_markdown(records: Sequence[Dict], datasets: Sequence[str]) -> List[str]:
-    """The default ADGP's targets on the gap splits, judged only on the sets with every split of every target method:
-    mean NLPD below NN+TS's (target ≥ 6 of 9 sets) and below MC dropout's (≥ 5 of 9); RMSE better than the NN's or
-    above it by at most its standard error (≥ 8 of 9)."""
-    done = complete_sets(records, datasets)
-    out = [f"**Targets of the default ADGP** (judged on the {len(done)} of 9 sets with every split of "
-           f"{', '.join(LABELS[m] for m in TARGET_METHODS)}: {', '.join(done) or 'none yet'})", ""]
+def gap_targets_markdown(records: Sequence[Dict], datasets: Sequence[str], method: str = "adgp") -> List[str]:
+    """``method``'s targets on the gap splits (the default ADGP's, or a candidate recipe's confirmation), judged only on
+    the sets with every split of it and of the other target methods: mean NLPD below NN+TS's (target ≥ 6 of 9 sets)
+    and below MC dropout's (≥ 5 of 9); RMSE better than the NN's or above it by at most its standard error (≥ 8 of 9)."""
+    done = complete_sets(records, datasets, method)
+    if method != "adgp" and not done:
+        return []
+    name = LABELS[method]
+    out = [f"**Targets of {'the default ADGP' if method == 'adgp' else name}** (judged on the {len(done)} of 9 sets with every "
+           f"split of {', '.join(LABELS[m] for m in TARGET_METHODS[:-1] + (method,))}: {', '.join(done) or 'none yet'})", ""]
     subset = [r for r in records if r["dataset"] in done]
     for other, need in (("nn_ts", 6), ("dropout", 5)):
-        wins = [d for d in done if (lambda rows: rows["adgp"]["nlpd_mean"] < rows[other]["nlpd_mean"])(paired(subset, d, ("adgp", other)))]
-        out.append(f"- ADGP NLPD < {LABELS[other]}: {len(wins)} of {len(done)} complete sets so far"
+        wins = [d for d in done if (lambda rows: rows[method]["nlpd_mean"] < rows[other]["nlpd_mean"])(paired(subset, d, (method, other)))]
+        out.append(f"- {name} NLPD < {LABELS[other]}: {len(wins)} of {len(done)} complete sets so far"
                    + (f" (on: {', '.join(wins)})" if wins else "") + f"; target ≥ {need} of 9")
-    line = _within_one_se(subset, done, "adgp", "nn", "ADGP RMSE better than NN or within one standard error of NN's mean")
+    line = _within_one_se(subset, done, method, "nn", f"{name} RMSE better than NN or within one standard error of NN's mean")
     if line:
         out.append(line + "; target ≥ 8 of 9")
     return out + [""]
@@ -269,6 +273,7 @@ def gap_markdown(rows: Sequence[Dict], records: Sequence[Dict]) -> str:
     out += gap_targets_markdown(records, datasets)
     out += gap_diagnosis_markdown(records, datasets, methods)
     out += slab_screen_markdown(screen)
+    out += gap_targets_markdown(screen, datasets, "adgp_slab")
     out += published_gap_markdown(in_order(set(PUBLISHED_GAP) | set(datasets)))
     out += published_baselines_markdown(records, datasets)
     out += seconds_table(table, datasets, methods)
