@@ -113,5 +113,28 @@ class ArtifactCache:
         return artifact
 
 
+def default_root(options) -> Path:
+    """A study's artifact folder: ``--artifacts``, else ``.cache/experiments/<the name of --out>``."""
+    artifacts = getattr(options, "artifacts", None)
+    return Path(artifacts) if artifacts else Path(".cache") / "experiments" / Path(options.out).name
+
+
+class SeedArtifactCache(ArtifactCache):
+    """An :class:`ArtifactCache` that also keeps what the cells of the current seed share in memory (data, trained
+    networks), dropped when a cell of another seed asks."""
+
+    def __init__(self, root, saved_only: bool = False):
+        super().__init__(root, saved_only=saved_only)
+        self.seed, self.shared = None, {}
+
+    def for_seed(self, seed: int, what: str, build: Callable[[], object]):
+        """``build()`` once per seed and ``what``."""
+        if self.seed != seed:
+            self.seed, self.shared = seed, {}
+        if what not in self.shared:
+            self.shared[what] = build()
+        return self.shared[what]
+
+
 class ArtifactMissing(LookupError):
     """A saved artifact was required (``saved_only``) but none exists."""

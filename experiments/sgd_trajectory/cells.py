@@ -12,7 +12,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from experiments.harness.artifacts import ArtifactCache
+from experiments.harness.artifacts import SeedArtifactCache, default_root
 from experiments.harness.store import portable_path
 from experiments.sgd_trajectory import models
 
@@ -80,24 +80,10 @@ def cells(options) -> List[Dict]:
     return [dict(method=m, seed=s) for s in options.seeds for m in options.methods]
 
 
-class TrajectoryCache(ArtifactCache):
-    """The study's artifacts (MAP and ensemble networks, the trajectory: SWAG state and function values) on disk, and
-    what the cells of the current seed share in memory (data, networks, trajectory), dropped when another seed starts."""
-
-    def __init__(self, root):
-        super().__init__(root)
-        self.seed, self.shared = None, {}
-
-    def for_seed(self, seed: int, what: str, build):
-        if self.seed != seed:
-            self.seed, self.shared = seed, {}
-        if what not in self.shared:
-            self.shared[what] = build()
-        return self.shared[what]
-
-
-def artifact_cache(options) -> TrajectoryCache:
-    return TrajectoryCache(Path(options.artifacts) if options.artifacts else Path(".cache") / "experiments" / Path(options.out).name)
+def artifact_cache(options) -> SeedArtifactCache:
+    """The MAP and ensemble networks and the trajectory (SWAG state and function values) on disk; per seed in memory
+    the data, networks and trajectory."""
+    return SeedArtifactCache(default_root(options))
 
 
 def _data(options, context, config: Config, seed: int) -> models.Data:
