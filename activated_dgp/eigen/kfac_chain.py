@@ -44,7 +44,7 @@ def _unrolled(model) -> list:
 
 
 def _kind(layer, fallback) -> str:
-    if isinstance(layer, tf_keras.layers.Conv2D) and type(layer) is tf_keras.layers.Conv2D:
+    if type(layer) is tf_keras.layers.Conv2D:  # not its subclasses (transposed, depthwise)
         if layer.data_format != "channels_last" or layer.groups != 1:
             raise ValueError(f"method='kron' supports channels-last Conv2D layers of one group; layer {layer.name!r} is "
                              f"{layer.data_format} with {layer.groups} groups")

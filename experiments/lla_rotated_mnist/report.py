@@ -83,7 +83,7 @@ def plot(table, path: Path) -> Path:
     for axis, (metric, (label, _)) in zip(axes, METRICS.items()):
         for method, values in table.items():
             mean = values[metric].mean(0)
-            axis.plot(values["angles"], mean, marker="o", markersize=3, label=f"{LABELS[method]} ({len(values['seeds'])} seeds)")
+            axis.plot(values["angles"], mean, marker="o", markersize=3, label=f"{LABELS[method]} ({len(values['seeds'])} seed{'s' if len(values['seeds']) > 1 else ''})")
             if len(values["seeds"]) > 1:
                 se = values[metric].std(0, ddof=1) / np.sqrt(len(values["seeds"]))
                 axis.fill_between(values["angles"], mean - se, mean + se, alpha=0.15)
