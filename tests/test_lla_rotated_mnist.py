@@ -37,6 +37,7 @@ def test_study_end_to_end(data_dir, tmp_path, monkeypatch):  # noqa: F811
         assert len(record["ece"]) == len(record["log_likelihood"]) == 2
         assert all(0 <= e <= 1 for e in record["ece"]) and all(ll <= 0 for ll in record["log_likelihood"])
         assert record["method"] == "map" or record["prior_precision"] > 0
+    assert list(artifacts.glob("neuralef-*"))  # NeuralEF's training checkpoints, which a rerun resumes from
     # the MAP record against the saved network's softmax, computed here on the rotated test digits
     model, _, _ = rotated_mnist_cnn(0, 3, 3, 2)
     model(np.zeros((1, 784), np.float32))

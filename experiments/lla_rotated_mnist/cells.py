@@ -174,7 +174,9 @@ def run_cell(cell, options, context) -> Dict:
         scores = per_angle_metrics(data, lambda X: softmax(network(X.astype(np.float32), training=False).numpy().astype(np.float64), axis=1))
     else:
         context.progress(f"  fitting the {LABELS[method]} of seed {seed}")
-        la = laplace(method, network, config, seed).fit(data.x_train, data.y_train)
+        # NeuralEF's training (the longest part) checkpoints under the artifacts and resumes from them
+        checkpoints = context.artifacts.checkpoint_dir("neuralef", [config.digest(), seed, method]) if method.startswith("neuralef_") else None
+        la = laplace(method, network, config, seed).fit(data.x_train, data.y_train, checkpoint_dir=checkpoints)
         scores = per_angle_metrics(data, lambda X: la.predict_y(X)[0].numpy())
         extra.update(prior_precision=float(la.prior_precision), log_evidence=float(la.log_evidence),
                      posterior_parameters=int(la.num_parameters))
