@@ -56,5 +56,5 @@ def test_factory_errors(rng):
         Laplace(model, "poisson")
     with pytest.raises(ValueError, match="sigma_noise"):
         Laplace(model, "regression", sigma_noise=-1.0)
-    with pytest.raises(ValueError, match="Dense layers only"):
+    with pytest.raises(ValueError, match="ActivatedLayer.*no Kronecker form"):
         Laplace(twin(2, 1, seed=0), "regression", "all", "kron")

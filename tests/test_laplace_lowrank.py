@@ -247,10 +247,10 @@ def test_weight_sample_predictive_of_a_model_linear_in_its_weights(rng):
         la.predict_y(X_test, pred_type="nn", full_output_cov=True)
 
 
-@pytest.mark.parametrize("method", ["diagonal", "kron"])
+@pytest.mark.parametrize("method", ["diagonal", "kron", "exact", "lowrank"])
 def test_layerwise_prior_precisions_by_marginal_likelihood_match_a_dense_optimisation(method, rng):
-    """One δ per variable (diagonal) or per Dense layer (kron): the evidence with diag(δ_p) written densely, maximised
-    by scipy in the test, and the predictive J (H + diag δ_p)⁻¹ Jᵀ + σ²."""
+    """One δ per variable (diagonal, exact, lowrank: the dense GGN's top 6 eigenpairs) or per Dense layer (kron): the
+    evidence with diag(δ_p) written densely, maximised by scipy in the test, and the predictive J (H + diag δ_p)⁻¹ Jᵀ + σ²."""
     from scipy.linalg import block_diag
     from test_laplace_kfac import numpy_factors
 
@@ -259,13 +259,17 @@ def test_layerwise_prior_precisions_by_marginal_likelihood_match_a_dense_optimis
     for variable in model.trainable_variables:  # non-zero biases: a zero group's evidence peaks only at δ → ∞
         variable.assign(0.7 * rng.normal(size=variable.shape))
     noise = 0.05
-    la = LinearisedLaplace(model, noise_variance=noise, prior_precision="marginal_likelihood", method=method, prior_structure="layerwise", verbose=0).fit(X, Y)
+    la = LinearisedLaplace(model, noise_variance=noise, prior_precision="marginal_likelihood", method=method, prior_structure="layerwise",
+                           num_eigenpairs=6, verbose=0).fit(X, Y)
     H, J = dense_ggn(model, X, "gaussian", noise)
     _, F = dense_jacobians(model, X)
+    sizes = [int(np.prod(v.shape)) for v in model.trainable_variables]
     if method == "diagonal":
         H = np.diag(np.diag(H))
-        sizes = [int(np.prod(v.shape)) for v in model.trainable_variables]
-    else:
+    elif method == "lowrank":
+        values, vectors = np.linalg.eigh(H)
+        H = (vectors[:, -6:] * values[-6:]) @ vectors[:, -6:].T
+    elif method == "kron":
         A, G = numpy_factors(model, X, hessians("gaussian", F, noise))
         H = block_diag(*[np.kron(a, g) for a, g in zip(A, G)])
         sizes = [a.shape[0] * g.shape[0] for a, g in zip(A, G)]
@@ -295,8 +299,8 @@ def test_layerwise_prior_precisions_by_marginal_likelihood_match_a_dense_optimis
 def test_layerwise_prior_errors(tmp_path, rng):
     X, Y = data("gaussian", 20, 2, 1, rng)
     model = mlp(2, 1, width=4, seed=32)
-    with pytest.raises(ValueError, match="diagonal and kron"):
-        LinearisedLaplace(model, method="exact", prior_structure="layerwise")
+    with pytest.raises(ValueError, match="layerwise' is for methods.*not 'last_layer'"):
+        LinearisedLaplace(model, method="last_layer", prior_structure="layerwise")
     with pytest.raises(ValueError, match="validation"):
         LinearisedLaplace(model, method="diagonal", prior_structure="layerwise", prior_precision="validation")
     with pytest.raises(ValueError, match="4 positive prior precisions"):

@@ -346,7 +346,7 @@ CASES = [
     ("LinearisedLaplace.fit", "NaN in X", lambda c: adgp.eigen.LinearisedLaplace(_tanh_network(), verbose=0).fit(c.nan_X, c.Y)),
     ("LinearisedLaplace.fit", "labels not 0/1 for bernoulli", lambda c: adgp.eigen.LinearisedLaplace(_tanh_network(), likelihood="bernoulli", verbose=0).fit(c.X, c.Y)),
     ("LinearisedLaplace.predict_y", "weight samples of eq. 22", lambda c: adgp.eigen.LinearisedLaplace(_tanh_network(), method="eigenfunctions", eigenfunctions=adgp.eigen.Nystrom(2).fit(c.X, kernel=gpflow.kernels.SquaredExponential()), verbose=0).fit(c.X, c.Y).predict_y(c.X, pred_type="nn")),
-    ("LinearisedLaplace", "layerwise prior for a full GGN", lambda c: adgp.eigen.LinearisedLaplace(_tanh_network(), method="exact", prior_structure="layerwise")),
+    ("LinearisedLaplace", "layerwise prior for the last layer", lambda c: adgp.eigen.LinearisedLaplace(_tanh_network(), method="last_layer", prior_structure="layerwise")),
     ("LinearisedLaplace.predict_f", "before fit", lambda c: adgp.eigen.LinearisedLaplace(_tanh_network()).predict_f(c.X)),
     ("IKA.fit", "NaN in the samples", lambda c: adgp.eigen.IKA(2, basis=adgp.eigen.ika.activation_basis(c.X[:6])).fit(c.nan_X, gpflow.kernels.SquaredExponential())),
     ("EigenfunctionFeature", "eigenfunctions not callable", lambda c: adgp.eigen.EigenfunctionFeature(3.0, c.X)),

@@ -18,10 +18,12 @@ with J(x) = ∂_θ g(x, θ_MAP) [C, P] and Λ_i = −∂²_ff log p(y_i | f) at 
   θ_MAP (Kristiadi et al. 2020; Daxberger et al. 2021). With a Gaussian likelihood and a linear last
   layer this is Bayesian linear regression on the penultimate features.
 * ``"diagonal"``: Σ⁻¹ ≈ diag(Σ_i J_iᵀ Λ_i J_i) + δ I (the diagonal GGN).
-* ``"kron"``: Σ⁻¹ ≈ blockdiag_l(A_l ⊗ G_l) + δ I, the Kronecker-factored GGN of each Dense layer (KFAC; Martens &
-  Grosse 2015, Ritter et al. 2018), A_l = E[ã ãᵀ] of the layer's bias-augmented inputs and G_l = Σ_i E_iᵀ Λ_i E_i of
-  its back-propagated output signals, inverted through the factors' eigendecompositions (:mod:`.kfac`); for a
-  chain of Dense layers.
+* ``"kron"``: Σ⁻¹ ≈ blockdiag_l(A_l ⊗ G_l) + δ I, the Kronecker-factored GGN of each Dense and Conv2D layer (KFAC;
+  Martens & Grosse 2015, Ritter et al. 2018; KFC for convolutions, Grosse & Martens 2016), A_l = E[ã ãᵀ] of the
+  layer's bias-augmented inputs (a convolution's unfolded patches) and G_l = Σ_i E_iᵀ Λ_i E_i of its back-propagated
+  output signals (summed over a convolution's output positions), inverted through the factors' eigendecompositions
+  (:mod:`.kfac`); for a Sequential chain (nested ones allowed). An ``ActivatedLayer`` has no Kronecker form:
+  ``kron_fallback="diagonal"`` takes its diagonal GGN block, otherwise it is a ValueError.
 * ``"lowrank"``: Σ⁻¹ ≈ V diag(e) Vᵀ + δ I with the top k = ``num_eigenpairs`` eigenpairs of the GGN by Lanczos
   (:mod:`.lowrank`; Daxberger et al. 2021, §3.2), inverted by Woodbury: Σ = δ⁻¹ I − V diag(e / (δ (e + δ))) Vᵀ.
   No P × P matrix is formed; the test covariances need J(x) V and the NTK block J(x) J(x)ᵀ.
@@ -93,6 +95,10 @@ by a bounded scalar search. ``"validation"`` picks δ from ``prior_precision_gri
 negative log predictive density; ``fit`` then needs ``validation_data=(X_val, Y_val)``. After ``fit``,
 :meth:`LinearisedLaplace.optimize_prior_precision` (``"marglik"`` or ``"gridsearch"``, laplace-torch's names) does
 either again; for ``kron`` the e_j are the products a_i g_j of the Kronecker factors' eigenvalues.
+With ``prior_structure="layerwise"`` (exact, diagonal, kron, lowrank) the prior is N(0, D⁻¹), D = diag(δ_l) with one
+δ_l per variable (per layer for kron), and L-BFGS-B maximises the evidence with −½ Σ_l δ_l ‖θ_l‖² + ½ Σ_l m_l log δ_l −
+½ log det(H + D) over the log δ_l, from the best common δ, with its analytic gradient (exact and lowrank:
+:mod:`.grouped_prior`, log det(H + D) through an r × r matrix for a GGN of rank r).
 
 Gaussian noise (``noise_variance=``): a positive σ², or ``"marginal_likelihood"`` (every method): the GGN is accumulated at the maximum-likelihood noise σ₀² = Σ‖y − g(x)‖² / (N C) and, since every
 variant's GGN is proportional to 1/σ², rescaled by σ₀²/σ² for any other σ², so that the evidence above, with
@@ -133,7 +139,9 @@ from .laplace_likelihoods import (
     output_hessians,
     predictive_probabilities,
 )
-from .kfac import KroneckerFactors, check_kron_layers
+from .grouped_prior import GroupedPrior
+from .kfac import KroneckerFactors
+from .kfac_chain import KRON_FALLBACKS, KroneckerChain
 from .laplace_sampling import weight_sample_predictive
 from .lowrank import top_ggn_eigenpairs
 from .neuralef import NeuralEF
@@ -149,8 +157,9 @@ _EIGEN_METHODS = ("neuralef", "eigenfunctions")
 _LOW_RANK = ("lowrank",) + _EIGEN_METHODS
 #: the covariances of the eigenfunction methods (:class:`LinearisedLaplace`'s ``covariance``)
 COVARIANCES = ("eq22", "subspace")
-#: one prior precision for all weights, or one per layer (diagonal: per variable; kron: per Dense layer)
+#: one prior precision for all weights, or one per layer (exact, diagonal, lowrank: per variable; kron: per layer)
 PRIOR_STRUCTURES = ("scalar", "layerwise")
+_LAYERWISE_PRIOR_METHODS = ("exact", "diagonal", "kron", "lowrank")
 #: the largest training-Jacobian array (N C P float64 numbers, in bytes) that ``method="neuralef"`` computes
 #: once and trains NeuralEF on, instead of recomputing the batch's Jacobians at every step (1 GiB)
 JACOBIAN_CACHE_BYTES = 2**30
@@ -158,7 +167,7 @@ _LEGACY_CONFIG = "laplace.json"  # the file of a directory saved by activated_dg
 #: the constructor arguments a saved fit records (besides the prior precision), under the same names
 _SETTINGS = (
     "likelihood", "noise_variance", "method", "num_eigenpairs", "ntk_samples", "neuralef_steps", "neuralef_options",
-    "predictive", "num_samples", "seed", "batch_size", "max_parameters", "covariance", "prior_structure",
+    "predictive", "num_samples", "seed", "batch_size", "max_parameters", "covariance", "prior_structure", "kron_fallback",
 )
 
 
@@ -256,6 +265,8 @@ class LinearisedLaplace:
     :param max_parameters: the largest P (or last-layer size) for which exact/last_layer form P × P.
     :param variables: for exact, diagonal, kron and lowrank, the trainable variables of the subnetwork the posterior covers
         (default: all of them); the others stay at θ_MAP.
+    :param kron_fallback: for ``kron``: None (default), a layer without a Kronecker form (an ``ActivatedLayer``) is a
+        ValueError; ``"diagonal"``, its GGN block's diagonal (:mod:`.kfac`).
     :param prior_precision_grid: the δ values ``"validation"`` tries (default 10^−4 … 10^4, 33 values).
     :param verbose: 1 prints progress of long fits, 0 is silent.
     :param covariance: for ``neuralef`` and ``eigenfunctions``: ``"eq22"`` (default, eq. 22 as written) or
@@ -286,6 +297,7 @@ class LinearisedLaplace:
         variables: Optional[Sequence[tf.Variable]] = None,
         covariance: str = "eq22",
         prior_structure: str = "scalar",
+        kron_fallback: Optional[str] = None,
     ):
         if not isinstance(model, tf_keras.Model):
             raise ValueError(f"model must be a tf-keras Model, got {type(model).__name__}")
@@ -297,8 +309,8 @@ class LinearisedLaplace:
             raise ValueError(f"unknown method {method!r}; use one of {METHODS}")
         if prior_structure not in PRIOR_STRUCTURES:
             raise ValueError(f"unknown prior_structure {prior_structure!r}; use one of {PRIOR_STRUCTURES}")
-        if prior_structure == "layerwise" and method not in ("diagonal", "kron"):
-            raise ValueError(f"prior_structure='layerwise' is for methods diagonal and kron, not {method!r}")
+        if prior_structure == "layerwise" and method not in _LAYERWISE_PRIOR_METHODS:
+            raise ValueError(f"prior_structure='layerwise' is for methods {_LAYERWISE_PRIOR_METHODS}, not {method!r}")
         if isinstance(prior_precision, str):
             if prior_precision not in PRIOR_PRECISION_SEARCHES:
                 raise ValueError(f"prior_precision must be a positive number or one of {PRIOR_PRECISION_SEARCHES}, got {prior_precision!r}")
@@ -375,8 +387,13 @@ class LinearisedLaplace:
         # methods' covariances, and the Jacobians of the NTK that the eigen methods learn
         self._layerwise = layerwise_jacobian(model, self.variables)
         self._layerwise_covariance = self._layerwise is not None and method not in _EIGEN_METHODS
-        if method == "kron":
-            check_kron_layers(self._layerwise, model)
+        if kron_fallback not in KRON_FALLBACKS:
+            raise ValueError(f"unknown kron_fallback {kron_fallback!r}; use one of {KRON_FALLBACKS}")
+        if kron_fallback is not None and method != "kron":
+            raise ValueError(f"kron_fallback= is for method='kron', not {method!r}")
+        self.kron_fallback = kron_fallback
+        # the layers of the Kronecker-factored GGN (Dense, Conv2D; ActivatedLayer by its diagonal with kron_fallback)
+        self._kron_chain = KroneckerChain(model, self.variables, kron_fallback) if method == "kron" else None
         self.kron: Optional[KroneckerFactors] = None  # the Kronecker factors, for method kron
         self.input_dim = self.num_outputs = None
         self.prior_precision: Optional[float] = None
@@ -543,7 +560,7 @@ class LinearisedLaplace:
             values, rotation = np.linalg.eigh(0.5 * (projected + projected.T))
             values, vectors = np.maximum(values[::-1], 0.0), subspace @ rotation[:, ::-1]
         elif self.method == "kron":
-            self.kron = KroneckerFactors(self._layerwise)
+            self.kron = KroneckerFactors(self._kron_chain)
             for rows in self._progress_batches(X.shape[0], "Kronecker factors"):
                 self.kron.accumulate(X[rows], Lambda[rows])
             ggn = self.kron.finalise().eigenvalues()
@@ -688,7 +705,7 @@ class LinearisedLaplace:
 
     def _prior_groups(self) -> List[int]:
         """The sizes of the parameter groups that share a prior precision under ``prior_structure="layerwise"``, in
-        parameter order: each variable (diagonal) or each Dense layer's kernel and bias (kron)."""
+        parameter order: each variable (exact, diagonal, lowrank) or each layer's kernel and bias (kron)."""
         if self.method == "kron":
             return self.kron.layer_sizes()
         return [int(np.prod(v.shape)) for v in self.variables]
@@ -700,21 +717,35 @@ class LinearisedLaplace:
             values = np.full(len(groups), values[0])
         if values.shape != (len(groups),) or not np.all(np.isfinite(values) & (values > 0)):
             raise ValueError(f"prior_structure='layerwise' needs {len(groups)} positive prior precisions (one per "
-                             f"{'Dense layer' if self.method == 'kron' else 'variable'}), got {values.tolist()}")
+                             f"{'layer' if self.method == 'kron' else 'variable'}), got {values.tolist()}")
         return values
 
     def _layerwise_evidence_and_gradient(self, log_deltas: np.ndarray) -> Tuple[float, np.ndarray]:
         """The Laplace evidence with one δ_l per group (module docstring, δ‖θ‖² and m log δ summed per group) and
-        its gradient in log δ_l: −δ_l‖θ_l‖²/2 + m_l/2 − ½ Σ_(j in l) δ_l / (e_j + δ_l)."""
+        its gradient in log δ_l: −δ_l‖θ_l‖²/2 + m_l/2 − (δ_l/2) Σ_(p in l) [(H + D)⁻¹]_pp, with log det(H + D) and the
+        traces from the GGN's eigenvalues (diagonal, kron: Σ log(e + δ), Σ 1/(e + δ)) or, for exact and lowrank,
+        its eigenpairs (:class:`~activated_dgp.eigen.grouped_prior.GroupedPrior`)."""
         deltas = np.exp(np.asarray(log_deltas, dtype=np.float64))
         sizes = self._prior_groups()
-        per_parameter = np.repeat(deltas, sizes)
         theta2 = np.add.reduceat(self._parameter_vector() ** 2, np.cumsum([0] + sizes[:-1]))
-        e = self.ggn_eigenvalues  # diagonal: per parameter; kron: the products a_i g_j, layer by layer
-        value = (self._log_likelihood - 0.5 * np.sum(deltas * theta2) + 0.5 * np.sum(np.asarray(sizes) * np.log(deltas))
-                 - 0.5 * np.sum(np.log(e + per_parameter)))
-        shares = np.add.reduceat(per_parameter / (e + per_parameter), np.cumsum([0] + sizes[:-1]))
-        return float(value), -0.5 * deltas * theta2 + 0.5 * np.asarray(sizes) - 0.5 * shares
+        if self.method in ("exact", "lowrank"):
+            logdet, traces = self._grouped_prior().logdet_and_traces(deltas)
+        else:
+            per_parameter = np.repeat(deltas, sizes)
+            e = self.ggn_eigenvalues  # diagonal: per parameter; kron: the products a_i g_j, layer by layer
+            logdet = np.sum(np.log(e + per_parameter))
+            traces = np.add.reduceat(1.0 / (e + per_parameter), np.cumsum([0] + sizes[:-1]))
+        value = self._log_likelihood - 0.5 * np.sum(deltas * theta2) + 0.5 * np.sum(np.asarray(sizes) * np.log(deltas)) - 0.5 * logdet
+        return float(value), -0.5 * deltas * theta2 + 0.5 * np.asarray(sizes) - 0.5 * deltas * traces
+
+    def _grouped_prior(self) -> GroupedPrior:
+        """The GGN's eigenpairs as a :class:`~activated_dgp.eigen.grouped_prior.GroupedPrior` over the variables (exact,
+        lowrank), built once per fit."""
+        cached = getattr(self, "_grouped_cache", (None, None))
+        if cached[0] is not self.ggn_eigenvalues:
+            cached = (self.ggn_eigenvalues, GroupedPrior.of_eigenpairs(self.ggn_eigenvalues, self.ggn_eigenvectors, self._prior_groups()))
+            self._grouped_cache = cached
+        return cached[1]
 
     def _maximise_layerwise_evidence(self) -> np.ndarray:
         start = np.full(len(self._prior_groups()), np.log(self._maximise_evidence_scalar()))
@@ -730,8 +761,8 @@ class LinearisedLaplace:
         return self._maximise_layerwise_evidence() if self.prior_structure == "layerwise" else self._maximise_evidence_scalar()
 
     def _maximise_evidence_scalar(self) -> float:
-        evidence = (lambda delta: self._layerwise_evidence_and_gradient(np.full(len(self._prior_groups()), np.log(delta)))[0]) \
-            if self.prior_structure == "layerwise" else self.log_marginal_likelihood
+        # one δ for every group: the scalar evidence (equal to the layer-wise one at equal δ_l)
+        evidence = lambda delta: float(self._log_likelihood + self._prior_terms(delta, self.ggn_eigenvalues)[0])  # noqa: E731
         log_grid = np.linspace(np.log(1e-8), np.log(1e8), 161)
         values = np.array([evidence(np.exp(t)) for t in log_grid])
         best = int(np.argmax(values))
@@ -740,7 +771,7 @@ class LinearisedLaplace:
         delta = float(np.exp(result.x)) if -result.fun >= values[best] else float(np.exp(log_grid[best]))
         if best in (0, len(log_grid) - 1):
             self._log(f"the evidence is largest at the edge of δ ∈ [1e-8, 1e8] (δ = {delta:.3g})")
-        self._log(f"prior precision by marginal likelihood: δ = {delta:.6g} (log evidence {self.log_marginal_likelihood(delta):.6g})")
+        self._log(f"prior precision by marginal likelihood: δ = {delta:.6g} (log evidence {evidence(delta):.6g})")
         return delta
 
     def _edge_message(self, best: int, delta: float) -> str:
@@ -756,7 +787,7 @@ class LinearisedLaplace:
 
     def _select_by_validation(self, X_val: np.ndarray, Y_val: np.ndarray) -> float:
         mean = self._outputs(X_val)
-        diagonal_layerwise = self._layerwise_covariance and self.ggn_eigenvectors is None
+        diagonal_layerwise = self.method == "kron" or (self._layerwise_covariance and self.ggn_eigenvectors is None)
         if not diagonal_layerwise:  # the δ-independent part, once: F, or J V for the eigenvector methods
             projected = np.concatenate([self._projected(X_val[rows]) for rows in self._progress_batches(X_val.shape[0], "validation features")])
         nll = []
@@ -817,10 +848,12 @@ class LinearisedLaplace:
 
     def _latent_covariance(self, X: np.ndarray, delta: float) -> np.ndarray:
         """J(X) Σ J(X)ᵀ [N, C, C] at prior precision δ, in batches (layer-wise where the network allows)."""
+        if self.prior_structure == "layerwise" and self.method in ("exact", "lowrank"):
+            deltas, grouped = self._checked_layer_precisions(delta), self._grouped_prior()
+            return np.concatenate([grouped.covariance(self._features(X[rows], eigen=False), deltas) for rows in self._batches(X.shape[0])], axis=0)
         if self.method == "kron":
+            delta = self._checked_layer_precisions(delta) if self.prior_structure == "layerwise" else delta
             return np.concatenate([self.kron.covariance(X[rows], delta) for rows in self._batches(X.shape[0])], axis=0)
-        if self.method == "kron" and self.prior_structure == "layerwise":
-            delta = self._checked_layer_precisions(delta)
         if self._layerwise_covariance and self.ggn_eigenvectors is None:
             variances = 1.0 / (self.ggn_eigenvalues + self._per_parameter(delta))
             return np.concatenate([self._layerwise.covariance(X[rows], variances) for rows in self._batches(X.shape[0])], axis=0)
@@ -926,7 +959,7 @@ class LinearisedLaplace:
         self.ggn_eigenvalues = arrays["ggn_eigenvalues"]
         self.ggn_eigenvectors = arrays["ggn_eigenvectors"] if "ggn_eigenvectors" in arrays else None
         if self.method == "kron":
-            self.kron = KroneckerFactors.from_arrays(self._layerwise, arrays)
+            self.kron = KroneckerFactors.from_arrays(self._kron_chain, arrays)
         if "validation_nll" in arrays:
             self.validation_nll = arrays["validation_nll"]
         if "prior_precision_grid" in arrays:

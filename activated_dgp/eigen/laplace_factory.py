@@ -61,7 +61,7 @@ def Laplace(
     """The :class:`LinearisedLaplace` of laplace-torch's ``Laplace(model, likelihood, subset_of_weights,
     hessian_structure)`` (see the module docstring for the table; defaults ``"last_layer"`` and ``"kron"`` as
     there). Raises ValueError for an unknown name, an unsupported combination, or layers the structure does not
-    support (kron: Dense layers of a Sequential chain)."""
+    support (kron: Dense and Conv2D layers of a Sequential chain, see ``kron_fallback``)."""
     if not isinstance(model, tf_keras.Model):
         raise ValueError(f"model must be a tf-keras Model, got {type(model).__name__}")
     if subset_of_weights not in SUBSETS:

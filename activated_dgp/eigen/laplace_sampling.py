@@ -7,8 +7,12 @@
 * diagonal: R = diag((h + δ)^(−½));
 * lowrank, and the eigenfunction methods with ``covariance="subspace"``: Σ = δ⁻¹ I − V diag(e / (δ (e + δ))) Vᵀ,
   R z = δ^(−½) z + V diag((e + δ)^(−½) − δ^(−½)) Vᵀ z (V orthonormal [P, k]);
-* kron: per Dense layer, Σ_l = (Q_A ⊗ Q_G) diag(1/(a_i g_j + δ)) (Q_A ⊗ Q_G)ᵀ, so with Z [in + 1, out] the layer's
-  block of z, R z = Q_A (Z ⊘ sqrt(a gᵀ + δ)) Q_Gᵀ (row-major vec(A X Bᵀ) = (A ⊗ B) vec(X)).
+* kron: per Dense or Conv2D layer, Σ_l = (Q_A ⊗ Q_G) diag(1/(a_i g_j + δ)) (Q_A ⊗ Q_G)ᵀ, so with Z [in + 1, out] the
+  layer's block of z, R z = Q_A (Z ⊘ sqrt(a gᵀ + δ)) Q_Gᵀ (row-major vec(A X Bᵀ) = (A ⊗ B) vec(X)); a diagonal block
+  (``kron_fallback="diagonal"``) scales by (d + δ)^(−½) (:meth:`~activated_dgp.eigen.kfac.KroneckerFactors.root_times`).
+
+With one prior precision per group (``prior_structure="layerwise"``) exact and lowrank take the root of
+:class:`~activated_dgp.eigen.grouped_prior.GroupedPrior`.
 
 The predictive runs the network at each θ_s (the posterior's variables set to θ_s and restored afterwards): for the
 Gaussian likelihood the mixture's mean and variance (plus σ²), for classification the average of the sampled
@@ -33,16 +37,9 @@ def parameter_root_times(laplace, Z: np.ndarray) -> np.ndarray:
         raise ValueError("eq. 22 has no posterior over the weights; weight samples need covariance='subspace' "
                          "or a parameter method (exact, last_layer, diagonal, kron, lowrank)")
     if laplace.method == "kron":
-        blocks, start = [], 0
-        deltas = np.broadcast_to(np.asarray(laplace._checked_layer_precisions(delta) if laplace.prior_structure == "layerwise" else delta,
-                                            dtype=np.float64), (len(laplace.kron.eigen),))
-        for (a, QA, g, QG), delta in zip(laplace.kron.eigen, deltas):
-            size = a.size * g.size
-            block = Z[start : start + size].reshape(a.size, g.size, -1)  # [in + 1, out, S], row-major per sample
-            scaled = block / np.sqrt(np.outer(a, g) + delta)[:, :, None]
-            blocks.append(np.einsum("ik,kls,jl->ijs", QA, scaled, QG).reshape(size, -1))
-            start += size
-        return np.concatenate(blocks, axis=0)
+        return laplace.kron.root_times(Z, laplace._checked_layer_precisions(delta) if laplace.prior_structure == "layerwise" else delta)
+    if laplace.prior_structure == "layerwise" and laplace.method in ("exact", "lowrank"):
+        return laplace._grouped_prior().root_times(Z, laplace._checked_layer_precisions(delta))
     if V is None:  # diagonal
         return Z / np.sqrt(e + laplace._per_parameter(delta))[:, None]
     if laplace._woodbury:

@@ -129,5 +129,11 @@ class ArtifactCache:
         return artifact
 
 
+def default_root(options) -> Path:
+    """A study's artifact folder: ``--artifacts``, else ``.cache/experiments/<the name of --out>``."""
+    artifacts = getattr(options, "artifacts", None)
+    return Path(artifacts) if artifacts else Path(".cache") / "experiments" / Path(options.out).name
+
+
 class ArtifactMissing(LookupError):
     """A saved artifact was required (``saved_only``) but none exists."""

@@ -15,6 +15,7 @@ STUDIES = {
     "eigenpro_p_equals_n": "experiments.eigenpro_p_equals_n",
     "far_field": "experiments.far_field",
     "ika_patches": "experiments.ika_patches",
+    "lla_rotated_mnist": "experiments.lla_rotated_mnist",
     "figures": "experiments.figures",
     "ntk_spectra": "experiments.ntk_spectra",
     "recipes": "experiments.recipes",

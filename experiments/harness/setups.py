@@ -49,6 +49,17 @@ def banana_dataset(num_points: int = 500, seed: int = 0, noise: float = 0.2, sta
     return X[order], Y[order]
 
 
+def training_subset(data, train_size, seed: int) -> np.ndarray:
+    """The indices of ``train_size`` training digits of a loaded MNIST ``data``, drawn by a permutation from
+    ``numpy.random.default_rng(seed)`` (all of them, permuted, when ``train_size`` is None)."""
+    order = np.random.default_rng(seed).permutation(len(data.x_train))
+    if train_size is None:
+        return order
+    if train_size > len(order):
+        raise ValueError(f"--train-size {train_size} exceeds the {len(order)} training images of {data.train_source}")
+    return order[:train_size]
+
+
 def classic_kernel(name: str):
     """(gpflow kernel, a) of NeuralEF §4.1 (Deng et al., 2022): inputs x ~ U[−a, a]; a polynomial kernel of
     degree 4, k = (xᵀy + 1.5)⁴ with a = 1, or a squared exponential of unit lengthscale and variance with a = 2."""

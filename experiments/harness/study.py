@@ -34,7 +34,7 @@ from typing import Callable, Optional, Union
 
 from activated_dgp.data import resolve_data_dir
 from experiments.harness import registry
-from experiments.harness.artifacts import ArtifactCache
+from experiments.harness.artifacts import ArtifactCache, default_root
 from experiments.harness.protocol import Protocol
 from experiments.harness.store import PROTOCOL_FIELD, ResultStore, pending
 
@@ -117,8 +117,7 @@ def make_context(options, study: Optional[ModuleType] = None) -> Context:
     if study is not None and hasattr(study, "artifact_cache"):
         cache = study.artifact_cache(options)
     else:
-        artifacts = getattr(options, "artifacts", None)
-        cache = ArtifactCache(Path(artifacts) if artifacts else Path(".cache") / "experiments" / Path(options.out).name)
+        cache = ArtifactCache(default_root(options))
     return Context(artifacts=cache, data_dir=options.data_dir, quiet=options.quiet)
 
 

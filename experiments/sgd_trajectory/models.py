@@ -18,6 +18,7 @@ import tf_keras
 from activated_dgp.data import load_mnist, rotated_test_sets
 from activated_dgp.metrics import classification_metrics
 from activated_dgp.training import SWAG
+from experiments.harness.setups import training_subset
 
 NUM_CLASSES = 10
 MOMENTUM = 0.9
@@ -41,11 +42,7 @@ class Data:
 def prepare_data(config, data_dir, seed: int, cache_dir) -> Data:
     """``config.train_size`` training digits drawn with ``seed`` (all when None) and the rotated official test set."""
     data = load_mnist(data_dir)
-    order = np.random.default_rng(seed).permutation(len(data.x_train))
-    if config.train_size is not None:
-        if config.train_size > len(order):
-            raise ValueError(f"--train-size {config.train_size} exceeds the {len(order)} training images of {data.train_source}")
-        order = order[: config.train_size]
+    order = training_subset(data, config.train_size, seed)
     x = data.x_train[order].reshape(len(order), 28, 28, 1).astype(np.float32) / 255.0
     num_test = len(data.x_test) if config.test_size is None else min(config.test_size, len(data.x_test))
     rotated = rotated_test_sets(data.x_test[:num_test], config.angles, cache_dir=Path(cache_dir) / "rotated")
