@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_laplace import autodiff_jacobians, data, hessians, twin  # noqa: E402
 
 from activated_dgp.eigen import LinearisedLaplace  # noqa: E402
-from experiments.setups import rotated_mnist_cnn  # noqa: E402
+from experiments.harness.setups import rotated_mnist_cnn  # noqa: E402
 
 
 def cnn(C, image=5, channels=2, kernel=2, strides=1, padding="valid", pool=False, seed=0):

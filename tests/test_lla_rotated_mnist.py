@@ -18,7 +18,7 @@ from experiments import lla_rotated_mnist  # noqa: E402
 from experiments.harness import cli  # noqa: E402
 from experiments.harness.blocks import read_block  # noqa: E402
 from experiments.harness.study import run_study  # noqa: E402
-from experiments.setups import rotated_mnist_cnn  # noqa: E402
+from experiments.harness.setups import rotated_mnist_cnn  # noqa: E402
 
 SMALL = ["--seeds", "0", "--train-size", "40", "--test-size", "6", "--angles", "0", "90", "--num-units", "3", "--width", "2",
          "--truncation-level", "3", "--epochs", "1", "--batch-size", "20", "--lla-batch-size", "16", "--predictive-samples", "20",

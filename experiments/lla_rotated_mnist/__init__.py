@@ -6,7 +6,7 @@ scored by test NLL and ECE at every rotation angle.
 
 (``python -m experiments.lla_rotated_mnist …`` is the same command.) Per seed: 2,000 training digits (drawn with the
 seed), the official test set's first 500 digits rotated 0°…180° every 15°, and the rotated-MNIST CNN
-(:func:`experiments.setups.rotated_mnist_cnn`: two max-pooled 5×5 convolutions, the activated head at a small width)
+(:func:`experiments.harness.setups.rotated_mnist_cnn`: two max-pooled 5×5 convolutions, the activated head at a small width)
 trained by Adam on the cross-entropy: its weights are θ_MAP of every method.
 
 * ``map``: the network's softmax.
@@ -22,25 +22,21 @@ are artifacts under ``--artifacts``. The configuration and cells: cells.py; the 
 
 from __future__ import annotations
 
-import os
+from experiments.harness import cli
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-
-from experiments.lla_rotated_mnist.cells import (  # noqa: E402
-    ANGLES, KEY, LABELS, METHODS, PROTOCOL, Config, add_options, cells, config_from, run_cell,
+from experiments.lla_rotated_mnist.cells import (
+    ANGLES, KEY, LABELS, METHODS, PROTOCOL, Config, add_options, cells, config_from, run_cell, upgrade,
 )
-from experiments.lla_rotated_mnist.report import RULE, markdown, report, verdicts  # noqa: E402
+from experiments.lla_rotated_mnist.report import RULE, markdown, report, verdicts
 
 
 def main(argv=None) -> list:
     """``python -m experiments.lla_rotated_mnist …``: the same as ``python -m experiments lla_rotated_mnist …``."""
-    from experiments.harness import cli
-
     return cli.main("lla_rotated_mnist", sys.modules[__name__], argv)
 
 
 __all__ = [
     "ANGLES", "Config", "KEY", "LABELS", "METHODS", "PROTOCOL", "RULE", "add_options", "cells",
-    "config_from", "main", "markdown", "report", "run_cell", "verdicts",
+    "config_from", "main", "markdown", "report", "run_cell", "upgrade", "verdicts",
 ]

@@ -11,9 +11,18 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 import numpy as np
+import tf_keras
+from scipy.special import softmax
 
+from activated_dgp import TrainingSchedule, train_network
+from activated_dgp.data import load_mnist, rotated_test_sets
+from activated_dgp.data.mnist import default_cache_dir
+from activated_dgp.eigen import LinearisedLaplace
+from activated_dgp.metrics import classification_metrics
+
+from experiments.harness.protocol import Protocol, relabel
 from experiments.harness.store import portable_path
-from experiments.harness.setups import training_subset
+from experiments.harness.setups import rotated_mnist_cnn, training_subset
 
 KEY = ("method", "seed")
 NEURALEF_SIZES = (10, 20, 50)
@@ -30,7 +39,7 @@ class Config:
     train_size: Optional[int] = 2000
     test_size: Optional[int] = 500  # test digits per angle
     angles: tuple = ANGLES
-    num_units: int = 32  # the CNN's activated head (experiments.setups.rotated_mnist_cnn)
+    num_units: int = 32  # the CNN's activated head (experiments.harness.setups.rotated_mnist_cnn)
     width: int = 16
     truncation_level: int = 10
     epochs: int = 10
@@ -64,8 +73,18 @@ def config_from(options) -> Config:
     return Config(angles=tuple(options.angles), **fields)
 
 
-def PROTOCOL(options) -> str:
-    return f"v1:{config_from(options).digest()}"
+def PROTOCOL(options) -> Protocol:
+    """Version 1 with the configuration as its settings."""
+    config = config_from(options)
+    return Protocol("1", {**asdict(config), "angles": list(config.angles)})
+
+
+def upgrade(record: Dict) -> Dict:
+    """A record made before the study declared a :class:`Protocol` carries ``v1:<its configuration's digest>``
+    (:meth:`Config.digest`) and the configuration itself: the protocol it was made under."""
+    config = record.get("config")
+    digest = hashlib.sha1(json.dumps(config, sort_keys=True).encode()).hexdigest()[:12] if isinstance(config, dict) else None
+    return relabel(record, Protocol("1", config) if record.get("protocol") == f"v1:{digest}" else None)
 
 
 def cells(options) -> List[Dict]:
@@ -85,8 +104,6 @@ class Data:
 def prepare_data(config: Config, data_dir, seed: int) -> Data:
     """``config.train_size`` training digits drawn with ``seed`` (all when None) and the official test set's first
     ``config.test_size`` digits rotated by every angle."""
-    from activated_dgp.data import load_mnist, rotated_test_sets
-    from activated_dgp.data.mnist import default_cache_dir
 
     data = load_mnist(data_dir)
     order = training_subset(data, config.train_size, seed)
@@ -98,12 +115,7 @@ def prepare_data(config: Config, data_dir, seed: int) -> Data:
 
 
 def _network(context, config: Config, data: Data, seed: int):
-    """The seed's MAP CNN (:func:`experiments.setups.rotated_mnist_cnn`, Adam on the cross-entropy), trained or loaded."""
-    import tf_keras
-
-    from activated_dgp import TrainingSchedule, train_network
-    from experiments.setups import rotated_mnist_cnn
-
+    """The seed's MAP CNN (:func:`experiments.harness.setups.rotated_mnist_cnn`, Adam on the cross-entropy), trained or loaded."""
     def build():
         tf_keras.utils.set_random_seed(seed)
         model, _, _ = rotated_mnist_cnn(seed, config.truncation_level, config.num_units, config.width)
@@ -133,7 +145,6 @@ def laplace(method: str, network, config: Config, seed: int):
     """The cell's :class:`~activated_dgp.eigen.LinearisedLaplace` of the MAP network (not fitted): the softmax
     likelihood, the prior precision by the Laplace evidence, the Monte Carlo predictive; kron with the activated
     head's diagonal blocks (``kron_fallback="diagonal"``), NeuralEF with k eigenpairs and eq. 22."""
-    from activated_dgp.eigen import LinearisedLaplace
 
     options = dict(likelihood="softmax", prior_precision="marginal_likelihood", batch_size=config.lla_batch_size,
                    num_samples=config.predictive_samples, seed=seed, verbose=1)
@@ -146,7 +157,6 @@ def laplace(method: str, network, config: Config, seed: int):
 def per_angle_metrics(data: Data, probabilities) -> Dict[str, list]:
     """``probabilities(inputs [T, 784])`` [T, C] scored at every angle: lists (one value per angle) of accuracy,
     log_likelihood, ece and entropy (:func:`activated_dgp.metrics.classification_metrics`)."""
-    from activated_dgp.metrics import classification_metrics
 
     out: Dict[str, list] = {}
     for images in data.rotated:
@@ -157,7 +167,6 @@ def per_angle_metrics(data: Data, probabilities) -> Dict[str, list]:
 
 
 def run_cell(cell, options, context) -> Dict:
-    from scipy.special import softmax
 
     config = config_from(options)
     seed, method = cell["seed"], cell["method"]
