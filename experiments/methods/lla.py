@@ -29,8 +29,8 @@ def twin_parameter_count(input_dim: int) -> int:
     return int(build_twin_network(input_dim, 0).count_params())
 
 
-def _lla(method: str, data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Prediction:
-    network, history = fit_network("twin", data, budget, data.seed, networks)
+def _lla(method: str, data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None, kind: str = "twin") -> Prediction:
+    network, history = fit_network(kind, data, budget, data.seed, networks)
     (X, y), validation = fit_parts(data, budget)
     noise = training_mse(network, X, y)
     eigen = method == "neuralef"
@@ -72,3 +72,10 @@ def predict_lla_exact(data: SplitData, budget: Budget, networks: Optional[Networ
 
 def predict_lla_neuralef(data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Prediction:
     return _lla("neuralef", data, budget, networks)
+
+
+def predict_relu_lla_kron(data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Prediction:
+    """The KFAC linearised Laplace approximation (``LinearisedLaplace(method="kron")``, the prior precision and the
+    noise's start as for the other LLA rows) of the ``relu`` network: KFAC needs Dense layers, which the twin's
+    activated layers are not."""
+    return _lla("kron", data, budget, networks, kind="relu")

@@ -17,7 +17,7 @@ from experiments.methods.adgp import (predict_adgp, predict_adgp_elbo, predict_a
 from experiments.methods.dgp import predict_dgp
 from experiments.methods.dropout import predict_dropout
 from experiments.methods.lla import (LLA_EXACT_MAX_PARAMETERS, predict_lla_exact, predict_lla_last_layer,
-                                     predict_lla_neuralef, twin_parameter_count)
+                                     predict_lla_neuralef, predict_relu_lla_kron, twin_parameter_count)
 from experiments.methods.networks import NetworkCache
 from experiments.methods.nn import (predict_ensemble, predict_ensemble_nll, predict_nn, predict_nn_slab_ts, predict_nn_ts, predict_plain, predict_relu,
                                     predict_relu_ts, predict_relu_tuned_ts)
@@ -48,6 +48,7 @@ METHODS: Dict[str, Callable[[SplitData, Budget, NetworkCache], Prediction]] = {
     "adgp_slab": predict_adgp_slab,
     "nn_slab_ts": predict_nn_slab_ts,
     "ensemble_nll": predict_ensemble_nll,
+    "relu_lla_kron": predict_relu_lla_kron,
 }
 LABELS = {
     "nn": "NN",
@@ -73,6 +74,7 @@ LABELS = {
     "adgp_slab": "ADGP slab-v",
     "nn_slab_ts": "NN+TS slab",
     "ensemble_nll": "NLL Ensemble",
+    "relu_lla_kron": "ReLU LLA KFAC",
 }
 
 

@@ -43,6 +43,8 @@ def claims(records: Sequence[Dict]) -> List[str]:
         ("nlpd", "relu_adgp", "relu_ts", "ReLU→ADGP (made convertible) NLPD < ReLU NN+TS, the same network temperature-scaled (target: ≥ 6 of 9)"),
         ("nlpd", "relu_adgp", "relu_tuned_ts", "ReLU→ADGP NLPD < ReLU NN+TS after the same extra training (its control)"),
         ("nlpd", "relu_bare", "relu_ts", "ReLU→ADGP as is NLPD < ReLU NN+TS (not a target)"),
+        ("nlpd", "relu_lla_kron", "relu_ts", "ReLU LLA KFAC NLPD < ReLU NN+TS, the same network (not a target)"),
+        ("nlpd", "relu_adgp", "relu_lla_kron", "ReLU→ADGP NLPD < ReLU LLA KFAC (not a target)"),
         ("nlpd", "adgp_slab", "nn_ts", "ADGP slab-v NLPD < NN+TS (the slab recipe's confirmation; the default's target: ≥ 7 of 9)"),
     ):
         pairs = []
