@@ -139,3 +139,17 @@ def integers(text: str) -> list:
 def key_of(protocol) -> Optional[str]:
     """The protocol string of ``protocol``: a :class:`Protocol`'s key, or a string (or None) as it is."""
     return protocol.key if isinstance(protocol, Protocol) else protocol
+
+
+def config_digest(config: Mapping) -> str:
+    """The first 12 hex digits of the SHA-1 of a configuration's sorted JSON: the ``v1:<digest>`` protocol strings of
+    studies that stamped their configuration's digest before they declared a :class:`Protocol`."""
+    return hashlib.sha1(json.dumps(config, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def relabel_config_digest(record: Mapping) -> Dict:
+    """``record`` relabelled as made under ``Protocol("1", its configuration)`` when it carries ``v1:<the digest of
+    its stored configuration>`` (:func:`config_digest`); unchanged otherwise."""
+    config = record.get("config")
+    made_under = isinstance(config, dict) and record.get("protocol") == f"v1:{config_digest(config)}"
+    return relabel(record, Protocol("1", config) if made_under else None)

@@ -4,8 +4,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -20,7 +18,7 @@ from activated_dgp.data.mnist import default_cache_dir
 from activated_dgp.eigen import LinearisedLaplace
 from activated_dgp.metrics import classification_metrics
 
-from experiments.harness.protocol import Protocol, relabel
+from experiments.harness.protocol import Protocol, config_digest, relabel_config_digest
 from experiments.harness.store import portable_path
 from experiments.harness.setups import rotated_mnist_cnn, training_subset
 
@@ -53,7 +51,7 @@ class Config:
     neuralef_steps: int = 500
 
     def digest(self) -> str:
-        return hashlib.sha1(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
+        return config_digest(asdict(self))
 
 
 def add_options(parser) -> None:
@@ -86,9 +84,7 @@ def PROTOCOL(options) -> Protocol:
 def upgrade(record: Dict) -> Dict:
     """A record made before the study declared a :class:`Protocol` carries ``v1:<its configuration's digest>``
     (:meth:`Config.digest`) and the configuration itself: the protocol it was made under."""
-    config = record.get("config")
-    digest = hashlib.sha1(json.dumps(config, sort_keys=True).encode()).hexdigest()[:12] if isinstance(config, dict) else None
-    return relabel(record, Protocol("1", config) if record.get("protocol") == f"v1:{digest}" else None)
+    return relabel_config_digest(record)
 
 
 def cells(options) -> List[Dict]:

@@ -11,6 +11,7 @@ from typing import Dict, Optional, Union
 
 import numpy as np
 
+from experiments.harness.protocol import config_digest  # noqa: F401 (the digest of a configuration as stored in the records)
 from experiments.harness.store import ResultStore
 
 MODELS = ("nn", "nn_dropout", "nn_ts", "adgp", "adgp_ft")
@@ -126,11 +127,6 @@ KERNEL_VARIANCE_CHOICES = ("validation", "elbo")
 LATER_DEFAULTS = {"kernel_variance": 1.0, "dgp_patience": None, "ensemble_size": 5, "far_field": False, "kernel_variance_floor": None,
                   "lla_eigenpairs": 20, "lla_neuralef_steps": 2000, "convertible_steps": 10_000}
 REMEDIES = {"kernel_variance": "validation", "dgp_patience": 5}  # --stage2-remedies: (a2) + (e)
-def config_digest(record: Dict) -> str:
-    """The digest of a configuration as stored in the records (:meth:`Config.as_record`)."""
-    return hashlib.sha1(json.dumps(record, sort_keys=True).encode()).hexdigest()[:12]
-
-
 #: Protocols (the harness's record versioning). Records made before the study moved onto the harness carry none:
 #: their cells were "all models of a seed" (eval_seconds splitting the shared feature time across the models) and
 #: :func:`upgrade` names them LEGACY_PROTOCOL:<config digest>. New records are CELL_PROTOCOL:<config digest>:

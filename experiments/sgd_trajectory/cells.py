@@ -5,8 +5,6 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-import hashlib
-import json
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -14,7 +12,7 @@ import numpy as np
 
 from activated_dgp.data.mnist import default_cache_dir
 from activated_dgp.eigen import function_space_probabilities, trajectory_eigenfunctions
-from experiments.harness.protocol import Protocol, relabel
+from experiments.harness.protocol import Protocol, config_digest, relabel_config_digest
 from experiments.harness.store import portable_path
 from experiments.sgd_trajectory import models
 
@@ -50,11 +48,6 @@ class Config:
         return config_digest(asdict(self))
 
 
-def config_digest(config: Dict) -> str:
-    """The first 12 hex digits of the SHA-1 of a configuration's sorted JSON."""
-    return hashlib.sha1(json.dumps(config, sort_keys=True).encode()).hexdigest()[:12]
-
-
 def add_options(parser) -> None:
     defaults = Config()
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -87,9 +80,7 @@ def PROTOCOL(options) -> Protocol:
 def upgrade(record: Dict) -> Dict:
     """A record made before the study declared a :class:`Protocol` carries ``v1:<its configuration's digest>``
     (:meth:`Config.digest`) and the configuration itself: the protocol it was made under."""
-    config = record.get("config")
-    made_under = isinstance(config, dict) and record.get("protocol") == f"v1:{config_digest(config)}"
-    return relabel(record, Protocol("1", config) if made_under else None)
+    return relabel_config_digest(record)
 
 
 def cells(options) -> List[Dict]:
