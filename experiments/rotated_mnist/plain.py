@@ -7,8 +7,9 @@ the library makes of it:
 * ``plain_cnn_ts``: its logits divided by the temperature T fitted on the validation images (Guo et al., 2017;
   :func:`experiments.rotated_mnist.models.fit_temperature`).
 * ``plain_cnn_adgp``: the library call :func:`activated_dgp.train_two_stage` with ``network=`` the trained CNN and
-  ``likelihood="softmax"``: by default (``make_convertible="auto"``) its ReLU Dense block is first made convertible
-  (:func:`activated_dgp.make_convertible` on the training images, guarded by the validation images), then its
+  ``likelihood="softmax"``: as by default (``make_convertible="auto"``) its ReLU Dense block is first made convertible
+  (:func:`activated_dgp.make_convertible` on the training images, with the study's ``config.convertible_steps``
+  fine-tuning steps, by default the library's 10,000), then its
   convolutional part becomes a feature extractor g, its Dense tail an activated DGP
   (Dutordoir et al., 2021, Sec. 5.1 and 5.3: p(y | x) = ∫ softmax(f) q(f | g(x)) df), and stage 2 maximises the ELBO
   over the DGP's parameters and g's. The library's defaults (recipe, learning rate, minibatch, far field), except
@@ -107,13 +108,16 @@ def two_stage(config: Config, splits: models.Splits, seed: int, network, checkpo
         log(f"  loaded {checkpoint}")
         return TwoStageResult(network, load_dgp(checkpoint), extractor=extractor), json.loads(record.read_text())
     info = {}
+    # "auto" swaps the ReLU block with make_convertible's defaults but the study's number of fine-tuning steps (the
+    # library's 10,000 by default); a network made convertible by ``source`` has no ReLU block left and is not swapped
+    swap = False if as_is else ("auto" if source is not None else dict(steps=config.convertible_steps))
     if source is not None:
         network, info = source()
     start = time.time()
     result = train_two_stage(
         images(splits.x_train), splits.y_train, likelihood="softmax", network=network,
         dgp_schedule=TrainingSchedule(epochs=config.dgp_epochs, verbose=2),
-        validation_data=(images(splits.x_val), splits.y_val), seed=seed, make_convertible=False if as_is else "auto",
+        validation_data=(images(splits.x_val), splits.y_val), seed=seed, make_convertible=swap,
     )
     info = {**info, "seconds": time.time() - start, "recipe": result.recipe, "conversion_mismatch": float(result.conversion_mismatch),
             "kernel_variances": result.kernel_variances, "elbo_loss": [float(v) for v in result.dgp_history.get("loss", [])],
