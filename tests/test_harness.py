@@ -82,6 +82,26 @@ def test_a_torn_last_line_is_ignored_and_replaced(tmp_path):
     assert [r["x"] for r in lines(tmp_path)] == [0, 1, 2]
 
 
+def test_records_past_the_shard_size_continue_in_numbered_shards_read_in_order(tmp_path):
+    """Each file stays within shard_bytes (one record never split), the records read back in the order appended
+    across records.jsonl, records.2.jsonl, ..., and a torn last line of the last shard is dropped on the next append."""
+    path = tmp_path / "records.jsonl"
+    line = len(json.dumps({"pad": "p" * 20, "x": 0}, sort_keys=True)) + 1  # every record's line has this length
+    store = ResultStore(path, ["x"], shard_bytes=3 * line + 1)  # three lines fit in a file
+    for x in range(7):
+        store.append({"x": x, "pad": "p" * 20})
+    files = sorted(tmp_path.glob("records*.jsonl"))
+    assert [f.name for f in files] == ["records.2.jsonl", "records.3.jsonl", "records.jsonl"]
+    assert [path.stat().st_size, (tmp_path / "records.2.jsonl").stat().st_size, (tmp_path / "records.3.jsonl").stat().st_size] == [3 * line, 3 * line, line]
+    with open(tmp_path / "records.3.jsonl", "a") as handle:
+        handle.write('{"x": 9, "pa')  # killed mid-write
+    assert [r["x"] for r in ResultStore(path, ["x"]).records()] == list(range(7))
+    store.append({"x": 7, "pad": "p" * 20})
+    assert (tmp_path / "records.3.jsonl").read_text().count("\n") == 2 and not (tmp_path / "records.4.jsonl").exists()
+    with pytest.raises(ValueError, match="already exists"):
+        store.append({"x": 4, "pad": ""})  # a key recorded in an earlier shard is done
+
+
 def test_a_protocol_change_never_mixes_records(tmp_path):
     run_study(toy_study(protocol="p1"), options(tmp_path, n=3))
     changed = toy_study(protocol="p2")

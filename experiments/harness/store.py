@@ -10,6 +10,11 @@ string) stamps ``P`` on every record it appends (a :class:`~experiments.harness.
 settings the record depends on) and sees only records of ``P`` (after ``upgrade`` and, for a
 :class:`~experiments.harness.protocol.Protocol`, its carry-over rule), so records made under another protocol are
 never mixed into a table, never count as done and are never overwritten — the file keeps them for the record.
+
+Shards: a records file grows to at most ``shard_bytes`` (:data:`SHARD_BYTES`, below the repository's 1 MiB limit
+on a tracked file); the record that would pass it starts the next shard, ``records.2.jsonl``, then
+``records.3.jsonl`` and so on, next to ``records.jsonl``. Reading goes through every shard in order
+(:func:`record_files`), so a store reads the same records however they are cut.
 """
 
 from __future__ import annotations
@@ -22,6 +27,21 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Un
 
 from experiments.harness.protocol import PROTOCOL_FIELD, Protocol, key_of
 
+#: the size a records file grows to before the next record starts a new shard (module docstring)
+SHARD_BYTES = 900 * 1024
+
+
+def record_files(path) -> List[Path]:
+    """The records file ``path`` (``<stem>.jsonl``) and its existing shards ``<stem>.2.jsonl``, ``<stem>.3.jsonl``, …
+    in order (the shards' numbers follow each other from 2; a gap ends the list)."""
+    path = Path(path)
+    files = [path] if path.exists() else []
+    number = 2
+    while (shard := path.with_name(f"{path.stem}.{number}{path.suffix}")).exists():
+        files.append(shard)
+        number += 1
+    return files
+
 
 class ResultStore:
     """:param key_fields: the record fields that identify a cell.
@@ -31,11 +51,15 @@ class ResultStore:
         :class:`~experiments.harness.protocol.Protocol` also carries records of another key over where its
         carry-over rule holds (:meth:`~experiments.harness.protocol.Protocol.carry`).
     :param upgrade: applied to every record read first, e.g. to name the protocol a record made before its study
-        declared one was made under (the file itself is never rewritten)."""
+        declared one was made under (the file itself is never rewritten).
+    :param shard_bytes: the size a records file grows to before the next record starts a new shard."""
 
     def __init__(self, path, key_fields: Sequence[str], upgrade: Optional[Callable[[Dict], Dict]] = None,
-                 protocol: Union[Protocol, str, None] = None):
+                 protocol: Union[Protocol, str, None] = None, shard_bytes: int = SHARD_BYTES):
         self.path = Path(path)
+        if shard_bytes <= 0:
+            raise ValueError(f"shard_bytes must be positive, got {shard_bytes!r}")
+        self.shard_bytes = shard_bytes
         self.key_fields = tuple(key_fields)
         if not self.key_fields:
             raise ValueError("a ResultStore needs at least one key field")
@@ -51,11 +75,9 @@ class ResultStore:
         return tuple(_hashable(record[field]) for field in self.key_fields)
 
     def all_records(self) -> List[Dict]:
-        """Every complete record in the file, of any protocol (upgraded, first one per protocol and key)."""
-        if not self.path.exists():
-            return []
+        """Every complete record in the file and its shards, of any protocol (upgraded, first one per protocol and key)."""
         seen, records = set(), []
-        for line in self.path.read_text().splitlines():
+        for line in (line for file in record_files(self.path) for line in file.read_text().splitlines()):
             try:
                 record = json.loads(line)
             except json.JSONDecodeError:
@@ -91,21 +113,27 @@ class ResultStore:
         if any(self.key(existing) == key for existing in self.records()):
             raise ValueError(f"a record for {key} already exists in {self.path}")
         line = json.dumps(record, sort_keys=True) + "\n"
-        self._drop_torn_tail()
-        with open(self.path, "a") as handle:
+        target = self._drop_torn_tail()
+        if target.exists() and target.stat().st_size > 0 and target.stat().st_size + len(line.encode()) > self.shard_bytes:
+            number = len(record_files(self.path)) + 1
+            target = self.path.with_name(f"{self.path.stem}.{number}{self.path.suffix}")
+        with open(target, "a") as handle:
             handle.write(line)
             handle.flush()
             os.fsync(handle.fileno())
         return record
 
-    def _drop_torn_tail(self) -> None:
-        if not self.path.exists():
-            return
-        data = self.path.read_bytes()
+    def _drop_torn_tail(self) -> Path:
+        """Cut a torn last line off the last shard; returns that shard (the records file when there is none)."""
+        files = record_files(self.path)
+        if not files:
+            return self.path
+        data = files[-1].read_bytes()
         if data and not data.endswith(b"\n"):
             cut = data.rfind(b"\n") + 1
-            with open(self.path, "r+b") as handle:
+            with open(files[-1], "r+b") as handle:
                 handle.truncate(cut)
+        return files[-1]
 
 
 def _hashable(value):

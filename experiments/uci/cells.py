@@ -20,6 +20,7 @@ import numpy as np
 from activated_dgp.data import EMBEDDED_DATASET, load_regression_dataset, uci_folder_name
 from experiments.harness.artifacts import ArtifactCache, atomic_write_text
 from experiments.harness.study import records_path
+from experiments.harness.store import record_files
 import experiments.methods as methods
 from experiments.methods.data import DATASET_ORDER, canonical_datasets, prepare_split, use_fixed
 from experiments.methods.protocol import RELU_METHODS as RELU_PROTOCOL_METHODS, SLAB_METHODS
@@ -248,11 +249,22 @@ def rescore(options, networks, log=print) -> int:
     prediction is a function of the saved network (:func:`_rescorable`): the split is rebuilt as the record
     says, the network read from ``networks`` (a ``saved_only`` :class:`experiments.methods.NetworkCache`: a
     missing one is not retrained, the record is left as it is), and the record is amended only if the recomputed
-    RMSE and NLPD equal the recorded ones to 1e-9 — the check that it is the same network. records.jsonl is
-    rewritten atomically; returns the number amended."""
+    RMSE and NLPD equal the recorded ones to 1e-9 — the check that it is the same network. Each records file
+    (and shard, :func:`~experiments.harness.store.record_files`) is rewritten atomically; returns the number amended."""
     if not networks.saved_only:
         raise ValueError("rescore reads saved networks only: give it a NetworkCache with saved_only=True")
-    path = records_path(options)
+    amended = 0
+    for path in record_files(records_path(options)):  # each shard rewritten in place, so none outgrows its size
+        lines, count = _rescored_lines(path, options, networks, log)
+        if count:
+            atomic_write_text(path, "".join(f"{line}\n" for line in lines))
+        amended += count
+        log(f"amended {count} records in {path}")
+    return amended
+
+
+def _rescored_lines(path, options, networks, log):
+    """(the lines of one records file with the rescorable records amended, the number amended): :func:`rescore`."""
     lines, amended = [], 0
     for line in path.read_text().splitlines():
         try:
@@ -282,6 +294,4 @@ def rescore(options, networks, log=print) -> int:
         lines.append(json.dumps(record, sort_keys=True))
         amended += 1
         log(f"{cell}: coverage {result['coverage_90']:.3f}, calibration error {result['calibration_error']:.3f}")
-    atomic_write_text(path, "".join(f"{line}\n" for line in lines))
-    log(f"amended {amended} records in {path}")
-    return amended
+    return lines, amended
