@@ -558,12 +558,14 @@ def test_controls_share_adgp_stage2_schedule_and_the_ensembles_average_their_mem
     assert sorted(records) == sorted(["nn", "adgp", "adgp_ft", *rm.CONTROLS])
     stage2 = records["adgp_ft"]["stage2_schedule"]
     config = records["adgp_ft"]["config"]
-    assert stage2["epochs"] == config["dgp_epochs"] == 2 and stage2["optimizer"] == "Adam"
+    assert stage2["epochs"] == config["dgp_epochs"] == 2 and stage2["optimizer"] == "Adam" and config["stage2_fit"] == "library"
     assert stage2["learning_rate"] == pytest.approx(config["dgp_learning_rate"], rel=1e-6)
+    assert stage2["ramp_steps"] == activated_dgp.TrainingSchedule().ramp_steps > 0  # the library's stage-2 warm-up, the DGP's only
     for model in ("nn_ft", "nn_ts_ft", "nn_dropout_ft"):
         record = records[model]
         assert record["config"] == config
-        assert record["extra"] == stage2  # epochs, optimiser, learning rate and minibatch of the fit actually run
+        # epochs, optimiser, learning rate and minibatch of the fit actually run
+        assert {**record["extra"], "ramp_steps": stage2["ramp_steps"]} == stage2 and record["extra"]["ramp_steps"] == 0
         assert record["adgp_stage2"]["epochs"] == config["dgp_epochs"] and record["adgp_stage2"]["optimizer"] == stage2["optimizer"]
         assert record["adgp_stage2"]["learning_rate"] == pytest.approx(record["extra"]["learning_rate"], rel=1e-6)
         assert len(record["extra_loss"]) == 2

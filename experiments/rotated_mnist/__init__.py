@@ -19,13 +19,15 @@ Dense(10, no bias)] — so that it converts exactly to an activated DGP.
   with the convolutional layers FROZEN at their stage-1 values (the DGP is trained on their features).
   Predictions average ``--dgp-samples`` samples propagated through the DGP.
 * ``adgp_ft`` (``--finetune-conv``): as ``adgp``, but stage 2 trains the convolutional layers together with
-  the DGP on the ELBO (:func:`finetune_dgp_and_extractor`), to measure fine-tuning against freezing.
+  the DGP on the ELBO through the library's :func:`activated_dgp.training.train_dgp_with_extractor`
+  (:func:`finetune_dgp_and_extractor`), to measure fine-tuning against freezing.
 
 Controls (``--controls``): does ADGP's gain come from the conversion or from more training / averaging?
 
 * ``nn_ft``, ``nn_ts_ft``, ``nn_dropout_ft``: after stage 1 the network (conv layers and head) gets the extra
-  epochs of ``adgp_ft``'s stage 2 — the same :func:`stage2_fit`: ``--dgp-epochs`` epochs of Adam at
-  ``dgp_learning_rate``, the same minibatches and early stopping — on its own cross-entropy (dropout active for
+  epochs of ``adgp_ft``'s stage 2 — the same :func:`stage2_schedule`: ``--dgp-epochs`` epochs of Adam at
+  ``dgp_learning_rate``, the same minibatch size, learning-rate plateau and early stopping, through the library's
+  :func:`activated_dgp.train_network` — on its own cross-entropy (dropout active for
   the dropout net), then is evaluated as ``nn`` / ``nn_ts`` (T fitted after the extra epochs) / ``nn_dropout``.
   Each record holds the schedule its fit used (``extra``) and ADGP's from the same configuration (``adgp_stage2``).
 * ``ensemble``: a deep ensemble (Lakshminarayanan et al., 2017) of ``--ensemble-size`` (5) networks trained as

@@ -29,7 +29,7 @@ LABELS = {"nn": "NN", "nn_dropout": "NN + Dropout", "nn_ts": "NN + TS", "adgp": 
           "plain_cnn": "Plain CNN", "plain_cnn_ts": "Plain CNN + TS", "plain_cnn_adgp": "Plain CNN → train_two_stage",
           "plain_cnn_as_is_adgp": "Plain CNN → train_two_stage(make_convertible=False)",
           "plain_cnn_convertible_adgp": "Plain CNN → make_convertible → train_two_stage"}
-STAGE2_OPTIMIZER = "Adam"  # stage 2 with the conv layers trained, and the networks' extra epochs (stage2_fit)
+STAGE2_OPTIMIZER = "Adam"  # stage 2 and the networks' extra epochs (models.stage2_schedule): the library's Adam
 ENSEMBLE_SEED_STRIDE = 10_000  # deep-ensemble member k of run s has seed s + k · stride (member_seed)
 ANGLES = tuple(range(0, 181, 15))
 METRICS = ("accuracy", "log_likelihood", "ece", "entropy")
@@ -71,6 +71,10 @@ class Config:
     # and keeps its best training-ELBO check; records made before have no such field, so they are
     # never mixed with new runs (the networks, which it does not change, are still shared: stage1_digest)
     stage2_defaults: str = "ramp-guard"
+    # the fine-tuned ADGP's stage 2 and the networks' extra epochs go through the library's train_dgp_with_extractor
+    # and train_network; records made before (a Keras fit of the study's own, full minibatches only, no ramp, guard
+    # or learning-rate plateau) have no such field, so they are never mixed with new runs (networks still shared)
+    stage2_fit: str = "library"
     ensemble_size: int = 5  # members of the deep ensembles (ensemble, adgp_ensemble)
     # the output layer's far-field residual (activated_dgp.deep.far_field.add_far_field, fitted on the conv
     # features of the training images, re-centred after stage 2); every ADGP record then also scores the same fit
@@ -120,6 +124,7 @@ class Config:
         in them share the stage-1 checkpoints."""
         record = replace(self, **LATER_DEFAULTS).as_record()
         record.pop("stage2_defaults")
+        record.pop("stage2_fit")
         return hashlib.sha1(json.dumps(record, sort_keys=True).encode()).hexdigest()[:12]
 
 

@@ -110,90 +110,61 @@ def fit_temperature(logits: np.ndarray, labels: np.ndarray) -> float:
     return float(np.exp(minimize_scalar(nll, bounds=(-5.0, 5.0), method="bounded").x))
 
 
-def stage2_fit(model, x: np.ndarray, y: np.ndarray, config: Config, seed: int, loss=None, score=None, label: str = "fine-tune") -> dict:
-    """The schedule of stage 2 with the convolutional layers trained, for any Keras ``model`` taking images:
-    ``STAGE2_OPTIMIZER`` (Adam) at ``config.dgp_learning_rate`` on ``loss`` (None: the model's own ``train_step``
-    loss), ``config.dgp_epochs`` epochs of seeded shuffled full minibatches of ``config.batch_size``. With
-    ``config.dgp_patience`` (remedy e), ``score()`` (lower is better) is checked before training and after every
-    epoch by :class:`activated_dgp.training.RestoreBest`, training stops after ``dgp_patience`` epochs without
-    improvement and the best check's parameters are restored. ADGP + conv fine-tuned and the networks' control
-    runs (``nn_ft``, ``nn_dropout_ft``) both go through here, so their extra epochs, optimiser and learning rate are
-    the same by construction; the returned record says which were used (read from the fitted optimiser)."""
-    import tensorflow as tf
-    import tf_keras
+def stage2_schedule(config: Config):
+    """The schedule of ADGP's stage 2 and of the networks' extra epochs (the controls): ``config.dgp_epochs`` epochs
+    of Adam at ``config.dgp_learning_rate`` on minibatches of ``config.batch_size``, with early stopping after
+    ``config.dgp_patience`` epochs without a better validation score when it is set (remedy e)."""
+    return _schedule(config, config.dgp_epochs, config.dgp_learning_rate, config.dgp_patience)
 
-    from activated_dgp.training import RestoreBest
 
-    model.compile(optimizer=getattr(tf_keras.optimizers, STAGE2_OPTIMIZER)(config.dgp_learning_rate), loss=loss)
-    rng = np.random.default_rng(seed)
-    x32 = x.astype(np.float32)
-
-    size = min(config.batch_size, len(x))  # fewer images than a minibatch: one batch of all (never an empty epoch)
-
-    def batches():  # one epoch: a fresh seeded permutation, full minibatches only
-        order = rng.permutation(len(x))
-        for start in range(0, len(x) - size + 1, size):
-            rows = order[start : start + size]
-            yield x32[rows], y[rows]
-
-    signature = (tf.TensorSpec((None, x.shape[1]), tf.float32), tf.TensorSpec((None, y.shape[1]), tf.as_dtype(y.dtype)))
-    callbacks, stopper = [], None
-    if config.dgp_patience is not None:
-        if score is None:
-            raise ValueError("dgp_patience (early stopping) needs validation images")
-        stopper = RestoreBest(score, model, every=1, patience=config.dgp_patience)
-        callbacks.append(stopper)
-
-    def progress(epoch, logs):
-        line = f"  {label} epoch {epoch + 1}/{config.dgp_epochs}: loss = {logs['loss']:.4f}"
-        log(line + (f", validation score = {stopper.checks[-1][1]:.4f}" if stopper is not None else ""))
-
-    def start(logs):
-        if stopper is not None:
-            log(f"  {label} epoch 0: validation score = {stopper.checks[-1][1]:.4f}")
-
-    callbacks.append(tf_keras.callbacks.LambdaCallback(on_train_begin=start, on_epoch_end=progress))
-    history = model.fit(tf.data.Dataset.from_generator(batches, output_signature=signature), epochs=config.dgp_epochs,
-                        callbacks=callbacks, verbose=0)
-    losses = [float(v) for v in history.history.get("loss", [])]
-    record = {"loss": losses, "schedule": {"epochs": len(losses), "optimizer": type(model.optimizer).__name__,
-                                           "learning_rate": float(model.optimizer.learning_rate.numpy()), "batch_size": size}}
-    if stopper is not None:  # the best check's parameters are back in the model
-        record.update(validation_nlpd=[[int(e), float(v)] for e, v in stopper.checks], best_epoch=int(stopper.best_epoch),
-                      epochs_run=int(stopper.epochs_run))
+def _stage2_record(history: dict, config: Config, num_train: int) -> dict:
+    """The record of a stage-2 fit of the library (:func:`activated_dgp.train_dgp`,
+    :func:`activated_dgp.training.train_dgp_with_extractor`, :func:`activated_dgp.train_network`): its losses, the
+    schedule used and, with early stopping, the validation checks, the best epoch and the epochs run (the library
+    counts steps, the records count epochs)."""
+    schedule = stage2_schedule(config)
+    losses = [float(v) for v in history.get("loss", [])]
+    record = {"loss": losses, "schedule": {"epochs": len(losses), "optimizer": STAGE2_OPTIMIZER, "learning_rate": schedule.learning_rate,
+                                           "batch_size": min(schedule.batch_size, num_train), "ramp_steps": history.get("ramp_steps", 0)}}
+    if "validation_checks" in history:
+        per_epoch = schedule.steps_per_epoch(num_train)
+        record.update(validation_nlpd=[[int(s // per_epoch), float(v)] for s, v in history["validation_checks"]],
+                      best_epoch=int(history["best_step"] // per_epoch), epochs_run=int(history["steps_run"] // per_epoch))
     return record
 
 
 def finetune_dgp_and_extractor(dgp, extractor, x: np.ndarray, y: np.ndarray, config: Config, seed: int, validation=None) -> dict:
-    """Stage 2 with the convolutional layers trained too: Adam on −ELBO/N over the DGP's variables and the
-    extractor's (the ELBO of :meth:`gpflux.models.DeepGP.elbo` on minibatches of features extractor(x)), as a Keras
-    fit of :class:`ExtractorDGP` by :func:`stage2_fit` (``config.dgp_epochs`` epochs of seeded shuffled full
-    minibatches).
+    """Stage 2 with the convolutional layers trained too: the library's
+    :func:`activated_dgp.training.train_dgp_with_extractor` (Adam on −ELBO/N over the DGP's variables and the
+    extractor's, the ELBO of :meth:`gpflux.models.DeepGP.elbo` on minibatches of features extractor(x), its
+    learning-rate ramp and its guard) with :func:`stage2_schedule`.
 
     With ``config.dgp_patience`` (remedy e), ``validation`` = (x_val, y_val) images: the validation NLPD of the
-    DGP on extractor(x_val) (:func:`activated_dgp.training.validation_nlpd`, as in :func:`activated_dgp.train_dgp`)
-    is the score checked before training and after every epoch on the fitted model, training stops after
+    DGP on extractor(x_val) is the score checked before training and after every epoch, training stops after
     ``dgp_patience`` epochs without improvement, and the DGP's and the extractor's parameters of the best check are
     restored."""
-    from activated_dgp.training import validation_nlpd
+    from activated_dgp.training import train_dgp_with_extractor
 
-    score = None
-    if config.dgp_patience is not None:
-        if validation is None or len(validation[0]) == 0:
-            raise ValueError("dgp_patience (early stopping) needs validation images")
-        x_val, y_val = validation
-        score = lambda: validation_nlpd(dgp, features(extractor, x_val), y_val, VALIDATION_SAMPLES, 0)  # noqa: E731
-    return stage2_fit(ExtractorDGP(dgp, extractor), x, y, config, seed, score=score)
+    if config.dgp_patience is not None and (validation is None or len(validation[0]) == 0):
+        raise ValueError("dgp_patience (early stopping) needs validation images")
+    schedule = stage2_schedule(config)
+    history = train_dgp_with_extractor(dgp, extractor, x.astype(np.float32), y, schedule, validation_data=validation,
+                                       validation_samples=VALIDATION_SAMPLES, seed=seed)
+    return _stage2_record({**history, "ramp_steps": schedule.ramp_steps}, config, len(x))
 
 
 def finetuned_classifier(config: Config, splits: Splits, seed: int, dropout: float, source: Path, checkpoint: Path):
     """The control of ADGP + conv fine-tuned for a network: stage 1 (``source``'s checkpoint) followed by the
-    extra epochs of :func:`stage2_fit` — the same number, optimiser, learning rate and minibatches as ADGP's stage
-    2 with the conv layers trained — on the network's own loss (cross-entropy of the softmax of its logits,
-    :func:`activated_dgp.deep.likelihoods.network_loss`; dropout active while training when ``dropout`` > 0), every
-    weight (conv layers and head) trained. With ``config.dgp_patience`` the score is the validation cross-entropy.
+    extra epochs of :func:`stage2_schedule` — the same number, optimiser, learning rate and minibatch size as ADGP's
+    stage 2 with the conv layers trained — by the library's :func:`activated_dgp.train_network` on the network's own
+    loss (cross-entropy of the softmax of its logits; dropout active while training when ``dropout`` > 0), every
+    weight (conv layers and head) trained. The DGP's stage 2 alone ramps its learning rate up over its first
+    ``ramp_steps`` steps (:class:`activated_dgp.TrainingSchedule`), a protection of the converted inducing
+    directions a network does not need. With ``config.dgp_patience`` the score is the validation cross-entropy.
     Returns (extractor, head, stage-1 seconds, info); the weights are checkpointed under ``checkpoint``."""
-    from activated_dgp.deep.likelihoods import network_loss
+    from activated_dgp import train_network
+
+    import tf_keras
 
     extractor, head, seconds = trained_classifier(config, splits, seed, dropout, source)
     model = classifier(extractor, head)
@@ -202,25 +173,14 @@ def finetuned_classifier(config: Config, splits: Splits, seed: int, dropout: flo
     if record.is_file() and restore_saved_weights(model, saved, legacy_weights=checkpoint.with_suffix(".weights.h5")):
         log(f"  loaded {checkpoint}")
         return extractor, head, seconds, json.loads(record.read_text())
-    loss = network_loss("softmax")
-    score = None
-    if config.dgp_patience is not None and len(splits.x_val):
-        x_val = splits.x_val.astype(np.float32)
-        score = lambda: float(loss(splits.y_val, model(x_val, training=False)))  # noqa: E731
+    validation = (splits.x_val, splits.y_val) if config.dgp_patience is not None and len(splits.x_val) else None
     start = time.time()
-    history = stage2_fit(model, splits.x_train, splits.y_train, config, seed, loss=loss, score=score, label="network extra")
-    info = {"seconds": time.time() - start, **history}
+    tf_keras.utils.set_random_seed(seed)
+    history = train_network(model, splits.x_train, splits.y_train, "softmax", stage2_schedule(config), validation_data=validation)
+    info = {"seconds": time.time() - start, **_stage2_record(history, config, len(splits.x_train))}
     atomic_write_text(record, json.dumps(info))
     save(model, saved)
     return extractor, head, seconds, info
-
-
-def ExtractorDGP(dgp, extractor):
-    """The conv extractor followed by ``dgp``, fitted on the DGP's −ELBO/N (:class:`activated_dgp.training.ExtractorDGP`;
-    imported on first use, so importing this module does not import TensorFlow)."""
-    from activated_dgp.training.extractor import ExtractorDGP as Model
-
-    return Model(dgp, extractor)
 
 
 def converted_dgp(config: Config, head, train, validation, seed: int):
@@ -293,20 +253,16 @@ def trained_adgp(config: Config, splits: Splits, extractor, head, seed: int, che
         atomic_write(extractor_weights, lambda temporary: extractor.save_weights(temporary))
         info["stage2_schedule"] = history["schedule"]
     else:
-        schedule = _schedule(config, config.dgp_epochs, config.dgp_learning_rate, config.dgp_patience)
-        history = train_dgp(
-            dgp, train_features, splits.y_train, schedule, validation_data=(val_features, splits.y_val) if stopping else None,
-            validation_samples=VALIDATION_SAMPLES,
-        )
-        if stopping:  # train_dgp counts steps; the records count epochs, as the fine-tuning loop does
-            per_epoch = schedule.steps_per_epoch(len(train_features))
-            history.update(validation_nlpd=[[int(s // per_epoch), float(v)] for s, v in history["validation_checks"]],
-                           best_epoch=int(history["best_step"] // per_epoch), epochs_run=int(history["steps_run"] // per_epoch))
-    info.update({"seconds": time.time() - start, "elbo_loss": [float(v) for v in history.get("loss", [])]})
-    if config.far_field and len(dgp.f_layers) > 1:  # stage 2 moved the hidden layers (and, fine-tuned, the features)
+        history = _stage2_record(train_dgp(
+            dgp, train_features, splits.y_train, stage2_schedule(config),
+            validation_data=(val_features, splits.y_val) if stopping else None, validation_samples=VALIDATION_SAMPLES,
+        ), config, len(train_features))
+    info.update({"seconds": time.time() - start, "elbo_loss": history["loss"]})
+    if config.far_field and len(dgp.f_layers) > 1 and not finetune:  # stage 2 moved the hidden layers; the fine-tuned
+        # path's train_dgp_with_extractor refits the far field to its final features itself
         from activated_dgp.deep.far_field import refit_far_field
 
-        refit_far_field(dgp, features(extractor, splits.x_train) if finetune else train_features)
+        refit_far_field(dgp, train_features)
     if stopping:
         info.update({key: history[key] for key in ("validation_nlpd", "best_epoch", "epochs_run")})
         log(f"  early stopping: best validation NLPD {min(v for _, v in info['validation_nlpd']):.4f} at epoch "
@@ -424,7 +380,7 @@ def lla_prediction(context, config: Config, splits: Splits, extractor, head, see
 
 
 def stage2_settings(config: Config) -> Dict:
-    """ADGP's stage-2 schedule with the conv layers trained, as :func:`stage2_fit` applies it to ``config``."""
+    """ADGP's stage-2 schedule with the conv layers trained (:func:`stage2_schedule`) as the records show it."""
     return {"epochs": config.dgp_epochs, "optimizer": STAGE2_OPTIMIZER, "learning_rate": config.dgp_learning_rate,
             "batch_size": config.batch_size}
 
