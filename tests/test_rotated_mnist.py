@@ -475,6 +475,21 @@ def test_compare_runs_sets_record_directories_side_by_side(tmp_path, capsys):
                 next(r["log_likelihood"][1] for r in high if r["model"] == "adgp")]
     assert row == "| 90° | " + " | ".join(f"{v:.3f}" for v in expected) + " |"
     assert (tmp_path / "cmp.png").stat().st_size > 0
+    assert "Agreement" not in text
+    # a rerun of two seeds: the agreement per model, recomputed here from the records
+    rerun = run("rerun", dict(truncation_level=8), ["nn", "adgp"], [0, 1])
+    text = rotated_mnist.compare_runs([(low, None), (rerun, None)], "mnist", agreement=True)
+    for model, label in (("nn", "NN"), ("adgp", "ADGP")):
+        parts = []
+        for metric, name in (("log_likelihood", "test log-likelihood"), ("accuracy", "accuracy")):
+            a = np.array([r[metric] for r in low if r["model"] == model])
+            b = np.array([r[metric] for r in rerun if r["model"] == model])
+            delta, spread = b.mean(0) - a.mean(0), np.maximum(a.std(0, ddof=1), b.std(0, ddof=1))
+            parts.append(f"{name} Δ from {delta.min():+.3f} to {delta.max():+.3f}, within the larger seed standard deviation "
+                         f"at {int(np.sum(np.abs(delta) <= spread))} of 3 angles")
+        assert f"- {label} (second run − first): " + "; ".join(parts) in text
+    with pytest.raises(ValueError, match="two runs"):
+        rotated_mnist.compare_runs([(low, None)], "mnist", agreement=True)
     other = run("other", dict(truncation_level=20), ["nn"], [0])
     for record in other:
         record["angles"] = [0, 45, 90]

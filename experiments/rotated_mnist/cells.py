@@ -362,3 +362,6 @@ def add_options(parser) -> None:
                         help="print a table setting these records directories side by side (optionally only the named "
                              "models of each; only the records of --seeds) and draw --figure; nothing is run")
     parser.add_argument("--block", default=None, help="with --compare and --doc: write the table into this generated block of --doc")
+    parser.add_argument("--agreement", action="store_true",
+                        help="with --compare of two runs of the same models (a rerun): per model, at how many angles the "
+                             "seed means agree within the seed standard deviation")

@@ -229,20 +229,22 @@ def run_label(config: Dict) -> str:
     return label + (f", stop after {patience}" if patience is not None else "")
 
 
-def compare_runs(runs: Sequence[Tuple[List[Dict], Optional[Sequence[str]]]], dataset: str, figure: Optional[Path] = None) -> str:
+def compare_runs(runs: Sequence[Tuple[List[Dict], Optional[Sequence[str]]]], dataset: str, figure: Optional[Path] = None,
+                 agreement: bool = False) -> str:
     """Markdown (and optionally a figure) setting several runs' records side by side — e.g. Ñ = 8 against
     Ñ = 20 with and without the stage-2 remedies. ``runs``: (records, models to show or None for all). Per
     angle, the seed mean of the test log-likelihood and of the accuracy of every shown (run, model); the
-    columns are named by :func:`run_label` and say how many seeds each mean has."""
-    columns = []  # (name, table entry)
+    columns are named by :func:`run_label` and say how many seeds each mean has. ``agreement`` (two runs of the same
+    models, a rerun): :func:`agreement_lines` below the tables."""
+    columns, tables = [], []  # (name, table entry); each run's shown models' entries
     for records, models in runs:
         rows = [r for r in records if r["dataset"] == dataset]
         if not rows:
             continue
         table, label = aggregate(rows, dataset), run_label(rows[0]["config"])
-        for model, values in table.items():
-            if models is None or model in models:
-                columns.append((f"{LABELS[model]} ({label}; {len(values['seeds'])} seeds)", values, rows[0]["angles"]))
+        tables.append({model: values for model, values in table.items() if models is None or model in models})
+        for model, values in tables[-1].items():
+            columns.append((f"{LABELS[model]} ({label}; {len(values['seeds'])} seeds)", values, rows[0]["angles"]))
     if not columns:
         return "No finished records yet.\n"
     angles = columns[0][2]
@@ -256,6 +258,10 @@ def compare_runs(runs: Sequence[Tuple[List[Dict], Optional[Sequence[str]]]], dat
         for index, angle in enumerate(angles):
             lines.append(f"| {angle}° | " + " | ".join(f"{values[metric][:, index].mean():.3f}" for _, values, _ in columns) + " |")
         lines.append("| mean | " + " | ".join(f"{values[metric].mean():.3f}" for _, values, _ in columns) + " |")
+    if agreement:
+        if len(tables) != 2:
+            raise ValueError(f"the agreement of runs compares two runs, got {len(tables)} with records")
+        lines += agreement_lines(*tables, angles)
     if figure is not None:
         import matplotlib
 
@@ -275,6 +281,29 @@ def compare_runs(runs: Sequence[Tuple[List[Dict], Optional[Sequence[str]]]], dat
     return "\n".join(lines).lstrip("\n") + "\n"
 
 
+
+
+def agreement_lines(first: Dict, second: Dict, angles: Sequence[int]) -> List[str]:
+    """For every model in both runs (``aggregate`` entries with ≥ 2 seeds each), whether the second run's seed mean
+    agrees with the first's within the seed spread: per angle and metric, |mean₂ − mean₁| against the larger of the
+    two runs' sample standard deviations over seeds; the lines count the angles where it does."""
+    lines = []
+    for model in (m for m in first if m in second):
+        a, b = first[model], second[model]
+        if len(a["seeds"]) < 2 or len(b["seeds"]) < 2:
+            continue
+        parts = []
+        for metric in ("log_likelihood", "accuracy"):
+            delta = b[metric].mean(0) - a[metric].mean(0)
+            spread = np.maximum(a[metric].std(0, ddof=1), b[metric].std(0, ddof=1))
+            within = int(np.sum(np.abs(delta) <= spread))
+            parts.append(f"{METRIC_LABELS[metric]} Δ from {delta.min():+.3f} to {delta.max():+.3f}, within the larger seed "
+                         f"standard deviation at {within} of {len(angles)} angles")
+        lines.append(f"- {LABELS[model]} (second run − first): " + "; ".join(parts))
+    if lines:
+        lines = ["", "**Agreement of the two runs** (same models, seed means; the seed standard deviation is each run's own over "
+                 "its seeds)", ""] + lines
+    return lines
 
 
 #: the pages ``python -m experiments report`` rewrites (the committed runs that have a page), then the comparison
@@ -306,7 +335,8 @@ def report(records: List[Dict], options) -> None:
     """The page's generated block and figure from the records (of one protocol); with ``--compare`` the table of
     several records folders side by side instead."""
     if options.compare:
-        text = compare_runs(_compared(options), options.dataset, Path(options.figure) if options.figure else None)
+        text = compare_runs(_compared(options), options.dataset, Path(options.figure) if options.figure else None,
+                            agreement=options.agreement)
         if options.block and options.doc:  # the marker names this command, less --quiet
             write_block(options.doc, options.block, text, " ".join(a for a in options.command.split(" ") if a != "--quiet"))
         elif not options.quiet or not options.block:
