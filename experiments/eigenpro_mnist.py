@@ -11,9 +11,10 @@ Per cell (p, centers): EigenPro 3 (Nyström s = 2000, q = 100 unless --q; inexac
 epoch per step as in the paper) for up to --epochs epochs, test accuracy after each; the exact
 least-squares solution over the same centers (``scipy.linalg.lstsq`` on K(X, Z), p ≤ --direct-max);
 gpflow's SGPR with the same kernel and the centers as inducing points (noise 1e-3, no training;
-p ≤ --sgpr-max). A study of the harness (experiments/harness): one record per cell in
-docs/results/eigenpro_mnist/records.jsonl, so a rerun resumes; the table is the generated block of
-docs/results/eigenpro.md.
+p ≤ --sgpr-max). A study of the harness (experiments/harness): one record per cell (p, centers) in
+docs/results/eigenpro_mnist/records.jsonl, stamped with its :func:`PROTOCOL` (the update's version, the
+iterate averaged and the projection epochs), so a rerun resumes; the table, the generated block of
+docs/results/eigenpro.md, shows the records of every protocol side by side.
 
 Run:  nice -n 10 python -m experiments eigenpro_mnist --data-dir $ADGP_DATA_DIR            # all cells
       python -m experiments eigenpro_mnist --report-only                                   # the table only
@@ -33,20 +34,37 @@ import scipy.linalg
 from activated_dgp.kernel_machines import EigenPro3, KernelCenters, choose_centers
 from experiments.harness import cli
 from experiments.harness.blocks import write_block
+from experiments.harness.protocol import Protocol, relabel
+from experiments.harness.store import ResultStore
+from experiments.harness.study import records_path
 from experiments.harness.setups import mnist_arrays
 
 PAGE = Path("docs") / "results" / "eigenpro.md"
 CELLS = [(p, method) for p in (100, 1000, 5000) for method in ("random", "kmeans")] + [(20000, "noisy-copies")]
-# The consistent update with the inexact projection: θ = S P Sᵀ u since commit 2e7d7dd; records made
-# before it (θ = S P S u, which diverged at p = n) keep that label and are reported apart, never mixed with new ones.
+# The consistent update with the inexact projection, θ = S P Sᵀ u, is protocol version 2; records made before it
+# (θ = S P S u, which diverged at p = n) are version 1, kept and reported apart, never mixed with new ones.
 UPDATE = "S P S^T"
 OLD_UPDATE = "S P S"
-KEY = ("p", "centers", "average_after", "update", "projection_epochs")
+UPDATE_VERSIONS = {OLD_UPDATE: "1", UPDATE: "2"}
+KEY = ("p", "centers")
+
+
+def protocol_of(update: str, average_after, projection_epochs: int) -> Protocol:
+    """The protocol of a cell: the update's version (:data:`UPDATE_VERSIONS`), and the options its numbers depend on
+    beside the cell's (p, centers): the epoch after which the iterates are averaged (None: the last iterate) and the
+    EigenPro 2 epochs per projection."""
+    return Protocol(UPDATE_VERSIONS[update], {"average_after": average_after, "projection_epochs": projection_epochs})
+
+
+def PROTOCOL(options) -> Protocol:
+    return protocol_of(UPDATE, options.average_after, options.projection_epochs)
 
 
 def upgrade(record: dict) -> dict:
-    """Key fields of records written before they existed: no averaging, the old update, one projection epoch."""
-    return {"average_after": None, "update": OLD_UPDATE, "projection_epochs": 1, **record}
+    """A record made before the study declared its :func:`PROTOCOL` stamped with the one it was made under, from
+    its own fields (those written before the fields existed: no averaging, the old update, one projection epoch)."""
+    record = {"average_after": None, "update": OLD_UPDATE, "projection_epochs": 1, **record}
+    return relabel(record, protocol_of(record["update"], record["average_after"], record["projection_epochs"]))
 
 
 def load(data_dir):
@@ -153,9 +171,7 @@ def add_options(parser) -> None:
 
 
 def cells(options) -> list:
-    return [{"p": p, "centers": m, "average_after": options.average_after, "update": UPDATE,
-             "projection_epochs": options.projection_epochs} for p, m in CELLS
-            if (not options.p or p in options.p) and (not options.centers or m in options.centers)]
+    return [{"p": p, "centers": m} for p, m in CELLS if (not options.p or p in options.p) and (not options.centers or m in options.centers)]
 
 
 def run_cell(cell, options, context) -> dict:
@@ -164,7 +180,9 @@ def run_cell(cell, options, context) -> dict:
 
 
 def report(records, options) -> None:
-    write_block(options.page, "eigenpro_mnist", table(records) + "\n", "python -m experiments eigenpro_mnist --report-only",
+    """The table of every record in the file, of every protocol (the run's ``records`` are its own protocol's)."""
+    every = ResultStore(records_path(options), KEY, upgrade=upgrade).all_records()
+    write_block(options.page, "eigenpro_mnist", table(every) + "\n", "python -m experiments eigenpro_mnist --report-only",
                 create=True)
 
 

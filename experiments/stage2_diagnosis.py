@@ -58,8 +58,8 @@ from experiments.harness.blocks import write_block
 from experiments.harness.protocol import Protocol, from_legacy, relabel
 from experiments.harness.store import ResultStore
 from experiments.harness.study import load_records
-from experiments.methods import (BUDGETS, build_twin_network, canonical_datasets, dgp_mixture, prepare_split,
-                                 protocol_schedule)
+from experiments.methods import (BUDGETS, budget_protocol, build_twin_network, canonical_datasets, dgp_mixture,
+                                 prepare_split, protocol_schedule, record_method_version)
 
 # name → options of train_two_stage (plus "learning_rate" and "early_stopping" for the stage-2 schedule)
 VARIANTS = {
@@ -331,14 +331,14 @@ def output_layer_markdown(records) -> str:
 
 def weight_decay_markdown(records, uci_records=()) -> str:
     """Per (dataset, split) of twin_weight_decay.jsonl: the unpenalised twin's test RMSE (standardised), the λ with
-    the lowest validation MSE and its twin's test RMSE, and the classic DGP's from ``uci_records`` (the protocol
-    version it was made with in the header)."""
+    the lowest validation MSE and its twin's test RMSE, and the classic DGP's from ``uci_records`` (the version
+    of its definition in the header: :func:`experiments.methods.record_method_version`)."""
     cells = {}
     for record in records:
         cells.setdefault((record["dataset"], record["split"]), []).append(record)
     dgp = {(r["dataset"], r["split"]): r for r in uci_records if r.get("method") == "dgp"}
     shown = [dgp[cell] for cell in cells if cell in dgp]
-    versions = sorted({r.get("upgraded_from", r["protocol"].rpartition(":")[2]) for r in shown})
+    versions = sorted({f"v{record_method_version(r)}" for r in shown})
     header = f"classic DGP ({', '.join(versions)})" if versions else "classic DGP"
     lines = [f"| set, split | twin, λ = 0 | chosen λ | twin, chosen λ | {header} |",
              "|---|---|---|---|---|"]
@@ -365,7 +365,7 @@ def write_side_studies(out: Path, uci_out: Path = Path("docs") / "results" / "uc
     if weight_decay.exists():
         records = ResultStore(weight_decay, ("dataset", "split", "weight_decay")).records()
         budgets = sorted({r.get("budget", "converged-long") for r in records})
-        uci_records = [r for b in budgets for r in load_records("uci", uci_out, protocol=BUDGETS[b].key())]
+        uci_records = [r for b in budgets for r in load_records("uci", uci_out, protocol=budget_protocol(BUDGETS[b]))]
         write_block(page, "twin_weight_decay", weight_decay_markdown(records, uci_records), REPORT_COMMAND)
 
 

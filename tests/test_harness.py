@@ -18,7 +18,6 @@ from experiments.harness import blocks, cli, registry
 from experiments.harness.artifacts import ArtifactCache, ArtifactMissing, atomic_write
 from experiments.harness.store import ResultStore
 from experiments.harness.study import check_study, load_records, newest_protocol, run_study
-from experiments.methods import protocol as uci_protocol
 from experiments.neuralef_mnist import NEURALEF, NYSTROM_KERNELS, markdown, upgrade as neuralef_upgrade
 
 
@@ -202,19 +201,25 @@ def test_in_memory_builds_once_per_key_and_keeps_only_the_current_groups_values(
 
 
 def test_load_records_reads_another_studys_records_through_its_key_and_upgrade(tmp_path, monkeypatch):
-    """UCI's records read by another study. Versions: v5 changed "a", v6 changed "b" (current v6): a v5 record of "a"
-    is carried to v6 (a did not change since), one of "b" stays at v5. Asking for protocol h:v6 gives exactly the
-    carried "a" record, once (a repeated line and a torn last line are ignored); the records as made are both at v5;
-    a folder without records gives [] and is not created."""
-    monkeypatch.setattr(uci_protocol, "PROTOCOL_VERSION", "v6")
-    monkeypatch.setattr(uci_protocol, "METHOD_CHANGES", {"v2": ("*",), "v5": ("a",), "v6": ("b",)})
-    lines = [json.dumps({"dataset": "yacht", "method": m, "split": 0, "protocol": "h:v5"}) for m in ("a", "b", "a")]
+    """UCI's records read by another study. Versions: "a" changed in v5, "b" in v6 (current v6): a v5 record of "a"
+    (its protocol a line, as written before UCI declared a Protocol) is carried to v6's protocol (a did not change
+    since), one of "b" is not. Asking for v6's protocol gives exactly the carried "a" record, once (a repeated line
+    and a torn last line are ignored); the records as made keep their lines; a folder without records gives [] and
+    is not created."""
+    from experiments.methods import versions
+
+    monkeypatch.setattr(versions, "METHOD_VERSIONS", {"a": (2, 5), "b": (2, 6)})
+    line = "h:nn1:dgp1:mc1:fixed-steps"
+    lines = [json.dumps({"dataset": "yacht", "method": m, "split": 0, "protocol": f"{line}:v5"}) for m in ("a", "b", "a")]
     (tmp_path / "records.jsonl").write_text("\n".join(lines) + '\n{"dataset": "yac')
-    carried = load_records("uci", tmp_path, protocol="h:v6")
-    assert carried == [{"dataset": "yacht", "method": "a", "split": 0, "protocol": "h:v6", "upgraded_from": "v5"}]
-    assert load_records("uci", tmp_path / "records.jsonl", protocol="h:v6") == carried
+    current = versions.settings_protocol(versions.parse_label(f"{line}:v6")[0])
+    made_under = versions.settings_protocol(versions.parse_label(f"{line}:v5")[0], 5)
+    carried = load_records("uci", tmp_path, protocol=current)
+    assert carried == [{"dataset": "yacht", "method": "a", "split": 0, "protocol": current.key, "carried_from": made_under.key,
+                        "protocol_settings": {"shared": made_under.settings, "method": {"version": 5}}}]
+    assert load_records("uci", tmp_path / "records.jsonl", protocol=current) == carried
     as_made = load_records("uci", tmp_path, upgrade=False)
-    assert sorted((r["method"], r["protocol"]) for r in as_made) == [("a", "h:v5"), ("b", "h:v5")]
+    assert sorted((r["method"], r["protocol"]) for r in as_made) == [("a", f"{line}:v5"), ("b", f"{line}:v5")]
     assert load_records("uci", tmp_path / "nowhere") == [] and not (tmp_path / "nowhere").exists()
     with pytest.raises(ValueError, match="unknown study"):
         load_records("not_a_study", tmp_path)

@@ -107,9 +107,9 @@ def test_an_older_protocol_string_names_the_protocol_it_was_made_under():
     assert relabel(stamped, Protocol("9")) == stamped and relabel(record, None) == record
 
 
-#: The studies whose records still follow a protocol scheme of their own (UCI's method versions, rotated MNIST's
-#: configuration digests, the recipe screen's and the EigenPro MNIST study's records without a protocol).
-OLDER_SCHEMES = {"uci", "rotated_mnist", "recipes", "eigenpro_mnist"}
+#: The studies without a Protocol: rotated MNIST's records follow a scheme of their own (configuration digests);
+#: the recipe screen has no records (it reads UCI's and rotated MNIST's).
+OLDER_SCHEMES = {"rotated_mnist", "recipes"}
 
 
 def test_every_other_study_declares_a_protocol_for_each_of_its_report_runs():

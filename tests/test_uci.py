@@ -413,12 +413,13 @@ def test_adgp_interrupted_after_stage_1_resumes_from_the_saved_network(tmp_path,
 
 
 def test_converged_protocol_records_steps_and_shares_the_network(converged_tiny_run):
-    from experiments.methods import BUDGETS
+    from experiments.methods import BUDGETS, budget_protocol
 
     tmp_path = converged_tiny_run
     records = {r["method"]: r for r in map(json.loads, (tmp_path / "records.jsonl").read_text().splitlines())}
-    key = BUDGETS["converged-tiny"].key()
-    assert all(r["protocol"] == key for r in records.values()) and "early-stopping" in key
+    protocol = budget_protocol(BUDGETS["converged-tiny"])
+    assert all(r["protocol"] == protocol.key for r in records.values())
+    assert all(r["protocol_settings"]["shared"]["early_stopping"]["patience_steps"] == 500 for r in records.values())
     for method in ("nn", "nn_ts", "dropout", "adgp"):
         network = records[method]["extra"]["network"]
         assert 0 <= network["best_step"] <= network["steps_run"] <= 40 + 4  # capped (an epoch is 4 steps)
@@ -451,45 +452,71 @@ def test_dropout_precision_maximises_the_validation_likelihood():
 
 
 def test_records_of_an_older_version_count_only_for_methods_it_did_not_change(tmp_path, monkeypatch):
-    """A v(K−1) record is reused under vK unless vK changed its method: rerunning a resumable benchmark
-    after a version bump reruns exactly the changed methods' cells."""
+    """After a new version that changes NN+TS alone (a 7 in its METHOD_VERSIONS entry), the records made before it
+    are reused except NN+TS's: rerunning a resumable benchmark after a version bump reruns exactly the changed
+    methods' cells, and the file is appended to, never rewritten."""
     import experiments.methods as methods
+    from experiments.methods import versions
 
     _test_sized(monkeypatch)
     _run(tmp_path, "--method", "nn,nn_ts", "--splits", "1")
     path = tmp_path / "records.jsonl"
-    older = int(methods.PROTOCOL_VERSION[1:]) - 1
-    rewritten = [dict(r, protocol=r["protocol"].rpartition(":")[0] + f":v{older}") for r in map(json.loads, path.read_text().splitlines())]
-    path.write_text("".join(json.dumps(r) + "\n" for r in rewritten))  # as written by the older version
-    monkeypatch.setitem(methods.METHOD_CHANGES, methods.PROTOCOL_VERSION, ("nn_ts",))
+    before = path.read_text().splitlines()
+    newest = versions.current_version() + 1
+    monkeypatch.setitem(versions.METHOD_VERSIONS, "nn_ts", versions.METHOD_VERSIONS["nn_ts"] + (newest,))
     real, calls = methods.run_method, []
     monkeypatch.setattr(methods, "run_method", lambda method, *args: calls.append(method) or real(method, *args))
     _run(tmp_path, "--method", "nn,nn_ts", "--splits", "1")
     assert calls == ["nn_ts"]  # nn's older record still counts; nn_ts changed, so it reran
-    lines = [json.loads(line) for line in path.read_text().splitlines()]
-    assert len(lines) == 3 and lines[:2] == rewritten  # the file is appended to, never rewritten
-    # the records as made: NN's only record is of the older version, shown and named as such
+    lines = path.read_text().splitlines()
+    assert len(lines) == 3 and lines[:2] == before
+    # the records as made: NN's only record is of its own, older version, shown and named as such
     _run(tmp_path, "--report-only", "--as-recorded")
-    assert f"NN (v{older}): every set" in (tmp_path / "table.md").read_text()
-    _run(tmp_path, "--report-only")  # carried over: NN's record counts under the current version, nothing is stale
+    assert f"NN (v{newest - 1}): every set" in (tmp_path / "table.md").read_text()
+    _run(tmp_path, "--report-only")  # carried over: NN's record counts under the newest version, nothing is stale
     carried = (tmp_path / "table.md").read_text()
-    assert f":{methods.PROTOCOL_VERSION}." in carried and "Not yet rerun" not in carried
+    assert f":v{newest}." in carried and "Not yet rerun" not in carried
 
 
-def test_every_protocol_version_lists_what_it_changed():
-    """A version bump without its METHOD_CHANGES entry would carry every older record over as if nothing had
-    changed (it happened once: the v4 bump first reused all v3 ADGP cells)."""
-    import experiments.methods as methods
+def test_the_carry_over_rule_counts_a_record_until_its_methods_next_change():
+    """For every method and every pair of versions N ≤ M: the record made under version N (its protocol line, as
+    written before the study declared a Protocol) counts under version M's protocol exactly when no version in
+    (N, M] changed its method (METHOD_VERSIONS), and the report shows it under the last such M; a record of a method
+    made before the method existed, or of a version not yet made, is never stamped."""
+    from experiments.harness.protocol import PROTOCOL_FIELD
+    from experiments.methods import BUDGETS, METHODS, versions
 
-    current = int(methods.PROTOCOL_VERSION[1:])
-    assert {f"v{k}" for k in range(2, current + 1)} <= set(methods.METHOD_CHANGES)
-    (changed, *_) = methods.METHOD_CHANGES[methods.PROTOCOL_VERSION]
-    assert methods.last_change(changed) == current
-    record = {"method": changed, "protocol": f"converged-long:x:v{current - 1}"}
-    assert methods.upgrade_record(record) == record  # a changed method's older record is not carried over
-    unchanged = next(m for m in methods.METHODS if methods.last_change(m) < current)
-    carried = methods.upgrade_record({"method": unchanged, "protocol": f"converged-long:x:v{current - 1}"})
-    assert carried["protocol"].endswith(methods.PROTOCOL_VERSION) and carried["upgraded_from"] == f"v{current - 1}"
+    assert set(METHODS) | {"network"} == set(versions.METHOD_VERSIONS)
+    current = versions.current_version()
+    line = "converged-long:nn30000:dgp10000:mc32:early-stopping(val 0.1, check 50, patience 2000)"
+    settings = versions.budget_settings(BUDGETS["converged-long"])
+    for method, changes in versions.METHOD_VERSIONS.items():
+        if method == "network":
+            continue
+        assert list(changes) == sorted(set(changes)) and changes[0] >= 2
+        for made in range(2, current + 1):
+            record = versions.relabel_record({"method": method, PROTOCOL_FIELD: f"{line}:v{made}"})
+            if made < changes[0]:
+                assert "protocol_settings" not in record
+                continue
+            counted = [later for later in range(made, current + 1) if not any(made < v <= later for v in changes)]
+            assert [later for later in range(made, current + 1)
+                    if versions.settings_protocol(settings, later).carries(record)] == counted
+            assert versions.counted_version(record) == max(counted)
+            assert versions.protocol_label(record) == f"{line}:v{max(counted)}"
+    assert "protocol_settings" not in versions.relabel_record({"method": "nn", PROTOCOL_FIELD: f"{line}:v{current + 1}"})
+
+
+def test_saved_networks_keep_the_cache_keys_they_were_saved_under():
+    """The stage-1 networks are cached under the budget's protocol line and the version that last changed stage 1,
+    in the form the records' protocol had before the study declared a Protocol, so the networks saved by runs of
+    that time (v6) are found again."""
+    from experiments.methods import BUDGETS
+    from experiments.methods.versions import network_key
+
+    assert network_key(BUDGETS["converged"]) == "converged:nn10000:dgp3000:mc32:early-stopping(val 0.1, check 50, patience 500):v6"
+    assert network_key(BUDGETS["converged-long"]).endswith("early-stopping(val 0.1, check 50, patience 2000):v6")
+    assert network_key(BUDGETS["tiny"]) == "tiny:nn20:dgp8:mc4:fixed-steps:v6"
 
 
 def test_claims_compare_methods_over_the_splits_they_share():
@@ -610,22 +637,22 @@ def test_stage2_effect_groups_splits_by_the_restored_step():
     assert row == "| energy | 1: +0.0000 / -0.100 | 1: -0.0400 / -0.800 |"
 
 
-def test_report_takes_each_methods_newest_version_and_carries_records_only_up_to_their_next_change(tmp_path, monkeypatch):
-    """Changes v5: ("a",), v6: ("b",). A v4 record of "b" counts under v5 (b changed only in v6), not v6; "a" keeps
-    its v6 records; "b" has no v6 record on yacht, so its v5 one is shown and named as older."""
+def test_report_takes_each_methods_newest_version_and_carries_records_only_up_to_their_next_change(monkeypatch):
+    """Versions: "a" changed in v5, "b" in v6. A v4 record of "b" counts under v5 (b changed only in v6), not v6; "a"
+    keeps its v6 records; "b" has no v6 record on yacht, so its v5 ones are shown and named as older."""
     import experiments.methods as methods
-    from experiments.methods import protocol
-    from experiments.uci.summary import load_records, older_versions
+    from experiments.methods import versions
+    from experiments.uci.summary import older_versions, select_records, view
 
-    monkeypatch.setattr(protocol, "PROTOCOL_VERSION", "v6")
-    monkeypatch.setattr(protocol, "METHOD_CHANGES", {"v2": ("*",), "v5": ("a",), "v6": ("b",)})
+    monkeypatch.setattr(versions, "METHOD_VERSIONS", {"a": (2, 5), "b": (2, 6)})
     monkeypatch.setitem(methods.LABELS, "a", "A")
     monkeypatch.setitem(methods.LABELS, "b", "B")
-    rows = [("a", "v4", 0), ("a", "v6", 0), ("b", "v4", 0), ("b", "v4", 1)]
-    path = tmp_path / "records.jsonl"
-    path.write_text("".join(json.dumps({"dataset": "yacht", "method": m, "split": s, "protocol": f"h:{v}"}) + "\n" for m, v, s in rows))
-    records = load_records(tmp_path)
-    assert sorted((r["method"], r["protocol"], r["split"]) for r in records) == [("a", "h:v6", 0), ("b", "h:v5", 0), ("b", "h:v5", 1)]
+    line = "h:nn1:dgp1:mc1:fixed-steps"
+    rows = [("a", 4, 0), ("a", 6, 0), ("b", 4, 0), ("b", 4, 1)]
+    made = [methods.relabel_record({"dataset": "yacht", "method": m, "split": s, "protocol": f"{line}:v{v}"}) for m, v, s in rows]
+    records = select_records(view(made))
+    assert sorted((r["method"], r["shown_protocol"], r["split"]) for r in records) == [
+        ("a", f"{line}:v6", 0), ("b", f"{line}:v5", 0), ("b", f"{line}:v5", 1)]
     assert older_versions(records) == ["B (v5): every set"]
 
 

@@ -111,8 +111,8 @@ def _options(*argv):
 
 
 def test_a_gap_cell_is_keyed_apart_from_the_published_cell(tmp_path):
-    """The same (dataset, method, split) under the gap splits has another protocol key, so a published record
-    never counts as its result (the store still lists it as pending); --splits-kind gap moves --out's default."""
+    """The same (dataset, method, split) under the gap splits has another protocol, so a published record never
+    counts as its result (the gap store still lists it as pending); --splits-kind gap moves --out's default."""
     from experiments import uci
     from experiments.harness.store import ResultStore, pending
 
@@ -125,12 +125,14 @@ def test_a_gap_cell_is_keyed_apart_from_the_published_cell(tmp_path):
     assert gap_options.out == uci.GAP_OUT and published_options.out == uci.DEFAULT_OUT
     assert _options("--out", "x", "--splits-kind", "gap").out == Path("x")
     [gap_cell], [published_cell] = uci.cells(gap_options), uci.cells(published_options)
-    store = ResultStore(tmp_path / "records.jsonl", uci.KEY)
-    assert store.key(gap_cell) != store.key(published_cell)
-    assert gap_cell["protocol"] == uci.GAP_PREFIX + published_cell["protocol"]
-    store.append({**published_cell, "rmse": 1.0})
-    assert pending(store, [gap_cell]) == [gap_cell] and pending(store, [published_cell]) == []
-    assert uci.record_kind(gap_cell) == "gap" and uci.record_kind(published_cell) == "published"
+    assert gap_cell == published_cell == {"dataset": "yacht", "method": "nn", "split": 0}
+    gap, published = uci.PROTOCOL(gap_options), uci.PROTOCOL(published_options)
+    assert gap.key != published.key and (gap.settings["splits"], published.settings["splits"]) == ("gap", "published")
+    stores = {kind: ResultStore(tmp_path / "records.jsonl", uci.KEY, upgrade=uci.upgrade, protocol=protocol)
+              for kind, protocol in (("gap", gap), ("published", published))}
+    stored = stores["published"].append({**published_cell, "rmse": 1.0})
+    assert pending(stores["gap"], [gap_cell]) == [gap_cell] and pending(stores["published"], [published_cell]) == []
+    assert uci.record_kind(stored) == "published" and uci.record_kind(gap.stamp(gap_cell)) == "gap"
 
 
 def test_gap_split_counts_default_to_every_feature_and_four_on_naval(tmp_path):
@@ -184,7 +186,7 @@ def test_a_gap_run_end_to_end_writes_gap_records_and_its_page(tmp_path):
     records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
     assert sorted(r["split"] for r in records) == [0, 1]
     for r in records:
-        assert r["split_kind"] == "gap" and r["protocol"].startswith(uci.GAP_PREFIX)
+        assert r["split_kind"] == "gap" and uci.record_kind(r) == "gap" and r["protocol_settings"]["shared"]["budget"] == "tiny"
         assert (r["num_train"], r["num_test"]) == (40, 20) and 0 <= r["z_above_3"] <= 1 and r["test_std"] > 0
     block = blocks.read_block(tmp_path / "runs" / "uci_gap.md", "uci")
     assert "**Best test NLPD per set**" in block and "| yacht | 2 | **NN**" in block and "| yacht | -2.442 ± 0.520 / 2.21 ± 0.79 |" in block  # the published columns, as printed by DUN
@@ -231,3 +233,33 @@ def test_the_relu_conversion_kl_claim_takes_the_worst_split_per_set_against_ten_
                {"dataset": "B", "method": "relu_adgp", "split": 1, "extra": {}}]
     line = _conversion_kl_claim(records, ["A", "B"])
     assert "≤ 10 nats on 1 of 2 datasets" in line and "A 12.5" in line and "B 9" in line
+
+
+def test_records_written_with_a_protocol_line_count_under_the_declared_protocol(tmp_path):
+    """Records as the study wrote them before it declared its Protocol, their protocol a line (the gap run's
+    ``gap:<budget>:nn<steps>:dgp<steps>:mc<samples>:early-stopping(val 0.1, check 50, patience 500):v6``): a gap run
+    of that budget reads the v6 NN record as made under its protocol and the v5 DGP record as carried over (the DGP
+    last changed in v5), both with the settings the line names, and runs the ADGP (changed in v6 since its v5
+    record) and the dropout cell (whose only record is of the published splits)."""
+    from experiments import uci
+    from experiments.harness.store import pending
+    from experiments.harness.study import open_store
+
+    root = fake_data_dir(tmp_path / "data")
+    options = _options("--splits-kind", "gap", "--dataset", "yacht", "--method", "nn,dgp,adgp,dropout", "--budget",
+                       "converged-tiny", "--splits", "1", "--data-dir", str(root), "--out", str(tmp_path / "out"))
+    line = "converged-tiny:nn40:dgp16:mc4:early-stopping(val 0.1, check 50, patience 500)"
+    made = [("nn", f"gap:{line}:v6"), ("dgp", f"gap:{line}:v5"), ("adgp", f"gap:{line}:v5"), ("dropout", f"{line}:v6")]
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "records.jsonl").write_text("".join(
+        json.dumps({"dataset": "yacht", "method": method, "split": 0, "protocol": protocol, "rmse": 1.0}) + "\n"
+        for method, protocol in made))
+    store = open_store(uci, options)
+    assert [cell["method"] for cell in pending(store, uci.cells(options))] == ["adgp", "dropout"]
+    records = {r["method"]: r for r in store.records()}
+    assert set(records) == {"nn", "dgp"} and {r["protocol"] for r in records.values()} == {uci.PROTOCOL(options).key}
+    assert "carried_from" in records["dgp"] and "carried_from" not in records["nn"]
+    settings = {"budget": "converged-tiny", "nn_steps": 40, "dgp_steps": 16, "mc_samples": 4, "splits": "gap",
+                "early_stopping": {"validation_fraction": 0.1, "check_steps": 50, "patience_steps": 500}}
+    assert records["nn"]["protocol_settings"] == {"shared": settings, "method": {"version": 6}}
+    assert records["dgp"]["protocol_settings"] == {"shared": settings, "method": {"version": 5}}

@@ -20,9 +20,9 @@ around it):
 * ``lla_last_layer``, ``lla_exact``, ``lla_neuralef`` — the linearised Laplace approximation of the NN's network
   (:mod:`experiments.methods.lla`).
 
-A record's protocol key (:meth:`Budget.key`) names the budget and the version of the methods' definitions
-(:data:`PROTOCOL_VERSION`); :data:`METHOD_CHANGES` says what each version changed, so that :func:`upgrade_record`
-carries a record over to later versions that did not change its method.
+A record is stamped with the :class:`~experiments.harness.protocol.Protocol` of its budget
+(:func:`budget_protocol`, :mod:`experiments.methods.versions`): the budget's settings, and each method's own version
+(:data:`METHOD_VERSIONS`), so that a record keeps counting under later versions that did not change its method.
 """
 
 from experiments.methods.adgp import ADGP_ENSEMBLE_RECIPE, RECIPE_FLOOR, STAGE2_RECIPES, recipe_options
@@ -33,17 +33,20 @@ from experiments.methods.lla import twin_parameter_count
 from experiments.methods.networks import (TWIN_ACTIVATION, NetworkCache, NetworkMissing, build_plain_network,
                                           build_twin_network, fit_network)
 from experiments.methods.nn import ENSEMBLE_SIZE
-from experiments.methods.protocol import (BUDGETS, ENSEMBLE_METHODS, METHOD_CHANGES, PROTOCOL_VERSION, RECIPE_METHODS,
-                                          Budget, Prediction, SplitData, fit_parts, last_change, protocol_schedule,
-                                          upgrade_record, version_number)
+from experiments.methods.protocol import BUDGETS, Budget, Prediction, SplitData, fit_parts, protocol_schedule
 from experiments.methods.registry import LABELS, METHODS, applicable, run_method
 from experiments.methods.scoring import mixture_mean_std, shift_diagnostics
+from experiments.methods.versions import (ENSEMBLE_METHODS, METHOD_VERSIONS, RECIPE_METHODS, RELU_METHODS, SLAB_METHODS,
+                                          budget_protocol, counted_version, current_version, method_version,
+                                          protocol_label, record_method_version, record_settings, relabel_record)
 
 __all__ = [
-    "ADGP_ENSEMBLE_RECIPE", "BUDGETS", "DATASET_ORDER", "DGP_INITIAL_NOISE", "ENSEMBLE_METHODS", "ENSEMBLE_SIZE", "LABELS",
-    "METHODS", "METHOD_CHANGES", "PROTOCOL_VERSION", "RECIPE_FLOOR", "RECIPE_METHODS", "STAGE2_RECIPES", "TWIN_ACTIVATION",
-    "Budget", "NetworkCache", "NetworkMissing", "Prediction", "SplitData", "applicable", "build_classic_dgp",
-    "build_dropout_twin", "build_plain_network", "build_twin_network", "canonical_datasets", "dgp_mixture", "fit_network",
-    "fit_parts", "last_change", "mixture_mean_std", "mixture_noise_variance", "prepare_split", "protocol_schedule",
-    "recipe_options", "run_method", "shift_diagnostics", "twin_parameter_count", "upgrade_record", "version_number",
+    "ADGP_ENSEMBLE_RECIPE", "BUDGETS", "DATASET_ORDER", "DGP_INITIAL_NOISE", "ENSEMBLE_METHODS",
+    "ENSEMBLE_SIZE", "LABELS", "METHODS", "METHOD_VERSIONS", "RECIPE_FLOOR", "RECIPE_METHODS", "RELU_METHODS",
+    "SLAB_METHODS", "STAGE2_RECIPES", "TWIN_ACTIVATION", "Budget", "NetworkCache", "NetworkMissing", "Prediction",
+    "SplitData", "applicable", "budget_protocol", "build_classic_dgp", "build_dropout_twin", "build_plain_network",
+    "build_twin_network", "canonical_datasets", "counted_version", "current_version", "dgp_mixture", "fit_network",
+    "fit_parts", "method_version", "mixture_mean_std", "mixture_noise_variance", "prepare_split", "protocol_label",
+    "protocol_schedule", "recipe_options", "record_method_version", "record_settings", "relabel_record", "run_method",
+    "shift_diagnostics", "twin_parameter_count",
 ]

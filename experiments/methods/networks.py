@@ -21,7 +21,8 @@ import tf_keras
 from activated_dgp import build_activated_nn, save, train_network
 from activated_dgp.deep.twin import with_dropout
 from experiments.harness.artifacts import ArtifactCache, atomic_write_text, restore_saved_weights
-from experiments.methods.protocol import BATCH_SIZE, NUM_LAYERS, NUM_UNITS, Budget, SplitData, fit_parts, last_change
+from experiments.methods.protocol import BATCH_SIZE, NUM_LAYERS, NUM_UNITS, Budget, SplitData, fit_parts
+from experiments.methods.versions import network_key
 
 DROPOUT_RATE = 0.1  # fixed-step budgets, which have no validation part to choose it on
 #: The twin's zonal activation (protocol v6; the zonal Softplus until v5). The screen in
@@ -172,8 +173,7 @@ def fit_network(kind: str, data: SplitData, budget: Budget, seed: int, networks:
     networks = NetworkCache() if networks is None else networks
     (X, y), validation = fit_parts(data, budget)
     # keyed by the version that last changed stage 1, so checkpoints outlive versions that did not
-    network_protocol = budget.key().rpartition(":")[0] + f":v{last_change('network')}"
-    key = (kind if kind != "dropout" else f"dropout{dropout_rate}", seed, network_protocol, X.shape, float(np.sum(X)), float(np.sum(y)))
+    key = (kind if kind != "dropout" else f"dropout{dropout_rate}", seed, network_key(budget), X.shape, float(np.sum(X)), float(np.sum(y)))
     tf.random.set_seed(seed)
     input_dim = X.shape[1]
     if kind == "plain":

@@ -1,5 +1,6 @@
 """The protocol every method of :mod:`experiments.methods` is fitted under: the architecture's sizes, the training
-schedule, the optimisation budgets and the versioning of the methods' definitions (a record's protocol key).
+schedule and the optimisation budgets (the versions of the methods' definitions, and the
+:class:`~experiments.harness.protocol.Protocol` a record is stamped with: :mod:`experiments.methods.versions`).
 
 **Converged protocol** (budgets with ``converged=True``, the default for the published results): a seeded
 10 % validation part of each training split is held out (the same rows for every method); every fit — each
@@ -70,75 +71,6 @@ class Budget:
         """Adam 0.01 ×0.9 on a plateau of max(5 epochs, 200 steps), floor 1e-4 (1 % of the start); for a
         ``converged`` budget ``steps`` is a cap and the fit stops early on the validation part."""
         return protocol_schedule(steps, num_train, early_stopping=self.converged, patience_steps=self.patience_steps)
-
-    def key(self) -> str:
-        """The configuration that results depend on, for the records' key (never mix settings)."""
-        return (
-            f"{self.name}:nn{self.nn_steps}:dgp{self.dgp_steps}:mc{self.mc_samples}:"
-            + (f"early-stopping(val {VALIDATION_FRACTION}, check {CHECK_STEPS}, patience {self.patience_steps})" if self.converged else "fixed-steps")
-            + f":{PROTOCOL_VERSION}"
-        )
-
-
-# bump when a method's definition changes, and list what it changed in METHOD_CHANGES. The report shows, per
-# (dataset, method), the newest version that has records, and names the cells still on an older one.
-PROTOCOL_VERSION = "v6"
-#: What each protocol version changed: method names, "network" (stage-1 training, which keys the network
-#: checkpoints) or "*" (everything; v2 is the first version these records carry over from). A record still counts
-#: under the current version when its method has not changed since its own (:func:`upgrade_record`); every other
-#: record is kept apart by its protocol key. v3: ADGP's kernel-variance grid extends past 1e-3 while the validation
-#: NLPD improves (it sat at the floor on most layers; naval wants ~1e-5).
-#: v4: ADGP's noise variance is chosen jointly with the output layer's v (``noise_variance="selected"``; on
-#: yacht the v3 search, at a fixed noise, missed the pair where both move).
-#: v5: the classic DGP's noise starts at 0.1 instead of 0.01 (:data:`experiments.methods.dgp.DGP_INITIAL_NOISE`).
-#: v6: the twin's activation is the zonal Swish (:data:`experiments.methods.networks.TWIN_ACTIVATION`, docs/results/twin_training.md), which
-#: changes every twin-based network (NN, NN+TS, dropout, ensemble, ADGP's stage 1); ADGP's and plain→ADGP's
-#: stage 2 ramps a fresh Adam's learning rate over 100 steps and adds the far-field residual (the library's
-#: defaults; the record also scores the same fit without the residual). The classic
-#: DGP keeps its v5 definition: its schedule pins ``ramp_steps=0``, as Salimbeni & Deisenroth train it.
-#: The stage-2 recipe candidates (:data:`RECIPE_METHODS`) first exist in v6 and are listed under it, so
-#: that no record older than their definition could ever be carried over to them.
-RECIPE_METHODS = ("adgp_paper", "adgp_elbo", "adgp_floor")
-#: The ADGP ensemble first exists in v6 as well.
-ENSEMBLE_METHODS = ("adgp_ensemble",)
-#: The methods on the network most users have (a plain ReLU MLP) first exist in v6 too.
-RELU_METHODS = ("relu", "relu_ts", "relu_tuned_ts", "relu_bare", "relu_adgp")
-#: the shifted-validation screen: the twin stopped, and ADGP's v and noise (or NN+TS's temperature) chosen, on a
-#: covariate-shifted slab of the training split instead of a random part
-SLAB_METHODS = ("adgp_slab", "nn_slab_ts")
-METHOD_CHANGES = {
-    "v2": ("*",), "v3": ("adgp", "plain_adgp"), "v4": ("adgp", "plain_adgp"), "v5": ("dgp",),
-    "v6": ("network", "nn", "nn_ts", "dropout", "ensemble", "adgp", "plain_adgp", *RECIPE_METHODS, *ENSEMBLE_METHODS, *RELU_METHODS),
-}
-
-
-def last_change(name: str) -> int:
-    """The latest protocol version, up to the current one, that changed ``name`` (a method or "network")."""
-    current = int(PROTOCOL_VERSION[1:])
-    return max(int(v[1:]) for v, names in METHOD_CHANGES.items() if int(v[1:]) <= current and (name in names or "*" in names))
-
-
-def version_number(protocol) -> int:
-    """The version at the end of a protocol key ("…:v6" → 6; −1 without one)."""
-    tail = str(protocol).rpartition(":")[2]
-    return int(tail[1:]) if tail[:1] == "v" and tail[1:].isdigit() else -1
-
-
-def upgrade_record(record: Dict) -> Dict:
-    """``record`` with its protocol key moved to the newest version, up to :data:`PROTOCOL_VERSION`, that has
-    not changed its method since the record's own version (``upgraded_from`` says from which); unchanged when
-    that is its own version. A v3 NN record thus counts under v5 (NN changed in v6), not under v6."""
-    protocol = record.get("protocol")
-    own = version_number(protocol) if isinstance(protocol, str) else -1
-    if own < 0:
-        return record
-    head, _, version = protocol.rpartition(":")
-    current, name = version_number(PROTOCOL_VERSION), str(record.get("method"))
-    later = [int(v[1:]) for v, names in METHOD_CHANGES.items() if own < int(v[1:]) <= current and (name in names or "*" in names)]
-    target = min(later) - 1 if later else current
-    if target <= own:
-        return record
-    return {**record, "protocol": f"{head}:v{target}", "upgraded_from": version}
 
 
 BUDGETS = {

@@ -99,6 +99,5 @@ def run_method(method: str, data: SplitData, budget: Budget, networks: Optional[
         **shift_diagnostics(data.y_test, means, variances),
         "seconds": round(time.perf_counter() - start, 2),
         "budget": asdict(budget),
-        "protocol": budget.key(),
         "extra": extra,
     }

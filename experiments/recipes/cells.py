@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Dict, List, Tuple
 
 from experiments.harness.study import load_records, newest_protocol
-from experiments.methods import BUDGETS
+from experiments.methods import BUDGETS, budget_protocol
 from experiments.recipes.rule import CANDIDATES, RECIPES, SCREEN_BUDGET, Evaluation, evaluate
 
 KEY = ("candidate",)  # nothing is run: the study has no cells of its own
@@ -39,9 +39,9 @@ def run_cell(cell, options, context) -> Dict:
 
 
 def load_uci(path: Path) -> Dict[Tuple[str, str, int], Dict]:
-    """The screen budget's UCI records at the current protocol version (older records carried over only where their
-    method did not change: :func:`experiments.methods.upgrade_record`), by (method, dataset, split)."""
-    records = load_records("uci", path, protocol=BUDGETS[SCREEN_BUDGET].key())
+    """The screen budget's UCI records under its current protocol (:func:`experiments.methods.budget_protocol`; older
+    records carried over only where their method did not change), by (method, dataset, split)."""
+    records = load_records("uci", path, protocol=budget_protocol(BUDGETS[SCREEN_BUDGET]))
     return {(r["method"], r["dataset"], r["split"]): r for r in records}
 
 

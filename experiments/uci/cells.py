@@ -1,9 +1,12 @@
 """What the UCI study runs: datasets × methods × splits under one protocol, as cells of the harness.
 
-A cell is (dataset, method, split, protocol): :func:`cells` lists them for the command line's options (split by split,
-datasets small to large, all methods per split), :func:`run_cell` fits and scores one method on one split through
+A cell is (dataset, method, split): :func:`cells` lists them for the command line's options (split by split, datasets
+small to large, all methods per split), :func:`run_cell` fits and scores one method on one split through
 :func:`experiments.methods.run_method` with the run's saved networks, and :func:`rescore` amends existing records from
-those networks (``--rescore``). The methods and their protocol are :mod:`experiments.methods`'.
+those networks (``--rescore``). The run's :func:`PROTOCOL` is :func:`experiments.methods.budget_protocol` of its budget
+and splits: the store stamps it on every record, and a record counts for as long as its method's version is unchanged
+(the harness's carry-over rule); :func:`upgrade` names the protocol of a record made before the study declared one.
+The methods and their versions are :mod:`experiments.methods`'.
 """
 
 from __future__ import annotations
@@ -19,13 +22,14 @@ import numpy as np
 
 from activated_dgp.data import EMBEDDED_DATASET, load_regression_dataset, uci_folder_name
 from experiments.harness.artifacts import ArtifactCache, atomic_write_text
+from experiments.harness.protocol import Protocol
 from experiments.harness.study import records_path
 from experiments.harness.store import record_files
 import experiments.methods as methods
 from experiments.methods.data import DATASET_ORDER, canonical_datasets, prepare_split, use_fixed
-from experiments.methods.protocol import RELU_METHODS as RELU_PROTOCOL_METHODS, SLAB_METHODS
+from experiments.methods.versions import RELU_METHODS as RELU_PROTOCOL_METHODS, SLAB_METHODS, record_settings
 
-KEY = ("dataset", "method", "split", "protocol")  # the protocol (budget key) is part of a cell's name
+KEY = ("dataset", "method", "split")
 METRICS = ("rmse", "nlpd", "rmse_original", "nlpd_original")
 CALIBRATION_METRICS = ("coverage_90", "calibration_error")
 DEFAULT_METHODS = ("nn", "dropout", "ensemble", "nn_ts", "dgp", "adgp", "plain", "plain_adgp")  # "all"
@@ -42,7 +46,6 @@ METHOD_ORDER = DEFAULT_METHODS + PAPER_BASELINES + LLA_METHODS + RECIPE_METHODS 
 #: The split protocols of ``--splits-kind`` (activated_dgp.data.uci.SPLIT_PROTOCOLS): "published", the fixed 90/10
 #: splits (random ones where a set has none); "gap", one split per input feature (the middle third held out).
 SPLITS_KINDS = ("published", "gap")
-GAP_PREFIX = "gap:"  # a gap cell's protocol key is GAP_PREFIX + the budget key: never the key of a published cell
 DEFAULT_OUT = Path("runs") / "uci"  # a new run never meets the committed records of another setting
 GAP_OUT = Path("docs") / "results" / "uci_gap"  # --splits-kind gap's default --out (page: GAP_OUT.md)
 #: The gap protocol's default methods: the baselines (the ADGP ensemble and the LLA rows run when named).
@@ -82,7 +85,7 @@ def add_options(parser) -> None:
     parser.add_argument("--part", choices=("all", "tables", "analysis"), default="all",
                         help="with --doc: the part of the report the page's block holds (the metric tables, or the claims and the sections after them)")
     parser.add_argument("--as-recorded", action="store_true",
-                        help="with --report-only: every record under the protocol version it was made with (no carry-over of unchanged methods to the current version)")
+                        help="with --report-only: every record under its method's own version (the version that last changed it when it was made), carried over to no later version")
     parser.add_argument("--only-version", metavar="vK", default=None,
                         help="with --report-only: the records of this protocol version only (after carry-over), e.g. v5's complete tables")
     parser.add_argument("--rescore", action="store_true",
@@ -105,15 +108,16 @@ def splits_kind(options) -> str:
     return getattr(options, "splits_kind", None) or "published"
 
 
-def study_protocol(options) -> str:
-    """The protocol key of the run's cells: the budget's key, behind :data:`GAP_PREFIX` for gap splits."""
-    key = _budget(options).key()
-    return GAP_PREFIX + key if splits_kind(options) == "gap" else key
+def PROTOCOL(options) -> Protocol:
+    """The run's protocol: its budget's settings on its splits (published or gap), each method's own version
+    (:func:`experiments.methods.budget_protocol`). Gap and published records never share a protocol."""
+    return methods.budget_protocol(_budget(options), splits_kind(options))
 
 
-def record_kind(record: Dict) -> str:
-    """"gap" for a gap cell's record (its protocol key), else "published"."""
-    return "gap" if str(record.get("protocol", "")).startswith(GAP_PREFIX) else "published"
+def record_kind(record: Dict) -> Optional[str]:
+    """The splits a stamped record was made on ("published" or "gap"); None for an unstamped record."""
+    settings = record_settings(record)
+    return None if settings is None else settings["splits"]
 
 
 def _budget(args):
@@ -136,9 +140,11 @@ def _max_splits(entries: Sequence[str]) -> Dict[str, int]:
 
 
 def upgrade(record: Dict) -> Dict:
-    """:func:`experiments.methods.upgrade_record`: a record counts under a later protocol version that did not
-    change its method."""
-    return methods.upgrade_record(record)
+    """A record made before the study declared its :func:`PROTOCOL`, which carries its protocol as a line
+    (``[gap:]<budget>:nn…:dgp…:mc…:<stopping>:v<version>``), stamped with the protocol it was made under
+    (:func:`experiments.methods.relabel_record`); the carry-over rule then counts it for as long as its method is
+    unchanged."""
+    return methods.relabel_record(record)
 
 
 def artifact_cache(options):
@@ -174,8 +180,7 @@ def split_counts(options, datasets: Sequence[str]) -> Dict[str, int]:
 
 def cells(options) -> List[Dict]:
     """Split by split, datasets small to large, all methods per split (those applicable to the dataset:
-    :func:`experiments.methods.applicable`): partial results cover every dataset. Each cell's protocol is
-    :func:`study_protocol` (gap cells: ``gap:…``)."""
+    :func:`experiments.methods.applicable`): partial results cover every dataset."""
     gap = splits_kind(options) == "gap"
     datasets = canonical_datasets(_split_list(options.dataset, DATASET_ORDER[1:]))
     defaults = GAP_METHODS if gap else DEFAULT_METHODS
@@ -190,7 +195,6 @@ def cells(options) -> List[Dict]:
         splits = 5 if options.splits is None else options.splits
         if not 0 <= first < splits:
             raise ValueError(f"--first-split {first} is outside the splits 0..{splits - 1} that --splits {splits} runs")
-    protocol = study_protocol(options)
     if options.rescore:
         return []
     counts = split_counts(options, datasets)  # gap: reads every set's split files first (fails early on bad data)
@@ -199,7 +203,7 @@ def cells(options) -> List[Dict]:
                          f"{', '.join(datasets)} (per set: {', '.join(f'{d} {k}' for d, k in counts.items())})")
     dims = {name: load_dataset(name, options.data_dir, splits_kind(options)).input_dim for name in datasets}  # fail early on bad data
     return [
-        {"dataset": name, "method": method, "split": split, "protocol": protocol}
+        {"dataset": name, "method": method, "split": split}
         for split in range(first, max(counts.values(), default=0))
         for name in datasets
         if split < counts[name]

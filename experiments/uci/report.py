@@ -17,17 +17,17 @@ from experiments.harness.store import ResultStore
 from experiments.harness.study import page_path, records_path
 from experiments.methods import LABELS
 from experiments.uci.cells import (CALIBRATION_METRICS, GAP_OUT, KEY, METHOD_ORDER, METRICS, record_kind, splits_kind,
-                                   study_protocol)
+                                   upgrade)
 from experiments.uci.gap import gap_markdown, no_gap_records_markdown
 from experiments.uci.sections import (dgp_start_noise_markdown, far_field_markdown, method_columns, metric_table,
                                       nlpd_gap_markdown, protocol_lines, published_dropout_markdown, seconds_table,
                                       stage2_effect_markdown, steps_used)
-from experiments.uci.summary import select_records, summarise
+from experiments.uci.summary import select_records, summarise, view
 from experiments.uci.verdicts import claims
 
 BLOCK_COMMAND = "python -m experiments uci --report-only"  # the marker's command when no report run names the page
 #: The committed pages, one report run each (``python -m experiments report``): the long run's page, and the
-#: patience-500 run's records each under the protocol version it was made with.
+#: patience-500 run's records each under its method's own version (``--as-recorded``).
 REPORT_RUNS = [  # v5's first: the last run's table.md, summary.csv and uci.png are the newest records'
     ["--only-version", "v5", "--out", "docs/results/uci_long", "--doc", "docs/results/uci_long.md"],
     ["--out", "docs/results/uci_long", "--doc", "docs/results/uci_tables.md", "--part", "tables"],
@@ -166,12 +166,15 @@ def write_report(out: Path, records: Sequence[Dict], doc: Optional[str] = None, 
 
 
 def report(records: Sequence[Dict], options) -> None:
-    """The study's report: the records of the run's budget (after a run) or of the budget with the most records
-    (``--report-only``, ``--rescore``), each method at its newest version; ``--as-recorded``: no carry-over."""
-    if options.as_recorded:
-        records = ResultStore(records_path(options), KEY).records()
+    """The study's report: the records of the run's protocol (after a run) or, of every record in the file, those of
+    the budget with the most records (``--report-only``, ``--rescore``), each method at its newest version
+    (:func:`experiments.uci.summary.view`); ``--as-recorded``: each record under its method's own version."""
+    every = ResultStore(records_path(options), KEY, upgrade=upgrade).all_records()  # every protocol, none carried
+    if options.report_only or options.rescore or options.as_recorded:
+        records = every
     kind = splits_kind(options)
-    records = [r for r in records if record_kind(r) == kind]  # gap and published cells never share a table
+    # gap and published cells never share a table
+    records = view([r for r in records if record_kind(r) == kind], as_recorded=options.as_recorded)
     # the page's own report command (experiments.harness.cli.report_command: the REPORT_RUNS entry of its page)
     command = getattr(options, "report_command", None) or BLOCK_COMMAND + (f" --only-version {options.only_version}" if options.only_version else "")
     doc = options.doc or (page_path(options) if kind == "gap" else None)  # the gap page: <out>.md by default
@@ -182,13 +185,11 @@ def report(records: Sequence[Dict], options) -> None:
         if not options.quiet:
             print(text)
         return
-    protocol = None if options.report_only or options.rescore else study_protocol(options)
-    selected = select_records(records, protocol, records_path(options), version=options.only_version)
+    selected = select_records(records, records_path(options), version=options.only_version)
     text = write_report(Path(options.out), selected, doc, command, gap_markdown if kind == "gap" else markdown,
                         part=getattr(options, "part", "all"))
     if options.doc and options.only_version == "v5":  # the v5 page also shows what v5 changed, cell by cell
-        write_block(options.doc, "uci_dgp_start_noise", dgp_start_noise_markdown(ResultStore(records_path(options), KEY).records()),
-                    command, create=True)
+        write_block(options.doc, "uci_dgp_start_noise", dgp_start_noise_markdown(every), command, create=True)
     if not options.quiet:
         print(text)
         print(f"wrote {Path(options.out) / 'table.md'}, summary.csv and uci.png")

@@ -8,7 +8,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from experiments.harness.statistics import standard_error
-from experiments.methods import LABELS, version_number
+from experiments.methods import LABELS, protocol_label, record_method_version
 from experiments.methods.data import DATASET_ORDER, in_order
 from experiments.uci.summary import by_split, older_versions
 from experiments.uci.verdicts import nlpd_gap
@@ -159,20 +159,17 @@ def nlpd_gap_markdown(records: Sequence[Dict], method: str = "adgp", other: str 
 
 
 def dgp_start_noise_markdown(records: Sequence[Dict], splits: Sequence[int] = (0, 1, 2)) -> str:
-    """The v5 change of the classic DGP (its noise starts at 0.1, not 0.01), cell by cell: each v5 DGP record of
-    ``splits`` beside the DGP record of the same cell and budget that counted under v4 (the newest older one: the DGP
-    did not change in v4, so v3 records count there). Standardised test RMSE / NLPD, the ELBO steps (best / run) and
-    the final noise; then how many cells the v5 start made better, equal (to 1e-3 nats) or worse on NLPD."""
+    """The v5 change of the classic DGP (its noise starts at 0.1, not 0.01), cell by cell: each DGP record of
+    ``splits`` made with its v5 definition beside the last record of the same cell and budget made with the earlier
+    one (which counted under v4: the DGP changed in v2 and v5 only). ``records``: stamped records as made, of every
+    protocol. Standardised test RMSE / NLPD, the ELBO steps (best / run) and the final noise; then how many cells
+    the v5 start made better, equal (to 1e-3 nats) or worse on NLPD."""
     def cell(r):
-        return (r["protocol"].rpartition(":")[0], r["dataset"], r["split"])
+        return (protocol_label(r).rpartition(":")[0], r["dataset"], r["split"])
 
-    older: Dict[tuple, Dict] = {}
-    for r in records:
-        if r["method"] == "dgp" and 0 <= version_number(r["protocol"]) < 5:
-            if cell(r) not in older or version_number(r["protocol"]) > version_number(older[cell(r)]["protocol"]):
-                older[cell(r)] = r
-    pairs = [(older[cell(r)], r) for r in records
-             if r["method"] == "dgp" and version_number(r["protocol"]) == 5 and r["split"] in splits and cell(r) in older]
+    dgp = [r for r in records if r["method"] == "dgp" and record_method_version(r) is not None]
+    older = {cell(r): r for r in dgp if record_method_version(r) < 5}  # the last one made (records are appended)
+    pairs = [(older[cell(r)], r) for r in dgp if record_method_version(r) == 5 and r["split"] in splits and cell(r) in older]
     if not pairs:
         return "No v5 DGP record has an older record of the same cell."
     order = {d: i for i, d in enumerate(DATASET_ORDER)}
@@ -232,7 +229,7 @@ def method_columns(datasets: Sequence[str], methods: Sequence[str], cell) -> Lis
 
 
 def protocol_lines(records: Sequence[Dict]) -> List[str]:
-    protocols = sorted({r.get("protocol", r["budget"]["name"]) for r in records})
+    protocols = sorted({r["shown_protocol"] for r in records})
     out = [f"{len(records)} records; protocol: " + "; ".join(protocols) + "."]
     stale = older_versions(records)
     if stale:

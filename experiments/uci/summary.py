@@ -1,18 +1,17 @@
-"""The UCI records summarised: which records a report reads (one budget, each method at its newest protocol
-version), and per (dataset, method) the mean, standard error and quantiles of every metric."""
+"""The UCI records summarised: how a report shows them (:func:`view`: each under the newest protocol version it
+counts under), which it reads (one budget, each method at its newest version), and per (dataset, method) the mean,
+standard error and quantiles of every metric."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
 from experiments.harness.statistics import standard_error
-from experiments.harness.store import ResultStore
-from experiments.methods import LABELS, version_number
+from experiments.methods import LABELS, counted_version, protocol_label, record_method_version
 from experiments.methods.data import DATASET_ORDER
-from experiments.uci.cells import CALIBRATION_METRICS, KEY, METHOD_ORDER, METRICS, upgrade
+from experiments.uci.cells import CALIBRATION_METRICS, METHOD_ORDER, METRICS
 
 
 def summarise(records: Sequence[Dict]) -> List[Dict]:
@@ -59,55 +58,62 @@ def paired(records: Sequence[Dict], dataset: str, methods: Sequence[str]) -> Dic
     return {row["method"]: row for row in summarise(subset)}
 
 
-def load_records(out: Path, protocol: Optional[str] = None, as_recorded: bool = False) -> List[Dict]:
-    """The records in ``out``/records.jsonl of one budget (:func:`select_records`); ``as_recorded``: each under
-    the protocol version it was made with (no :func:`upgrade`)."""
-    store = ResultStore(Path(out) / "records.jsonl", KEY, upgrade=None if as_recorded else upgrade)
-    return select_records(store.records(), protocol, store.path)
+def view(records: Sequence[Dict], as_recorded: bool = False) -> List[Dict]:
+    """The stamped records as a report shows them, each with ``shown_version``, the newest protocol version it counts
+    under (:func:`experiments.methods.counted_version`; with ``as_recorded``, its method's own version, carried to
+    no later one), and ``shown_protocol``, its settings at that version
+    (:func:`experiments.methods.protocol_label`); the first record per (shown protocol, dataset, method, split)
+    (records of the same cell made under versions that counted the same are one cell). Unstamped records are left
+    out."""
+    seen, shown = set(), []
+    for record in records:
+        version = record_method_version(record) if as_recorded else counted_version(record)
+        if version is None:
+            continue
+        label = protocol_label(record, version)
+        identity = (label, record["dataset"], record["method"], record["split"])
+        if identity not in seen:
+            seen.add(identity)
+            shown.append({**record, "shown_version": version, "shown_protocol": label})
+    return shown
 
 
-def select_records(everything: Sequence[Dict], protocol: Optional[str] = None, where="the records", version: Optional[str] = None) -> List[Dict]:
-    """The records of one budget (default: the one with the most records).
+def select_records(everything: Sequence[Dict], where="the records", version: Optional[str] = None) -> List[Dict]:
+    """Of the records of :func:`view`, those of one budget: the one with the most records.
 
-    With ``version`` ("v5"), the records of that protocol version only (after carry-over), e.g. the complete tables
-    of a version while its successor is being run.
+    With ``version`` ("v5"), the records shown under that protocol version only, e.g. the complete tables of a
+    version while its successor is being run.
 
-    With ``protocol`` given, exactly the records under that key. Otherwise, per (dataset, method), the records
-    of the newest protocol version that has any for it: methods the current version did not change count
-    under it (if the records were read through :func:`upgrade`), and a changed method that has not been rerun
-    yet keeps its older records, which :func:`older_versions` names in the report."""
+    Otherwise, per (dataset, method), the records of the newest protocol version that has any for it: methods the
+    current version did not change count under it, and a changed method that has not been rerun yet keeps its older
+    records, which :func:`older_versions` names in the report."""
     if not everything:
         raise FileNotFoundError(f"no records in {where}; run the benchmark first")
-    if protocol is not None:
-        records = [r for r in everything if r["protocol"] == protocol]
-        if not records:
-            raise ValueError(f"no records of protocol {protocol!r} in {where}; it has {sorted({r['protocol'] for r in everything})}")
-        return records
     heads: Dict[str, int] = {}
     for r in everything:
-        head = r["protocol"].rpartition(":")[0]
+        head = r["shown_protocol"].rpartition(":")[0]
         heads[head] = heads.get(head, 0) + 1
     head = max(heads, key=heads.get)
-    ours = [r for r in everything if r["protocol"].rpartition(":")[0] == head]
+    ours = [r for r in everything if r["shown_protocol"].rpartition(":")[0] == head]
     if version is not None:
-        chosen = [r for r in ours if r["protocol"].rpartition(":")[2] == version]
+        chosen = [r for r in ours if f"v{r['shown_version']}" == version]
         if not chosen:
             raise ValueError(f"no records of version {version!r} in {where}")
         return chosen
     newest: Dict[tuple, int] = {}
     for r in ours:
         key = (r["dataset"], r["method"])
-        newest[key] = max(newest.get(key, -1), version_number(r["protocol"]))
-    return [r for r in ours if version_number(r["protocol"]) == newest[(r["dataset"], r["method"])]]
+        newest[key] = max(newest.get(key, -1), r["shown_version"])
+    return [r for r in ours if r["shown_version"] == newest[(r["dataset"], r["method"])]]
 
 
 def older_versions(records: Sequence[Dict]) -> List[str]:
     """"method (vK): datasets" for every (dataset, method) whose records predate the newest version present."""
-    current = max(version_number(r["protocol"]) for r in records)
+    current = max(r["shown_version"] for r in records)
     every = {r["dataset"] for r in records}
     older: Dict[tuple, List[str]] = {}
     for r in records:
-        version = version_number(r["protocol"])
+        version = r["shown_version"]
         if version < current and r["dataset"] not in older.setdefault((r["method"], version), []):
             older[(r["method"], version)].append(r["dataset"])
     return [f"{LABELS[m]} (v{v}): " + ("every set" if set(d) == every else ", ".join(sorted(d))) for (m, v), d in sorted(older.items())]
