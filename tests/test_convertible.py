@@ -93,6 +93,36 @@ def test_the_converted_means_kl_is_gpflows_mean_part(regression):
     assert sum(mean_kl(f) for f in dgp.f_layers) / len(X) < 1e3
 
 
+def test_the_penalised_kl_is_the_converted_dgps_and_the_penalty_lowers_it(regression):
+    """network_mean_kl, ½ Σ_p V_pᵀ Kuu V_p from the swapped network's own weights, equals GPflow's Gaussian KL mean
+    part of the converted DGP (gauss_kl with and without q_μ, Kuu with jitter: the jitter's ½ ε ‖V‖² apart); with
+    kl_weight = 1 the fine-tuning ends at a lower KL than without it, and never above its penalised start."""
+    from activated_dgp.training.mean_kl_penalty import _blocks, network_mean_kl
+
+    network, X, Y = regression
+    plain = make_convertible(network, X, Y, truncation_level=10, steps=300, seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        dgp = dgp_from_keras(plain.network, len(X), whiten=False).dgp
+    jitter = gpflow.config.default_jitter()
+    for term, layer, (_, dense) in zip(network_mean_kl(plain.network), dgp.f_layers, _blocks(plain.network)):
+        Kuu = gpflow.covariances.Kuu(layer.inducing_variable, layer.kernel, jitter=jitter)
+        q_mu, q_sqrt = tf.convert_to_tensor(layer.q_mu), tf.convert_to_tensor(layer.q_sqrt)
+        gauss = float(gpflow.kullback_leiblers.gauss_kl(q_mu, q_sqrt, K=Kuu) - gpflow.kullback_leiblers.gauss_kl(tf.zeros_like(q_mu), q_sqrt, K=Kuu))
+        squared_norm = np.sum(dense.kernel.numpy() ** 2) if dense is not None else layer.q_mu.shape[0]  # ‖V‖², V = I between blocks
+        assert float(term) + 0.5 * jitter * squared_norm == pytest.approx(gauss, rel=1e-9)
+    assert plain.mean_kl == pytest.approx([float(t) for t in network_mean_kl(plain.network)], rel=1e-12)
+
+    penalised = make_convertible(network, X, Y, truncation_level=10, steps=300, seed=0, kl_weight=1.0)
+    assert sum(penalised.mean_kl) < 0.8 * sum(plain.mean_kl)
+    factor = 2 * penalised.original_loss / len(X)  # 2σ̂² / N with σ̂² the original network's training MSE
+    swapped = make_convertible(network, X, Y, truncation_level=10, steps=0, seed=0)  # the fine-tuning's start
+    assert penalised.final_loss + factor * sum(penalised.mean_kl) <= swapped.final_loss + factor * sum(swapped.mean_kl) + 1e-12
+    for bad in (-1.0, float("nan"), True):
+        with pytest.raises(ValueError, match="kl_weight"):
+            make_convertible(network, X, Y, truncation_level=10, steps=0, kl_weight=bad)
+
+
 def test_a_softmax_head_is_kept_and_converts_to_the_softmax_likelihood():
     rng = np.random.default_rng(1)
     X = rng.normal(size=(300, 3))

@@ -36,6 +36,7 @@ from .schedule import TrainingSchedule
 from .two_stage import TwoStageResult, split_validation, train_two_stage
 from .swag import SWAG, SWAGCallback
 from .convertible import ConvertibleNetwork, fine_tuning_schedule, make_convertible, swap_to_zonal
+from .mean_kl_penalty import network_mean_kl
 
 __all__ = [
     "SWAG",
@@ -43,6 +44,7 @@ __all__ = [
     "ConvertibleNetwork",
     "fine_tuning_schedule",
     "make_convertible",
+    "network_mean_kl",
     "swap_to_zonal",
     "TwoStageResult",
     "TrainingSchedule",

@@ -38,14 +38,16 @@ from typing import Optional, Union
 
 import gpflow
 import numpy as np
+import tensorflow as tf
 import tf_keras
 
 from ..deep.conversion import _forward, _logit_chain, _plans, resolve_head_likelihood, split_convertible_head
-from ..deep.likelihoods import network_loss
+from ..deep.likelihoods import likelihood_name, network_loss
 from ..deep.twin import ActivatedLayer
 from ..zonal.spectra import DEFAULT_ACTIVATION, ZonalActivation
 from .extractor import _check_inputs, extracted_features
 from .fitters import _check_data, train_network
+from .mean_kl_penalty import network_mean_kl
 from .schedule import TrainingSchedule
 
 __all__ = ["ConvertibleNetwork", "fine_tuning_schedule", "make_convertible", "swap_to_zonal"]
@@ -66,6 +68,8 @@ class ConvertibleNetwork:
     :param layer_mismatch: per GP layer, the RMS difference between the swapped and the original layer's outputs on
         the refit rows, right after the refit.
     :param history: the fine-tuning's Keras history (and early stopping's record, if any).
+    :param mean_kl: per activated block of the result, the KL its converted means will carry, ½ Σ_p V_pᵀ Kuu V_p
+        (:func:`~activated_dgp.training.mean_kl_penalty.network_mean_kl`; what ``kl_weight`` penalises).
     """
 
     network: tf_keras.Model
@@ -74,6 +78,7 @@ class ConvertibleNetwork:
     final_loss: float
     layer_mismatch: list
     history: dict = field(default_factory=dict)
+    mean_kl: list = field(default_factory=list)
 
 
 def _least_squares(F: np.ndarray, T: np.ndarray, intercept: bool, ridge: float):
@@ -84,6 +89,19 @@ def _least_squares(F: np.ndarray, T: np.ndarray, intercept: bool, ridge: float):
         penalty[-1, -1] = 0.0
     C = np.linalg.solve(A.T @ A + penalty, A.T @ T)
     return (C[:-1], C[-1]) if intercept else (C, None)
+
+
+class _MeanKLPenalised(tf_keras.Model):
+    """The swapped network fitted on its loss plus ``factor`` · KL_means (:func:`network_mean_kl`), the penalty added
+    at every call; its weights are the network's own, so the fit trains the network itself."""
+
+    def __init__(self, network: tf_keras.Model, factor: float):
+        super().__init__(name=f"{network.name}_kl_penalised", dtype=network.dtype)
+        self.network, self.factor = network, float(factor)
+
+    def call(self, inputs, training=None):
+        self.add_loss(self.factor * tf.add_n(network_mean_kl(self.network)))
+        return self.network(inputs, training=training)
 
 
 def fine_tuning_schedule(steps: int, num_data: int) -> TrainingSchedule:
@@ -157,6 +175,7 @@ def make_convertible(
     schedule: Optional[TrainingSchedule] = None,
     validation_data=None,
     seed: int = 0,
+    kl_weight: float = 0.0,
 ) -> ConvertibleNetwork:
     """The network with every activated block swapped for zonal units, refitted to it layer by layer and fine-tuned on
     (X, Y), so that it converts exactly (module docstring).
@@ -173,14 +192,22 @@ def make_convertible(
     :param steps: the fine-tuning's length in minibatch steps (batch 32, Adam 1e-3 halved after 1,000 steps without
         improvement); ignored when ``schedule`` is given. 0 skips fine-tuning.
     :param validation_data: (X_val, Y_val) for early stopping when ``schedule`` sets a patience.
+    :param kl_weight: β ≥ 0: fine-tune on the loss plus β · KL_means / N, the KL the converted means will carry
+        (:func:`~activated_dgp.training.mean_kl_penalty.network_mean_kl`). β = 1 is the converted DGP's ELBO per
+        data point with q(u)'s covariance collapsed, its mean terms up to the loss's scale: for a Gaussian
+        likelihood the loss is the MSE, so the penalty is 2σ̂² β KL_means / N with σ̂² the original network's
+        training MSE; for a classifier, β KL_means / N beside the cross-entropy. 0 (the default) fine-tunes on the
+        loss alone. The start is restored when fine-tuning made this objective (not the loss alone) worse.
     """
+    if isinstance(kl_weight, bool) or not (np.isfinite(kl_weight) and kl_weight >= 0):
+        raise ValueError(f"kl_weight must be a finite number ≥ 0, got {kl_weight!r}")
     extractor, convertible = split_convertible_head(network)  # the conversion's own error for a network with no convertible tail
     if extractor is not None:
         X = extracted_features(extractor, _check_inputs(X, "X"))
         if validation_data is not None:
             validation_data = extracted_features(extractor, _check_inputs(validation_data[0], "validation X")), validation_data[1]
         made = make_convertible(convertible, X, Y, likelihood=likelihood, activation=activation, truncation_level=truncation_level,
-                                steps=steps, schedule=schedule, validation_data=validation_data, seed=seed)
+                                steps=steps, schedule=schedule, validation_data=validation_data, seed=seed, kl_weight=kl_weight)
         made.network = tf_keras.Sequential([tf_keras.Input(network.input_shape[1:])] + list(extractor.layers) + list(made.network.layers),
                                            name=made.network.name)
         return made
@@ -194,15 +221,22 @@ def make_convertible(
         return float(loss(Y, np.asarray(model(X), dtype=np.float64)))
 
     original_loss, swapped_loss = loss_of(original_logits), loss_of(logits)
+    # the penalty's factor: β / N, times 2σ̂² for the MSE of a Gaussian likelihood (kl_weight's docstring)
+    factor = kl_weight / len(X) * (2.0 * max(original_loss, 1e-12) if likelihood_name(likelihood) == "gaussian" else 1.0)
+
+    def objective(model) -> float:
+        return loss_of(model) + (factor * float(tf.add_n(network_mean_kl(model))) if factor > 0 else 0.0)
+
     history = {}
     if steps < 0:
         raise ValueError(f"steps must be ≥ 0, got {steps!r}")
     if schedule is None and steps > 0:
         schedule = fine_tuning_schedule(steps, len(X))
     if schedule is not None:
-        start = [w.copy() for w in logits.get_weights()]
-        history = train_network(logits, X, Y, likelihood, schedule, validation_data=validation_data)
-        if schedule.patience is None and loss_of(logits) > swapped_loss:  # never hand back a network worse than the start
+        start, start_objective = [w.copy() for w in logits.get_weights()], objective(logits)
+        fitted = logits if factor == 0 else _MeanKLPenalised(logits, factor)
+        history = train_network(fitted, X, Y, likelihood, schedule, validation_data=validation_data)
+        if schedule.patience is None and objective(logits) > start_objective:  # never hand back a network worse than the start
             logits.set_weights(start)
             history["restored_start"] = True
     final_loss = loss_of(logits)
@@ -213,4 +247,5 @@ def make_convertible(
                  else tf_keras.layers.Activation("sigmoid", name="sigmoid", dtype=dtype))
         result = tf_keras.Sequential(list(logits.layers) + [final], name=logits.name)
         result.build((None, X.shape[1]))
-    return ConvertibleNetwork(result, original_loss, swapped_loss, final_loss, mismatch, history)
+    return ConvertibleNetwork(result, original_loss, swapped_loss, final_loss, mismatch, history,
+                              [float(kl) for kl in network_mean_kl(logits)])
