@@ -80,6 +80,17 @@ All methods share one computation: with features F(x) [C, m] (J(x), last-layer J
 H = Σ_i F_iᵀ Λ_i F_i is eigendecomposed once, H = V diag(e) Vᵀ, so that Σ = V diag(1/(e + δ)) Vᵀ for any
 δ (the diagonal method keeps diag H). The latent variance is J(x) Σ J(x)ᵀ = ‖diag(e + δ)^(−1/2) Vᵀ F(x)ᵀ‖².
 
+Memory. Everything that passes the network goes in batches of ``batch_size`` points: the outputs, the Jacobians
+(per example, ``tf.vectorized_map``, batch_size · C · P float64 numbers and one example's activations each), the
+GGN's terms, the test covariances; the Monte Carlo predictive draws its samples in blocks of at most
+:data:`~activated_dgp.eigen.laplace_likelihoods.MC_BLOCK_NUMBERS` numbers. So a fit or prediction holds, besides the
+data and O(N C²) numbers (outputs, output Hessians Λ, covariances), one batch's Jacobians and, for ``neuralef``:
+NeuralEF's pair inputs [N C, D + C] and the networks' outputs on them [N C, k + oversampling] (its Rayleigh–Ritz step
+in blocks of batch_size · C pairs), the Jacobians of one NeuralEF minibatch of pairs [B, P] per step, and the cached
+training Jacobians when N C P · 8 ≤ ``jacobian_cache_bytes`` (about twice that while their kernel source is built).
+A Jacobian of the whole batch's outputs at once would instead hold the activations of all B inputs for each of its
+B C outputs (:func:`~activated_dgp.eigen.jacobian_function`), quadratic in the batch.
+
 Prior precision (``prior_precision=``): a positive float; ``"marginal_likelihood"`` (every method) maximises the Laplace evidence over δ,
 
     log p(D | δ) ≈ log p(D | θ_MAP) + log p(θ_MAP | δ) + (m/2) log 2π − ½ log det Σ⁻¹

@@ -53,7 +53,12 @@ class LinearisedLaplace(_Curvature):
         (JSON-serialisable ones, if the fit is to be saved).
     :param predictive: the classification predictive, "probit" or "mc" (defaults: probit for Bernoulli,
         mc for softmax); ``num_samples`` and ``seed`` for "mc".
-    :param batch_size: points per Jacobian evaluation (its Jacobians take batch_size · C · P · 8 bytes).
+    :param batch_size: points per Jacobian evaluation (default 256): the training data, the test inputs and, for
+        ``neuralef``, the Rayleigh–Ritz step (batch_size · C pairs) go through the network in batches of this size,
+        whose Jacobians take batch_size · C · P · 8 bytes (per-example, :func:`~activated_dgp.eigen.jacobian_function`),
+        so the memory of a fit or a prediction does not grow with N beyond arrays of N C or N C² numbers (outputs,
+        output Hessians, covariances) and, for ``neuralef``, NeuralEF's pair inputs [N C, D + C] and outputs
+        [N C, k + oversampling]; see "Memory" in :mod:`activated_dgp.eigen.laplace`.
     :param max_parameters: the largest P (or last-layer size) for which exact/last_layer form P × P.
     :param variables: for exact, diagonal, kron and lowrank, the trainable variables of the subnetwork the posterior covers
         (default: all of them); the others stay at θ_MAP.

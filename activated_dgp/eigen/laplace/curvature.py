@@ -30,10 +30,15 @@ class _Curvature(_Evidence):
         rows = X.shape[0] * C
         if self.ntk_samples is None and rows * self.num_parameters * 8 <= self.jacobian_cache_bytes:
             start = time.perf_counter()
-            J = np.concatenate([F.reshape(-1, F.shape[2]) for _, F in self._feature_batches(X, "training Jacobians", eigen=False)], axis=0)
+            J = np.empty((rows, self.num_parameters))  # filled batch by batch: no list of parts beside it
+            for batch, F in self._feature_batches(X, "training Jacobians", eigen=False):
+                J[batch.start * C : batch.stop * C] = F.reshape(-1, F.shape[2])
             if rows <= self.num_parameters:  # the Gram matrix is the smaller, and a batch product the cheaper
                 gram = J @ J.T
-                source, self.ntk_source = PrecomputedGram(0.5 * (gram + gram.T)), "gram"
+                del J
+                gram += gram.T
+                gram *= 0.5
+                source, self.ntk_source = PrecomputedGram(gram), "gram"
             else:
                 source, self.ntk_source = PrecomputedFeatures(J), "features"
             self._log(f"NTK of {rows} training pairs from cached Jacobians [{rows}, {self.num_parameters}] as {self.ntk_source} ({time.perf_counter() - start:.1f} s)")
