@@ -161,6 +161,20 @@ def test_zonal_modules_import_in_order():
         assert inside <= set(modules[:position]), f"{name} imports {sorted(inside - set(modules[:position]))}"
 
 
+def test_laplace_modules_import_in_order():
+    """The linearised Laplace package bottom-up: settings, the subnetwork, the (x, c) pairs, the network's features,
+    the posterior covariances, the predictives, the evidence, the curvature fits, saving, the class; its __init__
+    above them all."""
+    order = ["settings", "subnetwork", "pairs", "network", "covariance", "predictive", "evidence", "curvature",
+             "persistence", "approximation"]
+    graph = _graph(_modules())
+    modules = [f"activated_dgp.eigen.laplace.{name}" for name in order]
+    assert set(modules) == {name for name in graph if name.startswith("activated_dgp.eigen.laplace.")}
+    for position, name in enumerate(modules):
+        inside = {target for target in graph[name] if target.split(".")[:3] == ["activated_dgp", "eigen", "laplace"]}
+        assert inside <= set(modules[:position]), f"{name} imports {sorted(inside - set(modules[:position]))}"
+
+
 def test_few_modules_sit_flat_in_the_package():
     flat = sorted(path.name for path in PACKAGE.glob("*.py"))
     assert len(flat) <= 8, flat

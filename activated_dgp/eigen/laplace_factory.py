@@ -28,7 +28,8 @@ from typing import Optional, Sequence
 
 import tf_keras
 
-from .laplace import LinearisedLaplace, _last_dense_variables
+from .laplace import LinearisedLaplace
+from .laplace.subnetwork import _last_dense_variables
 
 __all__ = ["Laplace", "SUBSETS", "HESSIAN_STRUCTURES"]
 

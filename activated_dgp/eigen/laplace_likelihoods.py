@@ -28,6 +28,9 @@ __all__ = ["LIKELIHOOD_NAMES", "PREDICTIVES", "output_hessians", "log_likelihood
 LIKELIHOOD_NAMES = ("gaussian", "bernoulli", "softmax")
 #: the predictive approximations each likelihood accepts (the first is the default)
 PREDICTIVES = {"gaussian": ("exact",), "bernoulli": ("probit", "mc"), "softmax": ("mc", "probit")}
+#: the most random numbers (samples × points × outputs) one block of the Monte Carlo predictive draws: 2²² float64
+#: numbers, 32 MiB per array of the block
+MC_BLOCK_NUMBERS = 2**22
 
 
 @check_shapes("F: [N, C]", "return: [N, C, C]")
@@ -66,16 +69,24 @@ def predictive_probabilities(
 ) -> np.ndarray:
     """E[p(y = c | f)] under f ~ N(mean, covariance) for the classification likelihoods: [N, 1] for
     ``bernoulli`` (p(y = 1)), [N, C] for ``softmax``; ``predictive`` "probit" or "mc" (``num_samples``
-    draws from a ``numpy.random.default_rng(seed)``)."""
+    draws ε [S, N, C] from a ``numpy.random.default_rng(seed)``, f_s = μ + A ε_s with A Aᵀ = Σ_f, averaged).
+
+    The Monte Carlo draws are taken in consecutive blocks of samples, each of at most :data:`MC_BLOCK_NUMBERS`
+    numbers (at least one sample), and summed: the same ε, in the same order, as one [S, N, C] draw, in
+    O(N C²) memory besides one block."""
     variance = np.diagonal(covariance, axis1=1, axis2=2)
     if predictive == "probit":
         scaled = mean / np.sqrt(1.0 + np.pi * variance / 8.0)
         return expit(scaled) if likelihood == "bernoulli" else softmax(scaled, axis=1)
     root = _matrix_square_root(covariance)  # [N, C, C]
-    epsilon = np.random.default_rng(seed).standard_normal((num_samples,) + mean.shape)  # [S, N, C]
-    samples = mean[None] + np.einsum("ncd,snd->snc", root, epsilon)
-    probabilities = expit(samples) if likelihood == "bernoulli" else softmax(samples, axis=2)
-    return probabilities.mean(axis=0)
+    generator = np.random.default_rng(seed)
+    block = max(1, MC_BLOCK_NUMBERS // max(mean.size, 1))
+    total = np.zeros_like(mean)
+    for start in range(0, num_samples, block):
+        epsilon = generator.standard_normal((min(block, num_samples - start),) + mean.shape)  # [s, N, C]
+        samples = mean[None] + np.einsum("ncd,snd->snc", root, epsilon)
+        total += (expit(samples) if likelihood == "bernoulli" else softmax(samples, axis=2)).sum(axis=0)
+    return total / num_samples
 
 
 @check_shapes("mean: [N, C]", "covariance: [N, C, C]", "Y: [N, L]", "return: [N]")
