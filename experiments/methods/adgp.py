@@ -11,7 +11,10 @@ stage-2 recipe; and an ensemble of them.
   place of softplus, V refitted by ridge regression) and trained like ``adgp``.
 * ``relu_adgp`` — the network most users have (``relu``: a 2-hidden-layer ReLU MLP with biases) made convertible
   (:func:`activated_dgp.make_convertible`: zonal Swish units refitted to it and fine-tuned on the fit part), then
-  trained like ``adgp``; ``relu_bare`` — the same ReLU network handed to ``train_two_stage`` as it is (``make_convertible=False``).
+  trained like ``adgp``; ``relu_bare`` — the same ReLU network handed to ``train_two_stage`` as it is
+  (``make_convertible=False``); ``relu_adgp_kl`` — ``relu_adgp`` with the fine-tuning penalised by the KL its
+  converted means will carry (``make_convertible(kl_weight=1)``: the loss plus 2σ̂² KL_means / N, the ELBO's
+  mean terms per data point).
 * ``adgp_slab`` — ``adgp`` with the twin stopped, and v and the noise chosen, on a covariate-shifted slab of the
   training split instead of its random validation part (the library's ``slab`` recipe).
 * ``adgp_ensemble`` — :data:`experiments.methods.nn.ENSEMBLE_SIZE` ADGPs, one from each ensemble member's network.
@@ -68,7 +71,7 @@ TRAIN_STD_ROWS = 1000
 
 
 def _adgp(kind: str, data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None, recipe: str = "adgp",
-          seed: Optional[int] = None, off_mixture: Optional[list] = None, swap: bool = False) -> Prediction:
+          seed: Optional[int] = None, off_mixture: Optional[list] = None, swap: bool = False, kl_weight: float = 0.0) -> Prediction:
     """Convert the split's ``kind`` network of ``seed`` (default the split's) and train it through ``recipe``'s stage
     2; the test mixture, and in the extras the same fit scored with the far-field residual switched off (whose
     mixture is appended to ``off_mixture`` when a list is given)."""
@@ -83,12 +86,13 @@ def _adgp(kind: str, data: SplitData, budget: Budget, networks: Optional[Network
     extra = {}
     converted = network
     if swap:  # make_convertible: zonal Swish units refitted to the network, fine-tuned on the fit part
-        made = make_convertible(network, X, y, steps=fine_tuning_steps(budget), seed=seed)
+        made = make_convertible(network, X, y, steps=fine_tuning_steps(budget), seed=seed, kl_weight=kl_weight)
         converted = made.network
         extra["swapped"] = {"rmse": regression_metrics(data.y_test, network_mean(converted, data.X_test), training_mse(converted, X, y),
                                                        data.y_scale)["rmse"],
                             "original_loss": made.original_loss, "refit_loss": made.swapped_loss, "final_loss": made.final_loss,
-                            "layer_mismatch": made.layer_mismatch}
+                            "layer_mismatch": made.layer_mismatch, "kl_weight": kl_weight,
+                            "mean_kl_per_point": sum(made.mean_kl) / len(X)}
     result = train_two_stage(  # the swap is the method's own choice (``swap``), never train_two_stage's
         X, y, likelihood="gaussian", network=converted, validation_data=validation, recipe=chosen,
         dgp_schedule=schedule, seed=seed, make_convertible=False,
@@ -143,6 +147,10 @@ def predict_plain_adgp(data: SplitData, budget: Budget, networks: Optional[Netwo
 
 def predict_relu_adgp(data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Prediction:
     return _adgp("relu", data, budget, networks, swap=True)
+
+
+def predict_relu_adgp_kl(data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Prediction:
+    return _adgp("relu", data, budget, networks, swap=True, kl_weight=1.0)
 
 
 def predict_relu_bare(data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Prediction:

@@ -13,7 +13,8 @@ import tf_keras
 
 from activated_dgp.metrics import regression_metrics
 from experiments.methods.adgp import (predict_adgp, predict_adgp_elbo, predict_adgp_ensemble, predict_adgp_floor,
-                                      predict_adgp_paper, predict_adgp_slab, predict_plain_adgp, predict_relu_adgp, predict_relu_bare)
+                                      predict_adgp_paper, predict_adgp_slab, predict_plain_adgp, predict_relu_adgp, predict_relu_adgp_kl,
+                                      predict_relu_bare)
 from experiments.methods.dgp import predict_dgp
 from experiments.methods.dropout import predict_dropout
 from experiments.methods.lla import (LLA_EXACT_MAX_PARAMETERS, predict_lla_exact, predict_lla_last_layer,
@@ -45,6 +46,7 @@ METHODS: Dict[str, Callable[[SplitData, Budget, NetworkCache], Prediction]] = {
     "relu_tuned_ts": predict_relu_tuned_ts,
     "relu_bare": predict_relu_bare,
     "relu_adgp": predict_relu_adgp,
+    "relu_adgp_kl": predict_relu_adgp_kl,
     "adgp_slab": predict_adgp_slab,
     "nn_slab_ts": predict_nn_slab_ts,
     "ensemble_nll": predict_ensemble_nll,
@@ -71,6 +73,7 @@ LABELS = {
     "relu_tuned_ts": "ReLU NN+TS (fine-tuned)",
     "relu_bare": "ReLU→ADGP (as is)",
     "relu_adgp": "ReLU→ADGP (made convertible)",
+    "relu_adgp_kl": "ReLU→ADGP (made convertible, KL-penalised)",
     "adgp_slab": "ADGP slab-v",
     "nn_slab_ts": "NN+TS slab",
     "ensemble_nll": "NLL Ensemble",

@@ -31,7 +31,7 @@ SPLIT_PROTOCOLS = ("published", "gap")
 #: The stage-2 recipe candidates, the ADGP ensemble and the methods on a plain ReLU MLP first exist in v6.
 RECIPE_METHODS = ("adgp_paper", "adgp_elbo", "adgp_floor")
 ENSEMBLE_METHODS = ("adgp_ensemble",)
-RELU_METHODS = ("relu", "relu_ts", "relu_tuned_ts", "relu_bare", "relu_adgp")
+RELU_METHODS = ("relu", "relu_ts", "relu_tuned_ts", "relu_bare", "relu_adgp", "relu_adgp_kl")
 #: the shifted-validation screen: the twin stopped, and ADGP's v and noise (or NN+TS's temperature) chosen, on a
 #: covariate-shifted slab of the training split instead of a random part
 SLAB_METHODS = ("adgp_slab", "nn_slab_ts")
