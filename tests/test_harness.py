@@ -226,15 +226,17 @@ def test_load_records_reads_another_studys_records_through_its_key_and_upgrade(t
 
 
 def test_newest_protocol_is_the_last_records_as_its_study_reads_it(tmp_path):
+    from experiments.rotated_mnist.config import protocol_of as rotated_mnist_protocol
+
     """The protocol of the file's last complete record after the owning study's upgrade: a rotated-MNIST record made
-    before the harness (no protocol field) reads as seed-group:<first 12 hex digits of the sha1 of its config>, so it
+    before the harness (no protocol field) reads as made under Protocol("seed-group", its config), so it
     is newer than the seed-model record above it; load_records with it gives that record alone; no file gives None."""
 
     config = {"epochs": 1, "dataset": "mnist"}
     lines = [{"dataset": "mnist", "model": "nn", "seed": 0, "protocol": "seed-model/1:abc", "config": config},
              {"dataset": "mnist", "model": "nn", "seed": 0, "config": config}]
     (tmp_path / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines) + '{"dataset": "mn')
-    legacy = "seed-group:" + hashlib.sha1(json.dumps(config, sort_keys=True).encode()).hexdigest()[:12]
+    legacy = rotated_mnist_protocol(config, "study-fit", "seed-group").key
     assert newest_protocol("rotated_mnist", tmp_path) == newest_protocol("rotated_mnist", tmp_path / "records.jsonl") == legacy
     assert [r["protocol"] for r in load_records("rotated_mnist", tmp_path, protocol=legacy)] == [legacy]
     assert newest_protocol("rotated_mnist", tmp_path / "nowhere") is None and not (tmp_path / "nowhere").exists()

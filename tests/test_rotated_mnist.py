@@ -513,6 +513,33 @@ def _tiny_study_args(tmp_path, rng, num_test=8):
     ]
 
 
+def test_records_made_before_the_library_stage2_carry_over_except_the_stage2_models(tmp_path):
+    """A record stamped ``seed-model/1:<sha1 of its configuration>`` (before the study declared its Protocol) counts
+    under the current protocol of the same configuration when its model's fit did not change (nn), and not when it
+    did (adgp_ft, whose stage 2 now runs through the library); one of another configuration never counts; the first
+    library runs' records (``stage2_fit`` in their stored configuration) count for every model."""
+    from experiments import rotated_mnist as rm
+    from experiments.harness.store import ResultStore
+
+    config = rm.Config(epochs=1, dgp_epochs=1, train_size=40, truncation_level=3)
+    stored = config.as_record()
+    sha1 = hashlib.sha1(json.dumps(stored, sort_keys=True).encode()).hexdigest()[:12]  # the digest the records carry
+    other = rm.Config(epochs=2).as_record()
+    other_sha1 = hashlib.sha1(json.dumps(other, sort_keys=True).encode()).hexdigest()[:12]
+    library = {**stored, "stage2_fit": "library"}
+    library_sha1 = hashlib.sha1(json.dumps(library, sort_keys=True).encode()).hexdigest()[:12]
+    lines = [dict(dataset="mnist", model="nn", seed=0, config=stored, protocol=f"seed-model/1:{sha1}"),
+             dict(dataset="mnist", model="adgp_ft", seed=0, config=stored, protocol=f"seed-model/1:{sha1}"),
+             dict(dataset="mnist", model="nn", seed=1, config=other, protocol=f"seed-model/1:{other_sha1}"),
+             dict(dataset="mnist", model="adgp_ft", seed=2, config=library, protocol=f"seed-model/1:{library_sha1}")]
+    path = tmp_path / "records.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    store = ResultStore(path, rm.KEY, upgrade=rm.upgrade, protocol=rm.protocol(config))
+    assert sorted((r["model"], r["seed"]) for r in store.records()) == [("adgp_ft", 2), ("nn", 0)]
+    assert rm.newest_protocol(path) == rm.protocol(config)  # the newest record was made under the current protocol
+    assert path.read_text().splitlines() == [json.dumps(line) for line in lines]  # the file is never rewritten
+
+
 def test_resume_keeps_finished_cells_and_never_mixes_protocols(tmp_path, rng, monkeypatch):
     """Cells are (seed, model): an interruption in the second cell keeps the first one's record, and a rerun does
     not repeat it. A record of the old definition (no protocol: all models of a seed) with the same configuration
@@ -540,7 +567,7 @@ def test_resume_keeps_finished_cells_and_never_mixes_protocols(tmp_path, rng, mo
     lines = records.read_text().splitlines()
     assert json.loads(lines[0]) == legacy and len(lines) == 2  # the old record untouched; nn run again under the new protocol
     new_nn = json.loads(lines[1])
-    assert new_nn["model"] == "nn" and new_nn["protocol"] == f"seed-model/1:{config.digest()}"
+    assert new_nn["model"] == "nn" and new_nn["protocol"] == rm.protocol(config).key and new_nn["protocol"].startswith("seed-model/1:")
     assert new_nn["log_likelihood"] != legacy["log_likelihood"] and "feature_seconds" in new_nn
     monkeypatch.setattr(rm.models, "fit_temperature", real_temperature)
     rm.main(args)
@@ -703,7 +730,7 @@ def test_lla_rows_are_paired_with_nn_and_their_predictive_is_a_distribution(tmp_
     argv = committed["command"].split()[4:] + ["--lla"]
     options = cli.parse("rotated_mnist", registry.study("rotated_mnist"), argv)
     assert "lla_neuralef" in rm.selected_models(options)
-    assert committed["protocol"] == f"{rm.CELL_PROTOCOL}:{rm.config_from(options).digest()}"
+    assert rm.upgrade(committed)["protocol_settings"]["shared"] == rm.config_from(options).as_record()
     data, args = _tiny_study_args(tmp_path, rng)
     # 18 training images: the NTK's Jacobians (P = 165,376 parameters of the head) are the run's largest cost
     rm.main(args + ["--train-size", "20", "--models", "nn", "--lla", "--lla-neuralef-steps", "30", "--lla-eigenpairs", "3"])

@@ -56,10 +56,12 @@ images (the ``--validation-fraction`` part of the training images, which NN + TS
 
 Metrics per angle (:mod:`activated_dgp.metrics`): accuracy, test log-likelihood, ECE (15 bins) and mean
 predictive entropy. The study runs on :mod:`experiments.harness`: one cell and one record per (dataset, model,
-seed) in ``<out>/records.jsonl`` (resumable: finished cells are skipped), protocol ``seed-model/1:<configuration
-digest>`` (:data:`CELL_PROTOCOL`; ``eval_seconds`` is the model's own prediction time, ``feature_seconds`` its conv
-features'); records made before the harness, whose cells were all models of a seed, read as
-``seed-group:<digest>`` and are never mixed with new ones. Trained networks, DGPs, per-angle conv features and
+seed) in ``<out>/records.jsonl`` (resumable: finished cells are skipped), under the harness
+:class:`~experiments.harness.protocol.Protocol` of :func:`protocol`: the cell definition :data:`CELL_PROTOCOL`
+(``eval_seconds`` is the model's own prediction time, ``feature_seconds`` its conv features'), the configuration,
+and the stage-2 fit of :data:`STAGE2_MODELS`, so a record of another model made before the fine-tuned stage 2 moved
+onto the library still counts. Records made before the harness, whose cells were all models of a seed, read as
+made under ``seed-group`` and are never mixed with new ones. Trained networks, DGPs, per-angle conv features and
 evaluation progress are artifacts under ``--artifacts`` (default ``<--cache-dir>/rotated_mnist``), shared by the
 cells that use them. ``--report-only`` rewrites the generated part of the page (``--doc``, default ``<out>.md``)
 and the figure from the records of the newest protocol.
@@ -81,7 +83,7 @@ from experiments.rotated_mnist.cells import (  # noqa: E402
 )
 from experiments.rotated_mnist.config import (  # noqa: E402
     ALL_MODELS, ANGLES, CELL_PROTOCOL, CONTROLS, KEY, KEY_FIELDS, LABELS, LEGACY_PROTOCOL, LLA_MODELS, METRIC_LABELS, PLAIN_MODELS,
-    METRICS, MODELS, Config, config_digest, newest_protocol, upgrade,
+    METRICS, MODELS, STAGE2_FIT, STAGE2_MODELS, Config, config_digest, newest_protocol, protocol, protocol_of, upgrade,
 )
 from experiments.rotated_mnist import plain_report  # noqa: E402
 from experiments.rotated_mnist import report as _report  # noqa: E402
@@ -115,5 +117,5 @@ __all__ = [
     "ALL_MODELS", "ANGLES", "CELL_PROTOCOL", "CONTROLS", "Config", "FIGURE", "KEY", "KEY_FIELDS", "LABELS",
     "LEGACY_PROTOCOL", "LLA_MODELS", "PLAIN_MODELS", "METRICS", "METRIC_LABELS", "MODELS", "PROTOCOL", "REPORT_RUNS", "add_options",
     "artifact_cache", "cells", "compare_runs", "config_digest", "config_from", "main", "models", "newest_protocol",
-    "prepare", "report", "run_cell", "selected_models", "upgrade",
+    "prepare", "protocol", "protocol_of", "report", "run_cell", "selected_models", "STAGE2_FIT", "STAGE2_MODELS", "upgrade",
 ]

@@ -17,19 +17,21 @@ from experiments.harness.artifacts import ArtifactCache, atomic_write_text
 from experiments.harness.store import ResultStore, portable_path
 from experiments.harness.study import records_path
 from experiments.rotated_mnist import models, plain
-from experiments.rotated_mnist.config import (ALL_MODELS, ANGLES, CELL_PROTOCOL, CONTROLS, KERNEL_VARIANCE_CHOICES, KEY,
-                                              LABELS, LATER_DEFAULTS, LLA_MODELS, METRICS, MODELS, PLAIN_MODELS, REMEDIES, Config,
-                                              config_digest, log, newest_protocol, upgrade)
+from experiments.harness.protocol import SETTINGS_FIELD
+from experiments.rotated_mnist.config import (ALL_MODELS, ANGLES, CONTROLS, KERNEL_VARIANCE_CHOICES, KEY, LABELS,
+                                              LATER_DEFAULTS, LLA_MODELS, METRICS, MODELS, PLAIN_MODELS, REMEDIES, STAGE2_FIT, Config,
+                                              config_digest, log, newest_protocol, protocol, upgrade)
 from experiments.rotated_mnist.models import Splits
 
 
-def PROTOCOL(options) -> str:
-    """A run's protocol: the cell definition and the configuration's digest (so records of another configuration
-    or cell definition are never mixed in). ``--report-only`` and ``--compare`` show the newest protocol in the
-    records (the page describes the latest run)."""
+def PROTOCOL(options):
+    """A run's protocol (:func:`~experiments.rotated_mnist.config.protocol`: the cell definition, the configuration,
+    the stage-2 fit of the models it changed), so records of another configuration or cell definition are never
+    mixed in. ``--report-only`` and ``--compare`` show the newest protocol in the records (the page describes the
+    latest run)."""
     if options.report_only or options.compare:
         return newest_protocol(records_path(options))
-    return f"{CELL_PROTOCOL}:{config_from(options).digest()}"
+    return protocol(config_from(options))
 
 
 class RotatedCache(ArtifactCache):
@@ -102,7 +104,8 @@ def prepare(options, context) -> None:
     config = config_from(options)
     store = ResultStore(records_path(options), KEY, upgrade=upgrade)
     for record in store.all_records():
-        if record.get("dataset") == config.dataset and config_digest(record["config"]) != config.digest():
+        settings = record.get(SETTINGS_FIELD, {}).get("shared", record["config"])
+        if record.get("dataset") == config.dataset and config_digest(settings) != config.digest():
             raise ValueError(
                 f"{store.path} holds {config.dataset} records made with another configuration "
                 f"({record.get('config')}); use another --out or the same flags"
@@ -175,15 +178,16 @@ def run_cell(cell, options, context) -> Dict:
         log(f"seed {seed}: stage 2, ADGP (ELBO, convolutional layers fine-tuned)")
         stage1 = f"{config.dataset}_{config.stage1_digest()}_seed{seed}"
         extractor, head, seconds = models.trained_classifier(config, splits, seed, 0.0, context.artifacts.checkpoint(stage1 + "_nn"))  # a copy to tune
-        dgp, ft_info = models.trained_adgp(config, splits, extractor, head, seed, context.artifacts.checkpoint(tag + "_adgp_ft"), finetune=True)
+        name = f"{tag}_adgp_ft_{STAGE2_FIT}"  # checkpoints of another stage-2 fit are never read back
+        dgp, ft_info = models.trained_adgp(config, splits, extractor, head, seed, context.artifacts.checkpoint(name), finetune=True)
         info = {"train_seconds": seconds + ft_info["seconds"], **ft_info}
         dgps = [dgp]
-        groups = [(tag + "_adgp_ft", extractor)]
+        groups = [(name, extractor)]
         predict = lambda feats: models.adgp_probabilities(dgp, feats[0], samples, seed)  # noqa: E731
     elif model in ("nn_ft", "nn_ts_ft", "nn_dropout_ft"):
         dropout = config.dropout if model == "nn_dropout_ft" else 0.0
         source, _, _, _ = _network(context, config, splits, seed, dropout=dropout)
-        name = tag + ("_dropout_ft" if dropout else "_nn_ft")
+        name = tag + ("_dropout_ft" if dropout else "_nn_ft") + f"_{STAGE2_FIT}"  # another fit's checkpoints are never read
         log(f"seed {seed}: {LABELS[model]}: stage 1 + the extra epochs of ADGP's stage 2 (conv layers trained)")
         extractor, head, seconds, ft = context.artifacts.for_seed(
             seed, name, lambda: models.finetuned_classifier(config, splits, seed, dropout, context.artifacts.checkpoint(source),

@@ -11,7 +11,7 @@ from typing import Dict, Optional, Union
 
 import numpy as np
 
-from experiments.harness.protocol import config_digest  # noqa: F401 (the digest of a configuration as stored in the records)
+from experiments.harness.protocol import SETTINGS_FIELD, Protocol, config_digest, relabel
 from experiments.harness.store import ResultStore
 
 MODELS = ("nn", "nn_dropout", "nn_ts", "adgp", "adgp_ft")
@@ -71,10 +71,6 @@ class Config:
     # and keeps its best training-ELBO check; records made before have no such field, so they are
     # never mixed with new runs (the networks, which it does not change, are still shared: stage1_digest)
     stage2_defaults: str = "ramp-guard"
-    # the fine-tuned ADGP's stage 2 and the networks' extra epochs go through the library's train_dgp_with_extractor
-    # and train_network; records made before (a Keras fit of the study's own, full minibatches only, no ramp, guard
-    # or learning-rate plateau) have no such field, so they are never mixed with new runs (networks still shared)
-    stage2_fit: str = "library"
     ensemble_size: int = 5  # members of the deep ensembles (ensemble, adgp_ensemble)
     # the output layer's far-field residual (activated_dgp.deep.far_field.add_far_field, fitted on the conv
     # features of the training images, re-centred after stage 2); every ADGP record then also scores the same fit
@@ -124,7 +120,6 @@ class Config:
         in them share the stage-1 checkpoints."""
         record = replace(self, **LATER_DEFAULTS).as_record()
         record.pop("stage2_defaults")
-        record.pop("stage2_fit")
         return hashlib.sha1(json.dumps(record, sort_keys=True).encode()).hexdigest()[:12]
 
 
@@ -132,23 +127,67 @@ KERNEL_VARIANCE_CHOICES = ("validation", "elbo")
 LATER_DEFAULTS = {"kernel_variance": 1.0, "dgp_patience": None, "ensemble_size": 5, "far_field": False, "kernel_variance_floor": None,
                   "lla_eigenpairs": 20, "lla_neuralef_steps": 2000, "convertible_steps": 10_000}
 REMEDIES = {"kernel_variance": "validation", "dgp_patience": 5}  # --stage2-remedies: (a2) + (e)
-#: Protocols (the harness's record versioning). Records made before the study moved onto the harness carry none:
-#: their cells were "all models of a seed" (eval_seconds splitting the shared feature time across the models) and
-#: :func:`upgrade` names them LEGACY_PROTOCOL:<config digest>. New records are CELL_PROTOCOL:<config digest>:
-#: one (seed, model) per cell, eval_seconds the model's own time, feature_seconds the conv features'.
+#: Protocols (the harness's :class:`~experiments.harness.protocol.Protocol`): the cell definition as the version,
+#: the configuration (:meth:`Config.as_record`) as the settings, and the models whose stage 2 changed as per-model
+#: settings (:func:`protocol_of`). CELL_PROTOCOL: one (seed, model) per cell, ``eval_seconds`` the model's own
+#: time, ``feature_seconds`` the conv features'. Records made before the study moved onto the harness carry no
+#: protocol: their cells were "all models of a seed" (``eval_seconds`` splitting the shared feature time across the
+#: models), LEGACY_PROTOCOL.
 LEGACY_PROTOCOL = "seed-group"
 CELL_PROTOCOL = "seed-model/1"
+#: the models whose stage 2 (the fine-tuned ADGP's) or extra epochs (its controls') are fitted by the library's
+#: train_dgp_with_extractor and train_network ("library"); records made before, by a Keras fit of the study's own
+#: (full minibatches only, no learning-rate ramp, guard or plateau), read as "study-fit" and are not carried over
+STAGE2_MODELS = ("adgp_ft", "nn_ft", "nn_ts_ft", "nn_dropout_ft")
+STAGE2_FIT = "library"
+
+
+def protocol_of(settings: Dict, stage2_fit: str = STAGE2_FIT, version: str = CELL_PROTOCOL) -> Protocol:
+    """The protocol of records made under the configuration ``settings`` (:meth:`Config.as_record`), with the stage 2
+    of :data:`STAGE2_MODELS` fitted by ``stage2_fit``: a record of any other model carries over between the two."""
+    return Protocol(version, settings, methods={model: {"stage2_fit": stage2_fit} for model in STAGE2_MODELS}, method_field="model")
+
+
+def protocol(config: "Config") -> Protocol:
+    """The protocol a run under ``config`` stamps on its records."""
+    return protocol_of(config.as_record())
 
 
 def upgrade(record: Dict) -> Dict:
-    if "protocol" in record:
+    """A record as the harness reads it: one stamped with a :class:`Protocol` as it is; one made before the study
+    declared it (``seed-model/1:<config digest>``, or no protocol: LEGACY_PROTOCOL) relabelled as made under
+    :func:`protocol_of` its configuration, by the study's own stage-2 fit, or by the library's where its stored
+    configuration says ``stage2_fit: library`` (the first runs through the library, whose records name it there)."""
+    if SETTINGS_FIELD in record:
         return record
-    return {**record, "protocol": f"{LEGACY_PROTOCOL}:{config_digest(record['config'])}"}
+    stored = record.get("config")
+    key = record.get("protocol")
+    if not isinstance(stored, dict):
+        return record
+    if key is None:
+        version = LEGACY_PROTOCOL
+    elif key == f"{CELL_PROTOCOL}:{config_digest(stored)}":
+        version = CELL_PROTOCOL
+    else:
+        return record
+    settings = {name: value for name, value in stored.items() if name != "stage2_fit"}
+    return relabel(record, protocol_of(settings, stored.get("stage2_fit", "study-fit"), version))
 
 
-def newest_protocol(path) -> Optional[str]:
+def newest_protocol(path) -> Union[Protocol, str, None]:
+    """The protocol of the file's newest record, as a page shows it: the current :func:`protocol` of its
+    configuration when the record was made under it (so records of unchanged models made before carry over), else
+    that record's own protocol key."""
     records = ResultStore(path, KEY, upgrade=upgrade).all_records()
-    return records[-1]["protocol"] if records else None
+    if not records:
+        return None
+    newest = records[-1]
+    settings = newest.get(SETTINGS_FIELD)
+    if isinstance(settings, dict) and isinstance(settings.get("shared"), dict):
+        current = protocol_of(settings["shared"])
+        if current.key == newest.get("protocol"):
+            return current
+    return newest.get("protocol")
 
 
 VALIDATION_SAMPLES = 16  # samples of the validation NLPD (train_dgp's default), seeded with 0
