@@ -100,7 +100,7 @@ def test_the_penalised_kl_is_the_converted_dgps_and_the_penalty_lowers_it(regres
     from activated_dgp.training.mean_kl_penalty import _blocks, network_mean_kl
 
     network, X, Y = regression
-    plain = make_convertible(network, X, Y, truncation_level=10, steps=300, seed=0)
+    plain = make_convertible(network, X, Y, truncation_level=10, steps=150, seed=0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         dgp = dgp_from_keras(plain.network, len(X), whiten=False).dgp
@@ -113,7 +113,7 @@ def test_the_penalised_kl_is_the_converted_dgps_and_the_penalty_lowers_it(regres
         assert float(term) + 0.5 * jitter * squared_norm == pytest.approx(gauss, rel=1e-9)
     assert plain.mean_kl == pytest.approx([float(t) for t in network_mean_kl(plain.network)], rel=1e-12)
 
-    penalised = make_convertible(network, X, Y, truncation_level=10, steps=300, seed=0, kl_weight=1.0)
+    penalised = make_convertible(network, X, Y, truncation_level=10, steps=150, seed=0, kl_weight=1.0)
     assert sum(penalised.mean_kl) < 0.8 * sum(plain.mean_kl)
     factor = 2 * penalised.original_loss / len(X)  # 2σ̂² / N with σ̂² the original network's training MSE
     swapped = make_convertible(network, X, Y, truncation_level=10, steps=0, seed=0)  # the fine-tuning's start

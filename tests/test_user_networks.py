@@ -105,7 +105,7 @@ def test_two_stage_result_predicts_through_its_extractor():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         result = train_two_stage(images, labels, network=_tiny_cnn(), dgp_schedule=TrainingSchedule(epochs=1, batch_size=12, verbose=0),
-                                 recipe=stage2_recipe(far_field=False), seed=0)
+                                 recipe=stage2_recipe(far_field=False), seed=0, make_convertible=dict(steps=10))  # a short swap
     assert result.extractor is not None and result.recipe == "paper"  # the softmax head chose the likelihood
     assert type(result.dgp.likelihood_layer.likelihood).__name__ == "MonteCarloSoftmax"
     by_hand = result.extractor(images, training=False).numpy().astype(np.float64)
