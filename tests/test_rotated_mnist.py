@@ -265,6 +265,7 @@ def test_runner_end_to_end_every_model_resumes_and_reports(tmp_path, rng):
     assert json.loads(lines[0])["config"]["epochs"] == 1
 
 
+@pytest.mark.slow  # 18 s end to end; the fast path's resume: test_resume_keeps_finished_cells_and_never_mixes_protocols
 def test_interrupted_after_each_stage_resumes_from_its_checkpoint(tmp_path, rng, monkeypatch):
     """Run 1 is interrupted when stage 2 starts, run 2 after stage 2 is saved and the first angle evaluated, run 3
     finishes. Each resumed run must restore the previous stage exactly (the twin's trained W, the DGP with its
