@@ -329,6 +329,16 @@ REPORT_RUNS += [["--doc", f"docs/results/{_COMPARE_PAGES[block]}.md", "--block",
                     ("compare_elbo", [f"{_RUNS}_n20_remedies:nn_dropout", f"{_RUNS}_n20_full:adgp,adgp_ft",
                                       f"{_RUNS}_n20_elbo:adgp,adgp_ft", "--seeds", "0"]),
                     ("compare_n20_reduced", [f"{_RUNS}_n20", "--seeds", "0"]))]
+#: the rerun of the fine-tuned ADGP and its controls with their stage 2 through the library, its page and its
+#: per-angle agreement with the records it repeats (once its records exist)
+_LIBRARY_STAGE2 = "rotated_mnist_library_stage2"
+_RERUN_MODELS = "nn,nn_ts,adgp_ft,nn_ft,nn_ts_ft,nn_dropout_ft"
+if (REPO / f"docs/results/{_LIBRARY_STAGE2}/records.jsonl").exists():
+    REPORT_RUNS += [["--out", f"docs/results/{_LIBRARY_STAGE2}", "--doc", f"docs/results/{_LIBRARY_STAGE2}.md",
+                     "--figure", f"docs/figures/{_LIBRARY_STAGE2}.png"],
+                    ["--doc", f"docs/results/{_LIBRARY_STAGE2}.md", "--block", "compare_library_stage2", "--compare",
+                     f"{_RUNS}_controls:{_RERUN_MODELS}", f"docs/results/{_LIBRARY_STAGE2}:{_RERUN_MODELS}",
+                     "--seeds", "0", "1", "2", "--agreement"]]
 
 
 def report(records: List[Dict], options) -> None:
