@@ -488,7 +488,8 @@ def test_compare_runs_sets_record_directories_side_by_side(tmp_path, capsys):
             delta, spread = b.mean(0) - a.mean(0), np.maximum(a.std(0, ddof=1), b.std(0, ddof=1))
             parts.append(f"{name} Δ from {delta.min():+.3f} to {delta.max():+.3f}, within the larger seed standard deviation "
                          f"at {int(np.sum(np.abs(delta) <= spread))} of 3 angles")
-        assert f"- {label} (second run − first): " + "; ".join(parts) in text
+        assert f"- {label}: " + "; ".join(parts) in text
+    assert "| angle | NN (Ñ = 8, v = 1, run 1; 2 seeds) |" in text  # the same configuration twice: named by order
     with pytest.raises(ValueError, match="two runs"):
         rotated_mnist.compare_runs([(low, None)], "mnist", agreement=True)
     other = run("other", dict(truncation_level=20), ["nn"], [0])

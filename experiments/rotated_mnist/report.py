@@ -236,15 +236,20 @@ def compare_runs(runs: Sequence[Tuple[List[Dict], Optional[Sequence[str]]]], dat
     angle, the seed mean of the test log-likelihood and of the accuracy of every shown (run, model); the
     columns are named by :func:`run_label` and say how many seeds each mean has. ``agreement`` (two runs of the same
     models, a rerun): :func:`agreement_lines` below the tables."""
-    columns, tables = [], []  # (name, table entry); each run's shown models' entries
+    columns, tables, labels = [], [], []  # (name, table entry); each run's shown models' entries; each run's label
     for records, models in runs:
         rows = [r for r in records if r["dataset"] == dataset]
         if not rows:
             continue
-        table, label = aggregate(rows, dataset), run_label(rows[0]["config"])
-        tables.append({model: values for model, values in table.items() if models is None or model in models})
-        for model, values in tables[-1].items():
-            columns.append((f"{LABELS[model]} ({label}; {len(values['seeds'])} seeds)", values, rows[0]["angles"]))
+        tables.append(({model: values for model, values in aggregate(rows, dataset).items() if models is None or model in models},
+                       rows[0]["angles"]))
+        labels.append(run_label(rows[0]["config"]))
+    for index, ((table, run_angles), label) in enumerate(zip(tables, labels)):
+        if labels.count(label) > 1:  # runs of the same configuration (a rerun): named by their order
+            label = f"{label}, run {index + 1}"
+        for model, values in table.items():
+            columns.append((f"{LABELS[model]} ({label}; {len(values['seeds'])} seeds)", values, run_angles))
+    tables = [table for table, _ in tables]
     if not columns:
         return "No finished records yet.\n"
     angles = columns[0][2]
@@ -299,10 +304,10 @@ def agreement_lines(first: Dict, second: Dict, angles: Sequence[int]) -> List[st
             within = int(np.sum(np.abs(delta) <= spread))
             parts.append(f"{METRIC_LABELS[metric]} Δ from {delta.min():+.3f} to {delta.max():+.3f}, within the larger seed "
                          f"standard deviation at {within} of {len(angles)} angles")
-        lines.append(f"- {LABELS[model]} (second run − first): " + "; ".join(parts))
+        lines.append(f"- {LABELS[model]}: " + "; ".join(parts))
     if lines:
-        lines = ["", "**Agreement of the two runs** (same models, seed means; the seed standard deviation is each run's own over "
-                 "its seeds)", ""] + lines
+        lines = ["", "**Agreement of the two runs** (same models, seed means, run 2 − run 1; the seed standard deviation is each "
+                 "run's own over its seeds)", ""] + lines
     return lines
 
 
