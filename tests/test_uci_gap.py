@@ -235,6 +235,21 @@ def test_the_relu_conversion_kl_claim_takes_the_worst_split_per_set_against_ten_
     assert "≤ 10 nats on 1 of 2 datasets" in line and "A 12.5" in line and "B 9" in line
 
 
+def test_the_rmse_ratio_claim_compares_split_means_over_shared_splits():
+    """The kl_weight rule's (c): per set, the mean RMSE over the splits both methods have, as a ratio."""
+    from experiments.uci.verdicts import _rmse_ratio_claim
+
+    def record(dataset, method, split, rmse):
+        return {"dataset": dataset, "method": method, "split": split, "rmse": rmse, "nlpd": 0.0, "num_train": 9, "num_test": 1,
+                "input_dim": 6, "seconds": 1.0, "budget": {"name": "t"}, "rmse_original": rmse, "nlpd_original": 0.0}
+
+    records = [record("yacht", "relu_adgp", 0, 1.0), record("yacht", "relu_adgp", 1, 3.0), record("yacht", "relu_adgp_kl", 0, 1.04),
+               record("concrete", "relu_adgp", 0, 2.0), record("concrete", "relu_adgp_kl", 0, 2.5)]
+    line = _rmse_ratio_claim(records, ["yacht", "concrete"], "relu_adgp_kl", "relu_adgp", 1.05, "rule (c)")
+    # yacht: split 0 only (1.04 / 1.0, not split 1's 3.0); concrete: 2.5 / 2.0
+    assert line == "- rule (c): 1 of 2 datasets (not on: concrete 1.25×); shared splits: yacht 1, concrete 1"
+
+
 def test_records_written_with_a_protocol_line_count_under_the_declared_protocol(tmp_path):
     """Records as the study wrote them before it declared its Protocol, their protocol a line (the gap run's
     ``gap:<budget>:nn<steps>:dgp<steps>:mc<samples>:early-stopping(val 0.1, check 50, patience 500):v6``): a gap run

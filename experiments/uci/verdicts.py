@@ -46,6 +46,8 @@ def claims(records: Sequence[Dict]) -> List[str]:
         ("nlpd", "relu_lla_kron", "relu_ts", "ReLU LLA KFAC NLPD < ReLU NN+TS, the same network (not a target)"),
         ("nlpd", "relu_adgp", "relu_lla_kron", "ReLU→ADGP NLPD < ReLU LLA KFAC (not a target)"),
         ("nlpd", "adgp_slab", "nn_ts", "ADGP slab-v NLPD < NN+TS (the slab recipe's confirmation; the default's target: ≥ 7 of 9)"),
+        ("nlpd", "relu_adgp_kl", "relu_adgp", "ReLU→ADGP KL-penalised NLPD < ReLU→ADGP (the kl_weight rule's (b): ≥ 3 of the 5 small sets)"),
+        ("nlpd", "relu_adgp_kl", "relu_ts", "ReLU→ADGP KL-penalised NLPD < ReLU NN+TS (not a target)"),
     ):
         pairs = []
         for d in datasets:
@@ -76,7 +78,12 @@ def claims(records: Sequence[Dict]) -> List[str]:
         line = _within_one_se(records, datasets, method, other, text)
         if line:
             lines.append(line)
-    line = _conversion_kl_claim(records, datasets)
+    for method in ("relu_adgp", "relu_adgp_kl"):
+        line = _conversion_kl_claim(records, datasets, method)
+        if line:
+            lines.append(line)
+    line = _rmse_ratio_claim(records, datasets, "relu_adgp_kl", "relu_adgp", 1.05,
+                             "ReLU→ADGP KL-penalised RMSE at most 5 % above ReLU→ADGP's (the kl_weight rule's (c): every set)")
     if line:
         lines.append(line)
     line = _best_step_claim(records, datasets)
@@ -109,6 +116,20 @@ def _conversion_kl_claim(records: Sequence[Dict], datasets: Sequence[str], metho
     return (f"- {LABELS[method]}: the converted means' KL per data point ≤ {bound:g} nats on {len(worst) - len(over)} of "
             f"{len(worst)} datasets with the record (largest over splits: " + ", ".join(f"{d} {worst[d]:.3g}" for d in datasets if d in worst)
             + "; target: every set)")
+
+
+def _rmse_ratio_claim(records: Sequence[Dict], datasets: Sequence[str], method: str, other: str, ratio: float, text: str) -> Optional[str]:
+    """Per dataset, ``method``'s mean RMSE over the splits it shares with ``other`` at most ``ratio`` times ``other``'s."""
+    pairs = []
+    for d in datasets:
+        rows = paired(records, d, (method, other))
+        if method in rows and other in rows:
+            pairs.append((d, rows[method]["rmse_mean"] / rows[other]["rmse_mean"], rows[method]["splits"]))
+    if not pairs:
+        return None
+    over = [f"{d} {r:.2f}×" for d, r, _ in pairs if r > ratio]
+    return (f"- {text}: {len(pairs) - len(over)} of {len(pairs)} datasets" + (f" (not on: {', '.join(over)})" if over else "")
+            + "; shared splits: " + ", ".join(f"{d} {k}" for d, _, k in pairs))
 
 
 def _paired_difference_claim(records: Sequence[Dict], datasets: Sequence[str], method: str, other: str, text: str) -> Optional[str]:
