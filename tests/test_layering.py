@@ -161,18 +161,31 @@ def test_zonal_modules_import_in_order():
         assert inside <= set(modules[:position]), f"{name} imports {sorted(inside - set(modules[:position]))}"
 
 
+def _assert_package_imports_go_down(package: str, order: list) -> None:
+    """``order`` names every module of ``package``, lowest first; each imports only the package's modules before it
+    (its __init__ excluded: the package's namespace sits above them)."""
+    graph = _graph(_modules())
+    modules = [f"{package}.{name}" for name in order]
+    assert set(modules) == {name for name in graph if name.startswith(f"{package}.")}
+    for position, name in enumerate(modules):
+        inside = {target for target in graph[name] if target == package or target.startswith(f"{package}.")}
+        assert inside <= set(modules[:position]), f"{name} imports {sorted(inside - set(modules[:position]))}"
+
+
 def test_laplace_modules_import_in_order():
     """The linearised Laplace package bottom-up: settings, the subnetwork, the (x, c) pairs, the network's features,
     the posterior covariances, the predictives, the evidence, the curvature fits, saving, the class; its __init__
     above them all."""
     order = ["settings", "subnetwork", "pairs", "network", "covariance", "predictive", "evidence", "curvature",
              "persistence", "approximation"]
-    graph = _graph(_modules())
-    modules = [f"activated_dgp.eigen.laplace.{name}" for name in order]
-    assert set(modules) == {name for name in graph if name.startswith("activated_dgp.eigen.laplace.")}
-    for position, name in enumerate(modules):
-        inside = {target for target in graph[name] if target.split(".")[:3] == ["activated_dgp", "eigen", "laplace"]}
-        assert inside <= set(modules[:position]), f"{name} imports {sorted(inside - set(modules[:position]))}"
+    _assert_package_imports_go_down("activated_dgp.eigen.laplace", order)
+
+
+def test_neuralef_modules_import_in_order():
+    """The NeuralEF package bottom-up: the networks, the minibatch objective, the minibatch order, training, the
+    fitted eigenpairs, the class, saving; its __init__ above them all."""
+    order = ["networks", "objective", "minibatches", "training", "eigenpairs", "model", "persistence"]
+    _assert_package_imports_go_down("activated_dgp.eigen.neuralef", order)
 
 
 def test_few_modules_sit_flat_in_the_package():

@@ -763,7 +763,7 @@ def test_the_neuralef_lla_cell_resumes_its_training_from_a_checkpoint_keyed_by_i
     """lla_neuralef checkpoints NeuralEF next to the run's networks: a cell run again (an interrupted run resumed)
     restores the finished training, takes no step and predicts exactly what the first run predicted; the
     directory is keyed by θ_MAP, so another split's network never resumes it."""
-    from activated_dgp.eigen import neuralef as neuralef_module
+    from activated_dgp.eigen.neuralef import training as neuralef_module
     import experiments.methods as methods
     from experiments.methods import lla as um
 
