@@ -242,6 +242,23 @@ def test_newest_protocol_is_the_last_records_as_its_study_reads_it(tmp_path):
     assert newest_protocol("rotated_mnist", tmp_path / "nowhere") is None and not (tmp_path / "nowhere").exists()
 
 
+def test_a_study_reads_another_studys_labels_through_the_registry_only():
+    """record_labels gives a registered study's LABELS (a copy), {} for a study without; no study module imports
+    another study's modules (the harness and the shared methods aside)."""
+    from experiments.harness.study import record_labels
+    from experiments.rotated_mnist.config import LABELS
+
+    labels = record_labels("rotated_mnist")
+    assert labels == LABELS and labels is not LABELS
+    root = Path(__file__).resolve().parents[1] / "experiments"
+    studies = {path.stem if path.is_file() else path.name for path in root.iterdir()
+               if (path.suffix == ".py" or (path / "__init__.py").exists()) and path.stem not in ("__init__", "__main__", "harness", "methods")}
+    for path in root.rglob("*.py"):
+        own = path.relative_to(root).parts[0].removesuffix(".py")
+        others = {m.split(".")[1] for m in _imported_modules(path) if m.startswith("experiments.") and m.split(".")[1] in studies} - {own}
+        assert not others, f"{path.relative_to(root)} imports the study modules {others}"
+
+
 def _imported_modules(path: Path) -> set:
     tree = ast.parse(path.read_text())
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}

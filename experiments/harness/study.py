@@ -30,7 +30,7 @@ from pathlib import Path
 import sys
 import time
 from types import ModuleType
-from typing import Callable, Optional, Union
+from typing import Callable, Dict, Optional, Union
 
 from activated_dgp.data import resolve_data_dir
 from experiments.harness import registry
@@ -90,6 +90,12 @@ def load_records(study: str, records, protocol: Union[Protocol, str, None] = Non
     records, without importing the other's modules."""
     store = _study_store(study, records, protocol, upgrade)
     return store.records() if store is not None else []
+
+
+def record_labels(study: str) -> Dict[str, str]:
+    """The names the registered study ``study`` shows its records' kinds (models, methods) under, its ``LABELS``
+    ({} when it declares none): how another study's page names that study's rows without importing its modules."""
+    return dict(getattr(registry.study(study), "LABELS", {}))
 
 
 def newest_protocol(study: str, records) -> Optional[str]:

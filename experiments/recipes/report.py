@@ -13,13 +13,12 @@ import numpy as np
 
 from experiments.harness.blocks import write_block
 from experiments.harness.store import portable_command
-from experiments.harness.study import page_path
+from experiments.harness.study import page_path, record_labels
 from experiments.recipes.cells import evaluate_all, load_all
 from experiments.recipes.rule import (ACCURACY_MARGIN, AMENDMENT, FOLLOW_UP, FULL_SIZE_DATASETS, FULL_SIZE_MODELS,
                                       FULL_SIZE_SEEDS, READING, RECIPES, ROTATED_MODEL, RULE, SCREEN_DATASETS, SCREEN_SEEDS,
                                       SCREEN_SPLITS, SHIFT_ANGLES, Decision, FollowUp, FullSize, _at_angle,
                                       _full_size_splits, _shift_mean, decide, follow_up, full_size)
-from experiments.rotated_mnist import LABELS
 
 
 def follow_up_markdown(result: FollowUp) -> str:
@@ -97,7 +96,8 @@ def shift_table(rotated: Dict[str, Dict], controls: Dict) -> str:
     """Test log-likelihood per angle on the screened seeds (mean over them): every control of
     :data:`SHIFT_TABLE_CONTROLS` and every recipe's ``adgp_ft`` (far field on), with the mean over 45°–180°; rows
     lacking a seed are left out. Read only, never scored: the rule's bar is :data:`CONTROLS`."""
-    rows = [(LABELS[m], [controls.get((m, s)) for s in SCREEN_SEEDS]) for m in SHIFT_TABLE_CONTROLS]
+    labels = record_labels("rotated_mnist")
+    rows = [(labels[m], [controls.get((m, s)) for s in SCREEN_SEEDS]) for m in SHIFT_TABLE_CONTROLS]
     rows += [(f"ADGP + conv fine-tuned, `{recipe}` recipe", [rotated.get(recipe, {}).get((ROTATED_MODEL, s)) for s in SCREEN_SEEDS])
              for recipe in RECIPES]
     angles = list(range(0, 181, 15))
