@@ -21,6 +21,7 @@ from activated_dgp.metrics import classification_metrics
 from experiments.harness.protocol import Protocol, config_digest, relabel_config_digest
 from experiments.harness.store import portable_path
 from experiments.harness.setups import rotated_mnist_cnn, training_subset
+from experiments.harness.rotation_figures import angles_config
 
 KEY = ("method", "seed")
 NEURALEF_SIZES = (10, 20, 50)
@@ -69,10 +70,7 @@ def add_options(parser) -> None:
 
 
 def config_from(options) -> Config:
-    if len(options.angles) < 2:
-        raise ValueError("give at least two --angles")
-    fields = {name: getattr(options, name) for name in Config.__dataclass_fields__ if name != "angles"}
-    return Config(angles=tuple(options.angles), **fields)
+    return angles_config(Config, options)
 
 
 def PROTOCOL(options) -> Protocol:

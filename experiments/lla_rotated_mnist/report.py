@@ -12,6 +12,7 @@ import numpy as np
 from experiments.harness.blocks import write_block
 from experiments.harness.statistics import standard_error
 from experiments.harness.study import page_path
+from experiments.harness.rotation_figures import plot_seed_mean, style_rotation_axis
 from experiments.lla_rotated_mnist.cells import LABELS, METHODS, NEURALEF_SIZES
 
 BLOCK = "lla_rotated_mnist"
@@ -82,15 +83,9 @@ def plot(table, path: Path) -> Path:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for axis, (metric, (label, _)) in zip(axes, METRICS.items()):
         for method, values in table.items():
-            mean = values[metric].mean(0)
-            axis.plot(values["angles"], mean, marker="o", markersize=3, label=f"{LABELS[method]} ({len(values['seeds'])} seed{'s' if len(values['seeds']) > 1 else ''})")
-            if len(values["seeds"]) > 1:
-                se = values[metric].std(0, ddof=1) / np.sqrt(len(values["seeds"]))
-                axis.fill_between(values["angles"], mean - se, mean + se, alpha=0.15)
-        axis.set_xlabel("rotation (degrees)")
-        axis.set_title(label, fontsize=10)
-        axis.set_xticks(list(range(0, 181, 30)))
-        axis.grid(alpha=0.3)
+            seeds = len(values["seeds"])
+            plot_seed_mean(axis, values["angles"], values[metric], f"{LABELS[method]} ({seeds} seed{'s' if seeds > 1 else ''})")
+        style_rotation_axis(axis, label)
     axes[0].legend(fontsize=7)
     fig.suptitle("Rotated MNIST: linearised Laplace approximations of the CNN (mean ± SE over seeds)", fontsize=10)
     fig.tight_layout()

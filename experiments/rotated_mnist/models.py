@@ -117,15 +117,15 @@ def stage2_schedule(config: Config):
     return _schedule(config, config.dgp_epochs, config.dgp_learning_rate, config.dgp_patience)
 
 
-def _stage2_record(history: dict, config: Config, num_train: int) -> dict:
+def _stage2_record(history: dict, config: Config, num_train: int, ramp_steps: int = 0) -> dict:
     """The record of a stage-2 fit of the library (:func:`activated_dgp.train_dgp`,
     :func:`activated_dgp.training.train_dgp_with_extractor`, :func:`activated_dgp.train_network`): its losses, the
     schedule used and, with early stopping, the validation checks, the best epoch and the epochs run (the library
-    counts steps, the records count epochs)."""
+    counts steps, the records count epochs). ``ramp_steps``: the learning-rate warm-up the fit had (the DGP's only)."""
     schedule = stage2_schedule(config)
     losses = [float(v) for v in history.get("loss", [])]
     record = {"loss": losses, "schedule": {"epochs": len(losses), "optimizer": STAGE2_OPTIMIZER, "learning_rate": schedule.learning_rate,
-                                           "batch_size": min(schedule.batch_size, num_train), "ramp_steps": history.get("ramp_steps", 0)}}
+                                           "batch_size": min(schedule.batch_size, num_train), "ramp_steps": ramp_steps}}
     if "validation_checks" in history:
         per_epoch = schedule.steps_per_epoch(num_train)
         record.update(validation_nlpd=[[int(s // per_epoch), float(v)] for s, v in history["validation_checks"]],
@@ -150,7 +150,7 @@ def finetune_dgp_and_extractor(dgp, extractor, x: np.ndarray, y: np.ndarray, con
     schedule = stage2_schedule(config)
     history = train_dgp_with_extractor(dgp, extractor, x.astype(np.float32), y, schedule, validation_data=validation,
                                        validation_samples=VALIDATION_SAMPLES, seed=seed)
-    return _stage2_record({**history, "ramp_steps": schedule.ramp_steps}, config, len(x))
+    return _stage2_record(history, config, len(x), ramp_steps=schedule.ramp_steps)
 
 
 def finetuned_classifier(config: Config, splits: Splits, seed: int, dropout: float, source: Path, checkpoint: Path):
@@ -253,10 +253,11 @@ def trained_adgp(config: Config, splits: Splits, extractor, head, seed: int, che
         atomic_write(extractor_weights, lambda temporary: extractor.save_weights(temporary))
         info["stage2_schedule"] = history["schedule"]
     else:
+        schedule = stage2_schedule(config)
         history = _stage2_record(train_dgp(
-            dgp, train_features, splits.y_train, stage2_schedule(config),
+            dgp, train_features, splits.y_train, schedule,
             validation_data=(val_features, splits.y_val) if stopping else None, validation_samples=VALIDATION_SAMPLES,
-        ), config, len(train_features))
+        ), config, len(train_features), ramp_steps=schedule.ramp_steps)
     info.update({"seconds": time.time() - start, "elbo_loss": history["loss"]})
     if config.far_field and len(dgp.f_layers) > 1 and not finetune:  # stage 2 moved the hidden layers; the fine-tuned
         # path's train_dgp_with_extractor refits the far field to its final features itself

@@ -14,6 +14,7 @@ from activated_dgp.data.mnist import default_cache_dir
 from activated_dgp.eigen import function_space_probabilities, trajectory_eigenfunctions
 from experiments.harness.protocol import Protocol, config_digest, relabel_config_digest
 from experiments.harness.store import portable_path
+from experiments.harness.rotation_figures import angles_config
 from experiments.sgd_trajectory import models
 
 KEY = ("method", "seed")
@@ -66,10 +67,7 @@ def add_options(parser) -> None:
 
 
 def config_from(options) -> Config:
-    if len(options.angles) < 2:
-        raise ValueError("give at least two --angles")
-    fields = {name: getattr(options, name) for name in Config.__dataclass_fields__ if name != "angles"}
-    return Config(angles=tuple(options.angles), **fields)
+    return angles_config(Config, options)
 
 
 def PROTOCOL(options) -> Protocol:

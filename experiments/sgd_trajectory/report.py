@@ -15,6 +15,7 @@ import numpy as np
 from experiments.harness.blocks import write_block
 from experiments.harness.statistics import standard_error
 from experiments.harness.study import load_records, newest_protocol, page_path
+from experiments.harness.rotation_figures import plot_seed_mean, style_rotation_axis
 from experiments.sgd_trajectory.cells import LABELS, METHODS
 
 BLOCK = "sgd_trajectory"
@@ -104,16 +105,8 @@ def plot(table, reference, path: Path) -> Path:
     for axis, (metric, (label, _)) in zip(axes, METRICS.items()):
         for rows, labels, style in ((table, LABELS, "-"), (reference, REFERENCE_MODELS, "--")):
             for name, values in rows.items():
-                mean = values[metric].mean(0)
-                angles = values["angles"]
-                axis.plot(angles, mean, style, marker="o", markersize=3, label=f"{labels[name]} ({len(values['seeds'])} seeds)")
-                if len(values["seeds"]) > 1:
-                    se = values[metric].std(0, ddof=1) / np.sqrt(len(values["seeds"]))
-                    axis.fill_between(angles, mean - se, mean + se, alpha=0.15)
-        axis.set_xlabel("rotation (degrees)")
-        axis.set_title(label, fontsize=10)
-        axis.set_xticks(list(range(0, 181, 30)))
-        axis.grid(alpha=0.3)
+                plot_seed_mean(axis, values["angles"], values[metric], f"{labels[name]} ({len(values['seeds'])} seeds)", style)
+        style_rotation_axis(axis, label)
     axes[0].legend(fontsize=7)
     fig.suptitle("Rotated MNIST: the SGD trajectory's posteriors (mean ± SE over seeds; † the rotated-MNIST study's CNN)", fontsize=10)
     fig.tight_layout()
