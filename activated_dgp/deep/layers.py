@@ -254,6 +254,25 @@ def _nested_saving_hooks(cls) -> None:
 _nested_saving_hooks(gpflux.layers.LikelihoodLayer)
 
 
+def build_optimizer_state(model: tf_keras.Model) -> None:
+    """Create the compiled optimizer's state (Adam's moments, its step counter) for ``model.trainable_variables``
+    before the first training step, so that Keras traces the train step once instead of twice.
+
+    ``tf.function`` traces a function that creates variables a second time, without creating them (TensorFlow's rule
+    for lifting variable creation out of a traced function). A tf-keras optimizer creates its slots lazily in its first
+    ``apply_gradients``, inside the train step, so every fresh ``compile`` + ``fit`` paid two traces of the whole ELBO
+    and its gradient (measured in benchmarks/tracing.py). The slots made here are the
+    ones that first step would make (``Optimizer.build(trainable_variables)`` under the optimizer's name, which the
+    step then skips), so training and the state's names are unchanged. Nothing is done for a model that has no variables yet, a legacy optimizer, or one already built."""
+    optimizer = getattr(model, "optimizer", None)
+    if not isinstance(optimizer, tf_keras.optimizers.Optimizer) or getattr(optimizer, "_built", False) or not model.built:
+        return
+    variables = model.trainable_variables
+    if variables:
+        with model.distribute_strategy.scope(), tf.name_scope(optimizer.name or "optimizer"):  # Keras' own names
+            optimizer.build(variables)
+
+
 class DeepGPModel(tf_keras.Model):
     """The Keras model of ``dgp.as_training_model()`` / ``as_prediction_model()`` for the library's DGPs (their
     ``default_model_class``): tf-keras' own, with the training data checked before Keras sees them. ``fit`` and
@@ -280,6 +299,7 @@ class DeepGPModel(tf_keras.Model):
         validation = kwargs.get("validation_data")
         if isinstance(validation, (tuple, list)) and validation:
             self._check_data(validation[0], "validation")
+        build_optimizer_state(self)
         return super().fit(x, y, *args, **kwargs)
 
     def evaluate(self, x=None, y=None, *args, **kwargs):

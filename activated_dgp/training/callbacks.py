@@ -16,6 +16,7 @@ import tensorflow as tf
 import tf_keras
 
 from ..data.streaming import DATA_ERROR
+from ..deep.layers import build_optimizer_state
 
 __all__ = ["FitProgress", "LearningRateRamp", "RestoreBest", "fit_keeping_the_best", "without_retracing_warnings"]
 
@@ -104,6 +105,7 @@ def fit_keeping_the_best(model: tf_keras.Model, data, stopper: Optional["Restore
     its ``"error"`` holds TensorFlow's message, and a warning says so. Without a stopper to go back to the error is
     raised as a ``FloatingPointError`` that says where and why."""
     progress = tf_keras.callbacks.History()
+    build_optimizer_state(model)
     try:
         model.fit(data, callbacks=[progress] + list(callbacks), **fit_kwargs)
     except tf.errors.InvalidArgumentError as error:

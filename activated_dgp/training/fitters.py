@@ -18,6 +18,7 @@ import tf_keras
 from ..deep.diagnostics import elbo_terms, seeded_elbo
 from .distributed import check_global_batch, copy_values, distributed_dataset, replicate
 from ..deep.builders import network_loss, output_width
+from ..deep.layers import build_optimizer_state
 from ..deep.prediction import _checked_targets, check_dgp, predictive_log_density, seeded_log_density
 from ..data.streaming import ArraySource, CsvSource, DatasetSource, as_source, data_errors, global_batches
 from ..validation import check_matrix, check_targets, dgp_input_width
@@ -156,6 +157,7 @@ def train_network(
         score = lambda: float(loss(Y_val, network(X_val, training=False)))  # noqa: E731
     stopper = _early_stopping(schedule, score, network)
     callbacks = schedule.callbacks() + ([stopper] if stopper is not None else [])
+    build_optimizer_state(network)
     with without_retracing_warnings():
         history = network.fit(X, Y, batch_size=schedule.batch_size, epochs=schedule.epochs, callbacks=callbacks, verbose=schedule.keras_verbose)
     record = dict(history.history)
