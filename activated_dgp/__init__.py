@@ -136,7 +136,7 @@ MOVED_MODULES = {
         "likelihoods": ("deep.likelihoods",),
         "conversion": ("deep.conversion",),
         "far_field": ("deep.far_field",),
-        "prediction": ("deep.prediction",),
+        "prediction": ("deep.prediction", "deep.sampling", "deep.draws"),
         "batch_prediction": ("deep.batch_prediction",),
         "persistence": ("deep.persistence",),
         "diagnostics": ("deep.diagnostics",),

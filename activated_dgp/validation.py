@@ -5,7 +5,7 @@ Two kinds, kept apart so that training stays fast:
 * **Shape checks** (:func:`check_width`) run where the shapes are used (kernels, Kuf) and cost
   nothing at run time: they look at static shapes, once per trace.
 * **Value checks** (NaN/inf, zero norms, empty arrays: :func:`check_inputs`, :func:`check_matrix`,
-  :func:`check_targets`, and :func:`activated_dgp.deep.prediction.check_dgp`) run once on NumPy values at the public
+  :func:`check_targets`, and :func:`activated_dgp.deep.sampling.check_dgp`) run once on NumPy values at the public
   entry points — construction, ``fit`` (:func:`activated_dgp.train_network`, :func:`activated_dgp.train_dgp`),
   prediction and conversion. They raise ``ValueError`` naming the offending rows. The one check inside the
   per-minibatch evaluations is the activated Kuf's finiteness assertion on its inputs (O(N·D) against the series'

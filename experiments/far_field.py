@@ -29,7 +29,7 @@ import tensorflow as tf
 
 from activated_dgp import TrainingSchedule, predict_y, predictive_log_density, train_two_stage
 from activated_dgp.deep.far_field import DEFAULT_ORDER, far_field_switched_off, has_far_field
-from activated_dgp.deep.prediction import layer_inputs, sample_layers
+from activated_dgp.deep.sampling import layer_inputs, sample_layers
 from activated_dgp.training import stage2_recipe
 from activated_dgp.zonal.kernels import ZonalArcCosine
 from activated_dgp.zonal.spectra import DEFAULT_ACTIVATION

@@ -50,7 +50,7 @@ import tf_keras
 from activated_dgp import train_network, train_two_stage
 from activated_dgp.data import load_regression_dataset
 from activated_dgp.deep.diagnostics import elbo_terms, layer_residual_fractions
-from activated_dgp.deep.prediction import propagate_means
+from activated_dgp.deep.sampling import propagate_means
 from activated_dgp.metrics import regression_metrics
 from activated_dgp.training import split_validation, stage2_recipe
 from experiments.harness import cli

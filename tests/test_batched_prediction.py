@@ -10,7 +10,8 @@ import tensorflow as tf
 
 from activated_dgp import build_activated_dgp, predict_class_probabilities, predict_y, predictive_log_density
 from activated_dgp.deep import layer_moments
-from activated_dgp.deep.prediction import EFFICIENT_BATCH_BYTES, bytes_per_row, prediction_batch_size, prediction_functions, row_normals
+from activated_dgp.deep.draws import row_normals
+from activated_dgp.deep.prediction import EFFICIENT_BATCH_BYTES, bytes_per_row, prediction_batch_size, prediction_functions
 from activated_dgp.zonal.conditionals import gpflow_conditional
 
 

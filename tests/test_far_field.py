@@ -22,7 +22,7 @@ from activated_dgp.deep.far_field import (
 )
 from activated_dgp.zonal.kernels import ZonalArcCosine
 from activated_dgp.deep.builders import activated_gp_layer
-from activated_dgp.deep.prediction import layer_inputs
+from activated_dgp.deep.sampling import layer_inputs
 
 
 def _dense_residual(H, H2, centre, radius, variance, order):

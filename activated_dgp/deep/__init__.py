@@ -12,9 +12,12 @@ Modules:
   ``.weights.h5`` state keeps the likelihood's parameters; use it when stacking a ``gpflux.models.DeepGP`` by hand);
 * :mod:`~activated_dgp.deep.builders` — the DGP builders and layer factory: :func:`build_activated_dgp`,
   :func:`activated_gp_layer`;
+* :mod:`~activated_dgp.deep.sampling` — checks of a DGP and its inputs, :func:`propagate_means` (the twin's forward
+  pass) and the propagation of samples through the layers;
+* :mod:`~activated_dgp.deep.draws` — the seeded normal draws of the Monte Carlo predictions;
 * :mod:`~activated_dgp.deep.prediction`, :mod:`~activated_dgp.deep.batch_prediction` — :func:`predict_y`,
-  :func:`predict_class_probabilities`, :func:`predictive_log_density`, :func:`propagate_means`,
-  :func:`layer_moments`, :class:`BatchPredictor`;
+  :func:`predict_class_probabilities`, :func:`predictive_log_density`, :func:`layer_moments`,
+  :class:`BatchPredictor`;
 * :mod:`~activated_dgp.deep.diagnostics` — KL and mismatch diagnostics of a converted model;
 * :mod:`~activated_dgp.deep.posterior_mean` — the q_μ that gives a layer given posterior-mean weights, the weights a
   q_μ gives, the KL the mean carries;
@@ -49,7 +52,8 @@ from .persistence import (
     save_dgp,
     save_network,
 )
-from .prediction import layer_moments, predict_class_probabilities, predict_y, predictive_log_density, propagate_means
+from .prediction import layer_moments, predict_class_probabilities, predict_y, predictive_log_density
+from .sampling import propagate_means
 
 __all__ = [
     "ArchitectureConfig",

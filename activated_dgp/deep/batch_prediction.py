@@ -1,7 +1,7 @@
 """Compiled Monte Carlo predictions of a DeepGP on many points, in batches of bounded memory.
 
 For a batch of B points, S samples are propagated through layers 1..L−1 (as in
-:func:`activated_dgp.deep.prediction.sample_layers`) and the last layer's Gaussian q(f_L | h^(s)) is
+:func:`activated_dgp.deep.sampling.sample_layers`) and the last layer's Gaussian q(f_L | h^(s)) is
 integrated against the likelihood:
 
     E[y | x]   ≈ (1/S) Σ_s m_s(x),                    m_s, v_s = moments of p(y | h^(s)),
@@ -25,7 +25,8 @@ from typing import Optional, Tuple
 import gpflux
 import numpy as np
 
-from .prediction import PredictionFunctions, checked_batch_size, checked_num_samples, prediction_batch_size, run_batched
+from .prediction import PredictionFunctions, checked_batch_size, prediction_batch_size, run_batched
+from .sampling import checked_num_samples
 from ..validation import dgp_input_width
 
 __all__ = ["BatchPredictor"]

@@ -38,7 +38,7 @@ from .far_field import add_far_field, far_field_options
 from .builders import build_activated_dgp
 from .twin import ActivatedLayer
 from .likelihoods import likelihood_name
-from .prediction import propagate_means
+from .sampling import propagate_means
 from .posterior_mean import UnrepresentableMean, mean_kl, set_posterior_mean_weights
 from ..zonal.kernels import ZonalMatchedKernel
 from ..zonal.spectra import ACTIVATION_REGISTRY, resolve_activation

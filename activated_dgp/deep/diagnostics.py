@@ -19,16 +19,9 @@ import gpflux
 import numpy as np
 import tensorflow as tf
 
-from .prediction import (
-    SeededDraws,
-    at_noise_variances,
-    checked_num_samples,
-    integrate_per_sample,
-    layer_inputs,
-    likelihood_draws,
-    propagate_samples,
-    sample_layers,
-)
+from .draws import SeededDraws, likelihood_draws
+from .prediction import at_noise_variances, integrate_per_sample
+from .sampling import checked_num_samples, layer_inputs, propagate_samples, sample_layers
 
 __all__ = ["residual_fraction", "layer_residual_fractions", "ElboTerms", "elbo_terms", "seeded_elbo"]
 
@@ -81,7 +74,7 @@ def elbo_terms(dgp: gpflux.models.DeepGP, X, Y, *, num_samples: int = 8, seed: O
     """The ELBO's terms on (X, Y), the data term scaled to the model's ``num_data`` (N if unset).
 
     Layers 1..L−1 are sampled as in doubly stochastic VI (``num_samples`` draws per point,
-    :func:`activated_dgp.deep.prediction.sample_layers`); the last layer's Gaussian q(f_L | h) is
+    :func:`activated_dgp.deep.sampling.sample_layers`); the last layer's Gaussian q(f_L | h) is
     integrated against the likelihood by ``variational_expectations`` (closed form for a Gaussian
     likelihood, quadrature otherwise). ``seed`` fixes the draws, a Monte Carlo likelihood's (softmax)
     included, so two models can be compared on the same noise (common random numbers).
@@ -122,7 +115,7 @@ def seeded_elbo(dgp: gpflux.models.DeepGP, X, Y, *, num_samples: int = 8, seed: 
     assigned between them, as :func:`activated_dgp.training.select_kernel_variances` does).
 
     Every call resets the draws of batch b (first row r) to seed + r and to that seed's likelihood split
-    (:func:`activated_dgp.deep.prediction.likelihood_draws`), so it sees exactly the eager function's draws and returns
+    (:func:`activated_dgp.deep.draws.likelihood_draws`), so it sees exactly the eager function's draws and returns
     its ELBO up to rounding; one trace serves every call (a last, shorter batch adds one).
 
     Called with ``noise_variances`` (a Gaussian likelihood only), it returns the ELBO at each σ² in the list from one

@@ -171,7 +171,7 @@ def add_far_field(dgp: gpflux.models.DeepGP, X=None, *, order: int = DEFAULT_ORD
     data; at ρ = 2 the residual's std is then √(scale/(2q+1)) times the largest |mean| seen in training).
     Without X give ``far_variance``, ``far_radius`` and ``far_centre`` (e.g. when loading a saved model).
     """
-    from .prediction import layer_inputs
+    from .sampling import layer_inputs
 
     layer = dgp.f_layers[-1]
     shared = layer.kernel
@@ -209,7 +209,7 @@ def refit_far_field(dgp: gpflux.models.DeepGP, X) -> None:
     (h₀, R; σ_r² kept). Stage 2 moves the hidden layers of a deep model, so the ball fitted at conversion no
     longer holds the training data's representations; :func:`activated_dgp.train_two_stage` calls this after
     stage 2. The mean is unchanged (the residual never enters it)."""
-    from .prediction import layer_inputs
+    from .sampling import layer_inputs
 
     if not has_far_field(dgp):
         raise ValueError("the DGP's output layer has no far-field residual (see add_far_field)")

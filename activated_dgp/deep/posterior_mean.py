@@ -19,7 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from .diagnostics import whitened_cross_covariance
-from .prediction import layer_inputs
+from .sampling import layer_inputs
 
 __all__ = [
     "UnrepresentableMean",

@@ -15,21 +15,18 @@ import tf_keras
 from check_shapes import check_shapes
 
 from ..zonal.conditionals import fast_conditional_enabled, symmetric_variances
-from ..zonal.inducing_variables import ActivationFeature
-from .inducing_samples import samples_from_inducing_draws, shares_inducing_variables
+from .inducing_samples import shares_inducing_variables
 from .likelihoods import LIKELIHOOD_REGISTRY, likelihood_name, output_width
 from ..validation import check_inputs, check_matrix, check_targets, dgp_input_width
+from .draws import RowDraws, row_normals  # noqa: F401  (row_normals: importable from here, as before)
+from .sampling import check_dgp, checked_num_samples, propagate_samples, resolve_model
+from .sampling import propagate_means, sample_layers  # noqa: F401  (importable from here, as before)
 
 __all__ = [
     "DEFAULT_MEMORY_BUDGET",
     "EFFICIENT_BATCH_BYTES",
     "PROGRESS_AFTER_SECONDS",
-    "check_dgp",
-    "resolve_model",
     "prediction_batch_size",
-    "row_normals",
-    "propagate_means",
-    "sample_layers",
     "layer_moments",
     "predictive_log_density",
     "seeded_log_density",
@@ -38,29 +35,6 @@ __all__ = [
     "ensemble_log_density",
     "ensemble_predict_y",
 ]
-
-
-def check_dgp(dgp) -> None:
-    """The value checks of a DeepGP's own state: every activated feature's W finite with non-zero rows, and
-    every parameter finite (a model that training drove to NaN is named, not used)."""
-    if not isinstance(dgp, gpflux.models.DeepGP):
-        raise ValueError(f"expected a gpflux DeepGP, got {type(dgp).__name__}")
-    for index, layer in enumerate(dgp.f_layers):
-        feature = getattr(getattr(layer, "inducing_variable", None), "inducing_variable", None)
-        if isinstance(feature, ActivationFeature):
-            check_matrix(feature.W, f"W of layer {index}", nonzero_rows=True)
-    for path, parameter in gpflow.utilities.parameter_dict(dgp).items():
-        if "._" not in path and not np.all(np.isfinite(parameter.numpy())):
-            raise ValueError(f"the DGP's parameter {path} contains NaN or inf")
-
-
-def checked_inputs(dgp: gpflux.models.DeepGP, X) -> tf.Tensor:
-    """The value checks of the public prediction functions, once per call: the DGP's state
-    (:func:`~activated_dgp.validation.check_dgp`) and X a finite [N, D] matrix of the DGP's input width."""
-    check_dgp(dgp)
-    width = dgp_input_width(dgp)
-    X = check_matrix(X, "X") if width is None else check_inputs(X, width, "X")
-    return tf.convert_to_tensor(X)
 
 
 def _checked_targets(dgp: gpflux.models.DeepGP, Y, num_rows: int) -> np.ndarray:
@@ -84,107 +58,6 @@ def _checked_targets(dgp: gpflux.models.DeepGP, Y, num_rows: int) -> np.ndarray:
     return Y
 
 
-def propagate_means(dgp: gpflux.models.DeepGP, X, num_layers: Optional[int] = None) -> List[tf.Tensor]:
-    """Each layer's posterior mean evaluated at the previous layer's mean: [N, P_ℓ] for ℓ = 1..L, or for
-    ℓ = 1..``num_layers`` only (e.g. L − 1: the inputs of the output layer). ``dgp`` may be a result object
-    with a ``dgp`` and ``features(X)`` (:func:`resolve_model`).
-
-    For activated GP layers with zero mean functions this is the forward pass of the network twin
-    (Sec. 5.1): μ_ℓ(h) = Φ_ℓ(h) Kuu⁻¹ μ_u.
-    """
-    dgp, X = resolve_model(dgp, X)
-    outputs, hidden = [], checked_inputs(dgp, X)
-    for layer in dgp.f_layers[:num_layers]:
-        hidden, _ = layer.predict(hidden, full_cov=False, full_output_cov=False)
-        outputs.append(hidden)
-    return outputs
-
-
-def layer_inputs(dgp: gpflux.models.DeepGP, X) -> List[tf.Tensor]:
-    """The input each layer sees under mean propagation: [X, μ_1(X), …, μ_(L−1)(…)], one [N, D_ℓ] per layer
-    (the last one is the output layer's input)."""
-    dgp, X = resolve_model(dgp, X)
-    X = checked_inputs(dgp, X)
-    return [X] + propagate_means(dgp, X, num_layers=len(dgp.f_layers) - 1)
-
-
-def checked_num_samples(num_samples) -> int:
-    """``num_samples`` as an int when it is an integer ≥ 1, else a ValueError naming it."""
-    if isinstance(num_samples, bool) or int(num_samples) != num_samples or num_samples < 1:
-        raise ValueError(f"num_samples must be an integer ≥ 1, got {num_samples!r}")
-    return int(num_samples)
-
-
-class SeededDraws:
-    """The draws of a seeded prediction, reusable inside a compiled function: ``normal`` (the layer samples' standard
-    normals, for :func:`propagate_samples`) and ``likelihood`` (a Monte Carlo likelihood's, :func:`likelihood_draws`).
-    ``reset(seed)`` puts both generators where ``tf.random.Generator.from_seed(seed)`` and ``likelihood_draws(seed)``
-    start, so a compiled evaluation after it draws exactly what the eager functions draw with that seed."""
-
-    def __init__(self, seed: int):
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-            raise ValueError(f"seed must be an integer, got {seed!r}")
-        self.seed = int(seed)
-        self.layers, self.likelihood = tf.random.Generator.from_seed(self.seed), likelihood_draws(self.seed)
-
-    def normal(self, layer, shape, dtype) -> tf.Tensor:
-        return self.layers.normal(shape, dtype=dtype)
-
-    def reset(self, seed: int) -> None:
-        self.layers.reset_from_seed(seed)
-        self.likelihood.reset(likelihood_draws(seed).state)
-
-
-@check_shapes(
-    "return[1]: [S, N, P]",
-    "return[2]: [S, N, P]",
-)
-def sample_layers(dgp: gpflux.models.DeepGP, X, num_samples: int, seed: Optional[int] = None) -> Tuple[List[tf.Tensor], tf.Tensor, tf.Tensor]:
-    """Propagate ``num_samples`` samples through layers 1..L−1 (marginals per point, as in doubly
-    stochastic VI), and return the per-layer samples [S, N, P_ℓ] together with the last layer's
-    Gaussian moments given each sample, mean and variance [S, N, P_L]."""
-    num_samples = checked_num_samples(num_samples)
-    dgp, X = resolve_model(dgp, X)
-    X = checked_inputs(dgp, X)
-    generator = tf.random.Generator.from_seed(seed) if seed is not None else tf.random.get_global_generator()
-    return propagate_samples(dgp, X, num_samples, lambda layer, shape, dtype: generator.normal(shape, dtype=dtype))
-
-
-def propagate_samples(dgp: gpflux.models.DeepGP, X, num_samples: int, normal, inducing_normal=None) -> Tuple[List[tf.Tensor], tf.Tensor, tf.Tensor]:
-    """:func:`sample_layers` with the standard normal draws given: ``normal(layer_index, shape, dtype)``
-    (e.g. stateless, for a compiled function). Memory O(num_samples · N · max(M_ℓ, P_ℓ)).
-
-    With ``inducing_normal(layer_index, shape, dtype)`` (normals [S, P, M], one set per sample), the hidden layers
-    after the first that share their inducing variables across outputs are sampled from one draw of their inducing
-    outputs per sample (:mod:`~activated_dgp.deep.inducing_samples`): each row has the same distribution as from its
-    marginal, at M²/2 + M·P multiply-adds per row instead of P quadratic forms."""
-    X = tf.convert_to_tensor(X)
-    batch_shape = tf.stack([num_samples, tf.shape(X)[0]])
-
-    def moments(layer, hidden):
-        if hidden is None:  # the first layer sees X in every sample: predict once, tile to [S·N, P]
-            mean, var = layer.predict(X, full_cov=False, full_output_cov=False)
-            return tf.tile(mean, [num_samples, 1]), tf.tile(var, [num_samples, 1])
-        return layer.predict(tf.reshape(hidden, [-1, hidden.shape[-1]]), full_cov=False, full_output_cov=False)
-
-    hidden, samples = None, []
-    for index, layer in enumerate(dgp.f_layers[:-1]):
-        if hidden is not None and inducing_normal is not None and shares_inducing_variables(layer):
-            hidden = samples_from_inducing_draws(
-                layer, hidden, lambda shape, dtype, index=index: inducing_normal(index, shape, dtype),
-                lambda shape, dtype, index=index: normal(index, shape, dtype),
-            )
-            samples.append(hidden)
-            continue
-        mean, var = moments(layer, hidden)
-        draw = mean + tf.sqrt(var) * normal(index, tf.shape(mean), mean.dtype)
-        hidden = tf.reshape(draw, tf.concat([batch_shape, [draw.shape[-1]]], 0))
-        samples.append(hidden)
-    mean, var = moments(dgp.f_layers[-1], hidden)
-    shape = tf.concat([batch_shape, [mean.shape[-1]]], 0)
-    return samples, tf.reshape(mean, shape), tf.reshape(var, shape)
-
-
 #: The default memory budget of one batch of the Monte Carlo predictions (:func:`predict_y`,
 #: :func:`predict_class_probabilities`, :func:`predictive_log_density`, :func:`layer_moments`), in bytes: 512 MiB.
 #: The rows of X are predicted in batches of the most rows whose working set (:func:`bytes_per_row`) fits in it;
@@ -202,78 +75,6 @@ EFFICIENT_BATCH_BYTES = 192 * 2**20
 #: A prediction with ``progress=True`` shows a progress bar once it has run this many seconds with batches left (short
 #: ones, e.g. a validation score inside a training loop, stay quiet).
 PROGRESS_AFTER_SECONDS = 2.0
-
-#: The draw stream of a Monte Carlo likelihood's own draws in :class:`RowDraws` (layer ℓ's samples use stream ℓ).
-_LIKELIHOOD_STREAM = -1
-#: Layer ℓ's inducing draws in :class:`RowDraws` use stream ``_INDUCING_STREAM − ℓ``.
-_INDUCING_STREAM = -2
-
-
-def resolve_model(model, X):
-    """The DeepGP and inputs a prediction function works on: a gpflux ``DeepGP`` with X as given, or, for any object
-    with a ``dgp`` attribute and a ``features(X)`` method (a training result whose trained feature extractor maps raw
-    inputs to the DGP's inputs, or returns X unchanged), ``(model.dgp, model.features(X))``. Anything else is
-    returned as given, for :func:`check_dgp` to name."""
-    if not isinstance(model, gpflux.models.DeepGP) and hasattr(model, "dgp") and callable(getattr(model, "features", None)):
-        return model.dgp, model.features(X)
-    return model, X
-
-
-def row_normals(seed, stream, start, num_rows, row_shape, dtype) -> tf.Tensor:
-    """Standard normals [num_rows, *row_shape] for rows start, …, start + num_rows − 1 of a prediction, row r's values
-    a function of (seed, stream, r) only.
-
-    The rows are consecutive blocks of one Philox stream keyed by (seed, stream) (TensorFlow's stateless normals,
-    Box–Muller on each 128-bit counter value: 4 float32 normals per counter value; a row is padded to a whole number
-    of counter values); a batch starts the stream at its first row's counter. So the draws, and the results of a
-    prediction made from them, do not depend on how its rows are split into batches.
-
-    The normals are drawn in float32 and returned in ``dtype`` (float64 or float32): float64's Box–Muller costs
-    twice as much per draw, and a float32 normal's resolution (about 6e-8 relative) is far below the Monte Carlo
-    error of any prediction made from them (about 1/√S of the spread for S samples)."""
-    dtype = tf.as_dtype(dtype)
-    if dtype not in (tf.float64, tf.float32):
-        raise ValueError(f"row_normals draws float64 or float32, got {dtype.name}")
-    per_counter = 4
-    seed, stream, start, num_rows = (tf.cast(value, tf.int64) for value in (seed, stream, start, num_rows))
-    row_shape = tf.cast(row_shape, tf.int64)
-    width = tf.reduce_prod(row_shape)
-    padded = width + tf.math.floormod(-width, per_counter)
-    key, counter = tf.raw_ops.StatelessRandomGetKeyCounter(seed=tf.stack([seed, stream]))
-    low = counter[0] + tf.cast(start * padded // per_counter, tf.uint64)  # 128-bit counter + offset, with the carry
-    counter = tf.stack([low, counter[1] + tf.cast(low < counter[0], tf.uint64)])
-    values = tf.raw_ops.StatelessRandomNormalV2(shape=tf.reshape(num_rows * padded, [1]), key=key, counter=counter, alg=1, dtype=tf.float32)
-    values = tf.cast(tf.reshape(values, tf.stack([num_rows, padded]))[:, :width], dtype)
-    return tf.reshape(values, tf.concat([[num_rows], row_shape], 0))
-
-
-class RowDraws:
-    """The standard normal draws of rows start, …, start + B − 1 of a prediction with S samples, by
-    :func:`row_normals` (each row's draws depend on (seed, row) only): ``layer_normal(layer, shape, dtype)`` for the
-    samples of layer ``layer`` in :func:`propagate_samples` (shape [S·B, P], sample-major rows s·B + b), and
-    ``normal(shape, dtype)`` for a Monte Carlo likelihood's draws (:func:`integrate_likelihood`, shape [Q, S·B, P])."""
-
-    def __init__(self, seed, start, num_rows, num_samples: int):
-        self.seed, self.start, self.num_rows, self.num_samples = seed, start, num_rows, num_samples
-
-    def _draws(self, stream, leading, width, dtype) -> tf.Tensor:
-        """[B, *leading, S, P] normals of ``stream``."""
-        shape = tf.concat([tf.cast(leading, tf.int64), tf.cast(tf.stack([self.num_samples, width]), tf.int64)], 0)
-        return row_normals(self.seed, stream, self.start, self.num_rows, shape, dtype)
-
-    def layer_normal(self, layer, shape, dtype) -> tf.Tensor:
-        z = self._draws(layer, tf.zeros([0], tf.int64), shape[-1], dtype)  # [B, S, P]
-        return tf.reshape(tf.transpose(z, [1, 0, 2]), shape)
-
-    def normal(self, shape, dtype) -> tf.Tensor:
-        z = self._draws(_LIKELIHOOD_STREAM, shape[:1], shape[-1], dtype)  # [B, Q, S, P]
-        return tf.reshape(tf.transpose(z, [1, 2, 0, 3]), shape)
-
-    def inducing_normal(self, layer, shape, dtype) -> tf.Tensor:
-        """[S, P, M] normals for layer ``layer``'s inducing draws: sample s's are a function of (seed, layer, s) only,
-        shared by every row and batch of the prediction."""
-        return row_normals(self.seed, _INDUCING_STREAM - layer, 0, shape[0], shape[1:], dtype)
-
 
 def _likelihood_points(likelihood) -> int:
     """Q, the points per (sample, row, output) at which the likelihood is integrated: its Monte Carlo draws or its
@@ -634,17 +435,6 @@ def at_noise_variances(likelihood, noise_variances: Sequence[float], term: Calla
         return values
     finally:
         likelihood.variance.assign(entry)
-
-
-def likelihood_draws(seed: Optional[int]) -> tf.random.Generator:
-    """The generator of a Monte Carlo likelihood's own draws: for a seeded prediction it is split off
-    ``seed``'s generator, so its stream is independent of the layer samples' draws; unseeded, it is
-    TensorFlow's global generator.
-
-    Never GPflow's own ``tf.random.normal``: in eager mode, after ``tf.random.set_seed``, every call of an
-    unseeded random op gets a fresh op seed, and TensorFlow caches one kernel per seed. Predicting 10,000
-    rotated-MNIST images (softmax, 10 samples) leaked ≈ 1.7 GB that way, and the three-seed run ran out of memory."""
-    return tf.random.get_global_generator() if seed is None else tf.random.Generator.from_seed(seed).split(1)[0]
 
 
 def integrate_likelihood(likelihood, method: str, mean, var, Y=None, draws: Optional[tf.random.Generator] = None):

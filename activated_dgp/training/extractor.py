@@ -18,7 +18,8 @@ import tf_keras
 
 from ..deep.diagnostics import elbo_terms
 from ..deep.far_field import has_far_field, refit_far_field
-from ..deep.prediction import _checked_targets, check_dgp
+from ..deep.prediction import _checked_targets
+from ..deep.sampling import check_dgp
 from ..validation import _rows, check_targets, dgp_input_width
 from .callbacks import LearningRateRamp, RestoreBest, fit_keeping_the_best, without_retracing_warnings
 from .fitters import guard_rows, stage2_stopper, validation_nlpd

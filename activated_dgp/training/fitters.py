@@ -19,7 +19,8 @@ from ..deep.diagnostics import elbo_terms, seeded_elbo
 from .distributed import check_global_batch, copy_values, distributed_dataset, replicate
 from ..deep.builders import network_loss, output_width
 from ..deep.layers import build_optimizer_state
-from ..deep.prediction import _checked_targets, check_dgp, predictive_log_density, seeded_log_density
+from ..deep.prediction import _checked_targets, predictive_log_density, seeded_log_density
+from ..deep.sampling import check_dgp
 from ..data.streaming import ArraySource, CsvSource, DatasetSource, as_source, data_errors, global_batches
 from ..validation import check_matrix, check_targets, dgp_input_width
 from .callbacks import LearningRateRamp, RestoreBest, fit_keeping_the_best, without_retracing_warnings

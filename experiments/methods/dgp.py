@@ -18,7 +18,7 @@ import tensorflow as tf
 from scipy.cluster.vq import kmeans2
 
 from activated_dgp import train_dgp
-from activated_dgp.deep.prediction import sample_layers
+from activated_dgp.deep.sampling import sample_layers
 from experiments.methods.networks import NetworkCache
 from experiments.methods.protocol import NUM_LAYERS, NUM_UNITS, PREDICT_BATCH, Budget, Prediction, SplitData, fit_parts
 

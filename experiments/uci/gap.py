@@ -156,9 +156,13 @@ def gap_diagnosis_markdown(records: Sequence[Dict], datasets: Sequence[str], met
     return out
 
 
+#: where the gap report's second part begins (``--part analysis``: the published columns and the comparison with them)
+PUBLISHED_GAP_HEADING = "**Published (DUN paper"
+
+
 def published_gap_markdown(datasets: Sequence[str]) -> List[str]:
     """The DUN paper's gap-split columns (:data:`PUBLISHED_GAP`), or a marked row of gaps where they are missing."""
-    out = ["**Published (DUN paper, Antorán et al. 2020; original units, 15 % of each training split held out for "
+    out = [PUBLISHED_GAP_HEADING + ", Antorán et al. 2020; original units, 15 % of each training split held out for "
            "validation)**: test log-likelihood (= −NLPD) / RMSE, mean ± standard deviation (not SE) over the set's gap "
            "splits, as published", ""]
     if not PUBLISHED_GAP:

@@ -18,7 +18,7 @@ from experiments.harness.study import page_path, records_path
 from experiments.methods import LABELS
 from experiments.uci.cells import (CALIBRATION_METRICS, GAP_OUT, KEY, METHOD_ORDER, METRICS, record_kind, splits_kind,
                                    upgrade)
-from experiments.uci.gap import gap_markdown, no_gap_records_markdown
+from experiments.uci.gap import PUBLISHED_GAP_HEADING, gap_markdown, no_gap_records_markdown
 from experiments.uci.sections import (dgp_start_noise_markdown, far_field_markdown, method_columns, metric_table,
                                       nlpd_gap_markdown, protocol_lines, published_dropout_markdown, seconds_table,
                                       stage2_effect_markdown, steps_used)
@@ -33,22 +33,26 @@ REPORT_RUNS = [  # v5's first: the last run's table.md, summary.csv and uci.png 
     ["--out", "docs/results/uci_long", "--doc", "docs/results/uci_tables.md", "--part", "tables"],
     ["--out", "docs/results/uci_long", "--doc", "docs/results/uci_analysis.md", "--part", "analysis"],
     ["--as-recorded", "--out", "docs/results/uci", "--doc", "docs/results/uci_patience500_tables.md"],
-    ["--splits-kind", "gap", "--out", GAP_OUT.as_posix(), "--doc", f"{GAP_OUT.as_posix()}.md"],
+    ["--splits-kind", "gap", "--out", GAP_OUT.as_posix(), "--doc", f"{GAP_OUT.as_posix()}.md", "--part", "tables"],
+    ["--splits-kind", "gap", "--out", GAP_OUT.as_posix(), "--doc", f"{GAP_OUT.as_posix()}_published.md", "--part", "analysis"],
 ]
 
 
-#: where a page's block splits the report (``--part``): the metric tables before it, the analysis from it on
+#: where a page's block splits the report (``--part``): the metric tables before it, the analysis from it on; the gap
+#: report splits at its published columns
 CLAIMS_HEADING = "**The paper's claims on these records**"
+PART_HEADINGS = (CLAIMS_HEADING, PUBLISHED_GAP_HEADING)
 
 
 def page_part(text: str, part: str) -> str:
     """``text``, the whole report (:func:`markdown`), or its ``part``: "tables" (the metric, calibration and time
-    tables) or "analysis" (the claims and every section after them), so that one run's report fills two pages."""
+    tables) or "analysis" (the claims and every section after them; of the gap report, its published columns and the
+    comparison with them), so that one run's report fills two pages."""
     if part == "all":
         return text
     if part not in ("tables", "analysis"):
         raise ValueError(f"unknown --part {part!r}; known: all, tables, analysis")
-    tables, heading, analysis = text.partition(CLAIMS_HEADING)
+    tables, heading, analysis = text.partition(next((h for h in PART_HEADINGS if h in text), CLAIMS_HEADING))
     if part == "tables":
         return tables.rstrip() + "\n"
     return heading + analysis if heading else "No claims yet: no method has records on the splits another shares.\n"
