@@ -134,7 +134,7 @@ MOVED_MODULES = {
         "models": ("deep.builders",),
         "layers": ("deep.layers",),
         "likelihoods": ("deep.likelihoods",),
-        "conversion": ("deep.conversion",),
+        "conversion": ("deep.conversion", "deep.network_reading"),
         "far_field": ("deep.far_field",),
         "prediction": ("deep.prediction", "deep.sampling", "deep.draws"),
         "batch_prediction": ("deep.batch_prediction",),

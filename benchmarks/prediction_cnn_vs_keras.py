@@ -3,7 +3,7 @@
 Model: the rotated-MNIST-sized CNN users write, Conv2D(32, 3, relu) → MaxPool → Conv2D(64, 3, relu) → MaxPool →
 Flatten, followed by a head of zonal Swish units, ``ActivatedLayer(64)`` → ``Dense(10)`` → ``Softmax`` (the head
 :func:`activated_dgp.make_convertible` gives a ReLU ``Dense(64)`` head), float64, untrained: the cost does not depend
-on the values. The CNN is split by :func:`activated_dgp.deep.conversion.split_convertible_head`, its head converted
+on the values. The CNN is split by :func:`activated_dgp.deep.network_reading.split_convertible_head`, its head converted
 by :func:`activated_dgp.dgp_from_keras`. Timed, after one untimed call each (tracing), three calls of each taking turns (the medians): Keras
 ``cnn.predict(images, verbose=0)``, and the converted model's ``predict_class_probabilities`` with its defaults
 (S = 100 samples, the default memory budget) on the extracted features, plus the extraction itself.
@@ -23,7 +23,7 @@ import numpy as np
 import tf_keras
 
 from activated_dgp import dgp_from_keras, predict_class_probabilities
-from activated_dgp.deep.conversion import split_convertible_head
+from activated_dgp.deep.network_reading import split_convertible_head
 from activated_dgp.deep.twin import ActivatedLayer
 from activated_dgp.training import extracted_features
 from benchmarks._report import (command_line, load_average_line, machine_state, median, record_line, report_block,

@@ -116,7 +116,7 @@ def _cnn(seed=0):
 
 
 def test_split_convertible_head_composes_to_the_network_and_keeps_what_converts():
-    from activated_dgp.deep.conversion import split_convertible_head
+    from activated_dgp.deep.network_reading import split_convertible_head
 
     network, (X, _), _ = _cnn()
     extractor, head = split_convertible_head(network)

@@ -17,7 +17,7 @@ import tf_keras
 from scipy import stats
 
 from activated_dgp import dgp_from_keras, make_convertible, propagate_means, train_two_stage
-from activated_dgp.deep.conversion import relu_layers
+from activated_dgp.deep.network_reading import relu_layers
 from activated_dgp.training import TrainingSchedule, swap_to_zonal
 from activated_dgp.training.two_stage import _validation_scores
 

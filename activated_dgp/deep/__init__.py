@@ -21,8 +21,10 @@ Modules:
 * :mod:`~activated_dgp.deep.diagnostics` — KL and mismatch diagnostics of a converted model;
 * :mod:`~activated_dgp.deep.posterior_mean` — the q_μ that gives a layer given posterior-mean weights, the weights a
   q_μ gives, the KL the mean carries;
-* :mod:`~activated_dgp.deep.conversion` — reading a tf-keras network and planning its GP layers:
-  :func:`dgp_from_keras`, :class:`ConversionReport`;
+* :mod:`~activated_dgp.deep.network_reading` — reading a tf-keras network: its runs of activated units, its classifier
+  head and the likelihood it stands for, the split into a feature extractor and a convertible head;
+* :mod:`~activated_dgp.deep.conversion` — planning and building a network's GP layers: :func:`dgp_from_keras`,
+  :class:`ConversionReport`;
 * :mod:`~activated_dgp.deep.introspection` — a built model's architecture read back from the object;
 * :mod:`~activated_dgp.deep.persistence` — :func:`save_dgp`, :func:`load_dgp`, :func:`save_network`,
   :func:`load_network`, :func:`load_optimizer`, :func:`load_training_state`, :class:`DGPCheckpoint`.

@@ -41,7 +41,8 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from ..deep.conversion import _forward, _logit_chain, _plans, resolve_head_likelihood, split_convertible_head
+from ..deep.conversion import _forward
+from ..deep.network_reading import _logit_chain, _plans, resolve_head_likelihood, split_convertible_head
 from ..deep.likelihoods import likelihood_name, network_loss
 from ..deep.twin import ActivatedLayer
 from ..zonal.spectra import DEFAULT_ACTIVATION, ZonalActivation
@@ -183,7 +184,7 @@ def make_convertible(
     :param network: a trained tf-keras network whose layers :func:`~activated_dgp.dgp_from_keras` converts (Dense
         layers with their activations, Activation/ReLU layers, Dropout; a softmax or sigmoid head), or one that starts
         with layers that do not convert (a CNN's Conv2D, pooling and Flatten layers): then only its convertible tail
-        of Dense layers (:func:`~activated_dgp.deep.conversion.split_convertible_head`) is swapped and fine-tuned, on
+        of Dense layers (:func:`~activated_dgp.deep.network_reading.split_convertible_head`) is swapped and fine-tuned, on
         the features the first layers extract (which stay as they are and are shared with the result).
     :param X: [N, D] inputs (or whatever ``network`` takes, e.g. [N, H, W, C] images); :param Y: [N, P] targets (class indices [N, 1] for a softmax head, 0/1 for a sigmoid).
     :param likelihood: the loss's likelihood; default: the network's head's ("softmax", "bernoulli"), else "gaussian".

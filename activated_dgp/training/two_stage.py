@@ -15,7 +15,8 @@ import tensorflow as tf
 import tf_keras
 
 from ..deep.config import ArchitectureConfig
-from ..deep.conversion import _logit_chain, dgp_from_keras, head_likelihood, relu_layers, resolve_head_likelihood, split_convertible_head
+from ..deep.conversion import dgp_from_keras
+from ..deep.network_reading import _logit_chain, head_likelihood, relu_layers, resolve_head_likelihood, split_convertible_head
 from ..deep.far_field import add_far_field, far_field_options, refit_far_field
 from ..deep.builders import likelihood_name, output_width
 from ..deep.likelihoods import network_loss
@@ -249,12 +250,12 @@ def train_two_stage(
     :param Y: [N, P] targets; for "bernoulli" 0/1 labels [N, 1]; for "softmax"/"robustmax" class indices [N, 1].
     :param likelihood: a name of :data:`~activated_dgp.deep.LIKELIHOOD_REGISTRY` ("gaussian", "bernoulli", "softmax",
         "robustmax"); default None: the ``network``'s classifier head's (a final softmax → "softmax", sigmoid →
-        "bernoulli": :func:`~activated_dgp.deep.conversion.head_likelihood`), else "gaussian". One that conflicts with
+        "bernoulli": :func:`~activated_dgp.deep.network_reading.head_likelihood`), else "gaussian". One that conflicts with
         the network's head is a ValueError.
     :param network: a trained tf-keras network to start from instead of building and training a twin (stage 1 is
         then skipped). When its first layers do not convert (Conv2D, pooling, Flatten, a tanh layer), they become a
         feature extractor g and the longest convertible tail of Dense layers the DGP
-        (:func:`~activated_dgp.deep.conversion.split_convertible_head`); stage 2 trains a copy of g with the DGP
+        (:func:`~activated_dgp.deep.network_reading.split_convertible_head`); stage 2 trains a copy of g with the DGP
         (:func:`~activated_dgp.training.train_dgp_with_extractor`; ``TwoStageResult.extractor``), the paper's
         fine-tuned conv layers (Sec. 5.3).
     :param architecture: the twin's architecture when no ``network`` is given: an
@@ -281,7 +282,7 @@ def train_two_stage(
     :param make_convertible: whether ``network`` is first made convertible by
         :func:`~activated_dgp.training.make_convertible` (its activated blocks swapped for zonal Swish units refitted
         to it and fine-tuned on (X, Y), the start kept if that made the training loss worse): ``"auto"`` (default) when the network has
-        ReLU units (:func:`~activated_dgp.deep.conversion.relu_layers`), whose converted means carry a KL that grows
+        ReLU units (:func:`~activated_dgp.deep.network_reading.relu_layers`), whose converted means carry a KL that grows
         without bound with the truncation level, so that stage 2's ELBO trains them away from the network's
         (docs/results/relu_conversion.md); ``True`` always; a dict: always, with these keywords for make_convertible
         (e.g. ``dict(steps=2000)``); ``False``: convert the network as it is. ``TwoStageResult.convertible`` keeps

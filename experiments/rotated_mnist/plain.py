@@ -97,7 +97,7 @@ def two_stage(config: Config, splits: models.Splits, seed: int, network, checkpo
 
     from activated_dgp import TrainingSchedule, load_dgp, save_dgp, train_two_stage
     from activated_dgp.training import TwoStageResult
-    from activated_dgp.deep.conversion import split_convertible_head
+    from activated_dgp.deep.network_reading import split_convertible_head
     from activated_dgp.saving import is_saved_directory
 
     weights, record = checkpoint.parent / (checkpoint.name + "_extractor.weights.h5"), checkpoint.parent / (checkpoint.name + ".json")
