@@ -299,6 +299,7 @@ def test_every_generated_block_is_rewritten_by_report():
         for page in cli.report_pages(name, registry.study(name)):
             writers.setdefault(Path(page).as_posix(), set()).add(name)
     owned = [block for module in registry.BENCHMARKS for block in registry.benchmark(module).REPORT_BLOCKS]
+    owned += [block for module in registry.DIAGNOSES for block in importlib.import_module(module).REPORT_BLOCKS]
     reported = set(owned)
     assert len(owned) == len(reported), "a block in the REPORT_BLOCKS of two benchmarks"
     unreported, seen = [], 0
@@ -307,7 +308,7 @@ def test_every_generated_block_is_rewritten_by_report():
         for block, command in re.findall(r"<!-- BEGIN GENERATED ([A-Za-z0-9_.\-]+): (.*?) -->", path.read_text()):
             seen += 1
             study = re.search(r"python -m experiments[ .](\w+)", command)
-            if "python -m benchmarks." in command:
+            if "python -m benchmarks." in command or any(f"python -m {module} " in command for module in registry.DIAGNOSES):
                 covered = (page, block) in reported
             else:
                 covered = study is not None and study.group(1) in writers.get(page, set())
