@@ -261,9 +261,10 @@ def build_optimizer_state(model: tf_keras.Model) -> None:
     ``tf.function`` traces a function that creates variables a second time, without creating them (TensorFlow's rule
     for lifting variable creation out of a traced function). A tf-keras optimizer creates its slots lazily in its first
     ``apply_gradients``, inside the train step, so every fresh ``compile`` + ``fit`` paid two traces of the whole ELBO
-    and its gradient (measured in benchmarks/tracing.py). The slots made here are the
-    ones that first step would make (``Optimizer.build(trainable_variables)`` under the optimizer's name, which the
-    step then skips), so training and the state's names are unchanged. Nothing is done for a model that has no variables yet, a legacy optimizer, or one already built."""
+    and its gradient (measured in benchmarks/tracing.py). The slots made here are the ones that first step would make
+    (``Optimizer.build(trainable_variables)`` under the optimizer's name, which the step then skips), so training and
+    the state's names are unchanged. Nothing is done for a model that has no variables yet, a legacy optimizer, or
+    one already built (so calling it again is free)."""
     optimizer = getattr(model, "optimizer", None)
     if not isinstance(optimizer, tf_keras.optimizers.Optimizer) or getattr(optimizer, "_built", False) or not model.built:
         return

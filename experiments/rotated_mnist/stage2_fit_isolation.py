@@ -140,8 +140,9 @@ def main(argv=None) -> dict:
     record = {"seed": seed, "config": CONFIG.as_record(), "angles": list(CONFIG.angles), "variants": {}}
     if output.is_file():  # an earlier run's finished fits are kept
         record = json.loads(output.read_text())
-    extractor, head, _ = trained_classifier(CONFIG, splits, seed, 0.0, stage1)
-    record["stage_1"] = scores(classifier(extractor, head), splits)
+    if "stage_1" not in record:  # stage 1 is trained (or loaded) inside each fit below; scored once
+        extractor, head, _ = trained_classifier(CONFIG, splits, seed, 0.0, stage1)
+        record["stage_1"] = scores(classifier(extractor, head), splits)
     for variant in options.variants:
         if variant in record["variants"]:
             continue
