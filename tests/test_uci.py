@@ -816,6 +816,12 @@ def test_the_lla_prior_precision_edge_claim_counts_cells_at_each_end_of_the_grid
         "on 2 (energy 1, yacht 1) of 4 cells and at the upper edge (10^4) on 1 (yacht 1)")
     assert _prior_precision_edge_claim([cell("lla_neuralef", 0.3)]).endswith("on 0 of 1 cells and at the upper edge (10^4) on 0")
     assert _prior_precision_edge_claim([cell("lla_last_layer", 1e-4)]) is None
+    # the evidence's δ: the edges of its search range [1e-8, 1e8], within 1 %
+    evidence = [cell("lla_neuralef_evidence", 1.005e-8, by="marginal_likelihood"), cell("lla_neuralef_evidence", 2e-8, by="marginal_likelihood"),
+                cell("lla_neuralef_evidence", 1e8, by="marginal_likelihood", dataset="energy"), cell("lla_neuralef_evidence", 1e-4)]
+    assert _prior_precision_edge_claim(evidence, "lla_neuralef_evidence") == (
+        "- LLA NeuralEF (δ by evidence): the evidence-chosen prior precision δ is at the lower edge of its search range (10^−8) "
+        "on 1 (yacht 1) of 3 cells and at the upper edge (10^8) on 1 (energy 1)")
 
 
 def test_the_lla_gain_claim_is_the_difference_of_split_means_over_shared_splits():

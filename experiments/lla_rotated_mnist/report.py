@@ -58,19 +58,34 @@ def _paired(table, method: str, other: str, metric: str, setting: str) -> Option
     return mean, se, "better" if mean > 2 * se else ("worse" if mean < -2 * se else "on par")
 
 
+def _against_last_layer(table, method: str) -> str:
+    """Per seed, whether ``method``'s test NLL averaged over the angles is below the last-layer LLA's."""
+    seeds = sorted(set(table[method]["seeds"]) & set(table["last_layer"]["seeds"]))
+    mean = lambda m, s: float(table[m]["nll"][table[m]["seeds"].index(s)].mean())  # noqa: E731
+    below = [s for s in seeds if mean(method, s) < mean("last_layer", s)]
+    return (f"mean test NLL over the angles below the last-layer LLA's in {len(below)} of {len(seeds)} seeds ("
+            + ", ".join(f"seed {s}: {mean(method, s):.3f} against {mean('last_layer', s):.3f}" for s in seeds) + ")")
+
+
 def verdicts(table) -> List[str]:
     lines = []
+    baseline_seeds = sorted(set.intersection(*(set(table[o]["seeds"]) for o in BASELINES))) if all(o in table for o in BASELINES) else []
     for k in NEURALEF_SIZES:
         method = f"neuralef_{k}"
-        results = {(o, m, s): _paired(table, method, o, m, s) for o in BASELINES for m in METRICS for s in ("0°", "0°–180°")}
-        if any(v is None for v in results.values()):
+        if method not in table:
             lines.append(f"- **{LABELS[method]}**: records missing.")
             continue
+        missing = sorted(set(baseline_seeds) - set(table[method]["seeds"]))
+        if missing or len(baseline_seeds) < 2:  # the rule's standard error needs every seed the baselines have (two at least)
+            lines.append(f"- **{LABELS[method]}**: no verdict yet: seeds {table[method]['seeds']} recorded, {missing or 'two at least'} missing; "
+                         + (_against_last_layer(table, method) if "last_layer" in table else "no last-layer LLA record") + ".")
+            continue
+        results = {(o, m, s): _paired(table, method, o, m, s) for o in BASELINES for m in METRICS for s in ("0°", "0°–180°")}
         held = all(v[2] == "better" if m == "ece" else v[2] != "worse" for (_, m, _), v in results.items())
         worst = [f"{LABELS[o]} {METRICS[m][0]} {s}: d = {v[0]:+.4f} ± {v[1]:.4f} ({v[2]})"
                  for (o, m, s), v in results.items() if (v[2] != "better" if m == "ece" else v[2] == "worse")]
         lines.append(f"- **{LABELS[method]}**: **{'reproduced' if held else 'refuted'}** at this scale"
-                     + ("" if held else " (" + "; ".join(worst) + ")") + ".")
+                     + ("" if held else " (" + "; ".join(worst) + ")") + "; " + _against_last_layer(table, method) + ".")
     return lines
 
 

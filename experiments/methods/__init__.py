@@ -17,8 +17,8 @@ around it):
 * ``dgp`` — Salimbeni & Deisenroth's doubly-stochastic DGP with arc-cosine kernels (:mod:`experiments.methods.dgp`);
 * ``adgp``, ``plain_adgp``, ``adgp_paper``, ``adgp_elbo``, ``adgp_floor``, ``adgp_ensemble`` — the network converted
   and trained through a stage-2 recipe of :func:`activated_dgp.train_two_stage` (:mod:`experiments.methods.adgp`);
-* ``lla_last_layer``, ``lla_exact``, ``lla_neuralef`` — the linearised Laplace approximation of the NN's network
-  (:mod:`experiments.methods.lla`).
+* ``lla_last_layer``, ``lla_exact``, ``lla_neuralef``, ``lla_neuralef_evidence`` — the linearised Laplace approximation
+  of the NN's network (:mod:`experiments.methods.lla`).
 
 A record is stamped with the :class:`~experiments.harness.protocol.Protocol` of its budget
 (:func:`budget_protocol`, :mod:`experiments.methods.versions`): the budget's settings, and each method's own version

@@ -18,7 +18,7 @@ from experiments.methods.adgp import (predict_adgp, predict_adgp_elbo, predict_a
 from experiments.methods.dgp import predict_dgp
 from experiments.methods.dropout import predict_dropout
 from experiments.methods.lla import (LLA_EXACT_MAX_PARAMETERS, predict_lla_exact, predict_lla_last_layer,
-                                     predict_lla_neuralef, predict_relu_lla_kron, twin_parameter_count)
+                                     predict_lla_neuralef, predict_lla_neuralef_evidence, predict_relu_lla_kron, twin_parameter_count)
 from experiments.methods.networks import NetworkCache
 from experiments.methods.nn import (predict_ensemble, predict_ensemble_nll, predict_nn, predict_nn_slab_ts, predict_nn_ts, predict_plain, predict_relu,
                                     predict_relu_ts, predict_relu_tuned_ts)
@@ -37,6 +37,7 @@ METHODS: Dict[str, Callable[[SplitData, Budget, NetworkCache], Prediction]] = {
     "lla_last_layer": predict_lla_last_layer,
     "lla_exact": predict_lla_exact,
     "lla_neuralef": predict_lla_neuralef,
+    "lla_neuralef_evidence": predict_lla_neuralef_evidence,
     "adgp_paper": predict_adgp_paper,
     "adgp_elbo": predict_adgp_elbo,
     "adgp_floor": predict_adgp_floor,
@@ -64,6 +65,7 @@ LABELS = {
     "lla_last_layer": "LLA last layer",
     "lla_exact": "LLA exact",
     "lla_neuralef": "LLA NeuralEF",
+    "lla_neuralef_evidence": "LLA NeuralEF (δ by evidence)",
     "adgp_paper": "ADGP paper (v=1)",
     "adgp_elbo": "ADGP ELBO-v",
     "adgp_floor": "ADGP v-floor",

@@ -47,6 +47,7 @@ METHOD_VERSIONS: Dict[str, tuple] = {
     "adgp": (_FIRST, 3, 4, 6), "plain_adgp": (_FIRST, 3, 4, 6),
     "dgp": (_FIRST, 5),
     "plain": (_FIRST,), "lla_last_layer": (_FIRST,), "lla_exact": (_FIRST,), "lla_neuralef": (_FIRST,),
+    "lla_neuralef_evidence": (_FIRST,),
     "ensemble_nll": (_FIRST,), "relu_lla_kron": (_FIRST,), **{name: (_FIRST,) for name in SLAB_METHODS},
     **{name: (6,) for name in RECIPE_METHODS + ENSEMBLE_METHODS + RELU_METHODS},
 }

@@ -34,7 +34,7 @@ METRICS = ("rmse", "nlpd", "rmse_original", "nlpd_original")
 CALIBRATION_METRICS = ("coverage_90", "calibration_error")
 DEFAULT_METHODS = ("nn", "dropout", "ensemble", "nn_ts", "dgp", "adgp", "plain", "plain_adgp")  # "all"
 #: the linearised Laplace rows, run when named (``--method lla_last_layer,…``); tabled when recorded
-LLA_METHODS = ("lla_last_layer", "lla_exact", "lla_neuralef", "relu_lla_kron")
+LLA_METHODS = ("lla_last_layer", "lla_exact", "lla_neuralef", "lla_neuralef_evidence", "relu_lla_kron")
 #: the stage-2 recipe candidates (experiments/recipes/ reads them), run when named; tabled when recorded
 RECIPE_METHODS = ("adgp_paper", "adgp_elbo", "adgp_floor")
 ENSEMBLE_METHODS = ("adgp_ensemble",)  # run when named
