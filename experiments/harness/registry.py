@@ -52,7 +52,7 @@ BENCHMARKS = (
 
 #: Diagnoses in a study's package that, like the benchmarks, write their blocks from one committed record
 #: (``report_from_records()`` and ``REPORT_BLOCKS``); ``python -m experiments report`` calls them too.
-DIAGNOSES = ("experiments.rotated_mnist.stage2_fit_isolation",)
+DIAGNOSES = ("experiments.rotated_mnist.stage2_fit_isolation", "experiments.lla_rotated_mnist.variance_diagnosis")
 
 
 def study(name: str) -> ModuleType:
