@@ -144,6 +144,7 @@ def test_progress_is_shown_by_default_and_quiet_on_request(capsys, monkeypatch):
     import activated_dgp.deep.prediction as prediction
 
     dgp = _dgp(num_layers=2)
+    monkeypatch.setattr(prediction, "PROGRESS_AFTER_SECONDS", 1e9)  # as if each batch were fast (a loaded machine traces slowly)
     predict_y(dgp, _inputs(12), num_samples=2, seed=0, batch_size=4)
     assert capsys.readouterr().out == ""  # short: no bar
     monkeypatch.setattr(prediction, "PROGRESS_AFTER_SECONDS", 0.0)  # as if each batch were slow

@@ -15,6 +15,7 @@ Modules:
 * :mod:`~activated_dgp.deep.sampling` — checks of a DGP and its inputs, :func:`propagate_means` (the twin's forward
   pass) and the propagation of samples through the layers;
 * :mod:`~activated_dgp.deep.draws` — the seeded normal draws of the Monte Carlo predictions;
+* :mod:`~activated_dgp.deep.prediction_memory` — the rows per batch of a prediction under a memory budget;
 * :mod:`~activated_dgp.deep.prediction`, :mod:`~activated_dgp.deep.batch_prediction` — :func:`predict_y`,
   :func:`predict_class_probabilities`, :func:`predictive_log_density`, :func:`layer_moments`,
   :class:`BatchPredictor`;
