@@ -6,7 +6,8 @@ parameter direction the training Jacobians leave out it keeps the prior's 1/δ, 
 such directions. Eq. 22 has no term for them. This diagnosis measures, on the study's MAP CNN of one seed (loaded from
 the study's artifacts, with the NeuralEF fits resumed from their checkpoints), the mean over test digits of the
 trace of each LLA's latent covariance tr Σ(x) [C × C], and of the prior's, tr J(x) J(x)ᵀ / δ at the same method's
-δ, at several rotations. The prior's trace is the most variance an LLA with that δ can give; the exact LLA gives
+δ, at several rotations; and the same for the covariance of the logits' differences, tr(P Σ P) with P = I − 11ᵀ/C,
+the part a softmax sees. The prior's trace is the most variance an LLA with that δ can give; the exact LLA gives
 close to it wherever J(x) leaves the training Jacobians' span.
 
 Run:  python -m experiments.lla_rotated_mnist.variance_diagnosis --data-dir $ADGP_DATA_DIR
@@ -22,7 +23,7 @@ import json
 import time
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Dict
+from typing import Dict, List
 
 import numpy as np
 
@@ -43,26 +44,45 @@ ANGLES = (0, 45, 90, 180)
 DIGITS, JACOBIAN_BATCH = 200, 25
 
 
-def prior_traces(network, X: np.ndarray) -> np.ndarray:
-    """tr J(x) J(x)ᵀ [N] = Σ_c ‖∂g_c(x)/∂θ‖² over all the network's weights (per-example Jacobians, in batches)."""
+def centred_traces(covariances: np.ndarray) -> np.ndarray:
+    """tr(P Σ P) [N] for covariances Σ [N, C, C], P = I − 11ᵀ/C: the variance of the logits' differences, the part a
+    softmax sees (a shift of every logit by the same amount leaves the class probabilities unchanged)."""
+    C = covariances.shape[-1]
+    return np.trace(covariances, axis1=1, axis2=2) - covariances.sum(axis=(1, 2)) / C
+
+
+def prior_traces(network, X: np.ndarray) -> tuple:
+    """(tr J(x) J(x)ᵀ, tr P J(x) J(x)ᵀ P) [N] each, J over all the network's weights (per-example Jacobians, in
+    batches; P as in :func:`centred_traces`)."""
     jacobian = jacobian_function(lambda x: network(x, training=False), network.trainable_variables)
-    return np.concatenate([np.sum(np.asarray(jacobian(X[i:i + JACOBIAN_BATCH])) ** 2, axis=(1, 2))
-                           for i in range(0, len(X), JACOBIAN_BATCH)])
+    full, centred = [], []
+    for i in range(0, len(X), JACOBIAN_BATCH):
+        J = np.asarray(jacobian(X[i:i + JACOBIAN_BATCH]))
+        full.append(np.sum(J**2, axis=(1, 2)))
+        centred.append(np.sum((J - J.mean(axis=1, keepdims=True)) ** 2, axis=(1, 2)))
+    return np.concatenate(full), np.concatenate(centred)
+
+
+def _table(record: Dict, key: str, what: str) -> List[str]:
+    angles = record["angles"]
+    lines = ["| method | δ | " + " | ".join(f"{a}°" for a in angles) + " |", "|---|---|" + "---|" * len(angles)]
+    prior = {a: np.mean(record[f"prior_{key}"][str(a)]) for a in angles}
+    for method, values in record["methods"].items():
+        delta = values["prior_precision"]
+        cells = [f"{np.mean(values[key][str(a)]):.3g} ({np.mean(values[key][str(a)]) / (prior[a] / delta):.2g})" for a in angles]
+        lines.append(f"| {LABELS[method]} | {delta:.3g} | " + " | ".join(cells) + " |")
+    return lines + [f"| prior, {what} (δ = 1) | 1 | " + " | ".join(f"{prior[a]:.3g}" for a in angles) + " |"]
 
 
 def markdown(record: Dict) -> str:
-    """Per method: δ, and per angle the mean tr Σ(x) and its share of the prior's tr J Jᵀ / δ."""
-    angles = record["angles"]
-    lines = [f"Seed {record['seed']}, the first {record['digits']} test digits per angle; mean over digits of the latent "
-             "covariance's trace tr Σ(x), and in brackets its share of the prior's tr J(x) J(x)ᵀ / δ at the same δ. "
-             f"Record: `{OUTPUT_NAME}`.", "",
-             "| method | δ | " + " | ".join(f"{a}°" for a in angles) + " |", "|---|---|" + "---|" * len(angles)]
-    prior = {a: np.asarray(record["prior_trace"][str(a)]) for a in angles}
-    for method, values in record["methods"].items():
-        delta = values["prior_precision"]
-        cells = [f"{np.mean(values['trace'][str(a)]):.3g} ({np.mean(values['trace'][str(a)]) / (np.mean(prior[a]) / delta):.2g})" for a in angles]
-        lines.append(f"| {LABELS[method]} | {delta:.3g} | " + " | ".join(cells) + " |")
-    lines.append("| prior, tr J Jᵀ (δ = 1) | 1 | " + " | ".join(f"{np.mean(prior[a]):.3g}" for a in angles) + " |")
+    """Per method: δ, and per angle the mean tr Σ(x) and its share of the prior's tr J Jᵀ / δ; then the same for the
+    centred traces (the variance of the logits' differences, :func:`centred_traces`)."""
+    lines = [f"Seed {record['seed']}, the first {record['digits']} test digits per angle. Record: `{OUTPUT_NAME}`.", "",
+             "**The variance of the logits' differences**, the part a softmax sees: mean over digits of tr(P Σ(x) P), "
+             "P = I − 11ᵀ/C, and in brackets its share of the prior's tr(P J(x) J(x)ᵀ P) / δ at the same δ.", ""]
+    lines += _table(record, "centred_trace", "tr(P J Jᵀ P)")
+    lines += ["", "**The whole latent variance**: mean tr Σ(x), and its share of the prior's tr J(x) J(x)ᵀ / δ.", ""]
+    lines += _table(record, "trace", "tr J Jᵀ")
     return "\n".join(lines) + "\n"
 
 
@@ -99,18 +119,22 @@ def main(argv=None) -> Dict:
     record = json.loads(output.read_text()) if output.is_file() else {}
     if record.get("seed") != seed or record.get("config") != config.digest():
         record = {"seed": seed, "config": config.digest(), "digits": DIGITS, "angles": list(ANGLES), "methods": {}}
-    if "prior_trace" not in record:
-        record["prior_trace"] = {str(a): prior_traces(network, X).tolist() for a, X in tests.items()}
+    if "prior_centred_trace" not in record:
+        priors = {str(a): prior_traces(network, X) for a, X in tests.items()}
+        record["prior_trace"] = {a: full.tolist() for a, (full, _) in priors.items()}
+        record["prior_centred_trace"] = {a: centred.tolist() for a, (_, centred) in priors.items()}
         atomic_write_text(output, json.dumps(record, indent=1) + "\n")
     for method in options.methods:
-        if method in record["methods"]:
+        if "centred_trace" in record["methods"].get(method, {}):
             continue
         start = time.process_time()
         checkpoints = context.artifacts.checkpoint_dir("neuralef", [config.digest(), seed, method]) if method.startswith("neuralef_") else None
         la = laplace(method, network, config, seed).fit(data.x_train, data.y_train, checkpoint_dir=checkpoints)
-        traces = {str(a): np.trace(np.asarray(la.predict_f(X, full_output_cov=True)[1]), axis1=1, axis2=2).tolist() for a, X in tests.items()}
-        record["methods"][method] = {"prior_precision": float(la.prior_precision), "trace": traces, "cpu_seconds": time.process_time() - start}
-        print(f"{method}: δ = {float(la.prior_precision):.3g}, mean tr Σ at 90° {np.mean(traces['90']):.3g}", flush=True)
+        covariances = {str(a): np.asarray(la.predict_f(X, full_output_cov=True)[1]) for a, X in tests.items()}
+        record["methods"][method] = {"prior_precision": float(la.prior_precision), "cpu_seconds": time.process_time() - start,
+                                     "trace": {a: np.trace(S, axis1=1, axis2=2).tolist() for a, S in covariances.items()},
+                                     "centred_trace": {a: centred_traces(S).tolist() for a, S in covariances.items()}}
+        print(f"{method}: δ = {float(la.prior_precision):.3g}, mean tr PΣP at 90° {np.mean(record['methods'][method]['centred_trace']['90']):.3g}", flush=True)
         atomic_write_text(output, json.dumps(record, indent=1) + "\n")  # each finished method is kept
     write_block(PAGE, BLOCK, markdown(record), REPORT_COMMAND)
     return record
