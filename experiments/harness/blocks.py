@@ -80,3 +80,16 @@ def write_block(doc, name: str, markdown: str, command: str, create: bool = Fals
         return False
     atomic_write_text(doc, new)
     return True
+
+
+def write_block_from_record(doc, name: str, markdown, record, command: str) -> str:
+    """Rewrite block ``name`` of ``doc`` as ``markdown(the JSON record at record)``; the text, or "" (nothing written)
+    while the record does not exist yet. For a study's diagnosis that keeps one JSON record beside its page."""
+    import json
+
+    if not Path(record).is_file():
+        return ""
+    text = markdown(json.loads(Path(record).read_text()))
+    write_block(doc, name, text, command)
+    return text
+

@@ -112,7 +112,7 @@ def prepare_data(config: Config, data_dir, seed: int) -> Data:
                 data.train_source, data.test_source)
 
 
-def _network(context, config: Config, data: Data, seed: int):
+def map_network(context, config: Config, data: Data, seed: int):
     """The seed's MAP CNN (:func:`experiments.harness.setups.rotated_mnist_cnn`, Adam on the cross-entropy), trained or loaded."""
     def build():
         tf_keras.utils.set_random_seed(seed)
@@ -169,7 +169,7 @@ def run_cell(cell, options, context) -> Dict:
     config = config_from(options)
     seed, method = cell["seed"], cell["method"]
     data = context.artifacts.in_memory("data", seed, lambda: prepare_data(config, options.data_dir, seed), group=seed)
-    network = _network(context, config, data, seed)
+    network = map_network(context, config, data, seed)
     extra: Dict = {"parameters": int(network.count_params())}
     if method == "map":
         scores = per_angle_metrics(data, lambda X: softmax(network(X.astype(np.float32), training=False).numpy().astype(np.float64), axis=1))

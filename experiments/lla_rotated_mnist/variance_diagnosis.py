@@ -29,8 +29,8 @@ import numpy as np
 
 from activated_dgp.eigen import jacobian_function
 from experiments.harness.artifacts import ArtifactCache, atomic_write_text
-from experiments.harness.blocks import write_block
-from experiments.lla_rotated_mnist.cells import LABELS, Config, _network, laplace, prepare_data
+from experiments.harness.blocks import write_block_from_record
+from experiments.lla_rotated_mnist.cells import LABELS, Config, laplace, map_network, prepare_data
 
 ROOT = Path(__file__).resolve().parents[2]
 OUTPUT_NAME, PAGE_NAME = "docs/results/lla_rotated_mnist_variance.json", "docs/results/lla_rotated_mnist_variance.md"
@@ -86,13 +86,10 @@ def markdown(record: Dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def report_from_records() -> str:
-    """Rewrite the page's block from the committed record (``python -m experiments report``); nothing without one."""
-    if not OUTPUT.is_file():
-        return ""
-    text = markdown(json.loads(OUTPUT.read_text()))
-    write_block(PAGE, BLOCK, text, REPORT_COMMAND)
-    return text
+def report_from_records(record=None) -> str:
+    """Rewrite the page's block from the committed record (or ``record``; ``python -m experiments report``); nothing
+    without one."""
+    return write_block_from_record(PAGE, BLOCK, markdown, OUTPUT if record is None else record, REPORT_COMMAND)
 
 
 def main(argv=None) -> Dict:
@@ -106,15 +103,15 @@ def main(argv=None) -> Dict:
     options = parser.parse_args(argv)
     output = Path(options.output)
     if options.report_only:
-        record = json.loads(output.read_text())
-        write_block(PAGE, BLOCK, markdown(record), REPORT_COMMAND)
-        return record
+        if not report_from_records(output):
+            parser.error(f"no record at {output}")
+        return json.loads(output.read_text())
     if options.data_dir is None:
         parser.error("--data-dir is needed to fit (or use --report-only)")
     config, seed = Config(), options.seed
     context = SimpleNamespace(artifacts=ArtifactCache(options.artifacts), progress=lambda text: print(text, flush=True))
     data = prepare_data(config, options.data_dir, seed)
-    network = _network(context, config, data, seed)
+    network = map_network(context, config, data, seed)
     tests = {a: data.rotated[config.angles.index(a)][:DIGITS].reshape(DIGITS, -1).astype(np.float64) / 255.0 for a in ANGLES}
     record = json.loads(output.read_text()) if output.is_file() else {}
     if record.get("seed") != seed or record.get("config") != config.digest():
@@ -125,7 +122,7 @@ def main(argv=None) -> Dict:
         record["prior_centred_trace"] = {a: centred.tolist() for a, (_, centred) in priors.items()}
         atomic_write_text(output, json.dumps(record, indent=1) + "\n")
     for method in options.methods:
-        if "centred_trace" in record["methods"].get(method, {}):
+        if method in record["methods"]:
             continue
         start = time.process_time()
         checkpoints = context.artifacts.checkpoint_dir("neuralef", [config.digest(), seed, method]) if method.startswith("neuralef_") else None
@@ -136,7 +133,7 @@ def main(argv=None) -> Dict:
                                      "centred_trace": {a: centred_traces(S).tolist() for a, S in covariances.items()}}
         print(f"{method}: δ = {float(la.prior_precision):.3g}, mean tr PΣP at 90° {np.mean(record['methods'][method]['centred_trace']['90']):.3g}", flush=True)
         atomic_write_text(output, json.dumps(record, indent=1) + "\n")  # each finished method is kept
-    write_block(PAGE, BLOCK, markdown(record), REPORT_COMMAND)
+    report_from_records(output)
     return record
 
 

@@ -37,7 +37,7 @@ from activated_dgp import train_network
 from activated_dgp.deep.likelihoods import network_loss
 from activated_dgp.metrics import classification_metrics
 from experiments.harness.artifacts import atomic_write_text
-from experiments.harness.blocks import write_block
+from experiments.harness.blocks import write_block_from_record
 from experiments.harness.setups import classifier
 from experiments.rotated_mnist.config import Config
 from experiments.rotated_mnist.models import as_inputs, prepare_data, softmax, stage2_schedule, trained_classifier
@@ -105,13 +105,10 @@ def markdown(record: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def report_from_records() -> str:
-    """Rewrite the page's block from the committed record (``python -m experiments report``); nothing without one."""
-    if not OUTPUT.is_file():
-        return ""
-    text = markdown(json.loads(OUTPUT.read_text()))
-    write_block(PAGE, "stage2_fit_isolation", text, REPORT_COMMAND)
-    return text
+def report_from_records(record=None) -> str:
+    """Rewrite the page's block from the committed record (or ``record``; ``python -m experiments report``); nothing
+    without one."""
+    return write_block_from_record(PAGE, "stage2_fit_isolation", markdown, OUTPUT if record is None else record, REPORT_COMMAND)
 
 
 def main(argv=None) -> dict:
@@ -127,9 +124,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--report-only", action="store_true", help="rewrite the page's block from the record, train nothing")
     options = parser.parse_args(argv)
     if options.report_only:
-        record = json.loads(Path(options.output).read_text())
-        write_block(PAGE, "stage2_fit_isolation", markdown(record), REPORT_COMMAND)
-        return record
+        if not report_from_records(options.output):
+            parser.error(f"no record at {options.output}")
+        return json.loads(Path(options.output).read_text())
     if options.data_dir is None:
         parser.error("--data-dir is needed to train (or use --report-only)")
     artifacts, seed = Path(options.artifacts), options.seed
@@ -162,7 +159,7 @@ def main(argv=None) -> dict:
         record["variants"][variant] = {**scores(model, splits), "cpu_seconds": time.process_time() - start}
         print(f"{variant}: mean test log-likelihood over the angles {np.mean(record['variants'][variant]['log_likelihood']):.3f}", flush=True)
         atomic_write_text(output, json.dumps(record, indent=1) + "\n")  # each finished fit is kept
-    write_block(PAGE, "stage2_fit_isolation", markdown(record), REPORT_COMMAND)
+    report_from_records(output)
     return record
 
 
