@@ -1,4 +1,5 @@
-"""The covariate-shifted ("slab") validation part of split_validation and the ``slab`` stage-2 recipe.
+"""The covariate-shifted ("slab") and half-shifted ("mixed") validation parts of split_validation, and the ``slab``
+stage-2 recipe.
 
 Truths: the slab rule recomputed here with numpy (sort along the coordinate, a contiguous block), and for image
 inputs the first principal component computed here by numpy's SVD.
@@ -42,6 +43,31 @@ def test_a_slab_is_a_contiguous_block_along_one_feature_between_fit_rows(seed):
     assert rows == {tuple(r) for r in np.concatenate([np.concatenate([X_fit, Y_fit], 1), np.concatenate([X_val, Y_val], 1)])}
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_mixed_part_is_half_a_slab_and_half_random_rows_from_outside_it(seed):
+    rng = np.random.default_rng(20 + seed)
+    X = rng.normal(size=(401, 3))
+    Y = np.arange(401.0)[:, None]  # the row index: which rows went where
+    (X_fit, Y_fit), (X_val, Y_val) = split_validation(X, Y, 0.1, seed=seed, kind="mixed")
+    assert len(X_val) == 40 and len(X_fit) == 361
+    # nothing lost or repeated, rows kept with their targets
+    assert sorted(np.concatenate([Y_fit, Y_val])[:, 0].astype(int)) == list(range(401))
+    assert np.array_equal(X[np.concatenate([Y_fit, Y_val])[:, 0].astype(int)], np.concatenate([X_fit, X_val]))
+    # the first 20 validation rows: a contiguous block along one feature (no fit row, and none of the other 20
+    # validation rows, inside its range), with fit rows on both sides
+    slab, rest = X_val[:20], X_val[20:]
+    k = _which_feature(X, slab)
+    assert k is not None
+    low, high = slab[:, k].min(), slab[:, k].max()
+    assert not np.any((X_fit[:, k] >= low) & (X_fit[:, k] <= high))
+    assert np.sum(X[:, k] < low) >= 80 and np.sum(X[:, k] > high) >= 80
+    # the other 20 spread over the feature's whole range, as a random subset of the rows outside the slab does:
+    # in the block's sorted order they are not contiguous (a contiguous run of 20 random rows out of 381 has
+    # probability ~1e-30)
+    ranks = np.searchsorted(np.sort(X[:, k]), rest[:, k])
+    assert ranks.max() - ranks.min() > 100
+
+
 def test_an_image_slab_is_contiguous_along_the_first_principal_component():
     rng = np.random.default_rng(0)
     images = rng.normal(size=(300, 6, 6, 1)) + rng.normal(size=(300, 1, 1, 1)) * np.linspace(0, 3, 36).reshape(1, 6, 6, 1)
@@ -57,7 +83,7 @@ def test_an_image_slab_is_contiguous_along_the_first_principal_component():
 
 def test_bad_splits_name_the_problem():
     X, Y = np.zeros((10, 2)), np.zeros((10, 1))
-    with pytest.raises(ValueError, match="validation split must be one of 'random', 'slab'"):
+    with pytest.raises(ValueError, match="validation split must be one of 'random', 'slab', 'mixed'"):
         split_validation(X, Y, 0.2, kind="gap")
     with pytest.raises(ValueError, match="needs an input feature with at least three distinct values"):
         split_validation(X, Y, 0.2, kind="slab")

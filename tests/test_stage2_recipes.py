@@ -15,6 +15,7 @@ DEFINED = {
     "elbo": dict(kernel_variance="elbo", kernel_variance_floor=None, noise_variance="selected", early=True, validation=0.1),
     "floor": dict(kernel_variance="validation", kernel_variance_floor=1e-2, noise_variance="selected", early=True, validation=0.1),
     "slab": dict(kernel_variance="validation", kernel_variance_floor=None, noise_variance="selected", early=True, validation=0.1),
+    "mixed": dict(kernel_variance="validation", kernel_variance_floor=None, noise_variance="selected", early=True, validation=0.1),
 }
 BY_LIKELIHOOD = {"gaussian": "validation", "classification": "paper"}  # the suggested candidate: which recipe each gets
 
@@ -30,7 +31,7 @@ def test_each_recipe_resolves_to_its_definition(name):
     # a classifier has no Gaussian noise to choose
     assert stage2_recipe(name).resolve(gaussian=False).noise_variance is None
     assert DEFAULT_RECIPE in set(DEFINED) | {"by_likelihood"} and set(STAGE2_RECIPES) == set(DEFINED) | {"by_likelihood"}
-    assert stage2_recipe(name).validation_split == ("slab" if name == "slab" else "random")
+    assert stage2_recipe(name).validation_split == (name if name in ("slab", "mixed") else "random")
 
 
 def test_by_likelihood_is_validation_for_regression_and_paper_for_classification():

@@ -46,7 +46,7 @@ FLOOR = 1e-2
 
 
 #: The ways a recipe holds out its validation part (:func:`~activated_dgp.training.split_validation`).
-VALIDATION_SPLITS = ("random", "slab")
+VALIDATION_SPLITS = ("random", "slab", "mixed")
 
 
 @dataclass(frozen=True)
@@ -71,8 +71,8 @@ class Stage2Recipe:
     :param far_field: give the output layer the far-field residual after conversion (True, or a dict with ``order``
         / ``scale``; :func:`activated_dgp.deep.far_field.add_far_field`); False gives the plain activated DGP.
     :param validation_split: how the validation part is held out when no ``validation_data`` is given: "random"
-        (a seeded random subset) or "slab" (a covariate-shifted slab along an input coordinate;
-        :func:`~activated_dgp.training.split_validation`).
+        (a seeded random subset), "slab" (a covariate-shifted slab along an input coordinate) or "mixed" (half of
+        each; :func:`~activated_dgp.training.split_validation`).
     """
 
     name: str
@@ -148,6 +148,8 @@ STAGE2_RECIPES = {
         Stage2Recipe("by_likelihood", "validation", None, "selected", True, classification="paper"),
         # as validation, on a covariate-shifted slab of the training data (split_validation(kind="slab"))
         Stage2Recipe("slab", "validation", None, "selected", True, validation_split="slab"),
+        # as validation, on a part that is half a covariate-shifted slab and half random (split_validation(kind="mixed"))
+        Stage2Recipe("mixed", "validation", None, "selected", True, validation_split="mixed"),
     )
 }
 

@@ -161,7 +161,10 @@ def split_validation(X, Y, fraction: float, seed: Optional[int] = None, kind: st
       component for image inputs; ties in random order), and a contiguous block of them, centred at a seeded
       quantile in [0.25, 0.75], is held out, so that the validation inputs lie between fit inputs along that
       coordinate. It imitates the "gap" shift of Foong et al. (2019), "'In-Between' Uncertainty in Bayesian
-      Neural Networks", from the training data alone.
+      Neural Networks", from the training data alone;
+    * ``"mixed"``: both at once: ceil(n/2) of the n validation rows are a slab cut as above, the other floor(n/2) a
+      seeded random subset of the remaining rows, so that a choice made on the validation part answers to the data's
+      own region and to a shift alike.
     """
     if not 0.0 < fraction < 1.0:
         raise ValueError(f"the validation fraction must be in (0, 1), got {fraction!r}")
@@ -175,12 +178,16 @@ def split_validation(X, Y, fraction: float, seed: Optional[int] = None, kind: st
     if kind == "random":
         val, fit = order[:num_val], order[num_val:]
     else:
+        num_slab = num_val if kind == "slab" else (num_val + 1) // 2
         scores, _ = _slab_scores(np.asarray(X), rng)
         ranked = order[np.argsort(scores[order], kind="stable")]  # sorted along the coordinate, ties in random order
         centre = rng.uniform(0.25, 0.75) * len(X)
-        start = int(np.clip(round(centre - num_val / 2), 0, len(X) - num_val))
-        val = ranked[start:start + num_val]
-        fit = np.concatenate([ranked[:start], ranked[start + num_val:]])
+        start = int(np.clip(round(centre - num_slab / 2), 0, len(X) - num_slab))
+        val = ranked[start:start + num_slab]
+        fit = np.concatenate([ranked[:start], ranked[start + num_slab:]])
+        if num_slab < num_val:  # "mixed": the rest of the validation part at random from the rows outside the slab
+            fit = fit[rng.permutation(len(fit))]
+            val, fit = np.concatenate([val, fit[:num_val - num_slab]]), fit[num_val - num_slab:]
     return (X[fit], Y[fit]), (X[val], Y[val])
 
 

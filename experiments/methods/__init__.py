@@ -36,14 +36,15 @@ from experiments.methods.nn import ENSEMBLE_SIZE
 from experiments.methods.protocol import BUDGETS, Budget, Prediction, SplitData, fit_parts, protocol_schedule
 from experiments.methods.registry import LABELS, METHODS, applicable, run_method
 from experiments.methods.scoring import mixture_mean_std, shift_diagnostics
-from experiments.methods.versions import (ENSEMBLE_METHODS, METHOD_VERSIONS, RECIPE_METHODS, RELU_METHODS, SLAB_METHODS,
+from experiments.methods.versions import (ENSEMBLE_METHODS, METHOD_VERSIONS, MIXED_METHODS, RECIPE_METHODS, RELU_METHODS,
+                                          SHIFTED_VALIDATION_METHODS, SLAB_METHODS,
                                           budget_protocol, counted_version, current_version, method_version,
                                           protocol_label, record_method_version, record_settings, relabel_record)
 
 __all__ = [
     "ADGP_ENSEMBLE_RECIPE", "BUDGETS", "DATASET_ORDER", "DGP_INITIAL_NOISE", "ENSEMBLE_METHODS",
     "ENSEMBLE_SIZE", "LABELS", "METHODS", "METHOD_VERSIONS", "RECIPE_FLOOR", "RECIPE_METHODS", "RELU_METHODS",
-    "SLAB_METHODS", "STAGE2_RECIPES", "TWIN_ACTIVATION", "Budget", "NetworkCache", "NetworkMissing", "Prediction",
+    "MIXED_METHODS", "SHIFTED_VALIDATION_METHODS", "SLAB_METHODS", "STAGE2_RECIPES", "TWIN_ACTIVATION", "Budget", "NetworkCache", "NetworkMissing", "Prediction",
     "SplitData", "applicable", "budget_protocol", "build_classic_dgp", "build_dropout_twin", "build_plain_network",
     "build_twin_network", "canonical_datasets", "counted_version", "current_version", "dgp_mixture", "fit_network",
     "fit_parts", "method_version", "mixture_mean_std", "mixture_noise_variance", "prepare_split", "protocol_label",

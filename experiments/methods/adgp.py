@@ -17,6 +17,8 @@ stage-2 recipe; and an ensemble of them.
   mean terms per data point).
 * ``adgp_slab`` — ``adgp`` with the twin stopped, and v and the noise chosen, on a covariate-shifted slab of the
   training split instead of its random validation part (the library's ``slab`` recipe).
+* ``adgp_mixed`` — ``adgp`` with the twin stopped, and v and the noise chosen, on a validation part that is half a
+  covariate-shifted slab and half random rows (the library's ``mixed`` recipe).
 * ``adgp_ensemble`` — :data:`experiments.methods.nn.ENSEMBLE_SIZE` ADGPs, one from each ensemble member's network.
 """
 
@@ -139,6 +141,14 @@ def predict_adgp_slab(data: SplitData, budget: Budget, networks: Optional[Networ
     if not budget.converged:
         raise ValueError(f"adgp_slab needs a converged budget (its validation part); got {budget.name!r}")
     return _adgp("twin", replace(data, validation_kind="slab"), budget, networks)
+
+
+def predict_adgp_mixed(data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Prediction:
+    """``adgp`` with the validation part half a covariate-shifted slab and half random rows of the training split
+    (``SplitData.validation_kind="mixed"``; the ``mixed`` recipe of :data:`activated_dgp.training.STAGE2_RECIPES`)."""
+    if not budget.converged:
+        raise ValueError(f"adgp_mixed needs a converged budget (its validation part); got {budget.name!r}")
+    return _adgp("twin", replace(data, validation_kind="mixed"), budget, networks)
 
 
 def predict_plain_adgp(data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Prediction:

@@ -87,6 +87,14 @@ def predict_nn_slab_ts(data: SplitData, budget: Budget, networks: Optional[Netwo
     return _temperature_scaled("twin", replace(data, validation_kind="slab"), budget, networks)
 
 
+def predict_nn_mixed_ts(data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Prediction:
+    """``nn_ts`` on ``adgp_mixed``'s network, its temperature fitted on the same half-shifted validation part: the
+    control that tells the part's effect from the GP's."""
+    if not budget.converged:
+        raise ValueError(f"nn_mixed_ts needs a converged budget (its validation part); got {budget.name!r}")
+    return _temperature_scaled("twin", replace(data, validation_kind="mixed"), budget, networks)
+
+
 def predict_relu_ts(data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Prediction:
     if not budget.converged:
         raise ValueError(f"relu_ts needs a converged budget (its validation part); got {budget.name!r}")

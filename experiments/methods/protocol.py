@@ -97,12 +97,13 @@ class SplitData:
     y_test: np.ndarray
     y_scale: float
     seed: int
-    validation_kind: str = "random"  # how the validation part is cut: "random", or "slab" (the *_slab methods)
+    validation_kind: str = "random"  # how the validation part is cut: "random", "slab" or "mixed" (the *_slab, *_mixed methods)
 
     def validation_split(self):
         """(X_fit, y_fit), (X_val, y_val): the seeded 10 % validation part of the training split that every method of
         the converged protocol stops on (the same rows for every method), or, for ``validation_kind="slab"``, a
-        covariate-shifted slab of the same size (:func:`activated_dgp.training.split_validation`)."""
+        covariate-shifted slab of the same size, or for ``"mixed"`` half of each
+        (:func:`activated_dgp.training.split_validation`)."""
         from activated_dgp.training import split_validation
 
         return split_validation(self.X_train, self.y_train, VALIDATION_FRACTION, self.seed, kind=self.validation_kind)

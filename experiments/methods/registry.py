@@ -13,15 +13,15 @@ import tf_keras
 
 from activated_dgp.metrics import regression_metrics
 from experiments.methods.adgp import (predict_adgp, predict_adgp_elbo, predict_adgp_ensemble, predict_adgp_floor,
-                                      predict_adgp_paper, predict_adgp_slab, predict_plain_adgp, predict_relu_adgp, predict_relu_adgp_kl,
-                                      predict_relu_bare)
+                                      predict_adgp_mixed, predict_adgp_paper, predict_adgp_slab, predict_plain_adgp,
+                                      predict_relu_adgp, predict_relu_adgp_kl, predict_relu_bare)
 from experiments.methods.dgp import predict_dgp
 from experiments.methods.dropout import predict_dropout
 from experiments.methods.lla import (LLA_EXACT_MAX_PARAMETERS, predict_lla_exact, predict_lla_last_layer,
                                      predict_lla_neuralef, predict_lla_neuralef_evidence, predict_relu_lla_kron, twin_parameter_count)
 from experiments.methods.networks import NetworkCache
-from experiments.methods.nn import (predict_ensemble, predict_ensemble_nll, predict_nn, predict_nn_slab_ts, predict_nn_ts, predict_plain, predict_relu,
-                                    predict_relu_ts, predict_relu_tuned_ts)
+from experiments.methods.nn import (predict_ensemble, predict_ensemble_nll, predict_nn, predict_nn_mixed_ts, predict_nn_slab_ts,
+                                    predict_nn_ts, predict_plain, predict_relu, predict_relu_ts, predict_relu_tuned_ts)
 from experiments.methods.protocol import Budget, Prediction, SplitData
 from experiments.methods.scoring import shift_diagnostics
 
@@ -50,6 +50,8 @@ METHODS: Dict[str, Callable[[SplitData, Budget, NetworkCache], Prediction]] = {
     "relu_adgp_kl": predict_relu_adgp_kl,
     "adgp_slab": predict_adgp_slab,
     "nn_slab_ts": predict_nn_slab_ts,
+    "adgp_mixed": predict_adgp_mixed,
+    "nn_mixed_ts": predict_nn_mixed_ts,
     "ensemble_nll": predict_ensemble_nll,
     "relu_lla_kron": predict_relu_lla_kron,
 }
@@ -78,6 +80,8 @@ LABELS = {
     "relu_adgp_kl": "ReLU→ADGP (made convertible, KL-penalised)",
     "adgp_slab": "ADGP slab-v",
     "nn_slab_ts": "NN+TS slab",
+    "adgp_mixed": "ADGP mixed-v",
+    "nn_mixed_ts": "NN+TS mixed",
     "ensemble_nll": "NLL Ensemble",
     "relu_lla_kron": "ReLU LLA KFAC",
 }

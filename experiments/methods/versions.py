@@ -35,6 +35,10 @@ RELU_METHODS = ("relu", "relu_ts", "relu_tuned_ts", "relu_bare", "relu_adgp", "r
 #: the shifted-validation screen: the twin stopped, and ADGP's v and noise (or NN+TS's temperature) chosen, on a
 #: covariate-shifted slab of the training split instead of a random part
 SLAB_METHODS = ("adgp_slab", "nn_slab_ts")
+#: the half-shifted validation screen: as SLAB_METHODS, on a part that is half a slab and half random rows
+MIXED_METHODS = ("adgp_mixed", "nn_mixed_ts")
+#: the methods of the shifted-validation screens, tabled apart from the study's methods
+SHIFTED_VALIDATION_METHODS = SLAB_METHODS + MIXED_METHODS
 _FIRST = 2  # v2: every method as first recorded (no record of an earlier version counts)
 #: Each method's versions: the protocol versions that changed its definition (or, for a method added later, the one
 #: that introduced it); ``"network"`` is stage-1 training, which keys the saved networks. Why each version changed
@@ -48,7 +52,7 @@ METHOD_VERSIONS: Dict[str, tuple] = {
     "dgp": (_FIRST, 5),
     "plain": (_FIRST,), "lla_last_layer": (_FIRST,), "lla_exact": (_FIRST,), "lla_neuralef": (_FIRST,),
     "lla_neuralef_evidence": (_FIRST,),
-    "ensemble_nll": (_FIRST,), "relu_lla_kron": (_FIRST,), **{name: (_FIRST,) for name in SLAB_METHODS},
+    "ensemble_nll": (_FIRST,), "relu_lla_kron": (_FIRST,), **{name: (_FIRST,) for name in SHIFTED_VALIDATION_METHODS},
     **{name: (6,) for name in RECIPE_METHODS + ENSEMBLE_METHODS + RELU_METHODS},
 }
 _LEGACY = re.compile(r"^(?P<gap>gap:)?(?P<budget>[^:]+):nn(?P<nn>\d+):dgp(?P<dgp>\d+):mc(?P<mc>\d+):"

@@ -27,7 +27,7 @@ from experiments.harness.study import records_path
 from experiments.harness.store import record_files
 import experiments.methods as methods
 from experiments.methods.data import DATASET_ORDER, canonical_datasets, prepare_split, use_fixed
-from experiments.methods.versions import RELU_METHODS as RELU_PROTOCOL_METHODS, SLAB_METHODS, record_settings
+from experiments.methods.versions import RELU_METHODS as RELU_PROTOCOL_METHODS, SHIFTED_VALIDATION_METHODS, record_settings
 
 KEY = ("dataset", "method", "split")
 METRICS = ("rmse", "nlpd", "rmse_original", "nlpd_original")
@@ -42,7 +42,7 @@ ENSEMBLE_METHODS = ("adgp_ensemble",)  # run when named
 RELU_METHODS = RELU_PROTOCOL_METHODS
 #: baselines trained as their papers train them, run when named: the deep ensemble on the Gaussian NLL
 PAPER_BASELINES = ("ensemble_nll",)
-METHOD_ORDER = DEFAULT_METHODS + PAPER_BASELINES + LLA_METHODS + RECIPE_METHODS + ENSEMBLE_METHODS + RELU_METHODS + SLAB_METHODS
+METHOD_ORDER = DEFAULT_METHODS + PAPER_BASELINES + LLA_METHODS + RECIPE_METHODS + ENSEMBLE_METHODS + RELU_METHODS + SHIFTED_VALIDATION_METHODS
 #: The split protocols of ``--splits-kind`` (activated_dgp.data.uci.SPLIT_PROTOCOLS): "published", the fixed 90/10
 #: splits (random ones where a set has none); "gap", one split per input feature (the middle third held out).
 SPLITS_KINDS = ("published", "gap")

@@ -10,8 +10,10 @@ import numpy as np
 from experiments.harness.statistics import standard_error
 from experiments.methods import LABELS
 from experiments.methods.data import in_order
-from experiments.uci.cells import GAP_DEFAULT_MAX_SPLITS, METHOD_ORDER, SLAB_METHODS
+from experiments.methods.versions import MIXED_METHODS
+from experiments.uci.cells import GAP_DEFAULT_MAX_SPLITS, METHOD_ORDER, SHIFTED_VALIDATION_METHODS
 from experiments.uci.sections import method_columns, metric_table, protocol_lines, seconds_table
+from experiments.uci.mixed_screen import mixed_screen_markdown, published_records
 from experiments.uci.slab_screen import slab_screen_markdown
 from experiments.uci.summary import paired
 from experiments.uci.verdicts import _within_one_se
@@ -257,8 +259,8 @@ def gap_markdown(rows: Sequence[Dict], records: Sequence[Dict]) -> str:
     """The gap page's block: the best method per set first (NLPD and RMSE in original units, over the splits every
     method shares), then each metric's table, the shift diagnosis, the published columns and the seconds."""
     screen = records
-    records = [r for r in records if r["method"] not in SLAB_METHODS]  # the screen's methods have their own table
-    rows = [r for r in rows if r["method"] not in SLAB_METHODS]
+    records = [r for r in records if r["method"] not in SHIFTED_VALIDATION_METHODS]  # the screens' methods: their own tables
+    rows = [r for r in rows if r["method"] not in SHIFTED_VALIDATION_METHODS]
     datasets = in_order({r["dataset"] for r in rows})
     methods = [m for m in METHOD_ORDER if any(r["method"] == m for r in rows)]
     table = {(r["dataset"], r["method"]): r for r in rows}
@@ -278,6 +280,8 @@ def gap_markdown(rows: Sequence[Dict], records: Sequence[Dict]) -> str:
     out += gap_diagnosis_markdown(records, datasets, methods)
     out += slab_screen_markdown(screen)
     out += gap_targets_markdown(screen, datasets, "adgp_slab")
+    if any(r["method"] in MIXED_METHODS for r in screen):  # the half-shifted screen also reads the published splits
+        out += mixed_screen_markdown(screen, published_records())
     out += published_gap_markdown(in_order(set(PUBLISHED_GAP) | set(datasets)))
     out += published_baselines_markdown(records, datasets)
     out += seconds_table(table, datasets, methods)
