@@ -307,3 +307,16 @@ def test_the_half_shifted_screen_needs_all_three_checks_on_two_sets_and_every_ce
     fixed.append(_record("energy", "adgp_mixed", 4, 0.5, 1.08))
     assert "the rule needs 2: passes: the candidate for the confirmation runs" in "\n".join(mixed_screen_markdown(gap, fixed))
     assert mixed_screen_markdown([], []) == []
+
+
+def test_the_best_per_set_table_counts_the_winners_and_ranks_adgp():
+    from experiments.uci.gap import _best_by_set
+
+    records = []
+    for k in range(2):  # A: DGP 1.0 < ADGP 2.0 < NN 3.0; B: NN 0.5 < DGP 1.0 < ADGP 4.0 (means over two splits)
+        records += [_record("A", "dgp", k, 1.0, 1.0), _record("A", "adgp", k, 2.0 + k - 0.5, 1.0), _record("A", "nn", k, 3.0, 1.0),
+                    _record("B", "nn", k, 0.5, 1.0), _record("B", "dgp", k, 1.0, 1.0), _record("B", "adgp", k, 4.0, 1.0)]
+    lines = _best_by_set(records, ["A", "B"], "nlpd")
+    assert lines[0].startswith("| A | 2 | **DGP** 1.000 | ADGP (+1.000 ± 0.500) |")
+    assert lines[1].startswith("| B | 2 | **NN** 0.500 | DGP (+0.500 ± 0.000) |")
+    assert lines[-1] == "Best on 2 sets: DGP on 1; NN on 1. ADGP's rank among the methods compared: A 2 of 3, B 3 of 3."

@@ -97,8 +97,9 @@ PUBLISHED_GAP_METHODS = ('NN (SGD)', 'MC dropout', 'deep ensemble', 'MFVI', 'DUN
 
 def _best_by_set(records: Sequence[Dict], datasets: Sequence[str], metric: str) -> List[str]:
     """Per dataset, over the splits that every method with the set's full count of splits has: the method with the lowest mean ``metric`` and, for
-    the runner-up, the mean paired split difference (runner-up − best) ± its paired standard error."""
-    lines = []
+    the runner-up, the mean paired split difference (runner-up − best) ± its paired standard error; after the table,
+    how often each method is the best and the default ADGP's rank on each set."""
+    lines, best_of, ranks = [], {}, []
     for d in datasets:
         counts = {m: len({r["split"] for r in records if r["dataset"] == d and r["method"] == m}) for m in METHOD_ORDER}
         # the methods with as many splits as the set's most complete one: one still running does not shrink the comparison
@@ -110,12 +111,19 @@ def _best_by_set(records: Sequence[Dict], datasets: Sequence[str], metric: str) 
         values = {m: np.array([by_split(records, d, m)[k][metric] for k in shared]) for m in methods}
         ranked = sorted(methods, key=lambda m: float(values[m].mean()))
         best = ranked[0]
+        best_of.setdefault(best, []).append(d)
+        if "adgp" in ranked:
+            ranks.append(f"{d} {ranked.index('adgp') + 1} of {len(ranked)}")
         text = "—"
         if len(ranked) > 1:
             delta = values[ranked[1]] - values[best]
             se = standard_error(delta)
             text = f"{LABELS[ranked[1]]} (+{delta.mean():.3f}" + (f" ± {se:.3f})" if np.isfinite(se) else ")")
         lines.append(f"| {d} | {len(shared)} | **{LABELS[best]}** {values[best].mean():.3f} | {text} |")
+    if best_of:
+        tally = "; ".join(f"{LABELS[m]} on {len(sets)}" for m, sets in sorted(best_of.items(), key=lambda item: -len(item[1])))
+        lines += ["", f"Best on {sum(map(len, best_of.values()))} sets: {tally}."
+                  + (f" {LABELS['adgp']}'s rank among the methods compared: {', '.join(ranks)}." if ranks else "")]
     return lines
 
 
