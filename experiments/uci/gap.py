@@ -15,7 +15,7 @@ from experiments.uci.cells import GAP_DEFAULT_MAX_SPLITS, METHOD_ORDER, SHIFTED_
 from experiments.uci.sections import method_columns, metric_table, protocol_lines, seconds_table
 from experiments.uci.mixed_screen import mixed_screen_markdown, published_records
 from experiments.uci.slab_screen import slab_screen_markdown
-from experiments.uci.summary import paired
+from experiments.uci.summary import geometric_means, paired
 from experiments.uci.verdicts import _within_one_se
 from experiments.uci.summary import by_split, shared_splits
 
@@ -127,12 +127,6 @@ def _best_by_set(records: Sequence[Dict], datasets: Sequence[str], metric: str) 
     return lines
 
 
-def _geometric_means(lists: Sequence[Sequence[float]]) -> str:
-    """Per layer, the geometric mean over splits of the chosen kernel variances (lists of equal length)."""
-    array = np.array([list(v) for v in lists], dtype=np.float64)
-    return ", ".join(f"{np.exp(np.mean(np.log(column))):.2g}" for column in array.T)
-
-
 def gap_diagnosis_markdown(records: Sequence[Dict], datasets: Sequence[str], methods: Sequence[str]) -> List[str]:
     """The shift diagnosis: per method, the mean test predictive σ and the share of test points with |z| > 3,
     z = (y − μ)/σ of the predictive mixture; for ADGP also the kernel variance v chosen per layer (geometric mean over
@@ -159,7 +153,7 @@ def gap_diagnosis_markdown(records: Sequence[Dict], datasets: Sequence[str], met
             if not have:
                 continue
             test, train = np.array([r["test_std"] for r in have]), np.array([r["extra"]["train_std"] for r in have])
-            out.append(f"| {d} | {len(have)} | {_geometric_means([r['extra']['kernel_variances'] for r in have])} | "
+            out.append(f"| {d} | {len(have)} | {geometric_means([r['extra']['kernel_variances'] for r in have])} | "
                        f"{test.mean():.3f} | {train.mean():.3f} | {np.mean(test / train):.2f} | "
                        f"{np.mean([r['z_above_3'] for r in have]):.3f} |")
         out.append("")

@@ -117,3 +117,9 @@ def older_versions(records: Sequence[Dict]) -> List[str]:
         if version < current and r["dataset"] not in older.setdefault((r["method"], version), []):
             older[(r["method"], version)].append(r["dataset"])
     return [f"{LABELS[m]} (v{v}): " + ("every set" if set(d) == every else ", ".join(sorted(d))) for (m, v), d in sorted(older.items())]
+
+
+def geometric_means(lists: Sequence[Sequence[float]]) -> str:
+    """Per layer, the geometric mean over splits of the chosen kernel variances (lists of equal length)."""
+    array = np.array([list(v) for v in lists], dtype=np.float64)
+    return ", ".join(f"{np.exp(np.mean(np.log(column))):.2g}" for column in array.T)

@@ -12,7 +12,7 @@ from activated_dgp.metrics import homoscedastic_gaussian_nlpd
 from experiments.harness.statistics import standard_error
 from experiments.methods import LABELS
 from experiments.methods.data import in_order
-from experiments.uci.summary import by_split, paired, shared_splits
+from experiments.uci.summary import by_split, geometric_means, paired, shared_splits
 
 
 def claims(records: Sequence[Dict]) -> List[str]:
@@ -100,8 +100,19 @@ def claims(records: Sequence[Dict]) -> List[str]:
     line = _mean_gain_claim(records, datasets, "lla_neuralef", "nn", "LLA NeuralEF's NLPD gain over NN (NN's mean NLPD − LLA NeuralEF's, shared splits)")
     if line:
         lines.append(line)
-    for other, text in (("ensemble", "ADGP ensemble NLPD − the network ensemble's"), ("dgp", "ADGP ensemble NLPD − classic DGP's")):
-        line = _paired_difference_claim(records, datasets, "adgp_ensemble", other, text)
+    chosen = [f"{d} {geometric_means(v)}" for d in datasets
+              if (v := [r["extra"]["kernel_variances"] for r in records if r["dataset"] == d and r["method"] == "adgp"
+                        and r.get("extra", {}).get("kernel_variances")])]
+    if chosen:
+        lines.append("- ADGP's kernel variance v chosen per layer on the validation part (geometric mean over splits; "
+                     "the GP's prior variance in a layer is v times its kernel's, the noise's σ² is chosen with it): " + "; ".join(chosen))
+    for method, other, text in (
+        ("adgp", "nn_ts", "ADGP NLPD − NN+TS's (how large the default's wins over temperature scaling are)"),
+        ("relu_adgp", "relu_ts", "ReLU→ADGP (made convertible) NLPD − ReLU NN+TS's"),
+        ("adgp_ensemble", "ensemble", "ADGP ensemble NLPD − the network ensemble's"),
+        ("adgp_ensemble", "dgp", "ADGP ensemble NLPD − classic DGP's"),
+    ):
+        line = _paired_difference_claim(records, datasets, method, other, text)
         if line:
             lines.append(line)
     return lines
