@@ -296,7 +296,7 @@ def test_the_half_shifted_screen_needs_all_three_checks_on_two_sets_and_every_ce
             published += [_record(dataset, "adgp_mixed", k, pub_nlpd, 1.08 + rmse_above), _record(dataset, "nn_ts", k, 0.7, 1.0),
                           _record(dataset, "nn", k, 1.0, nn_rmse[k])]
     text = "\n".join(mixed_screen_markdown(gap, published))
-    assert "| yacht | 0.500 vs 0.700 (4) ✓ | 0.500 vs 0.700 (5) ✓ | 1.120 vs 1.080 (5) ✓ | 0.800 (4) | yes |" in text
+    assert "| yacht | 0.500 vs 0.700 (4) ✓ | 0.500 vs 0.700 (5) ✓ | 1.120 vs 1.080 (5) ✓ | 0.800 (4) | — | yes |" in text
     assert "| bostonHousing | 0.900 vs 0.700 (4) ✗ |" in text and "| energy |" in text and "1.140 vs 1.080 (5) ✗" in text
     assert "passes on 1 of 3 sets (yacht); the rule needs 2: fails: the per-likelihood default stays" in text
     # energy within its standard error, but one published cell missing: not judged until it is recorded
@@ -307,6 +307,10 @@ def test_the_half_shifted_screen_needs_all_three_checks_on_two_sets_and_every_ce
     fixed.append(_record("energy", "adgp_mixed", 4, 0.5, 1.08))
     assert "the rule needs 2: passes: the candidate for the confirmation runs" in "\n".join(mixed_screen_markdown(gap, fixed))
     assert mixed_screen_markdown([], []) == []
+    # the GP's σ in the gaps over its σ on training rows, averaged over the screen's gap splits
+    for k, r in enumerate(r for r in gap if r["dataset"] == "yacht" and r["method"] == "adgp_mixed"):
+        r.update(test_std=1.0 + k, extra={"train_std": 0.5})  # ratios 2, 4, 6, 8: mean 5
+    assert "| 0.800 (4) | 5.00 | yes |" in "\n".join(mixed_screen_markdown(gap, fixed))
 
 
 def test_the_best_per_set_table_counts_the_winners_and_ranks_adgp():

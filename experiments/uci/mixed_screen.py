@@ -75,7 +75,11 @@ def _set_verdict(gap: Sequence[Dict], published: Sequence[Dict], dataset: str, m
         checks[name] = mine < theirs if field == "nlpd" else bool(mine <= theirs or (np.isfinite(se) and mine - theirs <= se))
         cells[name] = (mine, theirs, se, len(shared))
     control = _means(gap, dataset, "adgp_mixed", "nn_mixed_ts", GAP_SPLITS, "nlpd")
-    return {"checks": checks, "cells": cells, "complete": complete, "control": control}
+    # does the GP stay on in the gaps: its predictive σ on the gap points against that on training rows
+    ratios = [r["test_std"] / r["extra"]["train_std"] for k, r in by_split(gap, dataset, method).items()
+              if k < GAP_SPLITS and r.get("extra", {}).get("train_std")]
+    return {"checks": checks, "cells": cells, "complete": complete, "control": control,
+            "ratio": float(np.mean(ratios)) if ratios else None}
 
 
 def _cell(cells: Dict, name: str, check) -> str:
@@ -94,9 +98,9 @@ def mixed_screen_markdown(gap: Sequence[Dict], published: Sequence[Dict]) -> Lis
            "the rule in `experiments/uci/mixed_screen.py`): (a) gap splits 0–3, its mean NLPD vs NN+TS's; (b) published "
            "splits 0–4, its mean NLPD vs NN+TS's; (c) the same published splits, its mean RMSE vs the NN's, which it "
            f"passes within one NN standard error; beside them the control {LABELS['nn_mixed_ts']}'s gap NLPD "
-           "(shared splits in brackets)", "",
-           f"| dataset | (a) gap NLPD | (b) published NLPD | (c) published RMSE | {LABELS['nn_mixed_ts']} gap NLPD | passes |",
-           "|---|---|---|---|---|---|"]
+           "(shared splits in brackets), and its σ on the gap points over its σ on training rows", "",
+           f"| dataset | (a) gap NLPD | (b) published NLPD | (c) published RMSE | {LABELS['nn_mixed_ts']} gap NLPD | σ gap / σ train | passes |",
+           "|---|---|---|---|---|---|---|"]
     passes, complete = [], True
     for dataset in SCREEN_SETS:
         v = _set_verdict(gap, published, dataset)
@@ -106,7 +110,8 @@ def mixed_screen_markdown(gap: Sequence[Dict], published: Sequence[Dict]) -> Lis
             passes.append(dataset)
         control = "—" if v["control"] is None else f"{v['control'][1]:.3f} ({len(v['control'][3])})"
         out.append(f"| {dataset} | " + " | ".join(_cell(v["cells"], k, v["checks"][k]) for k in "abc")
-                   + f" | {control} | {'yes' if ok else 'no'}{'' if v['complete'] else ' (incomplete)'} |")
+                   + f" | {control} | {'—' if v['ratio'] is None else format(v['ratio'], '.2f')} | "
+                   f"{'yes' if ok else 'no'}{'' if v['complete'] else ' (incomplete)'} |")
     reference = []
     for method in REFERENCE_METHODS:  # the recipes measured before, judged by the same rule
         verdicts = {d: _set_verdict(gap, published, d, method) for d in SCREEN_SETS}
