@@ -91,7 +91,8 @@ def test_bad_splits_name_the_problem():
         stage2_recipe("validation", validation_split="middle")
 
 
-def test_the_slab_recipe_holds_out_a_slab_and_names_itself():
+@pytest.mark.parametrize("recipe", ["slab", "mixed"])
+def test_the_shifted_recipes_hold_out_their_part_and_name_themselves(recipe):
     rng = np.random.default_rng(0)
     X = rng.uniform(-2, 2, size=(200, 2))
     Y = np.sin(X[:, :1]) + 0.05 * rng.normal(size=(200, 1))
@@ -101,8 +102,8 @@ def test_the_slab_recipe_holds_out_a_slab_and_names_itself():
     network.fit(X, Y, epochs=5, verbose=0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        result = train_two_stage(X, Y, network=network, recipe="slab", seed=3, dgp_schedule=TrainingSchedule(epochs=1, verbose=0))
-    assert result.recipe == "slab"
-    # the DGP trained on the fit part only: the slab's 20 rows, as split_validation cuts them with the same seed
-    (X_fit, _), _ = split_validation(X, Y, 0.1, seed=3, kind="slab")
+        result = train_two_stage(X, Y, network=network, recipe=recipe, seed=3, dgp_schedule=TrainingSchedule(epochs=1, verbose=0))
+    assert result.recipe == recipe
+    # the DGP trained on the fit part only: the part's 20 rows, as split_validation cuts them with the same seed
+    (X_fit, _), _ = split_validation(X, Y, 0.1, seed=3, kind=recipe)
     assert result.dgp.num_data == len(X_fit) == 180
