@@ -284,6 +284,7 @@ def gap_markdown(rows: Sequence[Dict], records: Sequence[Dict]) -> str:
     out += gap_targets_markdown(screen, datasets, "adgp_slab")
     if any(r["method"] in MIXED_METHODS for r in screen):  # the half-shifted screen also reads the published splits
         out += mixed_screen_markdown(screen, published_records())
+    out += gap_targets_markdown(screen, datasets, "adgp_mixed")
     out += published_gap_markdown(in_order(set(PUBLISHED_GAP) | set(datasets)))
     out += published_baselines_markdown(records, datasets)
     out += seconds_table(table, datasets, methods)
