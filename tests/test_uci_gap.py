@@ -324,3 +324,13 @@ def test_the_best_per_set_table_counts_the_winners_and_ranks_adgp():
     assert lines[0].startswith("| A | 2 | **DGP** 1.000 | ADGP (+1.000 ± 0.500) |")
     assert lines[1].startswith("| B | 2 | **NN** 0.500 | DGP (+0.500 ± 0.000) |")
     assert lines[-1] == "Best on 2 sets: DGP on 1; NN on 1. ADGP's rank among the methods compared: A 2 of 3, B 3 of 3."
+
+
+def test_the_kept_start_claim_counts_cells_whose_best_step_is_zero():
+    from experiments.uci.verdicts import _kept_start_claim
+
+    records = [{"dataset": "A", "method": "adgp", "split": k, "extra": {"dgp": {"best_step": s}}} for k, s in enumerate((0, 0, 150))]
+    records += [{"dataset": "B", "method": "adgp", "split": 0, "extra": {"dgp": {"best_step": 0}}},
+                {"dataset": "B", "method": "adgp", "split": 1, "extra": {}}]  # no stage-2 summary: not counted
+    line = _kept_start_claim(records, ["A", "B"])
+    assert line.endswith("on 3 of 4 cells: A 2 of 3, B 1 of 1")

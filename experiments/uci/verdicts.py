@@ -100,6 +100,9 @@ def claims(records: Sequence[Dict]) -> List[str]:
     line = _mean_gain_claim(records, datasets, "lla_neuralef", "nn", "LLA NeuralEF's NLPD gain over NN (NN's mean NLPD − LLA NeuralEF's, shared splits)")
     if line:
         lines.append(line)
+    line = _kept_start_claim(records, datasets)
+    if line:
+        lines.append(line)
     chosen = [f"{d} {geometric_means(v)}" for d in datasets
               if (v := [r["extra"]["kernel_variances"] for r in records if r["dataset"] == d and r["method"] == "adgp"
                         and r.get("extra", {}).get("kernel_variances")])]
@@ -172,6 +175,22 @@ def _paired_difference_claim(records: Sequence[Dict], datasets: Sequence[str], m
     groups = "; ".join(f"{label}: {', '.join(names) if names else 'none'}" for label, names in (
         ("more than one paired SE below", below), ("more than one paired SE above", above), ("within one SE", within)))
     return f"- {text} (mean of paired split differences ± paired SE, shared splits): " + ", ".join(parts) + f". {groups}"
+
+
+def _kept_start_claim(records: Sequence[Dict], datasets: Sequence[str], method: str = "adgp") -> Optional[str]:
+    """On how many of ``method``'s cells early-stopped stage 2 restored its start (best validation check at step 0,
+    ``extra.dgp.best_step``): there the fit is the converted network with the v and noise chosen before stage 2."""
+    kept, total, per_set = 0, 0, []
+    for d in datasets:
+        steps = [r["extra"]["dgp"]["best_step"] for r in records if r["dataset"] == d and r["method"] == method
+                 and r.get("extra", {}).get("dgp", {}).get("best_step") is not None]
+        if steps:
+            kept, total = kept + sum(s == 0 for s in steps), total + len(steps)
+            per_set.append(f"{d} {sum(s == 0 for s in steps)} of {len(steps)}")
+    if not total:
+        return None
+    return (f"- {LABELS[method]}'s stage 2 kept its start (best validation check at step 0, so the fit is the converted "
+            f"network with the v and noise chosen before stage 2) on {kept} of {total} cells: " + ", ".join(per_set))
 
 
 def _mean_gain_claim(records: Sequence[Dict], datasets: Sequence[str], method: str, other: str, text: str) -> Optional[str]:
