@@ -100,9 +100,10 @@ def claims(records: Sequence[Dict]) -> List[str]:
     line = _mean_gain_claim(records, datasets, "lla_neuralef", "nn", "LLA NeuralEF's NLPD gain over NN (NN's mean NLPD − LLA NeuralEF's, shared splits)")
     if line:
         lines.append(line)
-    line = _kept_start_claim(records, datasets)
-    if line:
-        lines.append(line)
+    for method in ("adgp", "relu_adgp"):
+        line = _kept_start_claim(records, datasets, method)
+        if line:
+            lines.append(line)
     chosen = [f"{d} {geometric_means(v)}" for d in datasets
               if (v := [r["extra"]["kernel_variances"] for r in records if r["dataset"] == d and r["method"] == "adgp"
                         and r.get("extra", {}).get("kernel_variances")])]
