@@ -24,7 +24,6 @@ stage-2 recipe; and an ensemble of them.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Dict, Optional
 
 import numpy as np
@@ -36,7 +35,7 @@ from activated_dgp.training import STAGE2_RECIPES as LIBRARY_RECIPES
 from experiments.methods.dgp import dgp_mixture, elbo_fit_summary
 from experiments.methods.networks import NetworkCache, fine_tuning_steps, fit_network, network_mean, training_mse
 from experiments.methods.nn import ENSEMBLE_SIZE
-from experiments.methods.protocol import Budget, Prediction, SplitData, fit_parts, protocol_schedule
+from experiments.methods.protocol import Budget, Prediction, SplitData, fit_parts, protocol_schedule, shifted_validation
 from experiments.methods.scoring import mixture_mean_std
 
 #: The floor of ``adgp_floor``: the library's ``floor`` recipe (why 1e-2: ``activated_dgp.training.recipes.FLOOR``).
@@ -138,17 +137,13 @@ def predict_adgp_slab(data: SplitData, budget: Budget, networks: Optional[Networ
     """``adgp`` with the validation part a covariate-shifted slab of the training split (``SplitData.validation_kind``):
     the twin stops early on it, and the library's validation recipe chooses v and the noise on it (the ``slab``
     recipe of :data:`activated_dgp.training.STAGE2_RECIPES`)."""
-    if not budget.converged:
-        raise ValueError(f"adgp_slab needs a converged budget (its validation part); got {budget.name!r}")
-    return _adgp("twin", replace(data, validation_kind="slab"), budget, networks)
+    return _adgp("twin", shifted_validation(data, budget, "slab", "adgp_slab"), budget, networks)
 
 
 def predict_adgp_mixed(data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Prediction:
     """``adgp`` with the validation part half a covariate-shifted slab and half random rows of the training split
     (``SplitData.validation_kind="mixed"``; the ``mixed`` recipe of :data:`activated_dgp.training.STAGE2_RECIPES`)."""
-    if not budget.converged:
-        raise ValueError(f"adgp_mixed needs a converged budget (its validation part); got {budget.name!r}")
-    return _adgp("twin", replace(data, validation_kind="mixed"), budget, networks)
+    return _adgp("twin", shifted_validation(data, budget, "mixed", "adgp_mixed"), budget, networks)
 
 
 def predict_plain_adgp(data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Prediction:

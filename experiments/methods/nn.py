@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Optional
 
 import numpy as np
@@ -25,7 +24,7 @@ import tf_keras
 from activated_dgp.training import fine_tuning_schedule, train_network
 from experiments.methods.networks import (NetworkCache, batched, fit_network, fine_tuning_steps, fit_twin, mean_and_variance, network_mean,
                                           training_mse)
-from experiments.methods.protocol import Budget, Prediction, SplitData, fit_parts
+from experiments.methods.protocol import Budget, Prediction, SplitData, fit_parts, shifted_validation
 
 ENSEMBLE_SIZE = 5
 
@@ -82,17 +81,13 @@ def predict_nn_ts(data: SplitData, budget: Budget, networks: Optional[NetworkCac
 def predict_nn_slab_ts(data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Prediction:
     """``nn_ts`` on ``adgp_slab``'s network, its temperature fitted on the same covariate-shifted slab: the control
     that tells the slab's effect from the GP's."""
-    if not budget.converged:
-        raise ValueError(f"nn_slab_ts needs a converged budget (its validation part); got {budget.name!r}")
-    return _temperature_scaled("twin", replace(data, validation_kind="slab"), budget, networks)
+    return _temperature_scaled("twin", shifted_validation(data, budget, "slab", "nn_slab_ts"), budget, networks)
 
 
 def predict_nn_mixed_ts(data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Prediction:
     """``nn_ts`` on ``adgp_mixed``'s network, its temperature fitted on the same half-shifted validation part: the
     control that tells the part's effect from the GP's."""
-    if not budget.converged:
-        raise ValueError(f"nn_mixed_ts needs a converged budget (its validation part); got {budget.name!r}")
-    return _temperature_scaled("twin", replace(data, validation_kind="mixed"), budget, networks)
+    return _temperature_scaled("twin", shifted_validation(data, budget, "mixed", "nn_mixed_ts"), budget, networks)
 
 
 def predict_relu_ts(data: SplitData, budget: Budget, networks: Optional[NetworkCache] = None) -> Prediction:

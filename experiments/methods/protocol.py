@@ -14,7 +14,7 @@ whole training part for a fixed number of steps, as before.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Dict, Tuple
 
 import numpy as np
@@ -110,6 +110,14 @@ class SplitData:
 
 
 Prediction = Tuple[np.ndarray, np.ndarray, Dict]  # means [S, N], variances [S, N], extra fields
+
+
+def shifted_validation(data: SplitData, budget: Budget, kind: str, method: str) -> SplitData:
+    """The split with its validation part cut by ``kind`` ("slab", "mixed") for ``method``, one of the shifted-validation
+    methods, which need a converged budget (a budget without a validation part is a clear error)."""
+    if not budget.converged:
+        raise ValueError(f"{method} needs a converged budget (its validation part); got {budget.name!r}")
+    return replace(data, validation_kind=kind)
 
 
 def fit_parts(data: SplitData, budget: Budget):

@@ -25,11 +25,11 @@ from typing import Dict, List, Sequence
 
 import numpy as np
 
-from experiments.harness.statistics import standard_error
 from experiments.harness.store import ResultStore
 from experiments.methods import LABELS
 from experiments.uci.cells import KEY, record_kind, upgrade
-from experiments.uci.summary import by_split, select_records, view
+from experiments.uci.summary import by_split, paired, select_records, view
+from experiments.uci.verdicts import within_one_se
 
 SCREEN_SETS = ("yacht", "bostonHousing", "energy")
 GAP_SPLITS = 4  # gap splits 0..3 of each screened set
@@ -52,14 +52,12 @@ def published_records(out: Path = PUBLISHED_OUT) -> List[Dict]:
 
 
 def _means(records: Sequence[Dict], dataset: str, method: str, other: str, splits: int, field: str):
-    """(method's mean, other's mean, other's standard error, shared splits) of ``field`` over the shared splits < ``splits``."""
-    mine, theirs = by_split(records, dataset, method), by_split(records, dataset, other)
-    shared = sorted(k for k in set(mine) & set(theirs) if k < splits)
-    if not shared:
+    """(method's mean, other's mean, other's standard error, number of shared splits) of ``field`` over the splits
+    < ``splits`` that both have (:func:`~experiments.uci.summary.paired`); None when they share none."""
+    rows = paired([r for r in records if r["split"] < splits], dataset, (method, other))
+    if method not in rows or other not in rows:
         return None
-    a, b = np.array([mine[k][field] for k in shared]), np.array([theirs[k][field] for k in shared])
-    se = float(standard_error(b))
-    return float(a.mean()), float(b.mean()), se, shared
+    return rows[method][f"{field}_mean"], rows[other][f"{field}_mean"], rows[other][f"{field}_se"], rows[other]["splits"]
 
 
 def _set_verdict(gap: Sequence[Dict], published: Sequence[Dict], dataset: str, method: str = "adgp_mixed") -> Dict:
@@ -71,9 +69,9 @@ def _set_verdict(gap: Sequence[Dict], published: Sequence[Dict], dataset: str, m
             checks[name], complete = None, False
             continue
         mine, theirs, se, shared = found
-        complete &= len(shared) == splits
-        checks[name] = mine < theirs if field == "nlpd" else bool(mine <= theirs or (np.isfinite(se) and mine - theirs <= se))
-        cells[name] = (mine, theirs, se, len(shared))
+        complete &= shared == splits
+        checks[name] = mine < theirs if field == "nlpd" else within_one_se(mine, theirs, se)
+        cells[name] = (mine, theirs, se, shared)
     control = _means(gap, dataset, "adgp_mixed", "nn_mixed_ts", GAP_SPLITS, "nlpd")
     # does the GP stay on in the gaps: its predictive σ on the gap points against that on training rows
     ratios = [r["test_std"] / r["extra"]["train_std"] for k, r in by_split(gap, dataset, method).items()
@@ -108,7 +106,7 @@ def mixed_screen_markdown(gap: Sequence[Dict], published: Sequence[Dict]) -> Lis
         ok = all(v["checks"].get(k) for k in "abc")
         if ok:
             passes.append(dataset)
-        control = "—" if v["control"] is None else f"{v['control'][1]:.3f} ({len(v['control'][3])})"
+        control = "—" if v["control"] is None else f"{v['control'][1]:.3f} ({v['control'][3]})"
         out.append(f"| {dataset} | " + " | ".join(_cell(v["cells"], k, v["checks"][k]) for k in "abc")
                    + f" | {control} | {'—' if v['ratio'] is None else format(v['ratio'], '.2f')} | "
                    f"{'yes' if ok else 'no'}{'' if v['complete'] else ' (incomplete)'} |")

@@ -231,6 +231,12 @@ def _prior_precision_edge_claim(records: Sequence[Dict], method: str = "lla_neur
             f"{at(low)} of {len(cells)} cells and at the upper edge (10^{int(np.log10(high))}) on {at(high)}").replace("10^-", "10^−")
 
 
+def within_one_se(mean: float, other_mean: float, other_se: float) -> bool:
+    """Whether a mean RMSE is below ``other``'s or above it by at most ``other``'s standard error (a NaN SE, one split,
+    admits only "below")."""
+    return bool(mean <= other_mean or (np.isfinite(other_se) and mean - other_mean <= other_se))
+
+
 def _within_one_se(records: Sequence[Dict], datasets: Sequence[str], method: str, other: str, text: str) -> Optional[str]:
     """"text: k of n datasets": ``method``'s mean RMSE ≤ ``other``'s, or above it by at most ``other``'s standard error."""
     within, unknown, missed = [], [], []
@@ -239,7 +245,7 @@ def _within_one_se(records: Sequence[Dict], datasets: Sequence[str], method: str
         if method not in rows or other not in rows:
             continue
         a, n = rows[method], rows[other]
-        if a["rmse_mean"] <= n["rmse_mean"] or (np.isfinite(n["rmse_se"]) and a["rmse_mean"] - n["rmse_mean"] <= n["rmse_se"]):
+        if within_one_se(a["rmse_mean"], n["rmse_mean"], n["rmse_se"]):
             within.append(d)
         elif not np.isfinite(n["rmse_se"]):
             unknown.append(d)
