@@ -224,6 +224,22 @@ def test_the_gap_targets_are_judged_only_on_complete_sets_and_count_as_written()
     assert "within one standard error of NN's mean: 1 of 1 datasets" in text
 
 
+def test_the_gap_page_states_the_converted_models_paired_differences_from_their_networks():
+    """ReLU→ADGP against ReLU NN+TS split by split, on the splits both have, also on a set not yet complete."""
+    from experiments.uci.gap import gap_targets_markdown
+
+    relu_ts = [1.0, 2.0, 4.0, 3.0]
+    relu_adgp = [0.5, 1.9, 3.0]                                  # split 3 not run yet
+    records = [_record("A", "relu_ts", k, v, 1.0) for k, v in enumerate(relu_ts)]
+    records += [_record("A", "relu_adgp", k, v, 1.0) for k, v in enumerate(relu_adgp)]
+    deltas = np.array(relu_adgp) - np.array(relu_ts[:3])        # -0.5, -0.1, -1.0
+    se = deltas.std(ddof=1) / np.sqrt(3)
+    text = "\n".join(gap_targets_markdown(records, ["A"]))
+    line = next(l for l in text.splitlines() if l.startswith("- ReLU→ADGP (made convertible) NLPD − ReLU NN+TS's"))
+    assert f"A {deltas.mean():+.4f} ± {se:.4f} (3)" in line
+    assert "more than one paired SE below: A" in line           # -0.533 < -0.26
+
+
 def test_the_relu_conversion_kl_claim_takes_the_worst_split_per_set_against_ten_nats():
     from experiments.uci.verdicts import _conversion_kl_claim
 

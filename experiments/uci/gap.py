@@ -16,7 +16,7 @@ from experiments.uci.sections import method_columns, metric_table, protocol_line
 from experiments.uci.mixed_screen import mixed_screen_markdown, published_records
 from experiments.uci.slab_screen import slab_screen_markdown
 from experiments.uci.summary import geometric_means, paired
-from experiments.uci.verdicts import _within_one_se
+from experiments.uci.verdicts import PAIRED_DIFFERENCES, paired_difference_claim, within_one_se_claim
 from experiments.uci.summary import by_split, shared_splits
 
 
@@ -216,10 +216,16 @@ def gap_targets_markdown(records: Sequence[Dict], datasets: Sequence[str], metho
         wins = [d for d in done if (lambda rows: rows[method]["nlpd_mean"] < rows[other]["nlpd_mean"])(paired(subset, d, (method, other)))]
         out.append(f"- {name} NLPD < {LABELS[other]}: {len(wins)} of {len(done)} complete sets so far"
                    + (f" (on: {', '.join(wins)})" if wins else "") + f"; target ≥ {need} of 9")
-    line = _within_one_se(subset, done, method, "nn", f"{name} RMSE better than NN or within one standard error of NN's mean")
+    line = within_one_se_claim(subset, done, method, "nn", f"{name} RMSE better than NN or within one standard error of NN's mean")
     if line:
         out.append(line + "; target ≥ 8 of 9")
+    if method == "adgp":  # the converted models against the networks they start from, split by split
+        for converted, control, text in PAIRED_DIFFERENCES:
+            line = paired_difference_claim(records, datasets, converted, control, text)
+            if line:
+                out.append(line)
     return out + [""]
+
 
 
 #: Our baselines beside the published ones they correspond to (PUBLISHED_GAP_METHODS).

@@ -79,7 +79,7 @@ def claims(records: Sequence[Dict]) -> List[str]:
         ("adgp_slab", "nn", "ADGP slab-v RMSE better than NN or within one standard error of NN's mean (the slab recipe's confirmation; the default's target: 9 of 9)"),
         ("adgp_mixed", "nn", "ADGP mixed-v RMSE better than NN or within one standard error of NN's mean (the half-shifted screen's (c), then its confirmation; the default's target: 9 of 9)"),
     ):
-        line = _within_one_se(records, datasets, method, other, text)
+        line = within_one_se_claim(records, datasets, method, other, text)
         if line:
             lines.append(line)
     for method in ("relu_adgp", "relu_adgp_kl"):
@@ -110,13 +110,8 @@ def claims(records: Sequence[Dict]) -> List[str]:
     if chosen:
         lines.append("- ADGP's kernel variance v chosen per layer on the validation part (geometric mean over splits; "
                      "the GP's prior variance in a layer is v times its kernel's, the noise's σ² is chosen with it): " + "; ".join(chosen))
-    for method, other, text in (
-        ("adgp", "nn_ts", "ADGP NLPD − NN+TS's (how large the default's wins over temperature scaling are)"),
-        ("relu_adgp", "relu_ts", "ReLU→ADGP (made convertible) NLPD − ReLU NN+TS's"),
-        ("adgp_ensemble", "ensemble", "ADGP ensemble NLPD − the network ensemble's"),
-        ("adgp_ensemble", "dgp", "ADGP ensemble NLPD − classic DGP's"),
-    ):
-        line = _paired_difference_claim(records, datasets, method, other, text)
+    for method, other, text in PAIRED_DIFFERENCES:
+        line = paired_difference_claim(records, datasets, method, other, text)
         if line:
             lines.append(line)
     return lines
@@ -152,7 +147,17 @@ def _rmse_ratio_claim(records: Sequence[Dict], datasets: Sequence[str], method: 
             + "; shared splits: " + ", ".join(f"{d} {k}" for d, _, k in pairs))
 
 
-def _paired_difference_claim(records: Sequence[Dict], datasets: Sequence[str], method: str, other: str, text: str) -> Optional[str]:
+#: The converted models against the networks they start from (and the ensemble against the classic DGP), split by
+#: split: (method, other, the line's text). A paired NLPD difference is the same in standardised and original units.
+PAIRED_DIFFERENCES = (
+    ("adgp", "nn_ts", "ADGP NLPD − NN+TS's (how large the default's wins over temperature scaling are)"),
+    ("relu_adgp", "relu_ts", "ReLU→ADGP (made convertible) NLPD − ReLU NN+TS's"),
+    ("adgp_ensemble", "ensemble", "ADGP ensemble NLPD − the network ensemble's"),
+    ("adgp_ensemble", "dgp", "ADGP ensemble NLPD − classic DGP's"),
+)
+
+
+def paired_difference_claim(records: Sequence[Dict], datasets: Sequence[str], method: str, other: str, text: str) -> Optional[str]:
     """Whether a win is larger than the split-to-split noise. Per dataset, over the k splits both methods have, the
     mean of the per-split differences Δ_s = NLPD_method,s − NLPD_other,s and its paired standard error
     sd(Δ)/√k (ddof 1; none for k = 1). The datasets are then sorted by whether the mean difference lies more than one
@@ -237,7 +242,7 @@ def within_one_se(mean: float, other_mean: float, other_se: float) -> bool:
     return bool(mean <= other_mean or (np.isfinite(other_se) and mean - other_mean <= other_se))
 
 
-def _within_one_se(records: Sequence[Dict], datasets: Sequence[str], method: str, other: str, text: str) -> Optional[str]:
+def within_one_se_claim(records: Sequence[Dict], datasets: Sequence[str], method: str, other: str, text: str) -> Optional[str]:
     """"text: k of n datasets": ``method``'s mean RMSE ≤ ``other``'s, or above it by at most ``other``'s standard error."""
     within, unknown, missed = [], [], []
     for d in datasets:
