@@ -227,7 +227,6 @@ def gap_targets_markdown(records: Sequence[Dict], datasets: Sequence[str], metho
     return out + [""]
 
 
-
 #: Our baselines beside the published ones they correspond to (PUBLISHED_GAP_METHODS).
 BASELINE_PAIRS = (("dropout", "MC dropout"), ("ensemble", "deep ensemble"), ("ensemble_nll", "deep ensemble"), ("nn", "NN (SGD)"))
 
