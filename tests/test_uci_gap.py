@@ -226,7 +226,7 @@ def test_the_gap_targets_are_judged_only_on_complete_sets_and_count_as_written()
 
 def test_the_gap_page_states_the_converted_models_paired_differences_from_their_networks():
     """ReLU→ADGP against ReLU NN+TS split by split, on the splits both have, also on a set not yet complete."""
-    from experiments.uci.gap import gap_targets_markdown
+    from experiments.uci.gap import paired_differences_markdown
 
     relu_ts = [1.0, 2.0, 4.0, 3.0]
     relu_adgp = [0.5, 1.9, 3.0]                                  # split 3 not run yet
@@ -234,7 +234,7 @@ def test_the_gap_page_states_the_converted_models_paired_differences_from_their_
     records += [_record("A", "relu_adgp", k, v, 1.0) for k, v in enumerate(relu_adgp)]
     deltas = np.array(relu_adgp) - np.array(relu_ts[:3])        # -0.5, -0.1, -1.0
     se = deltas.std(ddof=1) / np.sqrt(3)
-    text = "\n".join(gap_targets_markdown(records, ["A"]))
+    text = "\n".join(paired_differences_markdown(records, ["A"]))
     line = next(l for l in text.splitlines() if l.startswith("- ReLU→ADGP (made convertible) NLPD − ReLU NN+TS's"))
     assert f"A {deltas.mean():+.4f} ± {se:.4f} (3)" in line
     assert "more than one paired SE below: A" in line           # -0.533 < -0.26
