@@ -15,9 +15,8 @@ from experiments.uci.cells import GAP_DEFAULT_MAX_SPLITS, METHOD_ORDER, SHIFTED_
 from experiments.uci.sections import method_columns, metric_table, protocol_lines, seconds_table
 from experiments.uci.mixed_screen import mixed_screen_markdown, published_records
 from experiments.uci.slab_screen import slab_screen_markdown
-from experiments.uci.summary import geometric_means, paired
-from experiments.uci.verdicts import PAIRED_DIFFERENCES, paired_difference_claim, within_one_se_claim
-from experiments.uci.summary import by_split, shared_splits
+from experiments.uci.summary import by_split, geometric_means, paired, shared_splits
+from experiments.uci.verdicts import paired_difference_lines, within_one_se_claim
 
 
 #: The DUN paper's gap-split results (Antorán, Allingham & Hernández-Lobato 2020; their repository cambridge-mlg/DUN,
@@ -225,8 +224,7 @@ def gap_targets_markdown(records: Sequence[Dict], datasets: Sequence[str], metho
 def paired_differences_markdown(records: Sequence[Dict], datasets: Sequence[str]) -> List[str]:
     """The converted models against the networks they start from, split by split on the splits both have
     (:data:`~experiments.uci.verdicts.PAIRED_DIFFERENCES`, the lines the published-split analysis states too)."""
-    lines = [line for method, other, text in PAIRED_DIFFERENCES
-             if (line := paired_difference_claim(records, datasets, method, other, text))]
+    lines = paired_difference_lines(records, datasets)
     return lines + [""] if lines else []
 
 

@@ -110,11 +110,7 @@ def claims(records: Sequence[Dict]) -> List[str]:
     if chosen:
         lines.append("- ADGP's kernel variance v chosen per layer on the validation part (geometric mean over splits; "
                      "the GP's prior variance in a layer is v times its kernel's, the noise's σ² is chosen with it): " + "; ".join(chosen))
-    for method, other, text in PAIRED_DIFFERENCES:
-        line = paired_difference_claim(records, datasets, method, other, text)
-        if line:
-            lines.append(line)
-    return lines
+    return lines + paired_difference_lines(records, datasets)
 
 
 def _conversion_kl_claim(records: Sequence[Dict], datasets: Sequence[str], method: str = "relu_adgp", bound: float = 10.0) -> Optional[str]:
@@ -155,6 +151,12 @@ PAIRED_DIFFERENCES = (
     ("adgp_ensemble", "ensemble", "ADGP ensemble NLPD − the network ensemble's"),
     ("adgp_ensemble", "dgp", "ADGP ensemble NLPD − classic DGP's"),
 )
+
+
+def paired_difference_lines(records: Sequence[Dict], datasets: Sequence[str]) -> List[str]:
+    """One :func:`paired_difference_claim` line per pair of :data:`PAIRED_DIFFERENCES` that has records."""
+    return [line for method, other, text in PAIRED_DIFFERENCES
+            if (line := paired_difference_claim(records, datasets, method, other, text))]
 
 
 def paired_difference_claim(records: Sequence[Dict], datasets: Sequence[str], method: str, other: str, text: str) -> Optional[str]:
